@@ -1,0 +1,163 @@
+"""What the fusion layer hands to the backend: one frozen description per fused kernel.
+
+This is the contract between layer 3 (fusion) and layer 4 (backend). A kernel is a template kind
+(elementwise, reduce, matmul, aicpu) plus GM argument views plus small scalar expressions in SSA
+form (`SOp` tuples). Templates turn these into NPU ISA programs; nothing here knows about graphs.
+
+Conventions
+- dtypes are numpy dtype *names* (``"float32"``), so everything is hashable and printable.
+- An `ArgView` addresses a flat GM buffer: element ``idx`` of the kernel's iteration space lives
+  at ``offset + sum(idx[d] * strides[d])`` elements from the buffer start. Broadcast axes have
+  stride 0, flipped axes negative strides; views are read in place, never copied.
+- An expression is a tuple of `SOp`; op ``i`` may only reference ops ``< i``. Binary ops get
+  operands of one dtype (the fusion layer inserts ``cast``); comparisons return ``bool``.
+  ``load`` reads input ``arg`` of the enclosing stage at the current index; ``acc`` is the
+  reduced/accumulated value in an epilogue; ``const`` holds a Python scalar in ``arg``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Scalar op vocabulary: name -> arity. ``arg`` carries the extra parameter where noted.
+SCALAR_OPS: dict[str, int] = {
+    # leaves
+    "load": 0,  # arg = input index
+    "const": 0,  # arg = python scalar (already of the op's dtype)
+    "acc": 0,  # the accumulator value (reduce/matmul epilogues only)
+    # unary
+    "neg": 1, "abs": 1, "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "reciprocal": 1,
+    "sin": 1, "cos": 1, "tan": 1, "tanh": 1, "sigmoid": 1, "relu": 1,
+    "leaky_relu": 1,  # arg = negative slope (float)
+    "sign": 1, "floor": 1, "ceil": 1, "round": 1,  # round = half to even, like numpy
+    "logical_not": 1,
+    "cast": 1,  # to the op's dtype; float->int truncates toward zero, ->bool is != 0
+    # binary
+    "add": 2, "sub": 2, "mul": 2, "div": 2, "floor_divide": 2, "remainder": 2, "pow": 2,
+    "maximum": 2, "minimum": 2,
+    "eq": 2, "ne": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2,
+    "logical_and": 2, "logical_or": 2,
+    # ternary
+    "where": 3,  # where(cond: bool, a, b)
+}  # fmt: skip
+
+REDUCE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin")
+
+
+@dataclass(frozen=True, slots=True)
+class SOp:
+    """One scalar SSA value of a fused expression."""
+
+    op: str
+    dtype: str
+    srcs: tuple[int, ...] = ()
+    arg: object = None
+
+
+Expr = tuple[SOp, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ArgView:
+    """A GM buffer as one kernel stage indexes it (see module docstring)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    offset: int = 0  # in elements
+
+    @property
+    def contiguous(self) -> bool:
+        expect = 1
+        for size, stride in zip(reversed(self.shape), reversed(self.strides)):
+            if size != 1 and stride != expect:
+                return False
+            expect *= size
+        return True
+
+
+def contiguous_view(dtype: str, shape: tuple[int, ...]) -> ArgView:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return ArgView(dtype, tuple(shape), tuple(reversed(strides)), 0)
+
+
+@dataclass(frozen=True)
+class ElementwiseKernel:
+    """outputs[j][idx] = expr[results[j]] evaluated at every idx of `shape`."""
+
+    shape: tuple[int, ...]
+    inputs: tuple[ArgView, ...]
+    outputs: tuple[ArgView, ...]
+    expr: Expr
+    results: tuple[int, ...]
+    kind: str = "elementwise"
+
+
+@dataclass(frozen=True)
+class ReduceKernel:
+    """Reduce prologue[prologue_result] over `axes` of `in_shape`, then run the epilogue.
+
+    The prologue reads `inputs` (views over `in_shape`). The epilogue runs over `out_shape`
+    (= in_shape without `axes`), reads the reduced value through ``acc`` (dtype `acc_dtype`,
+    ``int64`` for argmax/argmin, whose index is flat over the reduced axes in C order) and
+    `epi_inputs` (views over `out_shape`) through ``load``.
+    """
+
+    in_shape: tuple[int, ...]
+    axes: tuple[int, ...]
+    op: str
+    inputs: tuple[ArgView, ...]
+    prologue: Expr
+    prologue_result: int
+    acc_dtype: str
+    out_shape: tuple[int, ...]
+    epi_inputs: tuple[ArgView, ...]
+    epilogue: Expr
+    results: tuple[int, ...]
+    outputs: tuple[ArgView, ...]
+    kind: str = "reduce"
+
+
+@dataclass(frozen=True)
+class MatmulKernel:
+    """C[b, m, n] = epilogue(sum_k A'[b, m, k] * B'[b, k, n]) with float32 accumulation.
+
+    `a` is a view over batch + (m, k), `b` over batch + (k, n): transposes and broadcast batch
+    axes are just strides, absorbed by the GM -> L1 packing. A' = a_prologue applied to each A
+    element on its way into L1 (``load`` 0 is the raw element; None means identity), likewise B'.
+    `in_dtype` is the operand dtype fed to the Cube (float16 or float32). The epilogue reads the
+    float32 accumulator through ``acc`` and `epi_inputs` (views over batch + (m, n)).
+    """
+
+    batch: tuple[int, ...]
+    m: int
+    n: int
+    k: int
+    a: ArgView
+    b: ArgView
+    a_prologue: Expr | None
+    b_prologue: Expr | None
+    in_dtype: str
+    epi_inputs: tuple[ArgView, ...]
+    epilogue: Expr
+    results: tuple[int, ...]
+    outputs: tuple[ArgView, ...]
+    kind: str = "matmul"
+
+
+KernelIR = ElementwiseKernel | ReduceKernel | MatmulKernel
+
+
+def kernel_args(k: KernelIR) -> tuple[ArgView, ...]:
+    """GM arguments in calling order: inputs (then epilogue inputs), then outputs.
+
+    The compiled kernel is called with one base pointer per entry, in exactly this order.
+    """
+    if isinstance(k, ElementwiseKernel):
+        return (*k.inputs, *k.outputs)
+    if isinstance(k, ReduceKernel):
+        return (*k.inputs, *k.epi_inputs, *k.outputs)
+    return (k.a, k.b, *k.epi_inputs, *k.outputs)
