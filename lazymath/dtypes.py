@@ -1,0 +1,72 @@
+"""Supported dtypes and type promotion.
+
+Promotion follows numpy 2 (NEP 50), which agrees with the Array API wherever the Array API
+defines a result: tensors promote by dtype, Python scalars are "weak" and take the tensor's
+kind when they can. Results are always compared against numpy, so numpy's table is the spec.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+float16 = np.dtype("float16")
+float32 = np.dtype("float32")
+float64 = np.dtype("float64")
+int8 = np.dtype("int8")
+int32 = np.dtype("int32")
+int64 = np.dtype("int64")
+bool_ = np.dtype("bool")
+complex64 = np.dtype("complex64")
+complex128 = np.dtype("complex128")
+
+SUPPORTED = (float16, float32, float64, int8, int32, int64, bool_, complex64, complex128)
+_NAMES = {d.name: d for d in SUPPORTED} | {"bool_": bool_, "float": float64, "int": int64}
+
+# The AI Core computes in these; anything else runs on the AI CPU fallback.
+AICORE = (float16, float32, int8, int32, int64, bool_)
+
+
+def as_dtype(d) -> np.dtype:
+    """Normalise a user-given dtype, rejecting the ones lazymath does not support."""
+    if isinstance(d, str) and d in _NAMES:
+        return _NAMES[d]
+    try:
+        nd = np.dtype(d)
+    except TypeError as e:
+        raise TypeError(f"not a dtype: {d!r}") from e
+    if nd not in SUPPORTED:
+        names = ", ".join(x.name for x in SUPPORTED)
+        raise TypeError(f"unsupported dtype {nd.name}; lazymath supports {names}")
+    return nd
+
+
+def is_float(d: np.dtype) -> bool:
+    return d.kind == "f"
+
+
+def is_int(d: np.dtype) -> bool:
+    return d.kind in "iu"
+
+
+def is_complex(d: np.dtype) -> bool:
+    return d.kind == "c"
+
+
+def result_type(*operands) -> np.dtype:
+    """numpy's result dtype for tensors (given as dtypes) and Python scalars (weak)."""
+    out = np.result_type(*operands)
+    if out not in SUPPORTED:
+        # e.g. uint8 from some odd input; widen to the nearest supported kind
+        if out.kind == "u":
+            return int64
+        raise TypeError(f"operation would produce unsupported dtype {out.name}")
+    return out
+
+
+def default_float_for(d: np.dtype) -> np.dtype:
+    """dtype numpy uses for float math on `d` (true division, sqrt, mean)."""
+    if d.kind in "fc":
+        return d
+    if d in (bool_, int8):
+        return float16 if d == int8 else float16
+    return float64

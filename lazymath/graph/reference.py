@@ -1,0 +1,129 @@
+"""The reference executor: numpy, node by node.
+
+It is the correctness oracle for every compiled path (tests compare kernels against it and
+`LAZYMATH_VALIDATE=1` re-runs kernels through it), and the implementation of AI CPU kernels.
+It follows the NPU's numerics where numpy's differ: float16 matmul/conv multiply and accumulate
+in float32 and round once at the end (numpy's own float16 matmul is also ~1000x slower).
+Views stay views (numpy slicing/transposes), copies happen only where numpy would copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from .node import Node, toposort
+from .ops import ELEMENTWISE
+
+# Counts evaluate() calls; tests use it to prove that building a graph computes nothing.
+CALLS = {"nodes": 0}
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    if a.dtype == np.float16:
+        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+    return np.matmul(a, b).astype(out_dtype, copy=False)
+
+
+def _slice(x: np.ndarray, spec) -> np.ndarray:
+    idx = []
+    for start, count, step in spec:
+        stop = start + step * count
+        idx.append(slice(start, stop if stop >= 0 else None, step))
+    return x[tuple(idx)]
+
+
+def _reduce(x: np.ndarray, op: str, axes: tuple[int, ...], out_dtype: np.dtype) -> np.ndarray:
+    if op in ("argmax", "argmin"):
+        # flat index over the reduced axes (C order), like numpy's single-axis argmax
+        keep = [d for d in range(x.ndim) if d not in axes]
+        moved = np.transpose(x, keep + list(axes))
+        flat = moved.reshape(moved.shape[: len(keep)] + (-1,))
+        return getattr(np, op)(flat, axis=-1).astype(np.int64)
+    if op in ("sum", "prod") and x.dtype == np.float16:
+        # the NPU accumulates float16 in float32
+        r = getattr(np, op)(x.astype(np.float32), axis=axes)
+        return np.asarray(r).astype(np.float16)
+    fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op]
+    return np.asarray(fn(x, axis=axes)).astype(out_dtype, copy=False)
+
+
+def _conv1d(x, w, bias, stride, padding, dilation, groups, out_dtype):
+    """torch.nn.functional.conv1d semantics, x (N, Cin, L), w (Cout, Cin/groups, K)."""
+    acc = np.float32 if x.dtype == np.float16 else out_dtype
+    x = x.astype(acc, copy=False)
+    w = w.astype(acc, copy=False)
+    n, cin, _ = x.shape
+    cout, cpg, k = w.shape
+    if padding:
+        x = np.pad(x, ((0, 0), (0, 0), (padding, padding)))
+    lp = x.shape[2]
+    lout = (lp - dilation * (k - 1) - 1) // stride + 1
+    out = np.zeros((n, cout, max(lout, 0)), dtype=acc)
+    opg = cout // groups
+    for g in range(groups):
+        xs = x[:, g * cpg : (g + 1) * cpg, :]
+        for j in range(k):
+            start = j * dilation
+            seg = xs[:, :, start : start + stride * (lout - 1) + 1 : stride]  # (n, cpg, lout)
+            wj = w[g * opg : (g + 1) * opg, :, j]  # (opg, cpg)
+            out[:, g * opg : (g + 1) * opg, :] += np.einsum("oc,ncl->nol", wj, seg)
+    if bias is not None:
+        out += bias.astype(acc, copy=False)[None, :, None]
+    return out.astype(out_dtype, copy=False)
+
+
+def _fft(x, kind, n, axis, norm, out_dtype):
+    fn = {"fft": np.fft.fft, "ifft": np.fft.ifft, "rfft": np.fft.rfft, "irfft": np.fft.irfft}[kind]
+    return fn(x, n=n, axis=axis, norm=norm).astype(out_dtype, copy=False)
+
+
+def evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
+    """Compute one node from its sources' values."""
+    CALLS["nodes"] += 1
+    op, arg = node.op, node.arg
+    with np.errstate(all="ignore"):
+        if op in ELEMENTWISE:
+            if op == "cast":
+                return srcs[0].astype(node.dtype)
+            fn = ELEMENTWISE[op][1]
+            out = fn(*srcs, arg) if op == "leaky_relu" else fn(*srcs)
+            return np.asarray(out).astype(node.dtype, copy=False)
+        if op == "reshape":
+            return np.reshape(srcs[0], node.shape)
+        if op == "permute":
+            return np.transpose(srcs[0], arg)
+        if op == "expand":
+            return np.broadcast_to(srcs[0], node.shape)
+        if op == "slice":
+            return _slice(srcs[0], arg)
+        if op == "reduce":
+            return _reduce(srcs[0], arg[0], arg[1], node.dtype)
+        if op == "matmul":
+            return _matmul(srcs[0], srcs[1], node.dtype)
+        if op == "pad":
+            widths, value = arg
+            return np.pad(srcs[0], widths, constant_values=value).astype(node.dtype, copy=False)
+        if op == "concat":
+            return np.concatenate(srcs, axis=arg).astype(node.dtype, copy=False)
+        if op == "conv1d":
+            stride, padding, dilation, groups = arg
+            bias = srcs[2] if len(srcs) > 2 else None
+            return _conv1d(srcs[0], srcs[1], bias, stride, padding, dilation, groups, node.dtype)
+        if op == "fft":
+            return _fft(srcs[0], *arg, node.dtype)
+        if op == "contiguous":
+            return np.ascontiguousarray(srcs[0])
+    raise NotImplementedError(f"reference executor has no rule for op {op!r}")
+
+
+def run(roots: Iterable[Node]) -> dict[int, np.ndarray]:
+    """Evaluate every pending node reachable from `roots`; returns id(node) -> value."""
+    values: dict[int, np.ndarray] = {}
+    for node in toposort(roots):
+        if node.realized is not None:
+            values[id(node)] = node.realized
+            continue
+        values[id(node)] = evaluate(node, [values[id(s)] for s in node.srcs])
+    return values

@@ -1,0 +1,92 @@
+"""Realize: turn pending graph nodes into arrays.
+
+This is the one place that walks down the layers: graph (signature) -> fusion (schedule) ->
+backend (compile) -> runtime (launch). The reference backend skips fusion entirely and evaluates
+node by node with numpy.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from .graph import node as gn
+from .graph import reference
+
+
+def backend_name() -> str:
+    name = os.environ.get("LAZYMATH_BACKEND", "llvm").lower()
+    if name not in ("llvm", "interp", "reference"):
+        raise ValueError(
+            f"LAZYMATH_BACKEND={name!r} is not a backend; use 'llvm' (default), 'interp' or "
+            f"'reference'"
+        )
+    return name
+
+
+def _nodes_of(tensors) -> list[gn.Node]:
+    from .tensor import Tensor
+
+    nodes, seen = [], set()
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"realize() takes lazymath Tensors, got {type(t).__name__}")
+        n = t._node
+        if n.realized is None and id(n) not in seen:
+            seen.add(id(n))
+            nodes.append(n)
+    return nodes
+
+
+def live_outputs(roots: list[gn.Node]) -> list[gn.Node]:
+    """The requested nodes plus every pending node of the subgraph that a live tensor holds.
+
+    Those must become buffers too, or a later realize of that tensor would recompute them.
+    """
+    out = list(roots)
+    want = {id(n) for n in roots}
+    for n in gn.toposort(roots):
+        if id(n) in want or n.realized is not None:
+            continue
+        if n.tensors is not None and len(n.tensors) > 0:
+            out.append(n)
+            want.add(id(n))
+    return out
+
+
+def commit(node: gn.Node, value: np.ndarray) -> None:
+    """Make `node` a realized leaf: it keeps its value and drops its sources so the graph
+    behind it can be freed."""
+    if value.shape != node.shape or value.dtype != node.dtype:
+        value = np.asarray(value, dtype=node.dtype).reshape(node.shape)
+    if value.flags.writeable and value.base is None:
+        value.flags.writeable = False
+    node.realized = value
+    gn.forget(node)
+
+
+def realize(*tensors) -> None:
+    """Compute every given tensor; shared work is computed once."""
+    roots = _nodes_of(tensors)
+    if not roots:
+        return
+    t0 = time.perf_counter()
+    outputs = live_outputs(roots)
+    if backend_name() == "reference":
+        values = reference.run(outputs)
+        for n in outputs:
+            commit(n, values[id(n)])
+        _debug_line(outputs, "reference", t0)
+        return
+    from .engine import run_compiled
+
+    run_compiled(outputs)
+
+
+def _debug_line(outputs, what: str, t0: float) -> None:
+    level = int(os.environ.get("LAZYMATH_DEBUG", "0") or 0)
+    if level >= 1:
+        dt_us = (time.perf_counter() - t0) * 1e6
+        print(f"[lazymath] realize {len(outputs)} output(s) via {what} in {dt_us:.0f} us")

@@ -1,0 +1,1152 @@
+"""The user-facing Tensor: a thin handle on a graph node, plus the numpy-like functions.
+
+Every function here validates its inputs (shape, dtype, axes, device) *at the call*, so errors
+point at the user's line, then records one or a few graph nodes and returns at once. Nothing is
+computed until a realize (`t.realize()`, `lm.realize(...)`, `t.numpy()`, `np.asarray(t)`,
+`t.item()`, `t.tolist()`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+import weakref
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import dtypes as dt
+from .graph import node as gn
+from .graph.ops import ELEMENTWISE, LOGICAL, ufunc_dtypes
+
+Scalar = int | float | bool
+
+
+# ----------------------------------------------------------------------------- Tensor
+
+
+class Tensor:
+    """A lazy n-dimensional array on the emulated NPU."""
+
+    __slots__ = ("_node", "_device", "__weakref__")
+    __array_priority__ = 100  # numpy defers to our reflected operators
+
+    def __init__(self, node: gn.Node, device=None):
+        self._node = node
+        self._device = device if device is not None else _current_device()
+        if node.tensors is None:
+            node.tensors = weakref.WeakSet()
+        node.tensors.add(self)
+
+    # -- metadata (never realizes) --
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._node.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._node.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._node.shape)
+
+    @property
+    def size(self) -> int:
+        return self._node.size
+
+    @property
+    def nbytes(self) -> int:
+        return self._node.nbytes
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def is_realized(self) -> bool:
+        return self._node.realized is not None
+
+    @property
+    def node(self) -> gn.Node:
+        return self._node
+
+    def __repr__(self) -> str:
+        state = "realized" if self.is_realized else "lazy"
+        return (
+            f"lazymath.Tensor(shape={self.shape}, dtype={self.dtype.name}, {state}, "
+            f"device={self._device})"
+        )
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __bool__(self):
+        raise TypeError(
+            "the truth value of a lazy tensor is ambiguous and would force a hidden realize; "
+            "call .item() (for one element) or .numpy() explicitly"
+        )
+
+    def __hash__(self):
+        return id(self)
+
+    # -- realize points --
+    def realize(self) -> Tensor:
+        from .realize import realize
+
+        realize(self)
+        return self
+
+    def numpy(self) -> np.ndarray:
+        self.realize()
+        return self._node.realized
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def item(self):
+        if self.size != 1:
+            raise ValueError(
+                f"item() needs a tensor with one element, this one has shape {self.shape}"
+            )
+        return self.numpy().item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if not dt.is_int(self.dtype):
+            raise TypeError(f"only integer tensors can be used as an index, not {self.dtype}")
+        return int(self.item())
+
+    # -- operators --
+    def __add__(self, o):
+        return add(self, o)
+
+    def __radd__(self, o):
+        return add(o, self)
+
+    def __sub__(self, o):
+        return sub(self, o)
+
+    def __rsub__(self, o):
+        return sub(o, self)
+
+    def __mul__(self, o):
+        return mul(self, o)
+
+    def __rmul__(self, o):
+        return mul(o, self)
+
+    def __truediv__(self, o):
+        return div(self, o)
+
+    def __rtruediv__(self, o):
+        return div(o, self)
+
+    def __floordiv__(self, o):
+        return floor_divide(self, o)
+
+    def __rfloordiv__(self, o):
+        return floor_divide(o, self)
+
+    def __mod__(self, o):
+        return remainder(self, o)
+
+    def __rmod__(self, o):
+        return remainder(o, self)
+
+    def __pow__(self, o):
+        return pow(self, o)
+
+    def __rpow__(self, o):
+        return pow(o, self)
+
+    def __matmul__(self, o):
+        return matmul(self, o)
+
+    def __rmatmul__(self, o):
+        return matmul(o, self)
+
+    def __neg__(self):
+        return neg(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return abs(self)
+
+    def __invert__(self):
+        if self.dtype != dt.bool_:
+            raise TypeError(f"~ is only supported on bool tensors here, not {self.dtype}")
+        return logical_not(self)
+
+    def __and__(self, o):
+        return logical_and(self, o)
+
+    def __or__(self, o):
+        return logical_or(self, o)
+
+    def __eq__(self, o):  # type: ignore[override]
+        return eq(self, o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        return ne(self, o)
+
+    def __lt__(self, o):
+        return lt(self, o)
+
+    def __le__(self, o):
+        return le(self, o)
+
+    def __gt__(self, o):
+        return gt(self, o)
+
+    def __ge__(self, o):
+        return ge(self, o)
+
+    def __getitem__(self, idx):
+        return _getitem(self, idx)
+
+    # -- methods mirroring numpy --
+    def astype(self, dtype) -> Tensor:
+        return astype(self, dtype)
+
+    def reshape(self, *shape) -> Tensor:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return reshape(self, shape)
+
+    def transpose(self, *axes) -> Tensor:
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        return transpose(self, axes or None)
+
+    def permute(self, *axes) -> Tensor:
+        return self.transpose(*axes)
+
+    def swapaxes(self, a: int, b: int) -> Tensor:
+        return swapaxes(self, a, b)
+
+    def flip(self, axis=None) -> Tensor:
+        return flip(self, axis)
+
+    def squeeze(self, axis=None) -> Tensor:
+        return squeeze(self, axis)
+
+    def expand_dims(self, axis) -> Tensor:
+        return expand_dims(self, axis)
+
+    def broadcast_to(self, shape) -> Tensor:
+        return broadcast_to(self, shape)
+
+    def flatten(self) -> Tensor:
+        return reshape(self, (-1,))
+
+    @property
+    def T(self) -> Tensor:
+        return transpose(self, None)
+
+    @property
+    def mT(self) -> Tensor:
+        if self.ndim < 2:
+            raise ValueError(f"mT needs at least 2 dimensions, got shape {self.shape}")
+        return swapaxes(self, -1, -2)
+
+    def sum(self, axis=None, keepdims=False) -> Tensor:
+        return sum(self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False) -> Tensor:
+        return mean(self, axis, keepdims)
+
+    def max(self, axis=None, keepdims=False) -> Tensor:
+        return max(self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False) -> Tensor:
+        return min(self, axis, keepdims)
+
+    def prod(self, axis=None, keepdims=False) -> Tensor:
+        return prod(self, axis, keepdims)
+
+    def argmax(self, axis=None, keepdims=False) -> Tensor:
+        return argmax(self, axis, keepdims)
+
+    def argmin(self, axis=None, keepdims=False) -> Tensor:
+        return argmin(self, axis, keepdims)
+
+    def var(self, axis=None, keepdims=False, ddof=0) -> Tensor:
+        return var(self, axis, keepdims, ddof)
+
+    def std(self, axis=None, keepdims=False, ddof=0) -> Tensor:
+        return std(self, axis, keepdims, ddof)
+
+    def clip(self, lo=None, hi=None) -> Tensor:
+        return clip(self, lo, hi)
+
+    def visualize(self, filename=None, stage: str = "kernels"):
+        from .viz import visualize
+
+        return visualize(self, filename=filename, stage=stage)
+
+
+# ----------------------------------------------------------------------------- devices
+
+
+def _current_device():
+    try:
+        from .runtime import current_device
+    except ImportError:  # runtime not importable yet (partial checkout): one implicit device
+        return "npu:0"
+    return current_device()
+
+
+def _check_devices(op: str, tensors: Sequence[Tensor]) -> None:
+    devs = {id(t._device): t._device for t in tensors}
+    if len(devs) > 1:
+        names = ", ".join(str(d) for d in devs.values())
+        raise ValueError(f"{op}: operands live on different devices ({names}); move them first")
+
+
+# ----------------------------------------------------------------------------- creation
+
+
+def _wrap(node: gn.Node, like: Sequence[Tensor] = ()) -> Tensor:
+    return Tensor(node, like[0]._device if like else None)
+
+
+def tensor(data, dtype=None) -> Tensor:
+    """Copy `data` (array, nested list, scalar, anything with __dlpack__ or __array__) into a
+    new realized tensor."""
+    if isinstance(data, Tensor):
+        return data if dtype is None else astype(data, dtype)
+    if hasattr(data, "__dlpack__") and not isinstance(data, np.ndarray):
+        try:
+            data = np.from_dlpack(data)
+        except Exception:  # fall back to the array protocol (e.g. non-CPU capsules)
+            data = np.asarray(data)
+    try:
+        arr = np.array(data, dtype=None if dtype is None else dt.as_dtype(dtype), copy=True)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"tensor(): cannot convert {type(data).__name__} to a tensor: {e}") from e
+    if arr.dtype.kind in "OUSV":
+        raise TypeError(f"tensor(): non-numeric data of dtype {arr.dtype} is not supported")
+    if arr.dtype not in dt.SUPPORTED:
+        if arr.dtype.kind == "u":
+            arr = arr.astype(np.int64)
+        elif arr.dtype == np.int16:
+            arr = arr.astype(np.int32)
+        else:
+            dt.as_dtype(arr.dtype)  # raises with the supported list
+    arr = np.ascontiguousarray(arr)
+    return Tensor(gn.buffer_node(arr))
+
+
+def asarray(data, dtype=None) -> Tensor:
+    return tensor(data, dtype)
+
+
+def _shape_arg(shape) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    try:
+        shape = tuple(operator.index(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"shape must be a tuple of ints, got {shape!r}") from None
+    if builtins.any(s < 0 for s in shape):
+        raise ValueError(f"negative dimensions are not allowed: {shape}")
+    return shape
+
+
+def full(shape, fill_value, dtype=None) -> Tensor:
+    shape = _shape_arg(shape)
+    if dtype is None:
+        dtype = np.asarray(fill_value).dtype
+        if dtype.kind == "i":
+            dtype = dt.int64
+    dtype = dt.as_dtype(dtype)
+    c = gn.const_node(fill_value, dtype)
+    return Tensor(gn.make("expand", dtype, shape, (c,)) if shape else c)
+
+
+def zeros(shape, dtype=dt.float32) -> Tensor:
+    return full(shape, 0, dtype)
+
+
+def ones(shape, dtype=dt.float32) -> Tensor:
+    return full(shape, 1, dtype)
+
+
+def empty(shape, dtype=dt.float32) -> Tensor:
+    """Like numpy.empty; lazymath fills with zeros (a free constant in the graph)."""
+    return full(shape, 0, dtype)
+
+
+def zeros_like(t: Tensor, dtype=None) -> Tensor:
+    return zeros(t.shape, dtype or t.dtype)
+
+
+def ones_like(t: Tensor, dtype=None) -> Tensor:
+    return ones(t.shape, dtype or t.dtype)
+
+
+def full_like(t: Tensor, fill_value, dtype=None) -> Tensor:
+    return full(t.shape, fill_value, dtype or t.dtype)
+
+
+def arange(start, stop=None, step=1, dtype=None) -> Tensor:
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    arr = np.arange(start, stop, step) if stop is not None else np.arange(start)
+    if dtype is not None:
+        arr = arr.astype(dt.as_dtype(dtype))
+    return tensor(arr)
+
+
+def linspace(start, stop, num=50, endpoint=True, dtype=None) -> Tensor:
+    if num < 0:
+        raise ValueError(f"linspace: num must be non-negative, got {num}")
+    arr = np.linspace(start, stop, num, endpoint=endpoint)
+    return tensor(arr.astype(dt.as_dtype(dtype)) if dtype is not None else arr)
+
+
+def eye(n, m=None, k=0, dtype=dt.float32) -> Tensor:
+    return tensor(np.eye(n, m, k, dtype=dt.as_dtype(dtype)))
+
+
+class _Random:
+    """lm.random: deterministic given `seed` (numpy's PCG64)."""
+
+    @staticmethod
+    def rand(*shape, seed=None, dtype=dt.float32) -> Tensor:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        rng = np.random.default_rng(seed)
+        return tensor(rng.random(_shape_arg(shape), dtype=np.float32).astype(dt.as_dtype(dtype)))
+
+    @staticmethod
+    def randn(*shape, seed=None, dtype=dt.float32) -> Tensor:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        rng = np.random.default_rng(seed)
+        arr = rng.standard_normal(_shape_arg(shape), dtype=np.float32)
+        return tensor(arr.astype(dt.as_dtype(dtype)))
+
+
+random = _Random()
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _as_tensor_or_scalar(x, op: str):
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (bool, int, float, np.generic)) and not isinstance(x, complex):
+        if isinstance(x, np.generic):
+            return tensor(np.asarray(x))
+        return x
+    if isinstance(x, (np.ndarray, list, tuple)) or hasattr(x, "__array__"):
+        return tensor(x)
+    raise TypeError(f"{op}: unsupported operand type {type(x).__name__}")
+
+
+def broadcast_shapes(*shapes: tuple[int, ...], op: str = "broadcast") -> tuple[int, ...]:
+    ndim = builtins.max((len(s) for s in shapes), default=0)
+    out = []
+    for d in range(ndim):
+        size = 1
+        for s in shapes:
+            k = d - (ndim - len(s))
+            if k < 0:
+                continue
+            v = s[k]
+            if v == 1:
+                continue
+            if size != 1 and v != size:
+                shown = " and ".join(str(tuple(x)) for x in shapes)
+                raise ValueError(
+                    f"{op}: shapes {shown} cannot be broadcast together: axis {d - ndim} has "
+                    f"sizes {size} and {v} (sizes must match or be 1)"
+                )
+            size = v
+        out.append(size)
+    return tuple(out)
+
+
+def _expand(node: gn.Node, shape: tuple[int, ...]) -> gn.Node:
+    if node.shape == shape:
+        return node
+    return gn.make("expand", node.dtype, shape, (node,))
+
+
+def _cast(node: gn.Node, dtype: np.dtype) -> gn.Node:
+    if node.dtype == dtype:
+        return node
+    if node.op == "const":
+        return gn.const_node(node.realized.astype(dtype).item(), dtype)
+    return gn.make("cast", dtype, node.shape, (node,))
+
+
+def _peel_const(node: gn.Node):
+    """The const behind `node` if it is a (broadcast) constant, else None."""
+    while node.op == "expand":
+        node = node.srcs[0]
+    return node if node.op == "const" else None
+
+
+def _elementwise(op: str, operands: Sequence, arg=None) -> Tensor:
+    """Record an elementwise op with numpy's dtype rule and broadcasting."""
+    ops = [_as_tensor_or_scalar(x, op) for x in operands]
+    tensors = [x for x in ops if isinstance(x, Tensor)]
+    _check_devices(op, tensors)
+    if op == "where":
+        cond, a, b = ops
+        kinds = tuple(x.dtype if isinstance(x, Tensor) else type(x) for x in (a, b))
+        try:
+            out_dtype = dt.result_type(*[np.empty(0, k) if isinstance(k, np.dtype) else
+                                         k(0) for k in kinds])  # fmt: skip
+        except TypeError as e:
+            raise TypeError(f"where: cannot combine dtypes {kinds}: {e}") from None
+        in_dtypes = (dt.bool_, out_dtype, out_dtype)
+    else:
+        kinds = tuple(x.dtype if isinstance(x, Tensor) else type(x) for x in ops)
+        try:
+            in_dtypes, out_dtype = ufunc_dtypes(op, kinds)
+        except Exception:
+            shown = ", ".join(k.name if isinstance(k, np.dtype) else k.__name__ for k in kinds)
+            raise TypeError(f"{op}: not supported for operand dtypes ({shown})") from None
+        if op in ("sigmoid", "leaky_relu", "rsqrt", "reciprocal") and out_dtype.kind not in "fc":
+            out_dtype = dt.float64
+            in_dtypes = (dt.float64,)
+        if op in LOGICAL:
+            in_dtypes = tuple(dt.bool_ for _ in in_dtypes)
+    if out_dtype not in dt.SUPPORTED:
+        raise TypeError(f"{op}: result dtype {out_dtype} is not supported by lazymath")
+    shape = broadcast_shapes(*(t.shape for t in tensors), op=op)
+    nodes = []
+    for x, d in zip(ops, in_dtypes):
+        if isinstance(x, Tensor):
+            n = _cast(x._node, np.dtype(d))
+        else:
+            try:
+                n = gn.const_node(x, d)
+            except OverflowError as e:
+                raise OverflowError(f"{op}: scalar {x!r} does not fit dtype {d}: {e}") from None
+        nodes.append(_expand(n, shape))
+    # constant folding: every operand a (broadcast) constant -> one constant
+    consts = [_peel_const(n) for n in nodes]
+    if builtins.all(c is not None for c in consts):
+        from .graph.reference import evaluate
+
+        probe = gn.make(op, out_dtype, (), consts, arg)
+        value = evaluate(probe, [c.realized for c in consts])
+        c = gn.const_node(value.item(), out_dtype)
+        return _wrap(_expand(c, shape), tensors)
+    return _wrap(gn.make(op, out_dtype, shape, nodes, arg), tensors)
+
+
+def _axes(axis, ndim: int, op: str) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (int, np.integer)):
+        axis = (int(axis),)
+    out = []
+    for a in axis:
+        if not isinstance(a, (int, np.integer)):
+            raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {a!r}")
+        if not -ndim <= a < ndim:
+            raise ValueError(f"{op}: axis {a} is out of bounds for a tensor of {ndim} dimensions")
+        a = int(a) % ndim
+        if a in out:
+            raise ValueError(f"{op}: repeated axis {a}")
+        out.append(a)
+    return tuple(sorted(out))
+
+
+# ----------------------------------------------------------------------------- elementwise
+
+
+def _unary(op):
+    def f(x, *args) -> Tensor:
+        return _elementwise(op, (x,), *args)
+
+    f.__name__ = op
+    f.__doc__ = f"Elementwise {op}, numpy semantics."
+    return f
+
+
+def _binary(op):
+    def f(a, b) -> Tensor:
+        return _elementwise(op, (a, b))
+
+    f.__name__ = op
+    f.__doc__ = f"Elementwise {op} with broadcasting, numpy semantics."
+    return f
+
+
+neg = _unary("neg")
+abs = _unary("abs")
+exp = _unary("exp")
+log = _unary("log")
+sqrt = _unary("sqrt")
+rsqrt = _unary("rsqrt")
+reciprocal = _unary("reciprocal")
+sin = _unary("sin")
+cos = _unary("cos")
+tan = _unary("tan")
+tanh = _unary("tanh")
+sigmoid = _unary("sigmoid")
+relu = _unary("relu")
+sign = _unary("sign")
+floor = _unary("floor")
+ceil = _unary("ceil")
+round = _unary("round")
+logical_not = _unary("logical_not")
+
+add = _binary("add")
+sub = _binary("sub")
+mul = _binary("mul")
+div = _binary("div")
+floor_divide = _binary("floor_divide")
+remainder = _binary("remainder")
+pow = _binary("pow")
+maximum = _binary("maximum")
+minimum = _binary("minimum")
+eq = _binary("eq")
+ne = _binary("ne")
+lt = _binary("lt")
+le = _binary("le")
+gt = _binary("gt")
+ge = _binary("ge")
+logical_and = _binary("logical_and")
+logical_or = _binary("logical_or")
+
+subtract, multiply, divide, true_divide, negative, power = sub, mul, div, div, neg, pow
+equal, not_equal, less, less_equal, greater, greater_equal = eq, ne, lt, le, gt, ge
+
+
+def leaky_relu(x, negative_slope: float = 0.01) -> Tensor:
+    return _elementwise("leaky_relu", (x,), float(negative_slope))
+
+
+def where(cond, a, b) -> Tensor:
+    c = _as_tensor_or_scalar(cond, "where")
+    if isinstance(c, Tensor) and c.dtype != dt.bool_:
+        c = astype(c, dt.bool_)
+    return _elementwise("where", (c, a, b))
+
+
+def clip(x, lo=None, hi=None) -> Tensor:
+    if lo is None and hi is None:
+        raise ValueError("clip: give at least one of lo and hi")
+    out = x
+    if lo is not None:
+        out = maximum(out, lo)
+    if hi is not None:
+        out = minimum(out, hi)
+    return out
+
+
+def astype(x: Tensor, dtype) -> Tensor:
+    dtype = dt.as_dtype(dtype)
+    if not isinstance(x, Tensor):
+        raise TypeError(f"astype: expected a Tensor, got {type(x).__name__}")
+    node = _cast(x._node, dtype)
+    return x if node is x._node else _wrap(node, [x])
+
+
+# ----------------------------------------------------------------------------- reductions
+
+
+def _reduce(op: str, x, axis, keepdims: bool) -> Tensor:
+    x = _as_tensor_or_scalar(x, op)
+    if not isinstance(x, Tensor):
+        x = tensor(x)
+    axes = _axes(axis, x.ndim, op)
+    if op in ("argmax", "argmin"):
+        if axis is not None and not isinstance(axis, (int, np.integer)):
+            raise TypeError(f"{op}: axis must be None or a single int, got {axis!r}")
+        out_dtype = dt.int64
+        src = x._node
+    elif op in ("sum", "prod"):
+        if x.dtype == dt.bool_ or (dt.is_int(x.dtype) and x.dtype.itemsize < 8):
+            out_dtype = dt.int64
+        else:
+            out_dtype = x.dtype
+        src = _cast(x._node, out_dtype)
+    else:
+        out_dtype = x.dtype
+        src = x._node
+    if op in ("max", "min", "argmax", "argmin"):
+        for a in axes:
+            if x.shape[a] == 0:
+                raise ValueError(
+                    f"{op}: reduction over axis {a} of size 0 (shape {x.shape}) has no identity"
+                )
+    out_shape = tuple(s for i, s in enumerate(x.shape) if i not in axes)
+    if not axes:
+        node = src if op not in ("argmax", "argmin") else None
+        if node is None:  # argmax of a 0-d tensor
+            node = gn.const_node(0, dt.int64)
+        else:
+            node = _cast(node, out_dtype)
+    else:
+        node = gn.make("reduce", out_dtype, out_shape, (src,), (op, axes))
+    out = _wrap(node, [x])
+    if keepdims:
+        out = reshape(out, tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
+    return out
+
+
+def sum(x, axis=None, keepdims=False) -> Tensor:
+    return _reduce("sum", x, axis, keepdims)
+
+
+def prod(x, axis=None, keepdims=False) -> Tensor:
+    return _reduce("prod", x, axis, keepdims)
+
+
+def max(x, axis=None, keepdims=False) -> Tensor:
+    return _reduce("max", x, axis, keepdims)
+
+
+def min(x, axis=None, keepdims=False) -> Tensor:
+    return _reduce("min", x, axis, keepdims)
+
+
+def argmax(x, axis=None, keepdims=False) -> Tensor:
+    if axis is None and isinstance(x, Tensor):
+        out = _reduce("argmax", reshape(x, (-1,)), 0, False)
+        return reshape(out, (1,) * x.ndim) if keepdims else out
+    return _reduce("argmax", x, axis, keepdims)
+
+
+def argmin(x, axis=None, keepdims=False) -> Tensor:
+    if axis is None and isinstance(x, Tensor):
+        out = _reduce("argmin", reshape(x, (-1,)), 0, False)
+        return reshape(out, (1,) * x.ndim) if keepdims else out
+    return _reduce("argmin", x, axis, keepdims)
+
+
+def _float_for_mean(x: Tensor) -> Tensor:
+    if x.dtype.kind in "fc":
+        return x
+    return astype(x, dt.float64)
+
+
+def mean(x, axis=None, keepdims=False) -> Tensor:
+    x = x if isinstance(x, Tensor) else tensor(x)
+    axes = _axes(axis, x.ndim, "mean")
+    n = math.prod(x.shape[a] for a in axes)
+    xf = _float_for_mean(x)
+    acc = astype(xf, dt.float32) if xf.dtype == dt.float16 else xf
+    s = sum(acc, axis, keepdims)
+    out = s * (1.0 / n) if n else s * float("nan")
+    return astype(out, xf.dtype)
+
+
+def var(x, axis=None, keepdims=False, ddof=0) -> Tensor:
+    x = x if isinstance(x, Tensor) else tensor(x)
+    axes = _axes(axis, x.ndim, "var")
+    n = math.prod(x.shape[a] for a in axes)
+    xf = _float_for_mean(x)
+    acc = astype(xf, dt.float32) if xf.dtype == dt.float16 else xf
+    m = mean(acc, axis, keepdims=True)
+    d = acc - m
+    sq = d * d
+    denom = builtins.max(n - ddof, 0)
+    s = sum(sq, axis, keepdims)
+    out = s * (1.0 / denom) if denom else s * float("nan")
+    return astype(out, xf.dtype)
+
+
+def std(x, axis=None, keepdims=False, ddof=0) -> Tensor:
+    v = var(x, axis, keepdims, ddof)
+    return sqrt(v)
+
+
+def softmax(x, axis=-1) -> Tensor:
+    x = _float_for_mean(x if isinstance(x, Tensor) else tensor(x))
+    m = max(x, axis, keepdims=True)
+    e = exp(x - m)
+    return e / sum(e, axis, keepdims=True)
+
+
+def log_softmax(x, axis=-1) -> Tensor:
+    x = _float_for_mean(x if isinstance(x, Tensor) else tensor(x))
+    m = max(x, axis, keepdims=True)
+    z = x - m
+    return z - log(sum(exp(z), axis, keepdims=True))
+
+
+# ----------------------------------------------------------------------------- matmul
+
+
+def matmul(a, b) -> Tensor:
+    a = a if isinstance(a, Tensor) else tensor(a)
+    b = b if isinstance(b, Tensor) else tensor(b)
+    _check_devices("matmul", [a, b])
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(
+            f"matmul: operands must have at least 1 dimension, got shapes {a.shape} and {b.shape}"
+        )
+    try:
+        out_dtype = dt.result_type(a.dtype, b.dtype)
+    except TypeError as e:
+        raise TypeError(f"matmul: {e}") from None
+    if out_dtype == dt.bool_:
+        raise TypeError("matmul: bool operands are not supported; cast them to an integer dtype")
+    a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
+    b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ValueError(
+            f"matmul: inner dimensions do not match: a has shape {a.shape}, b has shape "
+            f"{b.shape} ({a2.shape[-1]} != {b2.shape[-2]}); the last axis of a must equal the "
+            f"{'only' if b.ndim == 1 else 'second-to-last'} axis of b"
+        )
+    batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2], op="matmul (batch dimensions)")
+    m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    na = _expand(_cast(a2._node, out_dtype), batch + (m, k))
+    nb = _expand(_cast(b2._node, out_dtype), batch + (k, n))
+    out = _wrap(gn.make("matmul", out_dtype, batch + (m, n), (na, nb)), [a])
+    if a.ndim == 1 and b.ndim == 1:
+        return reshape(out, ())
+    if a.ndim == 1:
+        return reshape(out, batch + (n,))
+    if b.ndim == 1:
+        return reshape(out, batch + (m,))
+    return out
+
+
+def dot(a, b) -> Tensor:
+    return matmul(a, b)
+
+
+# ----------------------------------------------------------------------------- views
+
+
+def reshape(x: Tensor, shape) -> Tensor:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    if shape.count(-1) > 1:
+        raise ValueError(f"reshape: only one dimension can be -1, got {shape}")
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        if known == 0 or x.size % known:
+            raise ValueError(f"reshape: cannot reshape tensor of shape {x.shape} into {shape}")
+        shape = tuple(x.size // known if s == -1 else s for s in shape)
+    if builtins.any(s < 0 for s in shape) or math.prod(shape) != x.size:
+        raise ValueError(
+            f"reshape: cannot reshape tensor of shape {x.shape} ({x.size} elements) into "
+            f"shape {shape} ({math.prod(shape)} elements)"
+        )
+    if shape == x.shape:
+        return x
+    node = x._node
+    if node.op == "reshape":  # reshape of reshape is one reshape
+        node = node.srcs[0]
+        if node.shape == shape:
+            return _wrap(node, [x])
+    c = _peel_const(x._node)
+    if c is not None:
+        return _wrap(_expand(c, shape), [x])
+    return _wrap(gn.make("reshape", x.dtype, shape, (node,)), [x])
+
+
+def permute_dims(x: Tensor, axes) -> Tensor:
+    axes = tuple(int(a) for a in axes)
+    if (
+        sorted(a % x.ndim if x.ndim else a for a in axes) != list(range(x.ndim))
+        or len(axes) != x.ndim
+    ):
+        raise ValueError(f"permute_dims: axes {axes} are not a permutation of {x.ndim} axes")
+    axes = tuple(a % x.ndim for a in axes)
+    if axes == tuple(range(x.ndim)):
+        return x
+    shape = tuple(x.shape[a] for a in axes)
+    node = x._node
+    if node.op == "permute":  # compose permutations
+        inner = node.arg
+        axes = tuple(inner[a] for a in axes)
+        node = node.srcs[0]
+        if axes == tuple(range(len(axes))):
+            return _wrap(node, [x])
+    return _wrap(gn.make("permute", x.dtype, shape, (node,), axes), [x])
+
+
+def transpose(x: Tensor, axes=None) -> Tensor:
+    if axes is None:
+        axes = tuple(reversed(range(x.ndim)))
+    return permute_dims(x, axes)
+
+
+def swapaxes(x: Tensor, a: int, b: int) -> Tensor:
+    a, b = _axes(a, x.ndim, "swapaxes")[0], _axes(b, x.ndim, "swapaxes")[0]
+    axes = list(range(x.ndim))
+    axes[a], axes[b] = axes[b], axes[a]
+    return permute_dims(x, axes)
+
+
+def expand_dims(x: Tensor, axis) -> Tensor:
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    nd = x.ndim + len(axes)
+    norm = _axes(axes, nd, "expand_dims")
+    shape, it = [], iter(x.shape)
+    for i in range(nd):
+        shape.append(1 if i in norm else next(it))
+    return reshape(x, tuple(shape))
+
+
+def squeeze(x: Tensor, axis=None) -> Tensor:
+    if axis is None:
+        axes = tuple(i for i, s in enumerate(x.shape) if s == 1)
+    else:
+        axes = _axes(axis, x.ndim, "squeeze")
+        for a in axes:
+            if x.shape[a] != 1:
+                raise ValueError(
+                    f"squeeze: cannot remove axis {a} of size {x.shape[a]} (shape {x.shape})"
+                )
+    return reshape(x, tuple(s for i, s in enumerate(x.shape) if i not in axes))
+
+
+def broadcast_to(x: Tensor, shape) -> Tensor:
+    shape = _shape_arg(shape)
+    out = broadcast_shapes(x.shape, shape, op="broadcast_to")
+    if out != shape:
+        raise ValueError(f"broadcast_to: cannot broadcast shape {x.shape} to {shape}")
+    if shape == x.shape:
+        return x
+    return _wrap(_expand(x._node, shape), [x])
+
+
+def _slice_node(x: Tensor, spec) -> Tensor:
+    """spec: per-axis (start, count, step) with step != 0, already normalised."""
+    if builtins.all(st == 0 and c == s and sp == 1 for (st, c, sp), s in zip(spec, x.shape)):
+        return x
+    shape = tuple(c for _, c, _ in spec)
+    return _wrap(gn.make("slice", x.dtype, shape, (x._node,), tuple(spec)), [x])
+
+
+def flip(x: Tensor, axis=None) -> Tensor:
+    axes = _axes(axis, x.ndim, "flip")
+    spec = tuple(
+        (s - 1, s, -1) if i in axes and s > 0 else (0, s, 1) for i, s in enumerate(x.shape)
+    )
+    return _slice_node(x, spec)
+
+
+def _getitem(x: Tensor, idx) -> Tensor:
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    if builtins.any(isinstance(i, (Tensor, np.ndarray, list)) for i in idx):
+        raise IndexError(
+            "advanced (array) indexing is not supported; use basic indexing with ints, slices, "
+            "None and ..."
+        )
+    n_ell = builtins.sum(1 for i in idx if i is Ellipsis)
+    if n_ell > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    n_real = builtins.sum(1 for i in idx if i is not None and i is not Ellipsis)
+    if n_real > x.ndim:
+        raise IndexError(f"too many indices for tensor of shape {x.shape}: {n_real} were given")
+    if n_ell:
+        k = idx.index(Ellipsis)
+        idx = idx[:k] + (slice(None),) * (x.ndim - n_real) + idx[k + 1 :]
+    else:
+        idx = idx + (slice(None),) * (x.ndim - n_real)
+    spec, out_shape, axis = [], [], 0
+    for i in idx:
+        if i is None:
+            out_shape.append(1)
+            continue
+        size = x.shape[axis]
+        if isinstance(i, slice):
+            start, stop, step = i.indices(size)
+            count = len(range(start, stop, step))
+            spec.append((start if count else 0, count, step))
+            out_shape.append(count)
+        else:
+            try:
+                j = operator.index(i)
+            except TypeError:
+                raise IndexError(f"unsupported index {i!r} of type {type(i).__name__}") from None
+            if not -size <= j < size:
+                raise IndexError(f"index {j} is out of bounds for axis {axis} with size {size}")
+            spec.append((j % size, 1, 1))
+        axis += 1
+    out = _slice_node(x, tuple(spec))
+    return reshape(out, tuple(out_shape))
+
+
+# ----------------------------------------------------------------------------- copies
+
+
+def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    ts = [t if isinstance(t, Tensor) else tensor(t) for t in tensors]
+    if not ts:
+        raise ValueError("concat: need at least one tensor")
+    _check_devices("concat", ts)
+    nd = ts[0].ndim
+    if nd == 0:
+        raise ValueError("concat: zero-dimensional tensors cannot be concatenated")
+    for t in ts:
+        if t.ndim != nd:
+            raise ValueError(
+                f"concat: all tensors must have the same number of dimensions, got shapes "
+                f"{[t.shape for t in ts]}"
+            )
+    ax = _axes(axis, nd, "concat")[0]
+    for t in ts:
+        for d in range(nd):
+            if d != ax and t.shape[d] != ts[0].shape[d]:
+                raise ValueError(
+                    f"concat: shapes {[t.shape for t in ts]} differ on axis {d}, which is not "
+                    f"the concatenation axis {ax}"
+                )
+    out_dtype = dt.result_type(*[t.dtype for t in ts])
+    shape = list(ts[0].shape)
+    shape[ax] = builtins.sum(t.shape[ax] for t in ts)
+    srcs = [_cast(t._node, out_dtype) for t in ts]
+    return _wrap(gn.make("concat", out_dtype, tuple(shape), srcs, ax), ts)
+
+
+concatenate = concat
+
+
+def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    ts = [t if isinstance(t, Tensor) else tensor(t) for t in tensors]
+    if not ts:
+        raise ValueError("stack: need at least one tensor")
+    for t in ts:
+        if t.shape != ts[0].shape:
+            raise ValueError(
+                f"stack: all tensors must have the same shape, got {[t.shape for t in ts]}"
+            )
+    ax = _axes(axis, ts[0].ndim + 1, "stack")[0]
+    return concat([expand_dims(t, ax) for t in ts], ax)
+
+
+def pad(x: Tensor, pad_width, mode: str = "constant", constant_values=0) -> Tensor:
+    if mode != "constant":
+        raise ValueError(f"pad: only mode='constant' is supported, got {mode!r}")
+    w = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    if (w < 0).any():
+        raise ValueError(f"pad: pad widths must be non-negative, got {pad_width}")
+    widths = tuple((int(a), int(b)) for a, b in w)
+    shape = tuple(s + a + b for s, (a, b) in zip(x.shape, widths))
+    value = np.array(constant_values).astype(x.dtype).item()
+    return _wrap(gn.make("pad", x.dtype, shape, (x._node,), (widths, value)), [x])
+
+
+# ----------------------------------------------------------------------------- conv1d, fft
+
+
+def conv1d(x, weight, bias=None, stride: int = 1, padding: int = 0, dilation: int = 1,
+           groups: int = 1) -> Tensor:  # fmt: skip
+    """torch.nn.functional.conv1d: x (N, C_in, L) or (C_in, L), weight (C_out, C_in/groups, K)."""
+    x = x if isinstance(x, Tensor) else tensor(x)
+    w = weight if isinstance(weight, Tensor) else tensor(weight)
+    unbatched = x.ndim == 2
+    if unbatched:
+        x = expand_dims(x, 0)
+    if x.ndim != 3 or w.ndim != 3:
+        raise ValueError(
+            f"conv1d: expected x of shape (N, C_in, L) or (C_in, L) and weight (C_out, C_in/groups,"
+            f" K), got {x.shape} and {w.shape}"
+        )
+    for name, v, lo in (("stride", stride, 1), ("padding", padding, 0), ("dilation", dilation, 1),
+                        ("groups", groups, 1)):  # fmt: skip
+        if not isinstance(v, (int, np.integer)) or v < lo:
+            raise ValueError(f"conv1d: {name} must be an int >= {lo}, got {v!r}")
+    n, cin, length = x.shape
+    cout, cpg, k = w.shape
+    if cin % groups or cout % groups or cpg != cin // groups:
+        raise ValueError(
+            f"conv1d: weight {w.shape} does not match input channels {cin} with groups={groups} "
+            f"(need C_in/groups = {cin // groups if cin % groups == 0 else '?'} and C_out % groups"
+            f" == 0)"
+        )
+    lout = (length + 2 * padding - dilation * (k - 1) - 1) // stride + 1
+    if lout < 1:
+        raise ValueError(
+            f"conv1d: input length {length} (padding {padding}) is shorter than the dilated kernel"
+            f" {dilation * (k - 1) + 1}"
+        )
+    out_dtype = dt.result_type(x.dtype, w.dtype)
+    srcs = [_cast(x._node, out_dtype), _cast(w._node, out_dtype)]
+    if bias is not None:
+        b = bias if isinstance(bias, Tensor) else tensor(bias)
+        if b.shape != (cout,):
+            raise ValueError(f"conv1d: bias must have shape ({cout},), got {b.shape}")
+        srcs.append(_cast(b._node, out_dtype))
+    node = gn.make("conv1d", out_dtype, (n, cout, lout), srcs,
+                   (int(stride), int(padding), int(dilation), int(groups)))  # fmt: skip
+    out = _wrap(node, [x])
+    return reshape(out, (cout, lout)) if unbatched else out
+
+
+def _fft_common(kind: str, x, n, axis, norm) -> Tensor:
+    x = x if isinstance(x, Tensor) else tensor(x)
+    if x.ndim == 0:
+        raise ValueError(f"{kind}: input must have at least one dimension")
+    ax = _axes(axis, x.ndim, kind)[0]
+    if norm not in (None, "backward", "ortho", "forward"):
+        raise ValueError(f"{kind}: norm must be None, 'backward', 'ortho' or 'forward'")
+    size = x.shape[ax]
+    double = x.dtype in (dt.float64, dt.complex128) or dt.is_int(x.dtype) or x.dtype == dt.bool_
+    if kind == "rfft" and dt.is_complex(x.dtype):
+        raise TypeError("rfft: input must be real")
+    if kind == "irfft":
+        nout = n if n is not None else 2 * (size - 1)
+        out_dtype = dt.float64 if double else dt.float32
+        length = nout
+    else:
+        nin = n if n is not None else size
+        out_dtype = dt.complex128 if double else dt.complex64
+        length = nin // 2 + 1 if kind == "rfft" else nin
+        nout = nin
+    if nout is None or nout < 1:
+        raise ValueError(f"{kind}: invalid number of data points ({nout}) along axis {ax}")
+    shape = list(x.shape)
+    shape[ax] = length
+    node = gn.make("fft", out_dtype, tuple(shape), (x._node,), (kind, n, ax, norm))
+    return _wrap(node, [x])
+
+
+class _FFT:
+    """lm.fft: numpy.fft semantics (complex64 results for float32/float16 inputs)."""
+
+    @staticmethod
+    def fft(x, n=None, axis=-1, norm=None) -> Tensor:
+        return _fft_common("fft", x, n, axis, norm)
+
+    @staticmethod
+    def ifft(x, n=None, axis=-1, norm=None) -> Tensor:
+        return _fft_common("ifft", x, n, axis, norm)
+
+    @staticmethod
+    def rfft(x, n=None, axis=-1, norm=None) -> Tensor:
+        return _fft_common("rfft", x, n, axis, norm)
+
+    @staticmethod
+    def irfft(x, n=None, axis=-1, norm=None) -> Tensor:
+        return _fft_common("irfft", x, n, axis, norm)
+
+
+fft = _FFT()
+ELEMENTWISE_NAMES = tuple(ELEMENTWISE)
