@@ -1,0 +1,339 @@
+"""Device memory (a caching allocator) and the host thread pool that runs kernel blocks.
+
+Memory: the emulated device memory is host memory, but only the runtime hands it out, through a
+caching pool in the spirit of the CUDA/CANN caching allocators: a freed block is kept in a bin
+and handed to the next request it fits (best fit, by rounded size), so a steady-state program
+never goes back to the system allocator. `MemoryPool.stats()` proves it (hits vs misses).
+
+Threads: `BlockPool` is one shared pool of daemon threads sized to the machine's cores. A kernel
+launch with `blocks > 1` publishes a `_BlockJob`; the launching thread (a stream worker) runs
+blocks itself and pool threads help, each grabbing the next block index from an atomic counter.
+Kernel blocks are ctypes calls that release the GIL, so they run truly in parallel.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+import queue
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+GM_ALIGN = 64  # bytes; every DeviceBuffer address is 64-byte aligned (covers the spec's 32 B)
+ROUND = 512  # bytes; allocation granularity, so nearby sizes share one bin
+MAX_SLACK = 2  # a cached block serves a request only if block <= MAX_SLACK * request (+ROUND)
+
+
+def _round_up(nbytes: int) -> int:
+    return max(ROUND, -(-nbytes // ROUND) * ROUND)
+
+
+class DeviceBuffer:
+    """One allocation of emulated device (GM) memory.
+
+    Mirrors the `void *devPtr` an `aclrtMalloc` returns: a raw `address` (an int, cached once,
+    because `ndarray.ctypes.data` costs ~2.5 us) plus `nbytes`. `as_array(dtype, shape)` gives a
+    numpy view of the same bytes so host code and tests can look at device memory without a copy.
+    """
+
+    __slots__ = ("nbytes", "capacity", "address", "raw", "_views", "_pool", "freed", "__weakref__")
+
+    def __init__(self, raw: np.ndarray, nbytes: int, pool: MemoryPool | None) -> None:
+        self.raw = raw  # uint8 array of `capacity` bytes, 64-byte aligned
+        self.nbytes = nbytes  # bytes requested
+        self.capacity = raw.nbytes  # bytes reserved (rounded)
+        self.address = int(raw.ctypes.data)
+        self._views: dict = {}
+        self._pool = pool
+        self.freed = False
+
+    def as_array(self, dtype=np.uint8, shape: tuple[int, ...] | int | None = None) -> np.ndarray:
+        """A numpy view of the buffer as `dtype` with `shape` (default: 1-D over nbytes)."""
+        key = (dtype, shape)
+        view = self._views.get(key)
+        if view is not None:
+            return view
+        dt = np.dtype(dtype)
+        if shape is None:
+            shape = (self.nbytes // dt.itemsize,)
+        elif isinstance(shape, int):
+            shape = (shape,)
+        need = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        if need > self.capacity:
+            raise ValueError(
+                f"view of {need} bytes ({dt}{list(shape)}) exceeds the buffer's {self.capacity}"
+            )
+        view = np.ndarray(shape, dtype=dt, buffer=self.raw.data, offset=0)
+        if len(self._views) < 16:  # a small cache: realize paths ask for the same view again
+            self._views[key] = view
+        return view
+
+    @property
+    def array(self) -> np.ndarray:
+        """The raw bytes (uint8, length nbytes): what kernels' `make_argv` receives."""
+        return self.as_array(np.uint8, None)
+
+    def __repr__(self) -> str:
+        state = " freed" if self.freed else ""
+        return f"<DeviceBuffer 0x{self.address:x} {self.nbytes} B{state}>"
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """Snapshot of the caching pool (bytes unless named otherwise)."""
+
+    allocated: int  # bytes handed out and not yet freed (rounded sizes)
+    reserved: int  # bytes held from the system: allocated + cached free blocks
+    peak: int  # high-water mark of `allocated`
+    peak_reserved: int
+    hits: int  # malloc served from a cached block
+    misses: int  # malloc that had to allocate fresh memory
+    frees: int
+    cached_blocks: int
+
+    def __str__(self) -> str:
+        mib = 1 / (1 << 20)
+        return (
+            f"allocated {self.allocated * mib:.2f} MiB, reserved {self.reserved * mib:.2f} MiB, "
+            f"peak {self.peak * mib:.2f} MiB, hits {self.hits}, misses {self.misses}"
+        )
+
+
+class MemoryPool:
+    """Caching allocator: size-rounded bins searched best fit.
+
+    Free blocks stay reserved; `empty_cache()` returns them to the system. A cached block serves
+    a request when it is at least as big and at most `MAX_SLACK` times bigger, so one huge free
+    block is not wasted on a tiny request. Thread safe (one lock; the critical sections are a
+    bisect and a list pop).
+    """
+
+    def __init__(self, limit_bytes: int | None = None) -> None:
+        self._lock = threading.Lock()
+        self._free: dict[int, list[np.ndarray]] = {}  # capacity -> raw arrays
+        self._sizes: list[int] = []  # sorted capacities that have free blocks
+        self.limit_bytes = limit_bytes
+        self._allocated = self._reserved = self._peak = self._peak_reserved = 0
+        self._hits = self._misses = self._frees = 0
+
+    def malloc(self, nbytes: int) -> DeviceBuffer:
+        """aclrtMalloc: a 64-byte aligned block of at least `nbytes` bytes."""
+        if nbytes < 0:
+            raise ValueError(f"malloc of a negative size ({nbytes})")
+        size = _round_up(nbytes)
+        with self._lock:
+            raw = self._take(size)
+            if raw is None:
+                self._misses += 1
+                if self.limit_bytes is not None and self._reserved + size > self.limit_bytes:
+                    self._release_cached()
+                    if self._reserved + size > self.limit_bytes:
+                        raise MemoryError(
+                            f"device out of memory: {size} B requested, {self._reserved} B "
+                            f"reserved of a {self.limit_bytes} B limit"
+                        )
+                raw = _aligned(size)
+                self._reserved += size
+                self._peak_reserved = max(self._peak_reserved, self._reserved)
+            else:
+                self._hits += 1
+            self._allocated += raw.nbytes
+            self._peak = max(self._peak, self._allocated)
+        return DeviceBuffer(raw, nbytes, self)
+
+    def free(self, buf: DeviceBuffer) -> None:
+        """aclrtFree: the block goes back to its bin (not to the system)."""
+        if buf._pool is not self:
+            raise ValueError(f"{buf!r} was not allocated by this pool")
+        with self._lock:
+            if buf.freed:
+                raise ValueError(f"double free of {buf!r}")
+            buf.freed = True
+            raw = buf.raw
+            self._allocated -= raw.nbytes
+            self._frees += 1
+            size = raw.nbytes
+            bin_ = self._free.get(size)
+            if bin_ is None:
+                self._free[size] = bin_ = []
+                bisect.insort(self._sizes, size)
+            bin_.append(raw)
+
+    def _take(self, size: int) -> np.ndarray | None:
+        i = bisect.bisect_left(self._sizes, size)
+        if i == len(self._sizes) or self._sizes[i] > MAX_SLACK * size + ROUND:
+            return None
+        cap = self._sizes[i]
+        bin_ = self._free[cap]
+        raw = bin_.pop()
+        if not bin_:
+            del self._free[cap]
+            del self._sizes[i]
+        return raw
+
+    def _release_cached(self) -> None:
+        for cap, bin_ in self._free.items():
+            self._reserved -= cap * len(bin_)
+        self._free.clear()
+        self._sizes.clear()
+
+    def empty_cache(self) -> None:
+        """Return every cached free block to the system (like torch.cuda.empty_cache)."""
+        with self._lock:
+            self._release_cached()
+
+    def stats(self) -> MemoryStats:
+        with self._lock:
+            return MemoryStats(
+                allocated=self._allocated,
+                reserved=self._reserved,
+                peak=self._peak,
+                peak_reserved=self._peak_reserved,
+                hits=self._hits,
+                misses=self._misses,
+                frees=self._frees,
+                cached_blocks=sum(len(b) for b in self._free.values()),
+            )
+
+    def reset_peak(self) -> None:
+        with self._lock:
+            self._peak = self._allocated
+            self._peak_reserved = self._reserved
+
+
+def _aligned(nbytes: int) -> np.ndarray:
+    """A uint8 array of exactly `nbytes` whose data pointer is GM_ALIGN-aligned."""
+    base = np.empty(nbytes + GM_ALIGN, dtype=np.uint8)
+    shift = (-base.ctypes.data) % GM_ALIGN
+    return base[shift : shift + nbytes]
+
+
+# ---------------------------------------------------------------------------------------------
+# host thread pool for kernel blocks
+
+
+class _BlockJob:
+    """One kernel launch's blocks, claimed one at a time by whoever runs `work()`.
+
+    `next(itertools.count)` is a single C call, atomic under the GIL, so claiming needs no lock.
+    The thread that finishes the last block releases `_done`.
+    """
+
+    __slots__ = ("fn", "argv", "n", "_next", "_finished", "_done", "error")
+
+    def __init__(self, fn, argv, n: int) -> None:
+        self.fn = fn
+        self.argv = argv
+        self.n = n
+        self._next = itertools.count()
+        self._finished = itertools.count(1)
+        self._done = threading.Lock()
+        self._done.acquire()
+        self.error: BaseException | None = None
+
+    def work(self) -> None:
+        fn, argv, n = self.fn, self.argv, self.n
+        while True:
+            i = next(self._next)
+            if i >= n:
+                return
+            try:
+                fn(argv, i, n)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by the launching thread
+                if self.error is None:
+                    self.error = exc
+            if next(self._finished) == n:
+                self._done.release()
+
+    def wait(self) -> None:
+        self._done.acquire()
+
+
+class BlockPool:
+    """Shared daemon threads that help run the blocks of multi-block launches."""
+
+    def __init__(self, n_threads: int | None = None) -> None:
+        self.n_threads = max(1, n_threads or os.cpu_count() or 1)
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._start_lock = threading.Lock()
+
+    def _ensure_started(self) -> None:
+        with self._start_lock:
+            while len(self._threads) < self.n_threads:
+                t = threading.Thread(
+                    target=self._loop, name=f"lazymath-block-{len(self._threads)}", daemon=True
+                )
+                t.start()
+                self._threads.append(t)
+
+    def _loop(self) -> None:
+        get = self._jobs.get
+        while True:
+            job = get()
+            if job is None:
+                return
+            job.work()
+
+    def run(self, fn, argv, blocks: int) -> None:
+        """Run `fn(argv, i, blocks)` for every block index; the calling thread takes part.
+
+        At most `n_threads - 1` helpers are woken, so calling thread + helpers = cores.
+        Raises the first exception any block raised, after all blocks have finished.
+        """
+        if blocks <= 1:
+            if blocks == 1:
+                fn(argv, 0, 1)
+            return
+        helpers = min(blocks - 1, self.n_threads - 1)
+        if helpers <= 0:
+            run_serial(fn, argv, blocks)
+            return
+        if len(self._threads) < self.n_threads:
+            self._ensure_started()
+        job = _BlockJob(fn, argv, blocks)
+        put = self._jobs.put
+        for _ in range(helpers):
+            put(job)
+        job.work()
+        job.wait()
+        if job.error is not None:
+            raise job.error
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+        for t in self._threads:
+            t.join(timeout=1.0)
+        self._threads.clear()
+
+
+def run_serial(fn, argv, blocks: int) -> None:
+    """All blocks in order on the calling thread; like the pool, a failing block does not stop
+    the others and the first error is raised at the end."""
+    error: BaseException | None = None
+    for i in range(blocks):
+        try:
+            fn(argv, i, blocks)
+        except BaseException as exc:  # noqa: BLE001
+            if error is None:
+                error = exc
+    if error is not None:
+        raise error
+
+
+_BLOCK_POOL: BlockPool | None = None
+_BLOCK_POOL_LOCK = threading.Lock()
+
+
+def block_pool() -> BlockPool:
+    """The process-wide block pool (threads start on the first multi-block launch)."""
+    global _BLOCK_POOL
+    if _BLOCK_POOL is None:
+        with _BLOCK_POOL_LOCK:
+            if _BLOCK_POOL is None:
+                _BLOCK_POOL = BlockPool()
+    return _BLOCK_POOL
