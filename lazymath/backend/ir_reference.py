@@ -1,0 +1,110 @@
+"""Evaluate kernel IR directly with numpy.
+
+This is the oracle for the *fusion* layer: it checks that a fused kernel description means the
+same as the graph it came from, independently of the ISA templates and the LLVM lowering. It is
+also what `LAZYMATH_VALIDATE=1` compares compiled kernels against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .kernel_ir import ArgView, ElementwiseKernel, MatmulKernel, ReduceKernel, SOp
+
+
+class _Raw:
+    """Exposes raw memory (pointer, shape, strides) through the array interface, keeping the
+    owning array alive; lets a view start anywhere, including before a negative-stride base."""
+
+    def __init__(self, owner: np.ndarray, ptr: int, shape, strides, typestr: str):
+        self.owner = owner
+        self.__array_interface__ = {
+            "data": (ptr, True),
+            "shape": tuple(shape),
+            "strides": tuple(strides),
+            "typestr": typestr,
+            "version": 3,
+        }
+
+
+def view_of(arr: np.ndarray, v: ArgView) -> np.ndarray:
+    """The numpy view `v` describes over a buffer whose element 0 is at arr's data pointer."""
+    if 0 in v.shape:
+        return np.zeros(v.shape, arr.dtype)
+    item = arr.dtype.itemsize
+    ptr = arr.__array_interface__["data"][0] + v.offset * item
+    raw = _Raw(arr, ptr, v.shape, tuple(s * item for s in v.strides), arr.dtype.str)
+    return np.asarray(raw)
+
+
+def _scalar(op: SOp, srcs: list[np.ndarray]):
+    from ..graph.ops import ELEMENTWISE
+
+    dtype = np.dtype(op.dtype)
+    if op.op == "cast":
+        return srcs[0].astype(dtype)
+    fn = ELEMENTWISE[op.op][1]
+    out = fn(*srcs, op.arg) if op.op == "leaky_relu" else fn(*srcs)
+    return np.asarray(out).astype(dtype, copy=False)
+
+
+def eval_expr(expr, loads: list[np.ndarray], shape, acc: np.ndarray | None = None) -> list:
+    vals: list = []
+    with np.errstate(all="ignore"):
+        for op in expr:
+            if op.op == "load":
+                vals.append(loads[op.arg])
+            elif op.op == "const":
+                vals.append(np.full(shape, op.arg, dtype=op.dtype))
+            elif op.op == "acc":
+                vals.append(acc.astype(op.dtype, copy=False))
+            else:
+                vals.append(_scalar(op, [vals[i] for i in op.srcs]))
+    return vals
+
+
+def run(ir, arrays: list[np.ndarray]) -> None:
+    """Execute `ir` on flat buffers `arrays` (kernel_args order), writing the outputs."""
+    if isinstance(ir, ElementwiseKernel):
+        n_in = len(ir.inputs)
+        loads = [view_of(a, v) for a, v in zip(arrays, ir.inputs)]
+        vals = eval_expr(ir.expr, loads, ir.shape)
+        for out, v, r in zip(arrays[n_in:], ir.outputs, ir.results):
+            out.reshape(-1)[: int(np.prod(ir.shape))] = np.broadcast_to(vals[r], ir.shape).reshape(
+                -1
+            )
+        return
+    if isinstance(ir, ReduceKernel):
+        n_in, n_epi = len(ir.inputs), len(ir.epi_inputs)
+        loads = [view_of(a, v) for a, v in zip(arrays, ir.inputs)]
+        pro = eval_expr(ir.prologue, loads, ir.in_shape)
+        x = np.broadcast_to(pro[ir.prologue_result], ir.in_shape)
+        from ..graph.reference import _reduce
+
+        if ir.op in ("sum", "prod") and ir.acc_dtype != x.dtype.name:
+            x = x.astype(ir.acc_dtype)
+        acc = _reduce(x, ir.op, ir.axes, np.dtype(ir.acc_dtype))
+        acc = np.asarray(acc, dtype=ir.acc_dtype).reshape(ir.out_shape)
+        eloads = [view_of(a, v) for a, v in zip(arrays[n_in : n_in + n_epi], ir.epi_inputs)]
+        vals = eval_expr(ir.epilogue, eloads, ir.out_shape, acc)
+        size = int(np.prod(ir.out_shape))
+        for out, r in zip(arrays[n_in + n_epi :], ir.results):
+            out.reshape(-1)[:size] = np.broadcast_to(vals[r], ir.out_shape).reshape(-1)
+        return
+    if isinstance(ir, MatmulKernel):
+        a = view_of(arrays[0], ir.a)
+        b = view_of(arrays[1], ir.b)
+        if ir.a_prologue is not None:
+            a = eval_expr(ir.a_prologue, [a], a.shape)[-1]
+        if ir.b_prologue is not None:
+            b = eval_expr(ir.b_prologue, [b], b.shape)[-1]
+        acc = np.matmul(a.astype(np.float32), b.astype(np.float32))
+        n_epi = len(ir.epi_inputs)
+        eloads = [view_of(x, v) for x, v in zip(arrays[2 : 2 + n_epi], ir.epi_inputs)]
+        shape = ir.batch + (ir.m, ir.n)
+        vals = eval_expr(ir.epilogue, eloads, shape, acc)
+        size = int(np.prod(shape))
+        for out, r in zip(arrays[2 + n_epi :], ir.results):
+            out.reshape(-1)[:size] = np.broadcast_to(vals[r], shape).reshape(-1)
+        return
+    raise TypeError(f"not a kernel IR: {type(ir).__name__}")

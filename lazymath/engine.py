@@ -1,0 +1,380 @@
+"""Compile and run pending graphs: the program cache and its replay path.
+
+A realize computes the graph's structural signature (op structure, shapes, dtypes, strides,
+constants, device spec; never the data) and looks it up in the program cache. A miss runs the
+fusion layer and compiles every kernel through the backend (kernel cache in memory and on disk);
+a hit only binds the new input arrays, allocates outputs and launches: no graph passes, no
+networkx, no LLVM, no planner.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .backend import ir_reference
+from .graph import node as gn
+from .graph import reference
+from .graph.ops import ELEMENTWISE
+from .realize import backend_name, commit, live_outputs
+
+# ----------------------------------------------------------------------------- signature
+
+
+def signature(outputs: list[gn.Node]) -> tuple[tuple, list[gn.Node], list[gn.Node]]:
+    """(key, leaf nodes in order, all walked nodes) of the pending graph behind `outputs`."""
+    order = gn.toposort(outputs)
+    index: dict[int, int] = {}
+    parts = []
+    leaves = []
+    for i, n in enumerate(order):
+        index[id(n)] = i
+        if n.op == "const":
+            parts.append(("c", n.dtype.str, n.arg))
+        elif n.realized is not None:
+            a = n.realized
+            parts.append(("L", a.dtype.str, a.shape, a.strides))
+            leaves.append(n)
+        else:
+            parts.append((n.op, n.dtype.str, n.shape, n.arg, tuple(index[id(s)] for s in n.srcs)))
+    outs = tuple(index[id(o)] for o in outputs)
+    return (tuple(parts), outs), leaves, order
+
+
+# ----------------------------------------------------------------------------- programs
+
+
+class AicpuKernel:
+    """A kernel on the AI CPU: the group's nodes evaluated by the numpy reference executor.
+
+    Exposes the same launch surface as a compiled AI Core kernel (`make_argv`, `run_block`),
+    with the 'argv' being the list of numpy arrays itself.
+    """
+
+    blocks = 1
+    llvm_ir = None
+    asm = None
+
+    def __init__(self, name: str, nodes: list[gn.Node], inputs: list[gn.Node],
+                 outputs: list[gn.Node]):  # fmt: skip
+        self.name = name
+        pos = {id(n): i for i, n in enumerate(inputs)}
+        # a private copy of the group's structure, independent of the live graph
+        steps = []
+        local = {}
+        for n in nodes:
+            srcs = []
+            for s in n.srcs:
+                if id(s) in local:
+                    srcs.append(("v", local[id(s)]))
+                elif s.op == "const":
+                    srcs.append(("c", s.realized))
+                else:
+                    srcs.append(("i", pos[id(s)]))
+            local[id(n)] = len(steps)
+            steps.append((_Light(n), srcs))
+        self.steps = steps
+        self.out_steps = [local[id(o)] for o in outputs]
+        self.shapes = [(o.shape, o.dtype) for o in outputs]
+        self.isa_text = "aicpu: " + " ".join(n.op for n, _ in steps)
+        self.cost = None
+
+    def make_argv(self, arrays):
+        return list(arrays)
+
+    def run_block(self, argv, block_idx: int = 0, block_num: int = 1) -> None:
+        n_in = len(argv) - len(self.out_steps)
+        ins = [_logical(a) for a in argv[:n_in]]
+        vals = []
+        for n, srcs in self.steps:
+            args = [vals[k] if t == "v" else (k if t == "c" else ins[k]) for t, k in srcs]
+            vals.append(reference.evaluate(n, args))
+        for out, k, (shape, dtype) in zip(argv[n_in:], self.out_steps, self.shapes):
+            out.reshape(-1)[:] = np.asarray(vals[k], dtype=dtype).reshape(-1)
+
+    def __call__(self, *arrays):
+        self.run_block(self.make_argv(arrays))
+
+
+def _logical(a):
+    return a
+
+
+class _Light:
+    """The fields of a node the reference evaluator reads, without the graph behind it."""
+
+    __slots__ = ("op", "arg", "dtype", "shape", "srcs")
+
+    def __init__(self, n: gn.Node):
+        self.op, self.arg, self.dtype, self.shape, self.srcs = n.op, n.arg, n.dtype, n.shape, ()
+
+
+def _strip(sched) -> None:
+    """Drop graph references from a cached program's schedule (they would keep inputs alive)."""
+    for k in sched.kernels:
+        k.group = None
+    sched.outputs = []
+    sched.fusion_log = [type(e)(e.what, e.nodes, e.reason) for e in sched.fusion_log]
+
+
+@dataclass
+class Slot:
+    kind: str  # leaf | arena | out
+    index: int  # leaf index / output index / arena offset
+    shape: tuple = ()
+    dtype: np.dtype | None = None
+
+
+@dataclass
+class Program:
+    schedule: object
+    kernels: list  # (scheduled kernel, compiled kernel, [slot ids])
+    slots: list[Slot]
+    arena_bytes: int
+    outputs: list[int]  # slot id per output
+    leaf_views: list[tuple | None] = field(default_factory=list)  # per leaf: needed aicpu shape
+    copy_leaves: set[int] = field(default_factory=set)
+    hits: int = 0
+
+    def run(self, leaves: list[np.ndarray], validate: bool = False) -> list[np.ndarray]:
+        arrays: list = [None] * len(self.slots)
+        arena = np.empty(self.arena_bytes, np.uint8) if self.arena_bytes else None
+        outs = []
+        for i, s in enumerate(self.slots):
+            if s.kind == "leaf":
+                a = leaves[s.index]
+                if s.index in self.copy_leaves:
+                    a = np.ascontiguousarray(a)
+                arrays[i] = a
+            elif s.kind == "arena":
+                size = int(np.prod(s.shape)) * s.dtype.itemsize
+                arrays[i] = arena[s.index : s.index + size].view(s.dtype).reshape(s.shape)
+            else:
+                arrays[i] = np.empty(s.shape, s.dtype)
+        for sk, ck, slot_ids in self.kernels:
+            args = [arrays[j] for j in slot_ids]
+            if sk.kind == "aicpu":
+                args = [a if self.slots[j].kind != "leaf" else a
+                        for a, j in zip(args, slot_ids)]  # fmt: skip
+            if validate:
+                _run_validated(sk, ck, args)
+            else:
+                _launch(ck, args)
+        for j in self.outputs:
+            outs.append(arrays[j])
+        return outs
+
+
+def _launch(ck, args) -> None:
+    argv = ck.make_argv(args)
+    blocks = getattr(ck, "blocks", 1)
+    if blocks <= 1:
+        ck.run_block(argv, 0, 1)
+        return
+    from .runtime.pool import get_host_pool
+
+    get_host_pool().run(ck.run_block, argv, blocks)
+
+
+def _run_validated(sk, ck, args) -> None:
+    """LAZYMATH_VALIDATE=1: run the kernel, re-run its IR through the numpy oracle, compare."""
+    _launch(ck, args)
+    if sk.kind == "aicpu":
+        return
+    ref = [a.copy() for a in args]
+    ir_reference.run(sk.ir, ref)
+    n_out = len(sk.ir.outputs)
+    for got, want, v in zip(args[-n_out:], ref[-n_out:], sk.ir.outputs):
+        g, w = got.reshape(-1), want.reshape(-1)
+        if np.dtype(v.dtype).kind == "f":
+            tol = 2e-2 if v.dtype == "float16" else 1e-4
+            bad = ~np.isclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol,
+                              equal_nan=True)  # fmt: skip
+        else:
+            bad = g != w
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise AssertionError(
+                f"LAZYMATH_VALIDATE: kernel {sk.name} (created at {sk.source_loc}) differs from "
+                f"the reference at flat index {i}: got {g[i]!r}, expected {w[i]!r} "
+                f"({int(bad.sum())} of {bad.size} elements differ)"
+            )
+
+
+# ----------------------------------------------------------------------------- caches
+
+_programs: dict = {}
+STATS = {"program_hits": 0, "program_misses": 0}
+
+
+def _device_spec():
+    from .runtime import current_device
+
+    return current_device().spec
+
+
+def _debug_level() -> int:
+    try:
+        return int(os.environ.get("LAZYMATH_DEBUG", "0") or 0)
+    except ValueError:
+        return 0
+
+
+def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, backend: str):
+    """Cache miss: fuse, plan, compile every kernel."""
+    from .backend import compile_kernel
+    from .fusion import make_schedule
+
+    before = [id(n.realized) for n in leaves]
+    sched = make_schedule(outputs, spec)
+    copy_leaves = {i for i, n in enumerate(leaves) if id(n.realized) != before[i]}
+    leaf_pos = {id(n): i for i, n in enumerate(leaves)}
+    out_pos = {id(n): i for i, n in enumerate(outputs)}
+    slots: list[Slot] = []
+    slot_of: dict[int, int] = {}
+
+    def slot(n: gn.Node) -> int:
+        if id(n) in slot_of:
+            return slot_of[id(n)]
+        if id(n) in leaf_pos:
+            s = Slot("leaf", leaf_pos[id(n)])
+        elif id(n) in out_pos:
+            s = Slot("out", out_pos[id(n)], n.shape, n.dtype)
+        else:
+            b = sched.memory.buffers[id(n)]
+            s = Slot("arena", b.offset, n.shape, n.dtype)
+        slots.append(s)
+        slot_of[id(n)] = len(slots) - 1
+        return len(slots) - 1
+
+    kernels = []
+    for sk in sched.kernels:
+        g = sk.group
+        if g.kind == "aicpu":
+            ck = AicpuKernel(sk.name, g.member_nodes, g.inputs, g.outputs)
+        else:
+            ck = compile_kernel(g.ir, spec, backend=backend, name=sk.name)
+        ck.source_loc = sk.source_loc
+        sk.compiled = ck
+        kernels.append((sk, ck, [slot(n) for n in g.inputs] + [slot(n) for n in g.outputs]))
+    outs = [slot(o) for o in outputs]
+    _strip(sched)
+    return Program(sched, kernels, slots, sched.memory.arena_bytes, outs,
+                   copy_leaves=copy_leaves)  # fmt: skip
+
+
+def run_compiled(outputs: list[gn.Node]) -> None:
+    t0 = time.perf_counter()
+    spec = _device_spec()
+    backend = backend_name()
+    key, leaves, order = signature(outputs)
+    key = (key, spec.key(), backend)
+    prog = _programs.get(key)
+    hit = prog is not None
+    if hit:
+        STATS["program_hits"] += 1
+        prog.hits += 1
+    else:
+        STATS["program_misses"] += 1
+        prog = compile_program(outputs, leaves, order, spec, backend)
+        _programs[key] = prog
+        leaves = [n for n in leaves]  # planner may have made some contiguous
+    validate = os.environ.get("LAZYMATH_VALIDATE", "") not in ("", "0")
+    results = prog.run([n.realized for n in leaves], validate=validate)
+    for n, v in zip(outputs, results):
+        commit(n, v)
+    level = _debug_level()
+    if level:
+        _debug_print(prog, hit, level, t0)
+
+
+def _debug_print(prog: Program, hit: bool, level: int, t0: float) -> None:
+    from .fusion.schedule import fmt_bytes
+
+    sched = prog.schedule
+    dt_us = (time.perf_counter() - t0) * 1e6
+    line = (f"[lazymath] realize: {len(sched.kernels)} kernel(s), program cache "
+            f"{'hit' if hit else 'miss'}, planned peak {fmt_bytes(sched.planned_peak_bytes)}, "
+            f"{dt_us:.0f} us")  # fmt: skip
+    out_dir = os.environ.get("LAZYMATH_DEBUG_DIR")
+    chunks = [line]
+    if level >= 2:
+        chunks.append(str(sched))
+    for sk, ck, _ in prog.kernels:
+        if level >= 3:
+            chunks.append(f"--- ISA {sk.name}\n{sk.isa}")
+        if level >= 4:
+            chunks.append(f"--- LLVM IR {sk.name}\n{sk.llvm_ir}")
+        if level >= 5:
+            chunks.append(f"--- assembly {sk.name}\n{sk.asm}")
+    text = "\n".join(chunks)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        n = len(os.listdir(out_dir))
+        with open(os.path.join(out_dir, f"realize_{n:04d}.txt"), "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text, file=sys.stdout)
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def schedule(*tensors, spec=None):
+    """Compile without executing: the fused kernels, their units, costs, streams and plan."""
+    from .realize import _nodes_of
+    from .runtime import get_spec
+
+    roots = _nodes_of(tensors)
+    outputs = live_outputs(roots) if roots else []
+    sp = get_spec(spec) if spec is not None else _device_spec()
+    from .fusion import make_schedule
+
+    return make_schedule(outputs, sp)
+
+
+def explain(*tensors, spec=None) -> str:
+    return str(schedule(*tensors, spec=spec))
+
+
+def cache_info() -> dict:
+    from .backend import cache_info as kernel_cache_info
+
+    info = dict(kernel_cache_info())
+    info["programs"] = len(_programs)
+    info.update(STATS)
+    return info
+
+
+def clear_cache() -> None:
+    from .backend import clear_cache as clear_kernels
+
+    _programs.clear()
+    clear_kernels()
+
+
+def precompile(fn, *example_inputs) -> int:
+    """Trace `fn` on inputs of the examples' shapes/dtypes and compile every kernel it needs
+    into the kernel cache (memory and disk), without executing. Returns the kernel count."""
+    from .tensor import Tensor, tensor
+
+    args = [a if isinstance(a, Tensor) else tensor(a) for a in example_inputs]
+    out = fn(*args)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    from .realize import _nodes_of
+
+    outputs = live_outputs(_nodes_of(outs))
+    if not outputs:
+        return 0
+    spec = _device_spec()
+    key, leaves, order = signature(outputs)
+    prog = compile_program(outputs, leaves, order, spec, backend_name())
+    _programs[(key, spec.key(), backend_name())] = prog
+    return len(prog.kernels)
+
+
+_ = ELEMENTWISE  # (kept for symmetry with the reference path)

@@ -1,0 +1,114 @@
+"""Layer 3, compile: fuse a pending graph into kernels, label each with its NPU unit and
+roofline class, plan memory and streams. The fusion policy is the table in `rules`; grouping
+in `grouping`, kernel IR construction in `build`, strides in `views`, the arena in `memory`,
+stream assignment in `streams`, the printable result in `schedule`.
+"""
+
+from __future__ import annotations
+
+from ..graph.node import Node
+from ..graph.ops import ELEMENTWISE
+from .grouping import plan
+from .memory import plan_memory
+from .schedule import Schedule, ScheduledKernel, kernel_cost_class, ridge_point
+
+__all__ = ["Schedule", "ScheduledKernel", "make_schedule"]
+
+
+def _unit(g) -> str:
+    if g.kind == "aicpu":
+        return "aicpu"
+    if g.kind == "matmul":
+        return "mix" if g.has_prologue else "cube"
+    return "vector"
+
+
+def _ops(g) -> list[str]:
+    ops = []
+    for n in g.member_nodes:
+        if n.op in ELEMENTWISE:
+            ops.append(n.op)
+        elif n.op == "reduce":
+            ops.append(n.arg[0])
+        elif n.op not in ("reshape", "permute", "expand", "slice"):
+            ops.append(n.op)
+    return ops or ["copy"]
+
+
+def _inplace_ok(groups):
+    def ok(k: int, in_id: int, out_id: int) -> bool:
+        g = groups[k]
+        if g.kind != "elementwise":
+            return False
+        ir = g.ir
+        for node, view in zip(g.inputs, ir.inputs):
+            if id(node) == in_id:
+                # the input must be read exactly in output order (same contiguous layout)
+                if view != ir.outputs[0] or view.offset != 0:
+                    return False
+        return True
+
+    return ok
+
+
+def make_schedule(outputs: list[Node], spec, n_streams: int = 2) -> Schedule:
+    """Fuse and plan; no backend compilation, no execution."""
+    groups, log, planner = plan(outputs, spec)
+    kernels = []
+    for i, g in enumerate(groups):
+        unit = _unit(g)
+        ops = _ops(g)
+        flops, nbytes = kernel_cost_class(g.ir, unit, spec, g.member_nodes)
+        bound = "compute" if nbytes and flops / nbytes >= ridge_point(unit, spec) else "memory"
+        if not nbytes:
+            bound = "compute"
+        name = f"k{i}_" + "_".join(dict.fromkeys(ops))[:40]
+        src = (g.core or g.outputs[0]).loc if (g.core or g.outputs) else ""
+        kernels.append(ScheduledKernel(
+            name=name, unit=unit, kind=g.kind, ops=ops,
+            inputs=[f"{n.op}{list(n.shape)}:{n.dtype.name}" for n in g.inputs],
+            outputs=[f"{n.op}{list(n.shape)}:{n.dtype.name}" for n in g.outputs],
+            flops=flops, bytes=nbytes, bound=bound, ir=g.ir, group=g, source_loc=src,
+        ))  # fmt: skip
+    out_ids = {id(o) for o in outputs}
+    mem = plan_memory(
+        [([(id(n), n.nbytes) for n in g.inputs], [(id(n), n.nbytes) for n in g.outputs])
+         for g in groups],
+        out_ids,
+        _inplace_ok(groups),
+    )  # fmt: skip
+    sched = Schedule(kernels, mem, log, spec, outputs=list(outputs))
+    _assign_streams(sched, groups, n_streams)
+    return sched
+
+
+def _assign_streams(sched: Schedule, groups, n_streams: int) -> None:
+    try:
+        from .streams import KernelDeps, assign_streams
+    except ImportError:  # pragma: no cover - streams module not present
+        return
+    mem = sched.memory
+    deps = []
+    for g in groups:
+        # buffer identity: arena blocks shared through in-place reuse count as one buffer
+        def bid(n):
+            b = mem.buffers.get(id(n))
+            return id(n) if b is None or b.inplace_of is None else _root_block(mem, id(n))
+
+        deps.append(KernelDeps(reads=frozenset(bid(n) for n in g.inputs),
+                               writes=frozenset(bid(n) for n in g.outputs)))  # fmt: skip
+    sp = assign_streams(deps, n_streams)
+    for k, ks in zip(sched.kernels, sp.kernels):
+        k.stream = ks.stream
+        k.waits = tuple(ks.waits)
+        k.records = ks.records
+    sched.n_events = sp.n_events
+    sched.n_streams = len({k.stream for k in sched.kernels}) or 1
+
+
+def _root_block(mem, nid: int) -> int:
+    b = mem.buffers[nid]
+    while b.inplace_of is not None:
+        nid = b.inplace_of
+        b = mem.buffers[nid]
+    return nid

@@ -1,0 +1,157 @@
+"""Turn one fused group of graph nodes into the backend's kernel IR.
+
+`ExprBuilder` walks from a group's roots down to its boundary (leaves, constants, buffers
+written by other kernels), carrying the chain of view nodes met on the way. Elementwise nodes
+become SSA scalar ops; at the boundary the view chain composes with the buffer's own strides
+into one `ArgView`, so views are read in place. The walk is iterative (deep chains are fine).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend.kernel_ir import ArgView, SOp
+from ..graph.node import Node
+from ..graph.ops import ELEMENTWISE
+from . import rules, views
+
+
+class NeedMaterialize(Exception):
+    """A view chain cannot be composed into strides: the node must be written to GM first."""
+
+    def __init__(self, node: Node, reason: str):
+        super().__init__(reason)
+        self.node = node
+        self.reason = reason
+
+
+class CapExceeded(Exception):
+    """A fused expression grew past a per-kernel cap."""
+
+    def __init__(self, what: str, limit: int):
+        super().__init__(f"{what} exceeds the per-kernel cap of {limit}")
+        self.what = what
+        self.limit = limit
+
+
+def base_view(node: Node) -> views.SView:
+    """How a boundary node's buffer is laid out: realized arrays keep their strides, buffers
+    produced by kernels in this program are contiguous."""
+    if node.realized is not None:
+        sv = views.of_array(node.realized)
+        if sv is None:
+            raise NeedMaterialize(node, "array strides are not a multiple of the item size")
+        return sv
+    return views.contiguous(node.shape)
+
+
+class ExprBuilder:
+    """Builds one SSA expression over an iteration space.
+
+    `internal` holds ids of nodes computed inside this kernel; anything else that is not a
+    constant is loaded from GM. `acc` (optional) is the reduce/matmul node whose value the
+    epilogue receives in registers.
+    """
+
+    def __init__(self, iter_shape, internal: set[int], acc: Node | None = None,
+                 acc_dtype: str | None = None):  # fmt: skip
+        self.iter_shape = tuple(iter_shape)
+        self.internal = internal
+        self.acc = acc
+        self.acc_dtype = acc_dtype
+        self.ops: list[SOp] = []
+        self.inputs: list[ArgView] = []
+        self.input_nodes: list[Node] = []
+        self._input_index: dict[tuple, int] = {}
+        self._memo: dict[tuple, int] = {}
+        self._op_memo: dict[SOp, int] = {}
+
+    def _emit(self, op: SOp) -> int:
+        hit = self._op_memo.get(op)
+        if hit is not None:
+            return hit
+        if len(self.ops) >= rules.MAX_KERNEL_OPS:
+            raise CapExceeded("scalar ops", rules.MAX_KERNEL_OPS)
+        self.ops.append(op)
+        self._op_memo[op] = len(self.ops) - 1
+        return len(self.ops) - 1
+
+    def _load(self, node: Node, chain: tuple[Node, ...]) -> int:
+        sv, bad = views.compose(base_view(node), chain)
+        if sv is None:
+            raise NeedMaterialize(bad.srcs[0], f"reshape {bad.srcs[0].shape} -> {bad.shape} of a"
+                                  " strided view needs a copy")  # fmt: skip
+        key = (id(node), sv)
+        idx = self._input_index.get(key)
+        if idx is None:
+            if len(self.inputs) >= rules.MAX_KERNEL_INPUTS:
+                raise CapExceeded("GM inputs", rules.MAX_KERNEL_INPUTS)
+            idx = len(self.inputs)
+            self._input_index[key] = idx
+            self.inputs.append(ArgView(node.dtype.name, sv.shape, sv.strides, sv.offset))
+            self.input_nodes.append(node)
+        return self._emit(SOp("load", node.dtype.name, (), idx))
+
+    def value(self, root: Node, chain: tuple[Node, ...] = ()) -> int:
+        """SSA index of `root` seen through `chain` (views met above it)."""
+        stack = [(root, chain, False)]
+        memo = self._memo
+        while stack:
+            node, ch, ready = stack.pop()
+            key = (id(node), ch)
+            if key in memo:
+                continue
+            if node is self.acc:
+                sv, _ = views.compose(views.contiguous(node.shape), ch)
+                if sv is None or not views.same_layout(sv, views.contiguous(self.iter_shape)):
+                    raise NeedMaterialize(
+                        node,
+                        "the consumer reads the result through a view "
+                        "(broadcast/transpose), over another iteration space",
+                    )
+                v = self._emit(SOp("acc", self.acc_dtype, ()))
+                if self.acc_dtype != node.dtype.name:
+                    v = self._emit(SOp("cast", node.dtype.name, (v,)))
+                memo[key] = v
+                continue
+            if node.op == "const":
+                memo[key] = self._emit(SOp("const", node.dtype.name, (), node.realized.item()))
+                continue
+            if id(node) not in self.internal:
+                memo[key] = self._load(node, ch)
+                continue
+            if node.op in views.VIEW_OPS:
+                src = node.srcs[0]
+                sub = (id(src), ch + (node,))
+                if sub in memo:
+                    memo[key] = memo[sub]
+                elif ready:
+                    raise RuntimeError("view source was not computed")  # pragma: no cover
+                else:
+                    stack.append((node, ch, True))
+                    stack.append((src, ch + (node,), False))
+                continue
+            if node.op not in ELEMENTWISE:
+                raise RuntimeError(f"{node.op} cannot be inside a fused expression")
+            if not ready:
+                stack.append((node, ch, True))
+                for s in node.srcs:
+                    if (id(s), ch) not in memo:
+                        stack.append((s, ch, False))
+                continue
+            srcs = tuple(memo[(id(s), ch)] for s in node.srcs)
+            arg = node.arg if node.op == "leaky_relu" else None
+            memo[key] = self._emit(SOp(node.op, node.dtype.name, srcs, arg))
+        return memo[(id(root), chain)]
+
+
+def expr_ops(expr) -> list[str]:
+    return [o.op for o in expr if o.op not in ("load", "const", "acc")]
+
+
+def is_identity_load(expr, result: int) -> bool:
+    return len(expr) == 1 and expr[result].op == "load" and expr[result].arg == 0
+
+
+def np_dtype(name: str) -> np.dtype:
+    return np.dtype(name)

@@ -1,0 +1,526 @@
+"""Group graph nodes into kernels.
+
+1. Decide which nodes are written to GM ("materialized"): the realize outputs, every node of a
+   materializing kind (reduce, matmul, ...), AI CPU/AI Core boundaries, matmul operands whose
+   producers are too heavy for the GM -> L1 load, and multi-consumer nodes that are not cheap to
+   recompute (`rules.RECOMPUTE_MAX_OPS`).
+2. Each materialized node starts a group with its cone: the unmaterialized nodes above it.
+3. Merge: elementwise groups that consume a reduce/matmul result over the same iteration space
+   become its epilogue; elementwise groups of the same shape that share an input or feed each
+   other become one multi-output kernel. Merges never create a cycle between kernels.
+4. Build each group's kernel IR (`build.py`); a view chain that does not compose or a cap that
+   overflows materializes one more node and planning restarts.
+
+Every refusal appends (kind, nodes, reason) to the fusion log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..backend.kernel_ir import (
+    ElementwiseKernel,
+    MatmulKernel,
+    ReduceKernel,
+    contiguous_view,
+)
+from ..dtypes import AICORE
+from ..graph.node import Node, make, toposort
+from ..graph.ops import ELEMENTWISE, kind
+from . import rules
+from .build import CapExceeded, ExprBuilder, NeedMaterialize, is_identity_load
+from .views import VIEW_OPS
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One fusion decision worth explaining (almost always a refusal)."""
+
+    what: str  # "materialize", "refuse", "recompute", "split"
+    nodes: tuple[str, ...]  # short descriptions of the nodes involved
+    reason: str
+    producer: Node | None = None
+    consumer: Node | None = None
+
+    def __str__(self) -> str:
+        return f"{self.what:11s} {' -> '.join(self.nodes)}: {self.reason}"
+
+
+def describe(n: Node) -> str:
+    return f"{n.op}{list(n.shape)}:{n.dtype.name}"
+
+
+@dataclass(eq=False)
+class Group:
+    kind: str  # elementwise | reduce | matmul | aicpu
+    core: Node | None
+    roots: list[Node]
+    members: set[int]
+    epi_roots: list[Node] = field(default_factory=list)
+    ir: object = None
+    inputs: list[Node] = field(default_factory=list)  # boundary nodes read, in argument order
+    outputs: list[Node] = field(default_factory=list)  # nodes written, in argument order
+    member_nodes: list[Node] = field(default_factory=list)
+    has_prologue: bool = False
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.core or self.roots[0]).shape
+
+
+def _is_aicpu(n: Node) -> bool:
+    if kind(n.op) in rules.AICPU_KINDS:
+        return True
+    if n.dtype not in AICORE or any(s.dtype not in AICORE for s in n.srcs):
+        return True
+    if n.op == "matmul" and n.dtype.name not in ("float16", "float32"):
+        return True
+    return False
+
+
+class Planner:
+    def __init__(self, outputs: list[Node], spec, forced: set[int], log: list[LogEntry]):
+        self.outputs = outputs
+        self.spec = spec
+        self.forced = forced
+        self.log = log
+        self.order = toposort(outputs)
+        self.pending = [n for n in self.order if n.realized is None]
+        self.pos = {id(n): i for i, n in enumerate(self.pending)}
+        self.consumers: dict[int, list[Node]] = {id(n): [] for n in self.pending}
+        for n in self.pending:
+            for s in n.srcs:
+                if id(s) in self.consumers and n not in self.consumers[id(s)]:
+                    self.consumers[id(s)].append(n)
+        self.out_ids = {id(o) for o in outputs}
+        self.aicpu = {id(n): _is_aicpu(n) for n in self.pending}
+
+    # ------------------------------------------------------------------ materialization
+    def materialized(self) -> set[int]:
+        M = set(self.out_ids) | (self.forced & set(self.pos))
+        for n in self.pending:
+            if kind(n.op) in rules.MATERIALIZING_KINDS:
+                M.add(id(n))
+            for s in n.srcs:
+                if id(s) in self.aicpu and self.aicpu[id(s)] != self.aicpu[id(n)]:
+                    if id(s) not in M:
+                        M.add(id(s))
+                        self.log.append(LogEntry("materialize", (describe(s), describe(n)),
+                                                 rules.FUSE[("elementwise", "aicpu")][1], s, n))  # fmt: skip
+        if not self.spec.coupled:
+            self._fixpipe_chains(M)
+        self._operand_prologues(M)
+        self._multi_consumers(M)
+        return M
+
+    def _fixpipe_chains(self, M: set[int]) -> None:
+        """910B: a Cube kernel keeps only FixPipe-capable epilogue ops (relu, cast)."""
+        for n in self.pending:
+            if n.op != "matmul" or self.aicpu[id(n)]:
+                continue
+            c = n
+            while id(c) not in self.out_ids or c is n:
+                cons = self.consumers[id(c)]
+                if len(cons) != 1:
+                    break
+                d = cons[0]
+                if d.op not in rules.FIXPIPE_OPS or len(d.srcs) != 1 or id(d) in M and d is not c:
+                    break
+                c = d
+                if id(c) in M:
+                    break
+            if c is not n and id(c) not in M:
+                M.add(id(c))
+            nxt = [d for d in self.consumers[id(c)] if kind(d.op) == "elementwise"]
+            if nxt:
+                self.log.append(LogEntry("refuse", (describe(c), describe(nxt[0])),
+                    "ascend910b: the Cube core has no UB, only FixPipe ops (relu, cast) stay in "
+                    "the Cube kernel; the rest runs in a Vector kernel that meets it in GM",
+                    c, nxt[0]))  # fmt: skip
+
+    def _cone(self, top: Node, M: set[int]) -> tuple[set[int], int, list[Node]]:
+        """(buffer leaves, op count, nodes) of the unmaterialized cone rooted at `top`."""
+        leaves: set[int] = set()
+        nodes: list[Node] = []
+        seen = set()
+        stack = [top]
+        ops = 0
+        while stack:
+            n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            if n.op == "const":
+                continue
+            if n.realized is not None or (id(n) in M and n is not top):
+                leaves.add(id(n))
+                continue
+            nodes.append(n)
+            if n.op in ELEMENTWISE:
+                ops += 1
+            stack.extend(n.srcs)
+        return leaves, ops, nodes
+
+    def _operand_prologues(self, M: set[int]) -> None:
+        for n in self.pending:
+            if n.op != "matmul" or self.aicpu[id(n)]:
+                continue
+            for s in n.srcs:
+                t = s
+                while t.op in VIEW_OPS and t.realized is None and id(t) not in M:
+                    t = t.srcs[0]
+                if t.realized is not None or t.op == "const" or id(t) in M:
+                    continue
+                leaves, ops, _ = self._cone(t, M)
+                if len(leaves) > 1 or ops > rules.OPERAND_PROLOGUE_MAX_OPS:
+                    M.add(id(t))
+                    why = (f"reads {len(leaves)} buffers" if len(leaves) > 1 else
+                           f"has {ops} ops > {rules.OPERAND_PROLOGUE_MAX_OPS}")  # fmt: skip
+                    self.log.append(LogEntry("materialize", (describe(t), describe(n)),
+                        f"matmul operand producer {why}; too heavy for the GM -> L1 load, "
+                        "so it runs as its own kernel", t, n))  # fmt: skip
+
+    def _multi_consumers(self, M: set[int]) -> None:
+        ops: dict[int, int] = {}
+        expensive: dict[int, bool] = {}
+        for n in self.pending:
+            inner = [s for s in n.srcs if id(s) in ops and id(s) not in M]
+            ops[id(n)] = min((1 if n.op in ELEMENTWISE else 0) + sum(ops[id(s)] for s in inner),
+                             1 << 20)  # fmt: skip
+            expensive[id(n)] = n.op in rules.EXPENSIVE_OPS or any(expensive[id(s)] for s in inner)
+        roots: dict[int, frozenset] = {}
+        for n in reversed(self.pending):
+            if id(n) in M:
+                roots[id(n)] = frozenset((id(n),))
+                continue
+            r: frozenset = frozenset()
+            for c in self.consumers[id(n)]:
+                r = r | roots[id(c)]
+            if len(r) > 1:
+                cheap = ops[id(n)] <= rules.RECOMPUTE_MAX_OPS and not expensive[id(n)]
+                if not cheap:
+                    M.add(id(n))
+                    roots[id(n)] = frozenset((id(n),))
+                    why = "an expensive op" if expensive[id(n)] else f"{ops[id(n)]} ops"
+                    self.log.append(LogEntry("materialize", (describe(n),),
+                        f"consumed by {len(r)} kernels and its cone has {why} (recompute limit "
+                        f"{rules.RECOMPUTE_MAX_OPS} cheap ops): computed once, written to GM", n))  # fmt: skip
+                    continue
+                if n.op in ELEMENTWISE:
+                    self.log.append(LogEntry("recompute", (describe(n),),
+                        f"consumed by {len(r)} kernels; {ops[id(n)]} cheap op(s), recomputed in "
+                        "each instead of a GM round trip", n))  # fmt: skip
+            roots[id(n)] = r
+
+    # ------------------------------------------------------------------ groups
+    def groups(self) -> list[Group]:
+        M = self.materialized()
+        self.M = M
+        groups: list[Group] = []
+        self.group_of_root: dict[int, Group] = {}
+        for n in self.pending:
+            if id(n) not in M:
+                continue
+            _, _, cone = self._cone(n, M)
+            members = {id(x) for x in cone}
+            k = kind(n.op)
+            if self.aicpu[id(n)]:
+                gk = "aicpu"
+            elif k in ("reduce", "matmul"):
+                gk = k
+            else:
+                gk = "elementwise"
+            g = Group(gk, n if gk in ("reduce", "matmul") else None, [n], members)
+            if gk == "aicpu" and k not in ("elementwise", "view"):
+                g.core = n
+            groups.append(g)
+            self.group_of_root[id(n)] = g
+        groups = self._merge_epilogues(groups)
+        groups = self._merge_elementwise(groups)
+        return self._toposort_groups(groups)
+
+    def _boundary(self, g: Group) -> list[Node]:
+        """Non-member, non-const nodes read by members of g."""
+        out, seen = [], set()
+        for i in self._members_sorted(g):
+            for s in i.srcs:
+                if id(s) not in g.members and s.op != "const" and id(s) not in seen:
+                    seen.add(id(s))
+                    out.append(s)
+        return out
+
+    def _members_sorted(self, g: Group) -> list[Node]:
+        return sorted(
+            (n for n in self.pending if id(n) in g.members), key=lambda n: self.pos[id(n)]
+        )
+
+    def _depends(self, start: list[Node], targets: set[int]) -> bool:
+        """Does any node in `start` (transitively) read a node in `targets`?"""
+        stack, seen = list(start), set()
+        while stack:
+            n = stack.pop()
+            if id(n) in targets:
+                return True
+            if id(n) in seen or n.realized is not None:
+                continue
+            seen.add(id(n))
+            stack.extend(n.srcs)
+        return False
+
+    def _merge_epilogues(self, groups: list[Group]) -> list[Group]:
+        alive = []
+        for g in groups:
+            if g.kind != "elementwise":
+                alive.append(g)
+                continue
+            merged = False
+            e = g.roots[0]
+            for b in self._boundary(g):
+                host = self.group_of_root.get(id(b))
+                if host is None or host.kind not in ("reduce", "matmul") or b is not host.core:
+                    continue
+                core = host.core
+                if [d for d in e.shape if d != 1] != [d for d in core.shape if d != 1]:
+                    self.log.append(LogEntry("refuse", (describe(core), describe(e)),
+                        "consumer runs over a different (broadcast) iteration space", core, e))  # fmt: skip
+                    continue
+                if host.kind == "matmul" and not self.spec.coupled:
+                    bad = {n.op for n in self._members_sorted(g) if n.op in ELEMENTWISE} - \
+                        rules.FIXPIPE_OPS  # fmt: skip
+                    if bad:
+                        continue  # logged by _fixpipe_chains
+                others = [x for x in self._boundary(g) if x is not core]
+                host_roots = {id(r) for r in host.roots} | {id(core)}
+                if self._depends(others, host_roots):
+                    self.log.append(LogEntry("refuse", (describe(core), describe(e)),
+                        "the consumer also reads a value computed from this result in another "
+                        "kernel; fusing would create a cycle", core, e))  # fmt: skip
+                    continue
+                trial = Group(host.kind, core, host.roots, host.members | g.members,
+                              host.epi_roots + [e])  # fmt: skip
+                try:
+                    self.build(trial)
+                except NeedMaterialize as ex:
+                    self.log.append(LogEntry("refuse", (describe(core), describe(e)),
+                                             ex.reason, core, e))  # fmt: skip
+                    continue
+                except CapExceeded as ex:
+                    self.log.append(LogEntry("refuse", (describe(core), describe(e)),
+                                             f"fused kernel would exceed a cap: {ex}", core, e))  # fmt: skip
+                    continue
+                host.members = trial.members
+                host.epi_roots = trial.epi_roots
+                self.group_of_root[id(e)] = host
+                merged = True
+                break
+            if not merged:
+                alive.append(g)
+        return alive
+
+    def _merge_elementwise(self, groups: list[Group]) -> list[Group]:
+        ew = [g for g in groups if g.kind == "elementwise"]
+        for i, g1 in enumerate(ew):
+            if g1 is None:
+                continue
+            for j in range(i + 1, len(ew)):
+                g2 = ew[j]
+                if g2 is None or g2.shape != g1.shape:
+                    continue
+                b1 = {id(x) for x in self._boundary(g1)}
+                b2 = self._boundary(g2)
+                shares = any(id(x) in b1 for x in b2)
+                feeds = [x for x in b2 if any(x is r for r in g1.roots)]
+                if not shares and not feeds:
+                    continue
+                r1 = {id(r) for r in g1.roots}
+                r2 = {id(r) for r in g2.roots}
+                others2 = [x for x in b2 if id(x) not in r1]
+                if self._depends(others2, r1) or self._depends(self._boundary(g1), r2):
+                    continue
+                trial = Group("elementwise", None, g1.roots + g2.roots, g1.members | g2.members)
+                if feeds:
+                    trial.members |= r1
+                try:
+                    self.build(trial)
+                except (NeedMaterialize, CapExceeded) as ex:
+                    self.log.append(LogEntry("refuse", (describe(g1.roots[0]), describe(g2.roots[0])),
+                                             f"multi-output merge refused: {ex}"))  # fmt: skip
+                    continue
+                g1.roots, g1.members = trial.roots, trial.members
+                for r in g2.roots:
+                    self.group_of_root[id(r)] = g1
+                ew[j] = None
+        keep = {id(g) for g in ew if g is not None}
+        return [g for g in groups if g.kind != "elementwise" or id(g) in keep]
+
+    def _toposort_groups(self, groups: list[Group]) -> list[Group]:
+        produced = {}
+        for g in groups:
+            for r in g.roots + g.epi_roots:
+                produced[id(r)] = g
+            if g.core is not None:
+                produced[id(g.core)] = g
+        deps = {id(g): set() for g in groups}
+        for g in groups:
+            for b in self._boundary(g):
+                p = produced.get(id(b))
+                if p is not None and p is not g:
+                    deps[id(g)].add(id(p))
+        out, done = [], set()
+        remaining = sorted(groups, key=lambda g: min(self.pos[id(r)] for r in g.roots))
+        while remaining:
+            for g in remaining:
+                if deps[id(g)] <= done:
+                    out.append(g)
+                    done.add(id(g))
+                    remaining.remove(g)
+                    break
+            else:  # pragma: no cover - merges are cycle-free by construction
+                raise RuntimeError("cycle between kernels")
+        return out
+
+    # ------------------------------------------------------------------ IR
+    def written(self, g: Group) -> list[Node]:
+        """Nodes of g that must reach GM: its roots, plus a fused core that is still needed."""
+        outs = [r for r in g.roots if r is not g.core] + list(g.epi_roots)
+        if g.core is not None:
+            need = (
+                id(g.core) in self.out_ids
+                or any(id(c) not in g.members for c in self.consumers.get(id(g.core), []))
+                or not g.epi_roots
+            )
+            if need:
+                outs.insert(0, g.core)
+        seen, uniq = set(), []
+        for o in outs:
+            if id(o) not in seen:
+                seen.add(id(o))
+                uniq.append(o)
+        return uniq
+
+    def build(self, g: Group) -> None:
+        g.outputs = self.written(g)
+        g.member_nodes = self._members_sorted(g)
+        if g.kind == "aicpu":
+            g.inputs = self._boundary(g)
+            g.ir = None
+            return
+        internal = set(g.members)
+        if g.kind == "elementwise":
+            shape = g.roots[0].shape
+            b = ExprBuilder(shape, internal)
+            results = tuple(b.value(r) for r in g.outputs)
+            g.ir = ElementwiseKernel(shape, tuple(b.inputs),
+                                     tuple(contiguous_view(o.dtype.name, shape) for o in g.outputs),
+                                     tuple(b.ops), results)  # fmt: skip
+            g.inputs = list(b.input_nodes)
+            return
+        core = g.core
+        if g.kind == "reduce":
+            op, axes = core.arg
+            src = core.srcs[0]
+            pro = ExprBuilder(src.shape, internal)
+            pres = pro.value(src)
+            if op in ("argmax", "argmin"):
+                acc_dtype = "int64"
+            elif op in ("sum", "prod") and core.dtype.name == "float16":
+                acc_dtype = "float32"
+            else:
+                acc_dtype = core.dtype.name
+            epi = ExprBuilder(core.shape, internal, acc=core, acc_dtype=acc_dtype)
+            results = tuple(self._epi_value(epi, o, core) for o in g.outputs)
+            g.ir = ReduceKernel(src.shape, tuple(axes), op, tuple(pro.inputs), tuple(pro.ops),
+                                pres, acc_dtype, core.shape, tuple(epi.inputs), tuple(epi.ops),
+                                results,
+                                tuple(contiguous_view(o.dtype.name, core.shape) for o in g.outputs))  # fmt: skip
+            g.inputs = list(pro.input_nodes) + list(epi.input_nodes)
+            g.has_prologue = any(o.op not in ("load",) for o in pro.ops)
+            return
+        # matmul
+        a_src, b_src = core.srcs
+        operands, prologues, nodes = [], [], []
+        for s in (a_src, b_src):
+            ob = ExprBuilder(s.shape, internal)
+            res = ob.value(s)
+            if len(ob.inputs) != 1:
+                # only constants: materialize via a tiny elementwise kernel
+                raise NeedMaterialize(_peel_views(s), "matmul operand without a buffer input")
+            operands.append(ob.inputs[0])
+            prologues.append(None if is_identity_load(ob.ops, res) else
+                             tuple(ob.ops[: res + 1]))  # fmt: skip
+            nodes.append(ob.input_nodes[0])
+        batch = core.shape[:-2]
+        m, n = core.shape[-2:]
+        k = a_src.shape[-1]
+        epi = ExprBuilder(core.shape, internal, acc=core, acc_dtype="float32")
+        results = tuple(self._epi_value(epi, o, core) for o in g.outputs)
+        g.ir = MatmulKernel(batch, m, n, k, operands[0], operands[1], prologues[0], prologues[1],
+                            core.dtype.name, tuple(epi.inputs), tuple(epi.ops), results,
+                            tuple(contiguous_view(o.dtype.name, core.shape) for o in g.outputs))  # fmt: skip
+        g.inputs = nodes + list(epi.input_nodes)
+        g.has_prologue = any(p is not None for p in prologues)
+
+    @staticmethod
+    def _epi_value(epi: ExprBuilder, out: Node, core: Node) -> int:
+        if out.shape == core.shape:
+            return epi.value(out)
+        virtual = make("reshape", out.dtype, core.shape, (out,), loc=out.loc)
+        return epi.value(out, (virtual,))
+
+
+def _peel_views(n: Node) -> Node:
+    while n.op in VIEW_OPS and n.realized is None:
+        n = n.srcs[0]
+    return n
+
+
+def plan(outputs: list[Node], spec, max_restarts: int = 64):
+    """Group `outputs`' pending graph into kernels. Returns (groups in launch order, log)."""
+    forced: set[int] = set()
+    keep_alive: list[Node] = []
+    log: list[LogEntry] = []
+    for _ in range(max_restarts):
+        p = Planner(outputs, spec, forced, log)
+        try:
+            groups = p.groups()
+            for g in groups:
+                p.build(g)
+            return groups, log, p
+        except NeedMaterialize as e:
+            node = e.node
+            if node.realized is not None:
+                node.realized = np.ascontiguousarray(node.realized)
+                log.append(LogEntry("materialize", (describe(node),),
+                                    f"input copied to contiguous memory: {e.reason}", node))  # fmt: skip
+            else:
+                if id(node) in forced:
+                    raise
+                forced.add(id(node))
+                keep_alive.append(node)
+                log.append(LogEntry("materialize", (describe(node),), e.reason, node))
+        except CapExceeded as e:
+            victim = _split_point(p, e)
+            forced.add(id(victim))
+            keep_alive.append(victim)
+            log.append(LogEntry("split", (describe(victim),),
+                                f"{e}; the kernel is split here", victim))  # fmt: skip
+    raise RuntimeError("fusion planning did not converge")
+
+
+def _split_point(p: Planner, e: CapExceeded) -> Node:
+    """Pick the node that splits the oversized cone roughly in half."""
+    best, best_size = None, -1
+    for g_root in p.pending:
+        if id(g_root) in p.forced or id(g_root) in getattr(p, "M", set()):
+            continue
+        if g_root.op not in ELEMENTWISE:
+            continue
+        _, ops, _ = p._cone(g_root, getattr(p, "M", set()))
+        target = rules.MAX_KERNEL_OPS // 2
+        if ops <= target and ops > best_size:
+            best, best_size = g_root, ops
+    if best is None:
+        raise RuntimeError(f"cannot split kernel: {e}")
+    return best

@@ -1,0 +1,52 @@
+"""What fuses with what — read this file top to bottom to know the fusion policy.
+
+Every grouping decision in `grouping.py` looks up one of these tables; every refusal records the
+reason string from here (plus specifics), so `Schedule.fusion_log` answers "why did this not
+fuse?".
+"""
+
+from __future__ import annotations
+
+# (producer kind, consumer kind): (fuses?, reason when it does not)
+FUSE: dict[tuple[str, str], tuple[bool, str]] = {
+    ("elementwise", "elementwise"): (True, ""),
+    ("view", "elementwise"): (True, ""),  # views are strides, read in place
+    ("elementwise", "reduce"): (True, ""),  # prologue, computed as the tile is loaded
+    ("reduce", "elementwise"): (True, ""),  # epilogue on the reduced tile
+    ("matmul", "elementwise"): (True, ""),  # epilogue on the L0C tile before write-out
+    ("elementwise", "matmul"): (True, ""),  # operand prologue in the GM -> L1 load, when cheap
+    ("reduce", "reduce"): (False, "a reduce feeding a reduce needs its full result first"),
+    ("matmul", "matmul"): (False, "a matmul operand must be complete in GM before packing"),
+    ("reduce", "matmul"): (False, "a matmul operand must be complete in GM before packing"),
+    ("matmul", "reduce"): (False, "the Cube writes its tile once; a reduction over it runs after"),
+    ("aicpu", "elementwise"): (False, "AI CPU kernels run separately from AI Core kernels"),
+    ("elementwise", "aicpu"): (False, "AI CPU kernels run separately from AI Core kernels"),
+}
+
+# Ops the 910B FixPipe applies on the way L0C -> GM. A split-architecture Cube core has no UB,
+# so any other epilogue op runs in a separate Vector kernel that meets it in GM.
+FIXPIPE_OPS = frozenset({"relu", "cast"})
+
+# Ops whose recomputation is not cheap (several native instructions or a divide).
+EXPENSIVE_OPS = frozenset({"exp", "log", "sin", "cos", "tan", "tanh", "sigmoid", "pow", "sqrt",
+                           "rsqrt", "div", "reciprocal", "floor_divide", "remainder"})  # fmt: skip
+
+# A node with consumers in several kernels is recomputed in each of them when the work it would
+# duplicate is at most this many ops and none is expensive: kernels here are memory bound, and a
+# few vector ops cost less than a round trip through GM. Otherwise it is materialized once.
+RECOMPUTE_MAX_OPS = 3
+
+# An elementwise producer fuses into a matmul operand's GM -> L1 load when it reads exactly one
+# buffer and has at most this many ops (the packing loop applies it per element).
+OPERAND_PROLOGUE_MAX_OPS = 8
+
+# Caps per kernel: GM inputs (AscendC allows 64 queue buffers per kernel; each input needs a
+# double-buffered queue) and scalar ops per fused expression (keeps compile time bounded).
+MAX_KERNEL_INPUTS = 16
+MAX_KERNEL_OPS = 192
+
+# Node kinds that always end a kernel and write their result to GM.
+MATERIALIZING_KINDS = frozenset({"reduce", "matmul", "pad", "concat", "conv1d", "fft"})
+
+# Kinds that have no AI Core template yet and run on the AI CPU (numpy).
+AICPU_KINDS = frozenset({"pad", "concat", "conv1d", "fft"})

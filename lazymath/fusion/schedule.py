@@ -1,0 +1,166 @@
+"""The printable result of compilation: kernels with unit, cost class, streams and the plan.
+
+`lm.schedule(*tensors)` returns a `Schedule` without executing anything; tests count kernels on
+it and users print it. Units: ``cube`` (a Cube kernel, its epilogue on the same core), ``mix``
+(a Cube kernel with a Vector prologue on an operand), ``vector``, ``aicpu`` (types or ops the
+AI Core lacks, run by the numpy reference on the host CPU).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..backend.kernel_ir import ArgView, ElementwiseKernel, MatmulKernel, ReduceKernel
+from ..graph.ops import ELEMENTWISE
+from .memory import MemoryPlan
+
+
+def view_bytes(v: ArgView) -> int:
+    """Bytes a kernel actually moves for a view: broadcast (stride 0) axes are read once."""
+    n = 1
+    for s, st in zip(v.shape, v.strides):
+        if st != 0:
+            n *= s
+    return n * np.dtype(v.dtype).itemsize
+
+
+def _expr_flops(expr) -> int:
+    return sum(1 for o in expr if o.op not in ("load", "const", "acc", "cast"))
+
+
+def kernel_cost_class(ir, unit: str, spec, nodes) -> tuple[int, int]:
+    """(FLOPs, bytes moved) of one kernel."""
+    if isinstance(ir, ElementwiseKernel):
+        size = math.prod(ir.shape)
+        return size * _expr_flops(ir.expr), sum(map(view_bytes, ir.inputs + ir.outputs))
+    if isinstance(ir, ReduceKernel):
+        size_in, size_out = math.prod(ir.in_shape), math.prod(ir.out_shape)
+        flops = size_in * (_expr_flops(ir.prologue) + 1) + size_out * _expr_flops(ir.epilogue)
+        return flops, sum(map(view_bytes, ir.inputs + ir.epi_inputs + ir.outputs))
+    if isinstance(ir, MatmulKernel):
+        b = math.prod(ir.batch)
+        flops = 2 * b * ir.m * ir.n * ir.k + b * ir.m * ir.n * _expr_flops(ir.epilogue)
+        moved = view_bytes(ir.a) + view_bytes(ir.b)
+        moved += sum(map(view_bytes, ir.epi_inputs + ir.outputs))
+        return flops, moved
+    # AI CPU: count elementwise ops over their sizes plus matmul/conv work approximately
+    flops = 0
+    for n in nodes:
+        if n.op in ELEMENTWISE:
+            flops += n.size
+        elif n.op == "matmul":
+            flops += 2 * n.size * n.srcs[0].shape[-1]
+        elif n.op == "reduce":
+            flops += n.srcs[0].size
+    return flops, 0
+
+
+def ridge_point(unit: str, spec) -> float:
+    """FLOP/byte where the unit's peak meets HBM bandwidth (roofline ridge)."""
+    if unit in ("cube", "mix"):
+        return spec.peak_flops / spec.hbm_bytes_per_s
+    lanes = spec.vector_bytes_per_repeat / 4  # fp32 lanes per repeat
+    vec_peak = spec.vector_cores * lanes / spec.vector_cycles_per_repeat * spec.clock_hz
+    return vec_peak / spec.hbm_bytes_per_s
+
+
+@dataclass(eq=False)
+class ScheduledKernel:
+    name: str
+    unit: str  # cube | mix | vector | aicpu
+    kind: str  # elementwise | reduce | matmul | aicpu
+    ops: list[str]
+    inputs: list[str]
+    outputs: list[str]
+    flops: int
+    bytes: int
+    bound: str  # compute | memory
+    ir: object
+    group: object = None
+    stream: int = 0
+    waits: tuple[int, ...] = ()
+    records: int | None = None
+    compiled: object = None
+    source_loc: str = ""
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else float("inf")
+
+    @property
+    def isa(self) -> str:
+        """The NPU program (ISA listing) of this kernel."""
+        if self.compiled is None:
+            return "<not compiled>"
+        return getattr(self.compiled, "isa_text", "") or str(getattr(self.compiled, "program", ""))
+
+    @property
+    def llvm_ir(self) -> str:
+        return getattr(self.compiled, "llvm_ir", None) or "<no LLVM IR for this kernel>"
+
+    @property
+    def asm(self) -> str:
+        return getattr(self.compiled, "asm", None) or "<no assembly for this kernel>"
+
+
+def _fmt_num(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.1f} {unit}"
+    return f"{x:.0f}"
+
+
+def fmt_bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+@dataclass(eq=False)
+class Schedule:
+    kernels: list[ScheduledKernel]
+    memory: MemoryPlan
+    fusion_log: list
+    spec: object
+    n_streams: int = 1
+    n_events: int = 0
+    outputs: list = field(default_factory=list)
+
+    @property
+    def planned_peak_bytes(self) -> int:
+        return self.memory.planned_peak_bytes
+
+    def table(self) -> str:
+        head = ("kernel", "unit", "ops", "bound", "flops", "bytes", "stream", "waits")
+        rows = [head]
+        for k in self.kernels:
+            ops = (
+                " ".join(k.ops)
+                if len(k.ops) <= 6
+                else " ".join(k.ops[:5]) + f" ..(+{len(k.ops) - 5})"
+            )
+            rows.append((k.name, k.unit, ops, k.bound, _fmt_num(k.flops), _fmt_num(k.bytes),
+                         str(k.stream), ",".join(f"e{w}" for w in k.waits) or "-"))  # fmt: skip
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        lines = [self.table()]
+        lines.append(
+            f"planned peak {fmt_bytes(self.planned_peak_bytes)}, {len(self.kernels)} kernel"
+            f"{'s' if len(self.kernels) != 1 else ''}, {self.n_events} event"
+            f"{'s' if self.n_events != 1 else ''}, {self.n_streams} stream"
+            f"{'s' if self.n_streams != 1 else ''} on {self.spec.name}"
+        )
+        if self.fusion_log:
+            lines.append("fusion log:")
+            lines.extend(f"  {e}" for e in self.fusion_log)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<Schedule {len(self.kernels)} kernels on {self.spec.name}>"
