@@ -340,7 +340,9 @@ def tensor(data, dtype=None) -> Tensor:
         except Exception:  # fall back to the array protocol (e.g. non-CPU capsules)
             data = np.asarray(data)
     try:
-        arr = np.array(data, dtype=None if dtype is None else dt.as_dtype(dtype), copy=True)
+        arr = np.array(
+            data, dtype=None if dtype is None else dt.as_dtype(dtype), copy=True, order="C"
+        )
     except (TypeError, ValueError) as e:
         raise TypeError(f"tensor(): cannot convert {type(data).__name__} to a tensor: {e}") from e
     if arr.dtype.kind in "OUSV":
@@ -352,7 +354,7 @@ def tensor(data, dtype=None) -> Tensor:
             arr = arr.astype(np.int32)
         else:
             dt.as_dtype(arr.dtype)  # raises with the supported list
-    arr = np.ascontiguousarray(arr)
+    # np.array(order="C") is contiguous already; np.ascontiguousarray would turn 0-d into 1-d
     return Tensor(gn.buffer_node(arr))
 
 
@@ -497,14 +499,14 @@ def _expand(node: gn.Node, shape: tuple[int, ...]) -> gn.Node:
 def _cast(node: gn.Node, dtype: np.dtype) -> gn.Node:
     if node.dtype == dtype:
         return node
-    if node.op == "const":
+    if node.op == "const":  # fold: a cast constant is a constant
         return gn.const_node(node.realized.astype(dtype).item(), dtype)
     return gn.make("cast", dtype, node.shape, (node,))
 
 
 def _peel_const(node: gn.Node):
     """The const behind `node` if it is a (broadcast) constant, else None."""
-    while node.op == "expand":
+    while node.op == "expand" and node.srcs:  # a realized expand has no srcs: it is a buffer
         node = node.srcs[0]
     return node if node.op == "const" else None
 
@@ -615,7 +617,30 @@ relu = _unary("relu")
 sign = _unary("sign")
 floor = _unary("floor")
 ceil = _unary("ceil")
-round = _unary("round")
+_round = _unary("round")
+
+
+def round(x) -> Tensor:
+    """Round half to even (numpy.round). Integers round to themselves and keep their dtype,
+    as in numpy.round (numpy.rint would give floats); bool gives float16 like numpy."""
+    if isinstance(x, Tensor) and dt.is_int(x.dtype):
+        return x
+    return _round(x)
+
+
+def _integral_identity(op: str, f):
+    """floor/ceil of integers and bools are the input itself (numpy 2 keeps the dtype), so no
+    backend has to implement integer rounding."""
+
+    def g(x) -> Tensor:
+        return x if isinstance(x, Tensor) and x.dtype.kind in "iub" else f(x)
+
+    g.__name__, g.__doc__ = op, f"Elementwise {op}, numpy semantics (identity on integers)."
+    return g
+
+
+floor = _integral_identity("floor", floor)
+ceil = _integral_identity("ceil", ceil)
 logical_not = _unary("logical_not")
 
 add = _binary("add")
@@ -857,7 +882,7 @@ def reshape(x: Tensor, shape) -> Tensor:
     if shape == x.shape:
         return x
     node = x._node
-    if node.op == "reshape":  # reshape of reshape is one reshape
+    if node.op == "reshape" and node.srcs:  # reshape of reshape is one reshape
         node = node.srcs[0]
         if node.shape == shape:
             return _wrap(node, [x])
@@ -879,7 +904,7 @@ def permute_dims(x: Tensor, axes) -> Tensor:
         return x
     shape = tuple(x.shape[a] for a in axes)
     node = x._node
-    if node.op == "permute":  # compose permutations
+    if node.op == "permute" and node.srcs:  # compose permutations (unless realized)
         inner = node.arg
         axes = tuple(inner[a] for a in axes)
         node = node.srcs[0]

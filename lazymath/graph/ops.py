@@ -107,10 +107,14 @@ def ufunc_dtypes(op: str, operands: tuple) -> tuple[tuple[np.dtype, ...], np.dty
     Operands are dtypes (tensors) or Python scalar types (weak, as in NEP 50).
     """
     ufunc = ELEMENTWISE[op][0]
+    # a Python bool is not weak in NEP 50 (it is the lowest kind already): numpy's
+    # resolve_dtypes only takes the weak types int/float/complex, so pass bool as np.bool_
+    operands = tuple(_BOOL if o is bool else o for o in operands)
     res = _resolve(ufunc, operands)
     return res[:-1], res[-1]
 
 
+_BOOL = np.dtype(bool)
 _resolve_cache: dict = {}
 
 
