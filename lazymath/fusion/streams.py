@@ -66,6 +66,11 @@ class StreamPlan:
         return iter(self.entries)
 
     @property
+    def kernels(self) -> tuple[StreamEntry, ...]:
+        """Alias of `entries`: one placement per kernel, in program order."""
+        return self.entries
+
+    @property
     def streams(self) -> tuple[int, ...]:
         return tuple(e.stream for e in self.entries)
 
