@@ -14,7 +14,6 @@ and pipe flags live in the second half; Cube instructions are in ``isa_cube``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 # ----------------------------------------------------------------------------- scalar values
 
@@ -45,7 +44,7 @@ class BinInt:
         return f"({self.a} {self.op} {self.b})"
 
 
-IntExpr = Union[int, Var, BinInt]
+IntExpr = int | Var | BinInt
 
 BLOCK_IDX = Var("block_idx")  # GetBlockIdx()
 BLOCK_NUM = Var("block_num")  # GetBlockNum()
@@ -85,6 +84,69 @@ def imin(a: IntExpr, b: IntExpr) -> IntExpr:
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
     return BinInt("min", a, b)
+
+
+def imax(a: IntExpr, b: IntExpr) -> IntExpr:
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    return BinInt("max", a, b)
+
+
+def floordiv(a: IntExpr, b: IntExpr) -> IntExpr:
+    """Python floor division (consumers implement floor semantics for negative values too)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    if b == 1:
+        return a
+    return BinInt("//", a, b)
+
+
+def mod(a: IntExpr, b: IntExpr) -> IntExpr:
+    """Python modulo (result has the divisor's sign)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a % b
+    if b == 1:
+        return 0
+    return BinInt("%", a, b)
+
+
+def ceildiv(a: IntExpr, b: IntExpr) -> IntExpr:
+    """ceil(a / b) for b > 0: the blockFactor / tile-count formula of AscendC tiling."""
+    return floordiv(add(a, sub(b, 1)) if isinstance(b, int) else sub(add(a, b), 1), b)
+
+
+def eval_int(e: IntExpr, env: dict) -> int:
+    """Evaluate an IntExpr with Var values from `env` (iterative: deep address sums are fine)."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, Var):
+        return env[e]
+    stack, out = [(e, False)], []
+    while stack:
+        node, done = stack.pop()
+        if isinstance(node, int):
+            out.append(node)
+        elif isinstance(node, Var):
+            out.append(env[node])
+        elif done:
+            b, a = out.pop(), out.pop()
+            out.append(INT_OPS[node.op](a, b))
+        else:
+            stack.append((node, True))
+            stack.append((node.b, False))
+            stack.append((node.a, False))
+    return out[0]
+
+
+INT_OPS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "//": lambda a, b: a // b,
+    "%": lambda a, b: a % b,
+    "min": min,
+    "max": max,
+}
 
 
 # ----------------------------------------------------------------------------- buffers
@@ -250,15 +312,67 @@ class VReduce:
     """dst[0] = op(dst[0], reduce(src[0:n])) for op in vcadd/vcmax/vcmin/vcmul.
 
     Accumulates into dst so a tiled loop reduces tile by tile; initialise dst with VDup.
+    With `rows` > 1 it is AscendC's WholeReduce: dst[r] = op(dst[r], reduce(src[r*n:(r+1)*n]))
+    for every r < rows, which reduces many short rows (e.g. a sum over a small last axis) in one
+    instruction. dst may be wider than src (float16 -> float32, float32 -> float64 accumulators);
+    the reduction is computed in dst's dtype. vcmax/vcmin propagate NaN like numpy.
     """
 
     op: str
     dst: Ref
     src: Ref
     n: IntExpr
+    rows: IntExpr = 1
 
 
-VectorInstr = Union[VBinary, VScalar, VUnary, VFma, VConv, VCmp, VCmpS, VSel, VDup, VGather, VReduce]
+@dataclass(frozen=True, slots=True)
+class VArgReduce:
+    """Running arg-reduction (vargmax / vargmin), first occurrence wins, NaN-aware like numpy.
+
+    For every r < rows: scan src[r*n + c] for c < n and update (dst_val[r], dst_idx[r]) when the
+    element beats the current value (strictly greater for argmax, strictly smaller for argmin) or
+    is the first NaN seen; the stored index is `base + c` (int64). Initialise dst_val with the
+    identity (-inf / +inf) and dst_idx with 0 before the first tile.
+    """
+
+    op: str
+    dst_val: Ref
+    dst_idx: Ref
+    src: Ref
+    n: IntExpr
+    base: IntExpr
+    rows: IntExpr = 1
+
+
+@dataclass(frozen=True, slots=True)
+class VHostMath:
+    """dst = fn(*srcs) by the host's libm: the fallback for a function with no native
+    instruction that the vector math library (``vmath``) cannot expand.
+
+    Not an NPU instruction (the NPU composes these from native ones); kept so every op works
+    while vmath grows. The cost model charges it like a 16-instruction polynomial sequence.
+    """
+
+    fn: str
+    dst: Ref
+    srcs: tuple
+    n: IntExpr
+
+
+VectorInstr = (
+    VBinary
+    | VScalar
+    | VUnary
+    | VFma
+    | VConv
+    | VCmp
+    | VCmpS
+    | VSel
+    | VDup
+    | VGather
+    | VReduce
+    | VArgReduce
+)
 
 
 @dataclass
@@ -273,13 +387,25 @@ class Builder:
     body: list = field(default_factory=list)
     buffers: list = field(default_factory=list)
     _n: int = 0
+    # Static upper bound of `n` for the instructions being emitted (the UB tile, in elements).
+    # `scratch(dtype)` without a size allocates this many elements. Templates pass vector
+    # instructions n == tile (a constant) so composites can size scratch buffers statically.
+    tile: int = 0
+    prefix: str = "tmp"
 
     def emit(self, instr) -> None:
         self.body.append(instr)
 
-    def scratch(self, dtype: str, size: int, scope: str = "UB", prefix: str = "tmp") -> Ref:
+    def scratch(
+        self, dtype: str, size: int | None = None, scope: str = "UB", prefix: str | None = None
+    ) -> Ref:
+        """A fresh on-chip buffer, declared by the program and counted by the capacity check."""
+        if size is None:
+            size = self.tile
+        if not isinstance(size, int) or size <= 0:
+            raise ValueError(f"scratch buffers need a static positive size, got {size!r}")
         self._n += 1
-        buf = Buffer(f"{prefix}{self._n}", scope, dtype, size)
+        buf = Buffer(f"{prefix or self.prefix}{self._n}", scope, dtype, size)
         self.buffers.append(buf)
         return Ref(buf, 0)
 
@@ -386,10 +512,377 @@ class Builder:
     def vgather(self, d, table, idx, n):
         self.emit(VGather(d, table, idx, n))
 
-    def vreduce(self, op, d, s, n):
-        self.emit(VReduce(op, d, s, n))
+    def vreduce(self, op, d, s, n, rows=1):
+        self.emit(VReduce(op, d, s, n, rows))
+
+    def vargreduce(self, op, dval, didx, s, n, base, rows=1):
+        self.emit(VArgReduce(op, dval, didx, s, n, base, rows))
+
+    def vmod(self, d, a, b, n):
+        self.emit(VBinary("vmod", d, a, b, n))
+
+    def vfloordiv(self, d, a, b, n):
+        self.emit(VBinary("vfloordiv", d, a, b, n))
+
+    def vpow(self, d, a, b, n):
+        self.emit(VBinary("vpow", d, a, b, n))
+
+    def vceil(self, d, s, n):
+        self.emit(VUnary("vceil", d, s, n))
+
+    def vtrunc(self, d, s, n):
+        self.emit(VUnary("vtrunc", d, s, n))
+
+    def vnot(self, d, s, n):
+        self.emit(VUnary("vnot", d, s, n))
+
+    # movers and control (see below)
+    def copy_in(self, dst, src, counts, strides, dst_pitch=None):
+        self.emit(CopyIn(dst, src, tuple(counts), tuple(strides), dst_pitch))
+
+    def copy_out(self, dst, src, counts, strides, src_pitch=None):
+        self.emit(CopyOut(dst, src, tuple(counts), tuple(strides), src_pitch))
+
+    def set_flag(self, src_pipe, dst_pipe, event=0):
+        self.emit(SetFlag(src_pipe, dst_pipe, event))
+
+    def wait_flag(self, src_pipe, dst_pipe, event=0):
+        self.emit(WaitFlag(src_pipe, dst_pipe, event))
+
+    def let(self, var, value):
+        self.emit(Let(var, value))
 
 
 # ----------------------------------------------------------------------------- movers, control
-# (owned by the ISA/lowering work: data movers MTE2/MTE3/MTE1/FixPipe, Loop/Let, set/wait flag,
-#  Program with declared buffers and the capacity check, str(program) listing.)
+# Data movers address GM through an element offset plus up to two (count, stride) pairs, the same
+# addressing an `ArgView` uses, so a tile of a strided, broadcast (stride 0) or flipped (negative
+# stride) view is read in place. The on-chip side is dense row-major (pitch = row length unless
+# given), which is what the vector instructions then see.
+
+
+@dataclass(frozen=True, slots=True)
+class CopyIn:
+    """MTE2: dst[r*pitch + c] = GM src[src.off + r*strides[0] + c*strides[1]].
+
+    `counts`/`strides` have one entry (a 1-D run) or two (rows, cols); strides are in elements of
+    the GM buffer and may be 0 or negative. dst is in UB or L1; `dst_pitch` defaults to the
+    column count so the tile is dense.
+    """
+
+    dst: Ref
+    src: Ref
+    counts: tuple
+    strides: tuple
+    dst_pitch: IntExpr | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CopyOut:
+    """MTE3: GM dst[dst.off + r*strides[0] + c*strides[1]] = src[r*pitch + c] (UB -> GM)."""
+
+    dst: Ref
+    src: Ref
+    counts: tuple
+    strides: tuple
+    src_pitch: IntExpr | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """for var in range(start, stop, step): body. Trip counts are static or block-dependent."""
+
+    var: Var
+    start: IntExpr
+    stop: IntExpr
+    step: IntExpr
+    body: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Let:
+    """var = value (scalar unit). Visible to the rest of the enclosing body."""
+
+    var: Var
+    value: IntExpr
+
+
+@dataclass(frozen=True, slots=True)
+class SetFlag:
+    """Pipe `src` signals pipe `dst` on `event` once everything `src` issued before it is done."""
+
+    src: str
+    dst: str
+    event: IntExpr = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WaitFlag:
+    """Pipe `dst` stalls until the matching set_flag(src, dst, event) has fired (consumes it)."""
+
+    src: str
+    dst: str
+    event: IntExpr = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PipeBarrier:
+    """pipe_barrier(PIPE_ALL): every pipe waits until all issued work is done."""
+
+    pipe: str = "ALL"
+
+
+PIPES = ("Scalar", "MTE2", "MTE1", "Vector", "Cube", "MTE3", "FixPipe")
+FLAG_PIPES = ("MTE2", "MTE1", "V", "M", "MTE3", "FIX", "S")
+# Short flag names as AscendC spells HardEvent (MTE2_V, V_MTE3, ...) -> the pipe they sync.
+FLAG_PIPE_OF = {"MTE2": "MTE2", "MTE1": "MTE1", "V": "Vector", "M": "Cube", "MTE3": "MTE3",
+                "FIX": "FixPipe", "S": "Scalar"}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- registry
+# Which pipe executes an instruction and how the listing spells it. Other modules (isa_cube)
+# register their instruction types here, then add lowering/interp/cost entries in those modules.
+
+PIPE_OF: dict[type, str] = {}
+FORMAT: dict[type, object] = {}
+
+
+def register_instr(cls: type, pipe: str, fmt=None) -> type:
+    """Declare an instruction type: its pipe and an optional `fmt(instr) -> str` for listings."""
+    if pipe not in PIPES:
+        raise ValueError(f"unknown pipe {pipe!r}; pipes: {', '.join(PIPES)}")
+    PIPE_OF[cls] = pipe
+    if fmt is not None:
+        FORMAT[cls] = fmt
+    return cls
+
+
+def pipe_of(instr) -> str:
+    try:
+        return PIPE_OF[type(instr)]
+    except KeyError:
+        raise NotImplementedError(
+            f"instruction {type(instr).__name__} is not registered with isa.register_instr"
+        ) from None
+
+
+def _n(e) -> str:
+    return str(e)
+
+
+def _fmt_copy_in(i: CopyIn) -> str:
+    scope = i.dst.buf.scope.lower()
+    shape = "x".join(str(c) for c in i.counts)
+    st = ",".join(str(s) for s in i.strides)
+    extra = f" pitch {i.dst_pitch}" if i.dst_pitch is not None else ""
+    return f"copy_gm_to_{scope} {i.dst} <- {i.src} [{shape}] stride ({st}){extra}"
+
+
+def _fmt_copy_out(i: CopyOut) -> str:
+    scope = i.src.buf.scope.lower()
+    shape = "x".join(str(c) for c in i.counts)
+    st = ",".join(str(s) for s in i.strides)
+    extra = f" pitch {i.src_pitch}" if i.src_pitch is not None else ""
+    return f"copy_{scope}_to_gm {i.dst} <- {i.src} [{shape}] stride ({st}){extra}"
+
+
+_BUILTIN_FORMATS = {
+    VBinary: lambda i: f"{i.op} {i.dst}, {i.a}, {i.b}, n={i.n}",
+    VScalar: lambda i: f"{i.op} {i.dst}, {i.src}, {i.scalar!r}, n={i.n}",
+    VUnary: lambda i: f"{i.op} {i.dst}, {i.src}, n={i.n}",
+    VFma: lambda i: f"vmla {i.dst}, {i.a}, {i.b}, {i.c}, n={i.n}",
+    VConv: lambda i: (
+        f"vconv.{i.src.buf.dtype}->{i.dst.buf.dtype}.{i.mode} {i.dst}, {i.src}, n={i.n}"
+    ),
+    VCmp: lambda i: f"vcmp.{i.cmp} {i.dst}, {i.a}, {i.b}, n={i.n}",
+    VCmpS: lambda i: f"vcmps.{i.cmp} {i.dst}, {i.src}, {i.scalar!r}, n={i.n}",
+    VSel: lambda i: f"vsel {i.dst}, {i.mask}, {i.a}, {i.b}, n={i.n}",
+    VDup: lambda i: f"vector_dup {i.dst}, {i.scalar!r}, n={i.n}",
+    VGather: lambda i: f"vgather {i.dst}, {i.table}, {i.idx}, n={i.n}",
+    VReduce: lambda i: (
+        f"{i.op} {i.dst}, {i.src}, n={i.n}" + (f", rows={i.rows}" if i.rows != 1 else "")
+    ),
+    VArgReduce: lambda i: (
+        f"{i.op} {i.dst_val}, {i.dst_idx}, {i.src}, n={i.n}, base={i.base}"
+        + (f", rows={i.rows}" if i.rows != 1 else "")
+    ),
+    VHostMath: lambda i: f"host.{i.fn} {i.dst}, {', '.join(map(str, i.srcs))}, n={i.n}",
+    CopyIn: _fmt_copy_in,
+    CopyOut: _fmt_copy_out,
+    Let: lambda i: f"{i.var} = {i.value}",
+    SetFlag: lambda i: f"set_flag {i.src}->{i.dst} {i.event}",
+    WaitFlag: lambda i: f"wait_flag {i.src}->{i.dst} {i.event}",
+    PipeBarrier: lambda i: f"pipe_barrier {i.pipe}",
+}
+for _cls in (VBinary, VScalar, VUnary, VFma, VConv, VCmp, VCmpS, VSel, VDup, VGather, VReduce,
+             VArgReduce, VHostMath):  # fmt: skip
+    register_instr(_cls, "Vector", _BUILTIN_FORMATS[_cls])
+register_instr(CopyIn, "MTE2", _fmt_copy_in)
+register_instr(CopyOut, "MTE3", _fmt_copy_out)
+register_instr(Let, "Scalar", _BUILTIN_FORMATS[Let])
+register_instr(Loop, "Scalar")
+register_instr(SetFlag, "Scalar", _BUILTIN_FORMATS[SetFlag])
+register_instr(WaitFlag, "Scalar", _BUILTIN_FORMATS[WaitFlag])
+register_instr(PipeBarrier, "Scalar", _BUILTIN_FORMATS[PipeBarrier])
+
+
+def format_instr(instr) -> str:
+    fmt = FORMAT.get(type(instr))
+    if fmt is not None:
+        return fmt(instr)
+    fields = getattr(instr, "__dataclass_fields__", {})
+    name = getattr(instr, "op", type(instr).__name__.lower())
+    args = ", ".join(f"{k}={getattr(instr, k)}" for k in fields if k != "op")
+    return f"{name} {args}"
+
+
+# ----------------------------------------------------------------------------- program
+
+
+class BufferOverflowError(ValueError):
+    """A program declares more on-chip bytes in one scope than the device has per core."""
+
+
+def walk(body) -> list[tuple[object, int]]:
+    """Every instruction with its loop depth, in program order (iterative, loops included)."""
+    out, stack = [], [(iter(body), 0)]
+    while stack:
+        it, depth = stack[-1]
+        instr = next(it, None)
+        if instr is None:
+            stack.pop()
+            continue
+        out.append((instr, depth))
+        if isinstance(instr, Loop):
+            stack.append((iter(instr.body), depth + 1))
+    return out
+
+
+def refs_of(instr) -> list[Ref]:
+    """Every Ref operand of an instruction (for declaration checks and tools)."""
+    out = []
+    for k in getattr(instr, "__dataclass_fields__", {}):
+        v = getattr(instr, k)
+        if isinstance(v, Ref):
+            out.append(v)
+        elif isinstance(v, tuple):
+            out.extend(x for x in v if isinstance(x, Ref))
+    return out
+
+
+def _align_up(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+@dataclass(frozen=True)
+class Program:
+    """One kernel for the emulated NPU: GM arguments, declared on-chip buffers and a body.
+
+    `blocks` is how many blocks the host launches (the body reads BLOCK_IDX/BLOCK_NUM and splits
+    its work, GetBlockIdx()/GetBlockNum() style, so the same body is correct for any block
+    count). `device_blocks` is the useful block count on the NPU, used by the cost model
+    (0 = same as `blocks`). `unit` is the AI-core kind that runs it ("vector" or "cube").
+    """
+
+    name: str
+    args: tuple
+    buffers: tuple
+    body: tuple
+    blocks: int = 1
+    device_blocks: int = 0
+    unit: str = "vector"
+
+    def scope_bytes(self, spec) -> dict[str, int]:
+        """Declared bytes per on-chip scope, each buffer rounded up to the scope's alignment."""
+        totals: dict[str, int] = {}
+        for b in self.buffers:
+            a = spec.align.get(b.scope, 32)
+            totals[b.scope] = totals.get(b.scope, 0) + _align_up(b.nbytes, a)
+        return totals
+
+    def check(self, spec) -> Program:
+        """Raise BufferOverflowError / ValueError if the program cannot run on `spec`.
+
+        Checks: per-scope capacity (the error names the scope, the buffers and their sizes, the
+        total and the capacity), that every Ref names a declared buffer or argument, that GM
+        buffers are only touched by movers, and static event ids against the spec.
+        """
+        totals = self.scope_bytes(spec)
+        for scope, total in totals.items():
+            cap = spec.capacity(scope)
+            if total > cap:
+                bufs = sorted(
+                    (b for b in self.buffers if b.scope == scope), key=lambda b: -b.nbytes
+                )
+                listed = ", ".join(f"{b.name} ({b.nbytes} B)" for b in bufs)
+                raise BufferOverflowError(
+                    f"{scope} overflow in kernel {self.name}: buffers {listed}; "
+                    f"total {total} B > {scope} capacity {cap} B ({spec.name})"
+                )
+        if scope_has := [s for s in totals if s not in SCOPES or s == "GM"]:
+            raise ValueError(f"kernel {self.name}: buffers declared in bad scopes {scope_has}")
+        names = {b.name: b for b in (*self.args, *self.buffers)}
+        if len(names) != len(self.args) + len(self.buffers):
+            raise ValueError(f"kernel {self.name}: duplicate buffer names")
+        n_ids = spec.event_ids_per_pipe_pair
+        for instr, _ in walk(self.body):
+            for r in refs_of(instr):
+                if names.get(r.buf.name) != r.buf:
+                    raise ValueError(
+                        f"kernel {self.name}: {format_instr(instr)!r} uses undeclared buffer "
+                        f"{r.buf.name}"
+                    )
+                if r.buf.scope == "GM" and not isinstance(instr, (CopyIn, CopyOut)):
+                    if pipe_of(instr) == "Vector":
+                        raise ValueError(
+                            f"kernel {self.name}: vector instruction {format_instr(instr)!r} "
+                            "reads GM; move the data into UB first"
+                        )
+            if isinstance(instr, (SetFlag, WaitFlag)) and isinstance(instr.event, int):
+                if not 0 <= instr.event < n_ids:
+                    raise ValueError(
+                        f"kernel {self.name}: event id {instr.event} out of range "
+                        f"(0..{n_ids - 1} per pipe pair on {spec.name})"
+                    )
+        return self
+
+    def instructions(self) -> list:
+        return [i for i, _ in walk(self.body)]
+
+    def __str__(self) -> str:
+        lines = [f"kernel {self.name}(" + ", ".join(
+            f"{b.name}: gm {b.dtype}" for b in self.args) + f")  blocks={self.blocks}"]  # fmt: skip
+        for b in self.buffers:
+            lines.append(f"  {b.scope.lower()} {b.name}: {b.dtype}[{b.size}]  {b.nbytes} B")
+        for instr, depth in walk(self.body):
+            pad = "  " * (depth + 1)
+            if isinstance(instr, Loop):
+                step = f" step {instr.step}" if instr.step != 1 else ""
+                lines.append(f"{pad}for {instr.var} in {instr.start}..{instr.stop}{step}:")
+            else:
+                lines.append(pad + format_instr(instr))
+        return "\n".join(lines)
+
+
+class LoopBuilder:
+    """Context manager returned by `Builder.loop`: collects the body, then appends the Loop."""
+
+    def __init__(self, b: Builder, var: Var, start, stop, step):
+        self.b, self.var, self.args = b, var, (start, stop, step)
+
+    def __enter__(self) -> Var:
+        self.saved = self.b.body
+        self.b.body = []
+        return self.var
+
+    def __exit__(self, *exc) -> None:
+        body, self.b.body = self.b.body, self.saved
+        if exc[0] is None:
+            self.b.emit(Loop(self.var, *self.args, tuple(body)))
+
+
+def _builder_loop(self: Builder, var: Var | str, start, stop, step=1) -> LoopBuilder:
+    """`with b.loop("i", 0, n, t) as i:` emits a Loop around what the block appends."""
+    return LoopBuilder(self, Var(var) if isinstance(var, str) else var, start, stop, step)
+
+
+Builder.loop = _builder_loop

@@ -1,0 +1,240 @@
+"""compile_kernel: KernelIR -> template -> isa.Program -> native code (or the interpreter).
+
+    k = compile_kernel(ir, get_spec("ascend910"))
+    print(k.isa_text)            # the NPU program
+    print(k.llvm_ir)             # what LLVM receives (lazy on a disk-cache hit)
+    print(k.asm)                 # host assembly (computed on demand)
+    k(*flat_arrays)              # run every block (kernel_args order)
+    argv = k.make_argv(arrays); k.run_block(argv, i, k.blocks)   # the runtime's primitive
+
+Templates are a table by `ir.kind`; each module exposes ``build(ir, spec, name) -> Program``.
+The matmul template belongs to the Cube work and is imported lazily.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from lazymath.backend import isa, kernel_cache
+from lazymath.backend.kernel_ir import ArgView, kernel_args
+
+TEMPLATES: dict[str, str] = {
+    "elementwise": "lazymath.backend.templates.elementwise",
+    "reduce": "lazymath.backend.templates.reduce",
+    "matmul": "lazymath.backend.templates.matmul",
+}
+BACKENDS = ("llvm", "interp")
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def default_backend() -> str:
+    b = os.environ.get("LAZYMATH_BACKEND", "llvm")
+    return b if b in BACKENDS else "llvm"
+
+
+def _thread_pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="lm-block")
+    return _pool
+
+
+def view_extent(v: ArgView) -> int:
+    """Elements a flat buffer needs so every element of view `v` is in bounds."""
+    if any(s == 0 for s in v.shape):
+        return 0
+    hi = v.offset + sum((n - 1) * s for n, s in zip(v.shape, v.strides) if s > 0)
+    return hi + 1
+
+
+class CompiledKernel:
+    """A kernel ready to launch: its program, native function (or interpreter) and reports."""
+
+    def __init__(self, name: str, ir, program: isa.Program, spec, backend: str,
+                 addr: int | None = None, symbol: str | None = None,
+                 llvm_ir: str | None = None) -> None:  # fmt: skip
+        self.name = name
+        self.ir = ir
+        self.program = program
+        self.spec = spec
+        self.backend = backend
+        self.blocks = program.blocks
+        self.symbol = symbol
+        self._addr = addr
+        self._llvm_ir = llvm_ir
+        self._asm: str | None = None
+        self._cost = None
+        self._args = kernel_args(ir)
+        self._cfunc = None
+        if addr is not None:
+            from lazymath.backend.jit import as_cfunc
+
+            self._cfunc = as_cfunc(addr)
+
+    # ----------------------------------------------------------------- reports
+    @property
+    def isa_text(self) -> str:
+        return str(self.program)
+
+    @property
+    def llvm_ir(self) -> str | None:
+        """LLVM IR text fed to the optimizer (None for the interpreter backend)."""
+        if self.backend != "llvm":
+            return None
+        if self._llvm_ir is None:
+            from lazymath.backend.lower_llvm import lower_program
+
+            self._llvm_ir = str(lower_program(self.program, self.spec, symbol=self.symbol))
+        return self._llvm_ir
+
+    @property
+    def asm(self) -> str | None:
+        """Host assembly after O3 (computed on first access)."""
+        if self.backend != "llvm":
+            return None
+        if self._asm is None:
+            from lazymath.backend.jit import get_jit
+
+            self._asm = get_jit().assembly(self.llvm_ir)
+        return self._asm
+
+    @property
+    def cost(self):
+        """Simulated NPU cycles per pipe (`cost.KernelCost`)."""
+        if self._cost is None:
+            from lazymath.backend.cost import estimate
+
+            self._cost = estimate(self.program, self.spec)
+        return self._cost
+
+    def renamed(self, name: str) -> CompiledKernel:
+        """The same native code under another kernel name (memory-cache hits)."""
+        k = object.__new__(CompiledKernel)
+        k.__dict__.update(self.__dict__)
+        k.name = name
+        k.program = isa.Program(name, *_program_fields(self.program))
+        return k
+
+    # ----------------------------------------------------------------- running
+    def make_argv(self, arrays) -> ctypes.Array:
+        """ctypes array of base pointers, one per kernel_args entry (flat base arrays)."""
+        if len(arrays) != len(self._args):
+            raise ValueError(
+                f"kernel {self.name} takes {len(self._args)} arrays, got {len(arrays)}"
+            )
+        argv = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        if self.backend == "interp":
+            argv._lm_arrays = [np.asarray(a).reshape(-1) for a in arrays]  # keep numpy views
+        return argv
+
+    def run_block(self, argv, block_idx: int, block_num: int) -> None:
+        """Run one block (the runtime's launch primitive; releases the GIL on llvm)."""
+        if self._cfunc is not None:
+            self._cfunc(block_idx, block_num, argv)
+            return
+        from lazymath.backend import interp
+
+        interp.run(self.program, self._interp_arrays(argv), block_idx, block_num)
+
+    def _interp_arrays(self, argv) -> list[np.ndarray]:
+        arrays = getattr(argv, "_lm_arrays", None)
+        if arrays is not None:
+            return arrays
+        out = []
+        for k, v in enumerate(self._args):
+            n = view_extent(v)
+            dt = np.dtype(v.dtype)
+            if n == 0 or not argv[k]:
+                out.append(np.zeros(0, dt))
+                continue
+            raw = (ctypes.c_char * (n * dt.itemsize)).from_address(argv[k])
+            out.append(np.frombuffer(raw, dtype=dt, count=n))
+        return out
+
+    def __call__(self, *arrays) -> None:
+        """Run all blocks: in parallel on a thread pool of os.cpu_count() threads."""
+        argv = self.make_argv(arrays)
+        n = self.blocks
+        if n == 1:
+            self.run_block(argv, 0, 1)
+            return
+        futures = [_thread_pool().submit(self.run_block, argv, b, n) for b in range(n)]
+        for f in futures:
+            f.result()
+
+    def __repr__(self) -> str:
+        return f"<CompiledKernel {self.name} {self.ir.kind} blocks={self.blocks} {self.backend}>"
+
+
+def _program_fields(p: isa.Program) -> tuple:
+    return (p.args, p.buffers, p.body, p.blocks, p.device_blocks, p.unit)
+
+
+def build_program(ir, spec, name: str) -> isa.Program:
+    """Run the template for `ir.kind` and check the program against `spec`."""
+    try:
+        modname = TEMPLATES[ir.kind]
+    except KeyError:
+        raise NotImplementedError(f"no kernel template for kind {ir.kind!r}") from None
+    program = importlib.import_module(modname).build(ir, spec, name)
+    return program.check(spec)
+
+
+def compile_kernel(ir, spec, backend: str | None = None, name: str | None = None) -> CompiledKernel:
+    """Compile (or fetch from the kernel cache) the kernel for `ir` on device `spec`."""
+    from lazymath.runtime.device import get_spec
+
+    spec = get_spec(spec)
+    backend = backend or default_backend()
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
+    name = name or f"k_{ir.kind}"
+    sig = (ir.kind, ir, spec.key(), backend)
+    hit = kernel_cache.memory_get(sig)
+    if hit is not None:
+        return hit if hit.name == name else hit.renamed(name)
+    program = build_program(ir, spec, name)
+    if backend == "interp":
+        kernel = CompiledKernel(name, ir, program, spec, backend)
+        kernel_cache.count("compiled")
+    else:
+        kernel = _compile_llvm(ir, spec, program, name)
+    kernel_cache.memory_put(sig, kernel)
+    return kernel
+
+
+def _compile_llvm(ir, spec, program: isa.Program, name: str) -> CompiledKernel:
+    from lazymath.backend.jit import get_jit
+    from lazymath.backend.lower_llvm import lower_program
+
+    jit = get_jit()
+    key = kernel_cache.disk_key(repr((ir.kind, ir, spec.key())), jit.host_key)
+    symbol = f"lm_{ir.kind}_{key[:24]}"
+    module_name = f"lmmod_{key[:24]}"
+    cached = kernel_cache.disk_load(key)
+    if cached is not None:
+        header, obj = cached
+        try:
+            addr = jit.load_object(obj, header["symbol"], module_name)
+        except Exception:  # a valid checksum but unloadable object: recompile and replace
+            kernel_cache.count("disk_rejected")
+            cached = None
+        else:
+            kernel_cache.count("disk_hits")
+            return CompiledKernel(name, ir, program, spec, "llvm", addr, header["symbol"])
+    text = str(lower_program(program, spec, symbol=symbol))
+    addr, obj = jit.compile(text, symbol, module_name)
+    kernel_cache.count("compiled")
+    if obj is not None:
+        kernel_cache.disk_store(key, {"symbol": symbol, "kind": ir.kind, "name": name}, obj)
+    return CompiledKernel(name, ir, program, spec, "llvm", addr, symbol, text)

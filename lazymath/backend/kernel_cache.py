@@ -1,0 +1,227 @@
+"""Kernel cache: native code per kernel signature, in memory and on disk.
+
+Memory level: a dict from the kernel signature (template kind, the frozen KernelIR itself,
+device spec key, backend) to the CompiledKernel. Disk level: one file per signature under
+``$LAZYMATH_CACHE_DIR`` (default ``~/.cache/lazymath`` or ``$XDG_CACHE_HOME/lazymath``) holding
+the object code MCJIT produced, so a later process loads it instead of running LLVM.
+
+The file name is the sha256 of the signature's repr plus everything the machine code depends
+on: llvmlite and LLVM versions, host CPU name and features, the lazymath version and a hash of
+the backend's own source (a code change invalidates old files instead of loading stale code).
+
+Trust: a cache file is machine code that gets executed. The directory is created 0700, files
+are written to a private temp file and renamed into place (atomic), and a load checks the magic,
+the header (which repeats the expected key) and a sha256 of header + payload; anything else --
+truncated, corrupt, foreign -- is counted in ``disk_rejected``, recompiled and replaced, never
+executed. ``LAZYMATH_CACHE=0`` disables the disk level.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+import threading
+from pathlib import Path
+
+MAGIC = b"LMKCACHE"
+FORMAT_VERSION = 1
+SUFFIX = ".lmk"
+
+_lock = threading.RLock()
+_memory: dict = {}
+_stats = {"compiled": 0, "memory_hits": 0, "disk_hits": 0, "disk_writes": 0, "disk_rejected": 0,
+          "disk_errors": 0}  # fmt: skip
+_code_version: str | None = None
+
+
+def cache_dir() -> Path:
+    d = os.environ.get("LAZYMATH_CACHE_DIR")
+    if d:
+        return Path(d)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "lazymath"
+
+
+def disk_enabled() -> bool:
+    return os.environ.get("LAZYMATH_CACHE", "1") not in ("0", "false", "off", "no")
+
+
+def code_version() -> str:
+    """Hash of the backend's source files: generated code depends on all of them."""
+    global _code_version
+    if _code_version is None:
+        h = hashlib.sha256()
+        root = Path(__file__).resolve().parent
+        for p in sorted(root.rglob("*.py")):
+            h.update(p.relative_to(root).as_posix().encode())
+            h.update(p.read_bytes())
+        try:
+            from importlib.metadata import version
+
+            h.update(version("lazymath").encode())
+        except Exception:  # not installed: the source hash covers it
+            pass
+        _code_version = h.hexdigest()[:16]
+    return _code_version
+
+
+def disk_key(signature_repr: str, host_key: tuple) -> str:
+    h = hashlib.sha256()
+    h.update(repr((FORMAT_VERSION, signature_repr, host_key, code_version())).encode())
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- memory level
+
+
+def memory_get(sig):
+    with _lock:
+        k = _memory.get(sig)
+        if k is not None:
+            _stats["memory_hits"] += 1
+        return k
+
+
+def memory_put(sig, kernel) -> None:
+    with _lock:
+        _memory[sig] = kernel
+
+
+def count(stat: str) -> None:
+    with _lock:
+        _stats[stat] += 1
+
+
+# ----------------------------------------------------------------------------- disk level
+
+
+def _ensure_dir() -> Path:
+    d = cache_dir()
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return d
+
+
+def _path(key: str) -> Path:
+    return cache_dir() / (key + SUFFIX)
+
+
+def disk_load(key: str) -> tuple[dict, bytes] | None:
+    """(header, object code) if a valid file exists for `key`; None (and counted) otherwise."""
+    if not disk_enabled():
+        return None
+    p = _path(key)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        count("disk_errors")
+        return None
+    parsed = _parse(data, key)
+    if parsed is None:
+        count("disk_rejected")
+        try:
+            p.unlink()
+        except OSError:
+            pass
+        return None
+    return parsed
+
+
+def _parse(data: bytes, key: str) -> tuple[dict, bytes] | None:
+    """Validate magic, lengths, checksum and that the header names `key`."""
+    n_magic = len(MAGIC)
+    if len(data) < n_magic + 8 + 32 or data[:n_magic] != MAGIC:
+        return None
+    hlen, plen = struct.unpack_from("<II", data, n_magic)
+    start = n_magic + 8
+    if len(data) != start + hlen + plen + 32:
+        return None
+    body = data[start : start + hlen + plen]
+    if hashlib.sha256(data[:start] + body).digest() != data[start + hlen + plen :]:
+        return None
+    try:
+        header = json.loads(body[:hlen].decode())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if header.get("key") != key or header.get("format") != FORMAT_VERSION:
+        return None
+    return header, body[hlen:]
+
+
+def disk_store(key: str, header: dict, obj: bytes) -> None:
+    """Write atomically: private temp file in the cache dir, then os.replace."""
+    if not disk_enabled():
+        return
+    try:
+        d = _ensure_dir()
+        hb = json.dumps({**header, "key": key, "format": FORMAT_VERSION}).encode()
+        head = MAGIC + struct.pack("<II", len(hb), len(obj))
+        digest = hashlib.sha256(head + hb + obj).digest()
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=d)  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(head + hb + obj + digest)
+            os.replace(tmp, _path(key))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        count("disk_writes")
+    except OSError:
+        count("disk_errors")
+
+
+def disk_files() -> list[Path]:
+    d = cache_dir()
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if p.suffix == SUFFIX and not p.name.startswith("."))
+
+
+# ----------------------------------------------------------------------------- public
+
+
+def cache_info() -> dict:
+    """Counters and sizes of both cache levels (this process's counters)."""
+    files = disk_files() if disk_enabled() else []
+    size = 0
+    for p in files:
+        try:
+            size += p.stat().st_size
+        except OSError:
+            pass
+    with _lock:
+        return {
+            **_stats,
+            "memory_entries": len(_memory),
+            "disk_enabled": disk_enabled(),
+            "disk_dir": str(cache_dir()),
+            "disk_files": len(files),
+            "disk_bytes": size,
+        }
+
+
+def clear_cache(memory: bool = True, disk: bool = True) -> None:
+    """Empty the memory level and delete this cache directory's kernel files."""
+    with _lock:
+        if memory:
+            _memory.clear()
+        if disk:
+            for p in disk_files():
+                try:
+                    p.unlink()
+                except OSError:
+                    pass
+
+
+def reset_stats() -> None:
+    with _lock:
+        for k in _stats:
+            _stats[k] = 0

@@ -1,0 +1,993 @@
+"""Lower an `isa.Program` to an llvmlite ``ir.Module`` (the fast consumer of the ISA).
+
+The module holds one function ``void @<name>(i64 block_idx, i64 block_num, ptr args)`` where
+``args`` points at one base pointer per GM argument (``kernel_args`` order). On-chip buffers
+(UB, L1, L0A/L0B/L0C) become 64-byte aligned allocas in the entry block: on the host the
+scopes are just cache-resident scratch arrays, so emulating the NPU and running fast coincide.
+
+Lowering is a table keyed by instruction type; other modules add entries with::
+
+    from lazymath.backend import lower_llvm
+
+    @lower_llvm.register(isa_cube.Mmad)
+    def _mmad(ctx: lower_llvm.LowerCtx, instr: isa_cube.Mmad) -> None: ...
+
+What a lowering function can use on ``ctx`` (a `LowerCtx`):
+
+- ``ctx.builder`` (``ir.IRBuilder`` positioned where the instruction goes), ``ctx.module``,
+  ``ctx.func``, ``ctx.spec`` (DeviceSpec or None), ``ctx.program``.
+- ``ctx.int(expr) -> i64 Value`` for any ``IntExpr`` (loop vars, block idx/num, arithmetic with
+  Python floor semantics for ``//`` and ``%``).
+- ``ctx.ptr(ref) -> ptr`` typed element pointer: getelementptr of the buffer base by
+  ``ref.off`` elements (never inttoptr). ``ctx.elem_ptr(ptr, dtype, i)`` indexes further.
+- ``ctx.storage_type(dtype)`` / ``ctx.compute_type(dtype)``: float16 is stored as ``half`` and
+  computed as ``float``; bool is stored and computed as ``i8`` holding 0/1.
+- ``ctx.load(ptr, dtype, i)`` / ``ctx.store(ptr, dtype, i, value)``: element access converting
+  storage <-> compute type; inside ``ctx.parallel_for`` the access joins the loop's access
+  group so the loop vectorizer knows iterations are independent (no runtime alias checks).
+- ``ctx.parallel_for(n, body)`` emits ``for i in 0..n`` with ``llvm.loop`` metadata
+  (parallel_accesses + vectorize.enable); ``body(i)`` must emit straight-line code.
+  ``ctx.for_range(start, stop, step, body)`` is a plain scalar loop (may nest anything).
+- ``ctx.map(dst_ref, src_refs, n, fn)`` = parallel_for + loads + ``fn(*values) -> value`` +
+  store; the common shape of every elementwise vector instruction.
+- ``ctx.intrinsic(name, ret, args)`` declares ``llvm.*`` intrinsics with an explicit signature;
+  ``ctx.native(op, dtype)`` returns the scalar function for a native transcendental
+  (``vexp``/``vln``) from ``lazymath.backend.vmath`` (falls back to the llvm intrinsic when
+  vmath is not importable).
+- ``ctx.lower_body(instrs)`` lowers a nested instruction list (what Loop does).
+
+Missing lowerings raise ``NotImplementedError`` naming the instruction: never a silent
+miscompile. Pipe flags (set/wait/barrier) lower to nothing: on the host each block runs its
+instructions in program order, which is the strongest ordering the flags could ask for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from llvmlite import ir
+
+from lazymath.backend import isa
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F16 = ir.HalfType()
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+PTR = ir.PointerType()
+
+_STORAGE = {
+    "float16": F16, "float32": F32, "float64": F64, "bool": I8,
+    "int8": I8, "int16": ir.IntType(16), "int32": I32, "int64": I64,
+    "uint8": I8, "uint16": ir.IntType(16), "uint32": I32, "uint64": I64,
+}  # fmt: skip
+
+LOWER: dict[type, Callable] = {}
+
+
+def register(cls: type) -> Callable:
+    """Decorator: `@register(InstrType) def fn(ctx, instr)` adds a lowering to the table."""
+
+    def deco(fn: Callable) -> Callable:
+        LOWER[cls] = fn
+        return fn
+
+    return deco
+
+
+def kind(dtype: str) -> str:
+    """numpy kind letter: 'f' float, 'i' signed, 'u' unsigned, 'b' bool."""
+    return np.dtype(dtype).kind
+
+
+class _DistinctMD(ir.values.MDValue):
+    """`distinct !{...}` metadata node, needed for self-referential loop ids / access groups."""
+
+    def descr(self, buf) -> None:
+        tmp: list = []
+        super().descr(tmp)
+        buf += ("distinct " + tmp[0], "\n")
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other) -> bool:
+        return self is other
+
+
+class LowerCtx:
+    """State and helpers for lowering one program (see the module docstring)."""
+
+    def __init__(
+        self,
+        program: isa.Program,
+        spec=None,
+        module: ir.Module | None = None,
+        symbol: str | None = None,
+    ):
+        self.program = program
+        self.spec = spec
+        self.module = module or ir.Module(name=symbol or program.name)
+        fnty = ir.FunctionType(ir.VoidType(), [I64, I64, PTR])
+        self.func = ir.Function(self.module, fnty, name=symbol or program.name)
+        for a, nm in zip(self.func.args, ("block_idx", "block_num", "args")):
+            a.name = nm
+        self.entry = self.func.append_basic_block("entry")
+        self.builder = ir.IRBuilder(self.entry)
+        self.env: dict[isa.Var, ir.Value] = {
+            isa.BLOCK_IDX: self.func.args[0],
+            isa.BLOCK_NUM: self.func.args[1],
+        }
+        self.base: dict[str, ir.Value] = {}
+        self._access_group = None
+        self._fns: dict = {}
+        self._nblocks = 0
+
+    # --------------------------------------------------------------------- types, values
+    def storage_type(self, dtype: str) -> ir.Type:
+        try:
+            return _STORAGE[dtype]
+        except KeyError:
+            raise NotImplementedError(f"dtype {dtype} has no LLVM lowering") from None
+
+    def compute_type(self, dtype: str) -> ir.Type:
+        return F32 if dtype == "float16" else self.storage_type(dtype)
+
+    def const(self, dtype: str, value) -> ir.Constant:
+        """A constant of `dtype`'s compute type (bool -> i8 0/1, ints wrap like numpy)."""
+        t = self.compute_type(dtype)
+        k = kind(dtype)
+        if k == "f":  # round to the dtype first: a float16 operand holds a float16 scalar
+            return ir.Constant(t, float(np.dtype(dtype).type(value)))
+        if k == "b":
+            return ir.Constant(t, 1 if value else 0)
+        bits = t.width
+        v = int(value) & ((1 << bits) - 1)
+        if k == "i" and v >= 1 << (bits - 1):
+            v -= 1 << bits
+        return ir.Constant(t, v)
+
+    def int(self, e: isa.IntExpr) -> ir.Value:
+        """i64 value of an IntExpr (Python floor semantics for // and %)."""
+        b = self.builder
+        if isinstance(e, (int, np.integer)):
+            return ir.Constant(I64, int(e))
+        if isinstance(e, isa.Var):
+            try:
+                return self.env[e]
+            except KeyError:
+                raise ValueError(f"kernel {self.program.name}: unbound variable {e}") from None
+        stack, out = [(e, False)], []
+        while stack:
+            node, done = stack.pop()
+            if not isinstance(node, isa.BinInt):
+                out.append(self.int(node))
+                continue
+            if not done:
+                stack += [(node, True), (node.b, False), (node.a, False)]
+                continue
+            y, x = out.pop(), out.pop()
+            op = node.op
+            if op == "+":
+                r = b.add(x, y)
+            elif op == "-":
+                r = b.sub(x, y)
+            elif op == "*":
+                r = b.mul(x, y)
+            elif op == "min":
+                r = b.select(b.icmp_signed("<", x, y), x, y)
+            elif op == "max":
+                r = b.select(b.icmp_signed(">", x, y), x, y)
+            elif op in ("//", "%"):
+                r = self._floor_divmod(x, y, op)
+            else:
+                raise NotImplementedError(f"integer op {op!r}")
+            out.append(r)
+        return out[0]
+
+    def _floor_divmod(self, x: ir.Value, y: ir.Value, op: str) -> ir.Value:
+        b = self.builder
+        if isinstance(y, ir.Constant) and int(y.constant) > 0:
+            q, r = b.sdiv(x, y), b.srem(x, y)
+            neg = b.icmp_signed("<", r, ir.Constant(x.type, 0))
+        else:
+            q, r = b.sdiv(x, y), b.srem(x, y)
+            zero = ir.Constant(x.type, 0)
+            neg = b.and_(b.icmp_signed("!=", r, zero),
+                         b.icmp_signed("!=", b.icmp_signed("<", r, zero),
+                                       b.icmp_signed("<", y, zero)))  # fmt: skip
+        if op == "//":
+            return b.select(neg, b.sub(q, ir.Constant(x.type, 1)), q)
+        return b.select(neg, b.add(r, y), r)
+
+    # --------------------------------------------------------------------- memory
+    def ptr(self, ref: isa.Ref) -> ir.Value:
+        """Typed element pointer to `ref` (gep from the buffer base by ref.off elements)."""
+        try:
+            base = self.base[ref.buf.name]
+        except KeyError:
+            raise ValueError(
+                f"kernel {self.program.name}: buffer {ref.buf.name} is not declared"
+            ) from None
+        if isinstance(ref.off, int) and ref.off == 0:
+            return base
+        return self.elem_ptr(base, ref.buf.dtype, self.int(ref.off))
+
+    def elem_ptr(self, p: ir.Value, dtype: str, i: ir.Value) -> ir.Value:
+        return self.builder.gep(p, [i], source_etype=self.storage_type(dtype))
+
+    def _tag(self, instr) -> None:
+        if self._access_group is not None:
+            instr.set_metadata("llvm.access.group", self._access_group)
+
+    def load_raw(self, p: ir.Value, dtype: str, i: ir.Value) -> ir.Value:
+        t = self.storage_type(dtype)
+        v = self.builder.load(self.elem_ptr(p, dtype, i), typ=t)
+        self._tag(v)
+        return v
+
+    def store_raw(self, p: ir.Value, dtype: str, i: ir.Value, v: ir.Value) -> None:
+        s = self.builder.store(v, self.elem_ptr(p, dtype, i))
+        self._tag(s)
+
+    def load(self, p: ir.Value, dtype: str, i: ir.Value) -> ir.Value:
+        v = self.load_raw(p, dtype, i)
+        return self.builder.fpext(v, F32) if dtype == "float16" else v
+
+    def store(self, p: ir.Value, dtype: str, i: ir.Value, v: ir.Value) -> None:
+        if dtype == "float16":
+            v = self.builder.fptrunc(v, F16)
+        self.store_raw(p, dtype, i, v)
+
+    # --------------------------------------------------------------------- control flow
+    def _distinct(self, ops_fn) -> _DistinctMD:
+        md = _DistinctMD(self.module, [], name=str(len(self.module.metadata)))
+        md.operands = tuple(ops_fn(md))
+        return md
+
+    def _loop(self, start, stop, step, body, parallel: bool) -> None:
+        """Counted loop; `body(i)` emits into the loop body. step must be > 0 (or static)."""
+        b = self.builder
+        start = start if isinstance(start, ir.Value) else self.int(start)
+        stop = stop if isinstance(stop, ir.Value) else self.int(stop)
+        step_v = step if isinstance(step, ir.Value) else self.int(step)
+        down = isinstance(step, int) and step < 0
+        self._nblocks += 1
+        k = self._nblocks
+        pre = b.block
+        head = self.func.append_basic_block(f"loop{k}")
+        bodyb = self.func.append_basic_block(f"body{k}")
+        done = self.func.append_basic_block(f"done{k}")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, name=f"i{k}")
+        i.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed(">" if down else "<", i, stop), bodyb, done)
+        b.position_at_end(bodyb)
+        saved = self._access_group
+        if parallel:
+            self._access_group = self._distinct(lambda md: [])
+        body(i)
+        nxt = b.add(i, step_v, name=f"i{k}.next")
+        i.add_incoming(nxt, b.block)
+        br = b.branch(head)
+        if parallel:
+            ag = self._access_group
+            mod = self.module
+
+            def ops(md):
+                # parallel_accesses (not vectorize.enable): legal without alias checks, and the
+                # vectorizer still decides profitability (no warnings for libm-call loops)
+                par = ir.MetaDataString(mod, "llvm.loop.parallel_accesses")
+                return [md, mod.add_metadata([par, ag])]
+
+            br.set_metadata("llvm.loop", self._distinct(ops))
+        self._access_group = saved
+        b.position_at_end(done)
+
+    def parallel_for(self, n, body: Callable[[ir.Value], None], start=0) -> None:
+        """for i in start..n with independent iterations: vectorizable, no alias checks."""
+        self._loop(start, n, 1, body, parallel=True)
+
+    def for_range(self, start, stop, step, body: Callable[[ir.Value], None]) -> None:
+        self._loop(start, stop, step, body, parallel=False)
+
+    def map(self, dst: isa.Ref, srcs: tuple, n, fn: Callable, dtypes=None) -> None:
+        """dst[i] = fn(*[src[i] for src in srcs]) for i < n, values in compute types."""
+        dp = self.ptr(dst)
+        # identical refs share one SSA pointer, so an in-place op (dst is src) stays provably
+        # elementwise for the vectorizer
+        seen: dict = {(dst.buf.name, dst.off): dp}
+        sps = []
+        for r in srcs:
+            key = (r.buf.name, r.off)
+            if key not in seen:
+                seen[key] = self.ptr(r)
+            sps.append(seen[key])
+        dts = dtypes or [r.buf.dtype for r in srcs]
+
+        def body(i):
+            vals = [self.load(p, dt, i) for p, dt in zip(sps, dts)]
+            self.store(dp, dst.buf.dtype, i, fn(*vals))
+
+        self.parallel_for(self.int(n), body)
+
+    # --------------------------------------------------------------------- functions
+    def intrinsic(self, name: str, ret: ir.Type, args: list) -> ir.Function:
+        key = ("intr", name)
+        if key not in self._fns:
+            try:
+                self._fns[key] = self.module.get_global(name)
+            except KeyError:
+                self._fns[key] = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+        return self._fns[key]
+
+    def call_intrinsic(self, base: str, t: ir.Type, *vals, nargs=None) -> ir.Value:
+        """call llvm.<base>.<type suffix>(vals) with every operand and result of type t."""
+        suffix = _suffix(t)
+        fn = self.intrinsic(f"llvm.{base}.{suffix}", t, [t] * len(vals))
+        return self.builder.call(fn, list(vals))
+
+    def libm(self, name: str, t: ir.Type, nargs: int = 1) -> ir.Function:
+        """Declare a C math function (resolved from the process by MCJIT)."""
+        return self.intrinsic(name, t, [t] * nargs)
+
+    def native(self, op: str, dtype: str) -> ir.Function:
+        """Scalar function for a native transcendental (vexp / vln) in `dtype` (f32/f64)."""
+        key = ("native", op, dtype)
+        if key not in self._fns:
+            fn = None
+            try:
+                from lazymath.backend import vmath  # owned by the vector-math library
+
+                define = getattr(vmath, "define_native", None)
+                if define is not None:
+                    fn = define(self.module, op, dtype)
+            except ImportError:
+                fn = None
+            if fn is None:
+                fn = _fallback_native(self, op, dtype)
+            self._fns[key] = fn
+        return self._fns[key]
+
+    # --------------------------------------------------------------------- bodies
+    def lower_body(self, body) -> None:
+        for instr in body:
+            fn = LOWER.get(type(instr))
+            if fn is None:
+                raise NotImplementedError(
+                    f"no LLVM lowering for instruction {type(instr).__name__} "
+                    f"({isa.format_instr(instr)}) in kernel {self.program.name}"
+                )
+            fn(self, instr)
+
+
+def _suffix(t: ir.Type) -> str:
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{_suffix(t.element)}"
+    if t == F32:
+        return "f32"
+    if t == F64:
+        return "f64"
+    if t == F16:
+        return "f16"
+    return f"i{t.width}"
+
+
+def _fallback_native(ctx: LowerCtx, op: str, dtype: str) -> ir.Function:
+    """Until vmath provides a vectorizable exp/log: a wrapper around the llvm intrinsic."""
+    t = ctx.compute_type(dtype)
+    name = {"vexp": "exp", "vln": "log"}[op]
+    fn = ir.Function(ctx.module, ir.FunctionType(t, [t]), name=f"lm_{name}_{_suffix(t)}")
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    bb = ir.IRBuilder(fn.append_basic_block())
+    intr = ctx.intrinsic(f"llvm.{name}.{_suffix(t)}", t, [t])
+    bb.ret(bb.call(intr, [fn.args[0]]))
+    return fn
+
+
+def lower_program(
+    program: isa.Program, spec=None, module: ir.Module | None = None, symbol: str | None = None
+) -> ir.Module:
+    """Program -> llvmlite module with one function named `symbol` (default: program.name)."""
+    ctx = LowerCtx(program, spec, module, symbol)
+    b = ctx.builder
+    # GM argument base pointers
+    for buf in program.args:
+        slot = b.gep(ctx.func.args[2], [ir.Constant(I64, buf.arg)], source_etype=PTR)
+        ctx.base[buf.name] = b.load(slot, typ=PTR, name=f"{buf.name}.base")
+    # on-chip buffers: aligned allocas in the entry block
+    for buf in program.buffers:
+        t = ir.ArrayType(ctx.storage_type(buf.dtype), max(buf.size, 1))
+        a = b.alloca(t, name=buf.name)
+        a.type = PTR  # opaque pointer: every access is a typed getelementptr
+        a.align = 64
+        ctx.base[buf.name] = a
+    ctx.lower_body(program.body)
+    ctx.builder.ret_void()
+    return ctx.module
+
+
+# ============================================================================= scalar semantics
+# Each entry builds one element of a vector instruction from compute-type values. They are
+# total functions (no traps, no poison) on any input bits: tail lanes of a tile hold garbage.
+
+
+def _fcmp(b, op, x, y):
+    return b.fcmp_unordered(op, x, y) if op == "!=" else b.fcmp_ordered(op, x, y)
+
+
+def _isnan(b, x):
+    return b.fcmp_unordered("uno", x, x)
+
+
+def _icmp(b, k, op, x, y):
+    return b.icmp_signed(op, x, y) if k == "i" else b.icmp_unsigned(op, x, y)
+
+
+def _int_div_guard(ctx, k, x, y):
+    """Divisor with 0 and (MIN, -1) replaced by 1 so the host never traps; mask of y == 0."""
+    b = ctx.builder
+    zero, one = ir.Constant(y.type, 0), ir.Constant(y.type, 1)
+    yz = b.icmp_signed("==", y, zero)
+    bad = yz
+    if k == "i":
+        mn = ir.Constant(y.type, -(1 << (y.type.width - 1)))
+        bad = b.or_(bad, b.and_(b.icmp_signed("==", x, mn),
+                                b.icmp_signed("==", y, ir.Constant(y.type, -1))))  # fmt: skip
+    return b.select(bad, one, y), yz
+
+
+def _int_divmod(ctx, k, x, y, want: str):
+    """Python/numpy integer floor division or modulo; division by zero gives 0 like numpy."""
+    b = ctx.builder
+    ys, yz = _int_div_guard(ctx, k, x, y)
+    zero = ir.Constant(x.type, 0)
+    if k != "i":
+        q, r = b.udiv(x, ys), b.urem(x, ys)
+        res = q if want == "div" else r
+        return b.select(yz, zero, res)
+    q, r = b.sdiv(x, ys), b.srem(x, ys)
+    if want == "trunc":
+        return b.select(yz, zero, q)
+    sign_differs = b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", ys, zero))
+    adj = b.and_(b.icmp_signed("!=", r, zero), sign_differs)
+    if want == "div":
+        res = b.select(adj, b.sub(q, ir.Constant(x.type, 1)), q)
+    else:
+        res = b.select(adj, b.add(r, ys), r)
+    return b.select(yz, zero, res)
+
+
+def _float_divmod(ctx, x, y, want: str):
+    """numpy's npy_divmod: floor_divide / remainder for floats, branch-free."""
+    b = ctx.builder
+    t = x.type
+    z = ir.Constant(t, 0.0)
+    one = ir.Constant(t, 1.0)
+    mod = b.frem(x, y)
+    yz = b.fcmp_ordered("==", y, z)
+    div = b.fdiv(b.fsub(x, mod), y)
+    modnz = b.fcmp_unordered("!=", mod, z)
+    flip = b.and_(modnz, b.xor(b.fcmp_ordered("<", y, z), b.fcmp_ordered("<", mod, z)))
+    mod2 = b.select(flip, b.fadd(mod, y), mod)
+    div2 = b.select(flip, b.fsub(div, one), div)
+    if want == "mod":
+        signed0 = ctx.call_intrinsic("copysign", t, z, y)
+        res = b.select(modnz, mod2, signed0)
+        return b.select(yz, mod, res)
+    fl = ctx.call_intrinsic("floor", t, div2)
+    fl = b.select(b.fcmp_ordered(">", b.fsub(div2, fl), ir.Constant(t, 0.5)), b.fadd(fl, one), fl)
+    q = b.fdiv(x, y)
+    res = b.select(b.fcmp_unordered("!=", div2, z), fl, ctx.call_intrinsic("copysign", t, z, q))
+    return b.select(yz, q, res)
+
+
+def _int_pow(ctx, k, x, y):
+    """x ** y for integers by branch-free square-and-multiply (wraps like numpy)."""
+    b = ctx.builder
+    t = x.type
+    one, zero = ir.Constant(t, 1), ir.Constant(t, 0)
+    r, base, e = one, x, y
+    for _ in range(t.width if k != "b" else 1):
+        bit = b.icmp_signed("!=", b.and_(e, one), zero)
+        r = b.select(bit, b.mul(r, base), r)
+        base = b.mul(base, base)
+        e = b.lshr(e, one)
+    if k == "i":  # negative exponents: numpy raises; give the integer truncation of x**y
+        neg = b.icmp_signed("<", y, zero)
+        m1 = ir.Constant(t, -1)
+        odd = b.icmp_signed("!=", b.and_(y, one), zero)
+        alt_m1 = b.select(b.icmp_signed("==", x, m1), b.select(odd, m1, one), zero)
+        alt = b.select(b.icmp_signed("==", x, one), one, alt_m1)
+        r = b.select(neg, alt, r)
+    return r
+
+
+def _maxmin(ctx, k, op, x, y):
+    b = ctx.builder
+    if k == "f":  # numpy: a if (a > b or isnan(a)) else b
+        c = b.or_(b.fcmp_ordered(">" if op == "max" else "<", x, y), _isnan(b, x))
+        return b.select(c, x, y)
+    return b.select(_icmp(b, k, ">" if op == "max" else "<", x, y), x, y)
+
+
+def binary_op(ctx: LowerCtx, op: str, dtype: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    """One element of VBinary `op` on compute-type values of `dtype`."""
+    b = ctx.builder
+    k = kind(dtype)
+    f = k == "f"
+    if op == "vadd":
+        return b.fadd(x, y) if f else (b.or_(x, y) if k == "b" else b.add(x, y))
+    if op == "vsub":
+        return b.fsub(x, y) if f else (b.xor(x, y) if k == "b" else b.sub(x, y))
+    if op == "vmul":
+        return b.fmul(x, y) if f else (b.and_(x, y) if k == "b" else b.mul(x, y))
+    if op == "vdiv":
+        return b.fdiv(x, y) if f else _int_divmod(ctx, k, x, y, "trunc" if k == "i" else "div")
+    if op in ("vmax", "vmin"):
+        return _maxmin(ctx, k, op[1:], x, y)
+    if op in ("vand", "vor", "vxor") and not f:
+        return {"vand": b.and_, "vor": b.or_, "vxor": b.xor}[op](x, y)
+    if op in ("vfloordiv", "vmod"):
+        if f:
+            return _float_divmod(ctx, x, y, "div" if op == "vfloordiv" else "mod")
+        return _int_divmod(ctx, k, x, y, "div" if op == "vfloordiv" else "mod")
+    if op == "vpow":
+        if f:
+            return ctx.call_intrinsic("pow", x.type, x, y)
+        return _int_pow(ctx, k, x, y)
+    raise NotImplementedError(f"vector binary {op} on {dtype}")
+
+
+def unary_op(ctx: LowerCtx, op: str, dtype: str, x: ir.Value) -> ir.Value:
+    b = ctx.builder
+    k = kind(dtype)
+    t = x.type
+    if op == "vcopy":
+        return x
+    if k == "f":
+        if op in ("vexp", "vln"):
+            native_dt = "float64" if dtype == "float64" else "float32"
+            return b.call(ctx.native(op, native_dt), [x])
+        if op == "vabs":
+            return ctx.call_intrinsic("fabs", t, x)
+        if op == "vrelu":
+            z = ir.Constant(t, 0.0)
+            return b.select(b.or_(b.fcmp_ordered(">", x, z), _isnan(b, x)), x, z)
+        if op == "vsqrt":
+            return ctx.call_intrinsic("sqrt", t, x)
+        if op == "vrsqrt":
+            return b.fdiv(ir.Constant(t, 1.0), ctx.call_intrinsic("sqrt", t, x))
+        if op == "vrec":
+            return b.fdiv(ir.Constant(t, 1.0), x)
+        if op == "vneg":
+            return b.fneg(x)
+        intr = {"vfloor": "floor", "vceil": "ceil", "vrint": "roundeven", "vtrunc": "trunc"}
+        if op in intr:
+            return ctx.call_intrinsic(intr[op], t, x)
+    else:
+        zero = ir.Constant(t, 0)
+        if op in ("vfloor", "vceil", "vrint", "vtrunc"):
+            return x
+        if op == "vabs":
+            if k != "i":
+                return x
+            return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+        if op == "vneg":
+            return b.sub(zero, x)
+        if op == "vnot":
+            return b.xor(x, ir.Constant(t, 1 if k == "b" else -1))
+        if op == "vrelu":
+            return b.select(_icmp(b, k, ">", x, zero), x, zero)
+        if op == "vrec":
+            return _int_divmod(ctx, k, ir.Constant(t, 1), x, "trunc" if k == "i" else "div")
+    raise NotImplementedError(f"vector unary {op} on {dtype}")
+
+
+def scalar_op(ctx: LowerCtx, op: str, dtype: str, x: ir.Value, s) -> ir.Value:
+    b = ctx.builder
+    k = kind(dtype)
+    c = ctx.const(dtype, s)
+    if op == "vadds":
+        return binary_op(ctx, "vadd", dtype, x, c)
+    if op == "vmuls":
+        return binary_op(ctx, "vmul", dtype, x, c)
+    if op == "vmaxs":
+        return binary_op(ctx, "vmax", dtype, x, c)
+    if op == "vmins":
+        return binary_op(ctx, "vmin", dtype, x, c)
+    if op in ("vshl", "vshr") and k in "iu":
+        width = x.type.width
+        if int(s) >= width:  # shifting out every bit (LLVM would make it poison)
+            if op == "vshl" or k == "u":
+                return ir.Constant(x.type, 0)
+            return b.ashr(x, ir.Constant(x.type, width - 1))
+        sh = ir.Constant(x.type, int(s))
+        if op == "vshl":
+            return b.shl(x, sh)
+        return b.ashr(x, sh) if k == "i" else b.lshr(x, sh)
+    raise NotImplementedError(f"vector scalar op {op} on {dtype}")
+
+
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def compare(ctx: LowerCtx, cmp: str, dtype: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    b = ctx.builder
+    k = kind(dtype)
+    op = _CMP[cmp]
+    c = _fcmp(b, op, x, y) if k == "f" else _icmp(b, k, op, x, y)
+    return b.zext(c, I8)
+
+
+def convert(ctx: LowerCtx, src_dt: str, dst_dt: str, x: ir.Value, mode: str) -> ir.Value:
+    """Storage-type value of src_dt -> storage-type value of dst_dt (one rounding)."""
+    b = ctx.builder
+    ks, kd = kind(src_dt), kind(dst_dt)
+    ts, td = ctx.storage_type(src_dt), ctx.storage_type(dst_dt)
+    if mode == "bits":
+        return b.bitcast(x, td)
+    if ks == "f" and mode in ("rint", "floor", "ceil") and kd != "f":
+        x = ctx.call_intrinsic({"rint": "roundeven"}.get(mode, mode), ts, x)
+    if kd == "b":
+        if ks == "f":
+            c = b.fcmp_unordered("!=", x, ir.Constant(ts, 0.0))
+        else:
+            c = b.icmp_signed("!=", x, ir.Constant(ts, 0))
+        return b.zext(c, I8)
+    if ks == "f" and kd == "f":
+        if ts == td:
+            return x
+        return b.fpext(x, td) if _fbits(ts) < _fbits(td) else b.fptrunc(x, td)
+    if ks == "f":
+        name = "fptosi.sat" if kd == "i" else "fptoui.sat"
+        fn = ctx.intrinsic(f"llvm.{name}.{_suffix(td)}.{_suffix(ts)}", td, [ts])
+        return b.call(fn, [x])
+    if kd == "f":
+        return b.sitofp(x, td) if ks == "i" else b.uitofp(x, td)
+    if ts.width == td.width:
+        return x
+    if ts.width > td.width:
+        return b.trunc(x, td)
+    return b.sext(x, td) if ks == "i" else b.zext(x, td)
+
+
+def _fbits(t: ir.Type) -> int:
+    return {F16: 16, F32: 32, F64: 64}[t]
+
+
+# ============================================================================= vector lowering
+
+
+@register(isa.VBinary)
+def _vbinary(ctx: LowerCtx, i: isa.VBinary) -> None:
+    dt = i.a.buf.dtype
+    ctx.map(i.dst, (i.a, i.b), i.n, lambda x, y: binary_op(ctx, i.op, dt, x, y))
+
+
+@register(isa.VScalar)
+def _vscalar(ctx: LowerCtx, i: isa.VScalar) -> None:
+    dt = i.src.buf.dtype
+    ctx.map(i.dst, (i.src,), i.n, lambda x: scalar_op(ctx, i.op, dt, x, i.scalar))
+
+
+@register(isa.VUnary)
+def _vunary(ctx: LowerCtx, i: isa.VUnary) -> None:
+    dt = i.src.buf.dtype
+    if i.dst.buf.dtype != dt:
+        raise ValueError(f"{isa.format_instr(i)}: unary ops keep the dtype")
+    ctx.map(i.dst, (i.src,), i.n, lambda x: unary_op(ctx, i.op, dt, x))
+
+
+@register(isa.VFma)
+def _vfma(ctx: LowerCtx, i: isa.VFma) -> None:
+    dt = i.dst.buf.dtype
+    if kind(dt) == "f":
+        ctx.map(i.dst, (i.a, i.b, i.c), i.n,
+                lambda x, y, z: ctx.call_intrinsic("fma", x.type, x, y, z))  # fmt: skip
+    else:
+        b = ctx.builder
+        ctx.map(i.dst, (i.a, i.b, i.c), i.n, lambda x, y, z: b.add(b.mul(x, y), z))
+
+
+@register(isa.VConv)
+def _vconv(ctx: LowerCtx, i: isa.VConv) -> None:
+    sd, dd = i.src.buf.dtype, i.dst.buf.dtype
+    sp, dp = ctx.ptr(i.src), ctx.ptr(i.dst)
+
+    def body(k):
+        x = ctx.load_raw(sp, sd, k)
+        ctx.store_raw(dp, dd, k, convert(ctx, sd, dd, x, i.mode))
+
+    ctx.parallel_for(ctx.int(i.n), body)
+
+
+@register(isa.VCmp)
+def _vcmp(ctx: LowerCtx, i: isa.VCmp) -> None:
+    dt = i.a.buf.dtype
+    ctx.map(i.dst, (i.a, i.b), i.n, lambda x, y: compare(ctx, i.cmp, dt, x, y))
+
+
+@register(isa.VCmpS)
+def _vcmps(ctx: LowerCtx, i: isa.VCmpS) -> None:
+    dt = i.src.buf.dtype
+    ctx.map(i.dst, (i.src,), i.n, lambda x: compare(ctx, i.cmp, dt, x, ctx.const(dt, i.scalar)))
+
+
+@register(isa.VSel)
+def _vsel(ctx: LowerCtx, i: isa.VSel) -> None:
+    b = ctx.builder
+
+    def fn(m, x, y):
+        return b.select(b.icmp_unsigned("!=", m, ir.Constant(m.type, 0)), x, y)
+
+    ctx.map(i.dst, (i.mask, i.a, i.b), i.n, fn)
+
+
+@register(isa.VDup)
+def _vdup(ctx: LowerCtx, i: isa.VDup) -> None:
+    dp = ctx.ptr(i.dst)
+    dt = i.dst.buf.dtype
+    c = ctx.const(dt, i.scalar)
+    ctx.parallel_for(ctx.int(i.n), lambda k: ctx.store(dp, dt, k, c))
+
+
+@register(isa.VGather)
+def _vgather(ctx: LowerCtx, i: isa.VGather) -> None:
+    b = ctx.builder
+    dp, tp, ip = ctx.ptr(i.dst), ctx.ptr(i.table), ctx.ptr(i.idx)
+    dt = i.dst.buf.dtype
+
+    def body(k):
+        j = ctx.load(ip, i.idx.buf.dtype, k)
+        j = b.sext(j, I64) if j.type.width < 64 else j
+        ctx.store(dp, dt, k, ctx.load(tp, i.table.buf.dtype, j))
+
+    ctx.parallel_for(ctx.int(i.n), body)
+
+
+def _reduce_identity(ctx: LowerCtx, op: str, dt: str) -> ir.Constant:
+    k = kind(dt)
+    if op == "vcadd":
+        return ctx.const(dt, 0)
+    if op == "vcmul":
+        return ctx.const(dt, 1)
+    if k == "f":
+        return ctx.const(dt, float("-inf") if op == "vcmax" else float("inf"))
+    info = np.iinfo(dt) if k != "b" else None
+    if op == "vcmax":
+        return ctx.const(dt, 0 if k == "b" else info.min)
+    return ctx.const(dt, 1 if k == "b" else info.max)
+
+
+def _combine(ctx: LowerCtx, op: str, dt: str, acc: ir.Value, x: ir.Value) -> ir.Value:
+    b = ctx.builder
+    k = kind(dt)
+    if op == "vcadd":
+        return (
+            b.fadd(acc, x, flags=("reassoc",)) if k == "f" else binary_op(ctx, "vadd", dt, acc, x)
+        )
+    if op == "vcmul":
+        return (
+            b.fmul(acc, x, flags=("reassoc",)) if k == "f" else binary_op(ctx, "vmul", dt, acc, x)
+        )
+    if k == "f":  # NaN-propagating, recognised by the loop vectorizer as a reduction
+        return ctx.call_intrinsic("maximum" if op == "vcmax" else "minimum", acc.type, acc, x)
+    if k == "b":
+        return b.or_(acc, x) if op == "vcmax" else b.and_(acc, x)
+    nm = ("s" if k == "i" else "u") + ("max" if op == "vcmax" else "min")
+    return ctx.call_intrinsic(nm, acc.type, acc, x)
+
+
+@register(isa.VReduce)
+def _vreduce(ctx: LowerCtx, i: isa.VReduce) -> None:
+    """Row-wise reduction into dst[r]; computed in dst's dtype with a vectorizable phi loop."""
+    b = ctx.builder
+    sd, dd = i.src.buf.dtype, i.dst.buf.dtype
+    sp, dp = ctx.ptr(i.src), ctx.ptr(i.dst)
+    n = ctx.int(i.n)
+
+    def row(r):
+        k = ctx.compute_type(dd)
+        start = b.mul(r, n)
+        acc0 = ctx.load(dp, dd, r)
+        pre = b.block
+        # inner reduction loop with an explicit accumulator phi
+        ctx._nblocks += 1
+        j = ctx._nblocks
+        head = ctx.func.append_basic_block(f"red{j}")
+        body = ctx.func.append_basic_block(f"redbody{j}")
+        done = ctx.func.append_basic_block(f"reddone{j}")
+        b.branch(head)
+        b.position_at_end(head)
+        c = b.phi(I64)
+        acc = b.phi(k)
+        c.add_incoming(ir.Constant(I64, 0), pre)
+        acc.add_incoming(_reduce_identity(ctx, i.op, dd), pre)
+        b.cbranch(b.icmp_signed("<", c, n), body, done)
+        b.position_at_end(body)
+        x = ctx.load_raw(sp, sd, b.add(start, c))
+        x = convert(ctx, sd, dd, x, "trunc") if sd != dd else x
+        if dd == "float16":
+            x = b.fpext(x, F32)
+        nacc = _combine(ctx, i.op, dd, acc, x)
+        c.add_incoming(b.add(c, ir.Constant(I64, 1)), b.block)
+        acc.add_incoming(nacc, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        ctx.store(dp, dd, r, _combine(ctx, i.op, dd, acc0, acc))
+
+    ctx.for_range(0, i.rows, 1, row)
+
+
+@register(isa.VArgReduce)
+def _vargreduce(ctx: LowerCtx, i: isa.VArgReduce) -> None:
+    """First-occurrence arg max/min, NaN wins (first NaN), like numpy.argmax/argmin."""
+    b = ctx.builder
+    sd, vd, idt = i.src.buf.dtype, i.dst_val.buf.dtype, i.dst_idx.buf.dtype
+    sp, vp, ip = ctx.ptr(i.src), ctx.ptr(i.dst_val), ctx.ptr(i.dst_idx)
+    n, base = ctx.int(i.n), ctx.int(i.base)
+    k = kind(vd)
+
+    def row(r):
+        start = b.mul(r, n)
+        v0, j0 = ctx.load(vp, vd, r), ctx.load(ip, idt, r)
+        pre = b.block
+        ctx._nblocks += 1
+        q = ctx._nblocks
+        head = ctx.func.append_basic_block(f"arg{q}")
+        body = ctx.func.append_basic_block(f"argbody{q}")
+        done = ctx.func.append_basic_block(f"argdone{q}")
+        b.branch(head)
+        b.position_at_end(head)
+        c = b.phi(I64)
+        bv = b.phi(v0.type)
+        bj = b.phi(I64)
+        c.add_incoming(ir.Constant(I64, 0), pre)
+        bv.add_incoming(v0, pre)
+        bj.add_incoming(j0 if j0.type == I64 else b.sext(j0, I64), pre)
+        b.cbranch(b.icmp_signed("<", c, n), body, done)
+        b.position_at_end(body)
+        x = ctx.load(sp, sd, b.add(start, c))
+        if sd != vd:
+            raise NotImplementedError(f"{isa.format_instr(i)}: value dtype must match source")
+        cmp = ">" if i.op == "vargmax" else "<"
+        if k == "f":
+            better = b.or_(b.fcmp_ordered(cmp, x, bv),
+                           b.and_(_isnan(b, x), b.fcmp_ordered("ord", bv, bv)))  # fmt: skip
+        else:
+            better = _icmp(b, k, cmp, x, bv)
+        c.add_incoming(b.add(c, ir.Constant(I64, 1)), b.block)
+        bv.add_incoming(b.select(better, x, bv), b.block)
+        bj.add_incoming(b.select(better, b.add(base, c), bj), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        ctx.store(vp, vd, r, bv)
+        ctx.store(
+            ip, idt, r, bj if ctx.storage_type(idt) == I64 else b.trunc(bj, ctx.storage_type(idt))
+        )
+
+    ctx.for_range(0, i.rows, 1, row)
+
+
+# ============================================================================= movers
+
+
+def _copy_2d(ctx: LowerCtx, gm_is_src: bool, gm_ref, chip_ref, counts, strides, pitch) -> None:
+    """Dense chip tile <-> strided GM (2-D at most). memcpy for unit inner stride."""
+    b = ctx.builder
+    dt = chip_ref.buf.dtype
+    if gm_ref.buf.dtype != dt:
+        raise ValueError(f"copy between {gm_ref.buf.dtype} and {dt}: movers do not convert")
+    if len(counts) == 1:
+        counts, strides = (1, counts[0]), (0, strides[0])
+    if len(counts) != 2:
+        raise NotImplementedError(f"copies of {len(counts)} dims (at most 2)")
+    rows, cols = ctx.int(counts[0]), ctx.int(counts[1])
+    pitch_v = cols if pitch is None else ctx.int(pitch)
+    gp, cp = ctx.ptr(gm_ref), ctx.ptr(chip_ref)
+    s0, s1 = strides
+    s0v = ctx.int(s0)
+    itemsize = np.dtype(dt).itemsize
+
+    def row(r):
+        g = ctx.elem_ptr(gp, dt, b.mul(r, s0v))
+        c = ctx.elem_ptr(cp, dt, b.mul(r, pitch_v))
+        if isinstance(s1, int) and s1 == 1:
+            nbytes = b.mul(cols, ir.Constant(I64, itemsize))
+            fn = ctx.intrinsic("llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, I64, I1])
+            dst, src = (c, g) if gm_is_src else (g, c)
+            b.call(fn, [dst, src, nbytes, ir.Constant(I1, 0)])
+            return
+        if isinstance(s1, int) and s1 == 0 and gm_is_src:
+            v = ctx.load_raw(g, dt, ir.Constant(I64, 0))  # broadcast: read once, fill the row
+            ctx.parallel_for(cols, lambda k: ctx.store_raw(c, dt, k, v))
+            return
+        s1v = ctx.int(s1)
+
+        def elem(k):
+            gi = b.mul(k, s1v)
+            if gm_is_src:
+                ctx.store_raw(c, dt, k, ctx.load_raw(g, dt, gi))
+            else:
+                ctx.store_raw(g, dt, gi, ctx.load_raw(c, dt, k))
+
+        if gm_is_src or (isinstance(s1, int) and s1 != 0):
+            ctx.parallel_for(cols, elem)
+        else:  # writing a stride-0 GM view: last write wins, keep the order
+            ctx.for_range(0, cols, 1, elem)
+
+    ctx.for_range(0, rows, 1, row)
+
+
+@register(isa.CopyIn)
+def _copy_in(ctx: LowerCtx, i: isa.CopyIn) -> None:
+    _copy_2d(ctx, True, i.src, i.dst, i.counts, i.strides, i.dst_pitch)
+
+
+@register(isa.CopyOut)
+def _copy_out(ctx: LowerCtx, i: isa.CopyOut) -> None:
+    _copy_2d(ctx, False, i.dst, i.src, i.counts, i.strides, i.src_pitch)
+
+
+# ============================================================================= control
+
+
+@register(isa.Loop)
+def _loop(ctx: LowerCtx, i: isa.Loop) -> None:
+    def body(v):
+        saved = ctx.env.get(i.var)
+        ctx.env[i.var] = v
+        ctx.lower_body(i.body)
+        if saved is None:
+            ctx.env.pop(i.var, None)
+        else:
+            ctx.env[i.var] = saved
+
+    if not isinstance(i.step, int) or i.step == 0:
+        if not isinstance(i.step, int):
+            ctx.for_range(i.start, i.stop, i.step, body)
+            return
+        raise ValueError(f"loop {i.var} has step 0")
+    ctx.for_range(i.start, i.stop, i.step, body)
+
+
+@register(isa.Let)
+def _let(ctx: LowerCtx, i: isa.Let) -> None:
+    ctx.env[i.var] = ctx.int(i.value)
+
+
+@register(isa.SetFlag)
+@register(isa.WaitFlag)
+@register(isa.PipeBarrier)
+def _flag(ctx: LowerCtx, i) -> None:
+    """Host blocks run in program order: flags matter only to interp checks and the cost model."""
+
+
+@register(isa.VHostMath)
+def _vhostmath(ctx: LowerCtx, i: isa.VHostMath) -> None:
+    """libm fallback for composites vmath cannot expand (scalar calls; correct, not fast)."""
+    b = ctx.builder
+    dt = i.dst.buf.dtype
+    t = ctx.compute_type(dt)
+    suffix = "f" if t == F32 else ""
+
+    def fn(*xs):
+        if i.fn in ("sin", "cos", "tan", "tanh"):
+            return b.call(ctx.libm(i.fn + suffix, t), [xs[0]])
+        if i.fn == "sigmoid":
+            one = ir.Constant(t, 1.0)
+            e = b.call(ctx.native("vexp", "float64" if t == F64 else "float32"), [b.fneg(xs[0])])
+            return b.fdiv(one, b.fadd(one, e))
+        if i.fn == "pow":
+            return ctx.call_intrinsic("pow", t, xs[0], xs[1])
+        if i.fn in ("floor_divide", "remainder"):
+            return _float_divmod(ctx, xs[0], xs[1], "div" if i.fn == "floor_divide" else "mod")
+        raise NotImplementedError(f"host math function {i.fn}")
+
+    ctx.map(i.dst, i.srcs, i.n, fn)

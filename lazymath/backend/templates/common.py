@@ -1,0 +1,498 @@
+"""Shared pieces of the Vector templates: dim collapsing, tiling, block split, and the emitter
+that turns a fused scalar expression (`kernel_ir.Expr`) into vector instructions over UB tiles.
+
+Why an emitter with a buffer pool: every SSA value of an expression needs a UB tile, but UB is
+small, so tiles are recycled as soon as a value is dead (linear-scan over the SSA order), and
+ops write in place when their operand dies. Fewer live tiles means larger tiles, which is what
+the tiling function maximises. The count of live tiles is known only after emission, so the
+templates emit twice: once to count, once with the real tile size.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from lazymath.backend import isa
+from lazymath.backend.kernel_ir import ArgView, Expr, SOp
+
+SMALL_WORK = 32 * 1024  # elements: below this one block keeps latency low
+TILE_ALIGN = 32  # elements: 32-byte aligned tiles for every dtype up to 8 bytes (NPU: 32 B)
+
+
+def itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
+
+
+def host_blocks(work_items: int, total_elems: int) -> int:
+    """How many blocks the host launches: one per core, one when the work is tiny."""
+    if total_elems < SMALL_WORK or work_items <= 1:
+        return 1
+    return max(1, min(os.cpu_count() or 1, work_items))
+
+
+def collapse(shape: tuple[int, ...], strides_list: list[tuple[int, ...]]):
+    """Drop size-1 dims and merge adjacent dims every view walks contiguously.
+
+    Returns (shape, [strides per view]); at least one dim (a scalar becomes (1,)).
+    """
+    dims = [d for d in range(len(shape)) if shape[d] != 1]
+    if not dims:
+        return (1,), [(0,) for _ in strides_list]
+    out_shape = [shape[dims[0]]]
+    out_strides = [[s[dims[0]]] for s in strides_list]
+    for d in dims[1:]:
+        size = shape[d]
+        if all(st[-1] == s[d] * size for st, s in zip(out_strides, strides_list)):
+            out_shape[-1] *= size
+            for st, s in zip(out_strides, strides_list):
+                st[-1] = s[d]
+        else:
+            out_shape.append(size)
+            for st, s in zip(out_strides, strides_list):
+                st.append(s[d])
+    return tuple(out_shape), [tuple(s) for s in out_strides]
+
+
+def align_down(x: int, a: int = TILE_ALIGN) -> int:
+    return max(a, x // a * a)
+
+
+def align_up(x: int, a: int = TILE_ALIGN) -> int:
+    return max(a, (x + a - 1) // a * a)
+
+
+def tile_elems(spec, queue_bytes: int, temp_bytes: int, cap: int | None = None) -> int:
+    """UB tile (elements) for `queue_bytes` per element of double-buffered queues and
+    `temp_bytes` per element of single temporaries: ub / (2*queues + temps), 32-aligned."""
+    per_elem = 2 * queue_bytes + temp_bytes
+    t = align_down(spec.ub_bytes // max(per_elem, 1))
+    if cap is not None:
+        t = min(t, align_up(cap))
+    return t
+
+
+def block_range(items: int) -> tuple[isa.IntExpr, isa.IntExpr, list]:
+    """[start, stop) of this block's work items, GetBlockIdx()/GetBlockNum() style.
+
+    blockFactor = ceil(items / block_num); computed in the kernel so one program is right for any
+    launch width (the host's cores or the NPU's).
+    """
+    factor = isa.Var("block_factor")
+    start = isa.Var("block_start")
+    stop = isa.Var("block_stop")
+    lets = [
+        isa.Let(factor, isa.floordiv(isa.add(items - 1, isa.BLOCK_NUM), isa.BLOCK_NUM)),
+        isa.Let(start, isa.mul(isa.BLOCK_IDX, factor)),
+        isa.Let(stop, isa.imin(isa.add(start, factor), items)),
+    ]
+    return start, stop, lets
+
+
+def unravel(index: isa.IntExpr, sizes: tuple[int, ...]) -> list[isa.IntExpr]:
+    """C-order multi-index of a flat index (div/mod chain; empty sizes -> [])."""
+    out: list[isa.IntExpr] = []
+    rest = index
+    for k in range(len(sizes) - 1, -1, -1):
+        if k == 0:
+            out.append(rest)
+        else:
+            out.append(isa.mod(rest, sizes[k]))
+            rest = isa.floordiv(rest, sizes[k])
+    return out[::-1]
+
+
+def dot(idx: list[isa.IntExpr], strides: tuple[int, ...], base: isa.IntExpr = 0) -> isa.IntExpr:
+    acc = base
+    for i, s in zip(idx, strides):
+        acc = isa.add(acc, isa.mul(i, s))
+    return acc
+
+
+def gm_args(views: tuple[ArgView, ...], names: list[str]) -> tuple[isa.Buffer, ...]:
+    return tuple(
+        isa.Buffer(n, "GM", v.dtype, 0, arg=k) for k, (v, n) in enumerate(zip(views, names))
+    )
+
+
+# ============================================================================= emitter
+
+
+class TileBuilder(isa.Builder):
+    """A Builder whose scratch tiles come from a recycling pool (see `TilePool`)."""
+
+    def __init__(self, pool: TilePool):
+        super().__init__(tile=pool.tile, prefix="tmp")
+        self.pool = pool
+        self.borrowed: list[isa.Ref] = []
+
+    def scratch(self, dtype, size=None, scope="UB", prefix=None):
+        if scope != "UB" or (size is not None and size > self.pool.tile):
+            return super().scratch(dtype, size, scope, prefix)
+        r = self.pool.get(dtype)
+        self.borrowed.append(r)
+        return r
+
+
+class TilePool:
+    """Free lists of UB tiles per dtype; every tile holds `tile` elements."""
+
+    def __init__(self, tile: int, prefix: str = "t"):
+        self.tile = tile
+        self.prefix = prefix
+        self.free: dict[str, list[isa.Ref]] = {}
+        self.buffers: list[isa.Buffer] = []
+
+    def get(self, dtype: str) -> isa.Ref:
+        lst = self.free.setdefault(dtype, [])
+        if lst:
+            return lst.pop()
+        buf = isa.Buffer(f"{self.prefix}{len(self.buffers)}_{dtype}", "UB", dtype, self.tile)
+        self.buffers.append(buf)
+        return isa.Ref(buf, 0)
+
+    def put(self, ref: isa.Ref) -> None:
+        if ref.buf in self.buffers:
+            self.free.setdefault(ref.buf.dtype, []).append(ref)
+
+    def owns(self, ref: isa.Ref) -> bool:
+        return ref.buf in self.buffers
+
+    @property
+    def bytes_per_elem(self) -> int:
+        return sum(itemsize(b.dtype) for b in self.buffers)
+
+
+@dataclass
+class Const:
+    """An expression value that is a scalar constant (folded into vadds/vmuls/... when possible)."""
+
+    value: object
+    dtype: str
+
+
+def _last_uses(expr: Expr, results: tuple[int, ...]) -> list[int]:
+    last = list(range(len(expr)))
+    for i, op in enumerate(expr):
+        for s in op.srcs:
+            last[s] = max(last[s], i)
+    for r in results:
+        last[r] = len(expr)
+    return last
+
+
+# ops that compute with one native instruction per element and may run in place
+_INPLACE_OK = {
+    "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "relu", "floor", "ceil", "round",
+    "add", "sub", "mul", "div", "maximum", "minimum", "logical_not", "cast",
+}  # fmt: skip
+
+COMPOSITE = ("sin", "cos", "tan", "tanh", "sigmoid", "pow", "floor_divide", "remainder")
+
+
+class ExprEmitter:
+    """Emit vector instructions for a fused expression over whole tiles (n = tile).
+
+    `loads[k]` is the tile Ref holding input k, `acc` the accumulator tile (epilogues) and
+    `dests[j]` optional preferred destination tiles for result j (the output queues). Returns the
+    Ref (or `Const`) of every result. Temporaries come from `pool`.
+    """
+
+    def __init__(self, b: isa.Builder, pool: TilePool, n: isa.IntExpr):
+        self.b = b
+        self.pool = pool
+        self.n = n
+        self.const_tiles: dict = {}
+        self.hoisted: list = []  # VDup of constant tiles, emitted once before the tile loop
+
+    # ---------------------------------------------------------------- helpers
+    def const_tile(self, value, dtype: str) -> isa.Ref:
+        key = (repr(value), dtype)
+        if key not in self.const_tiles:
+            buf = isa.Buffer(f"c{len(self.const_tiles)}_{dtype}", "UB", dtype, self.pool.tile)
+            self.pool.buffers.append(buf)  # counted, never freed
+            r = isa.Ref(buf, 0)
+            self.hoisted.append(isa.VDup(r, value, self.pool.tile))
+            self.const_tiles[key] = r
+        return self.const_tiles[key]
+
+    def tile_of(self, v, dtype: str) -> isa.Ref:
+        return self.const_tile(v.value, dtype) if isinstance(v, Const) else v
+
+    def emit(
+        self,
+        expr: Expr,
+        results: tuple[int, ...],
+        loads: dict[int, isa.Ref],
+        acc: isa.Ref | None = None,
+        dests: dict[int, isa.Ref] | None = None,
+    ) -> list:
+        dests = dict(dests or {})
+        last = _last_uses(expr, results)
+        vals: list = []
+        claimed: set[int] = set()
+        for i, op in enumerate(expr):
+            if op.op == "load":
+                vals.append(loads[op.arg])
+                continue
+            if op.op == "const":
+                vals.append(Const(op.arg, op.dtype))
+                continue
+            if op.op == "acc":
+                vals.append(acc)
+                continue
+            srcs = [vals[s] for s in op.srcs]
+            if srcs and all(isinstance(v, Const) for v in srcs):  # fusion folds these; rare
+                srcs[0] = self.const_tile(srcs[0].value, expr[op.srcs[0]].dtype)
+            dst = None
+            for j, r in enumerate(results):
+                if r == i and j not in claimed and j in dests:
+                    dst = dests[j]
+                    claimed.add(j)
+                    break
+            if dst is None and op.op in _INPLACE_OK:
+                for s in op.srcs:
+                    v = vals[s]
+                    if (last[s] == i and isinstance(v, isa.Ref) and self.pool.owns(v)
+                            and v.buf.dtype == op.dtype and op.srcs.count(s) >= 1):  # fmt: skip
+                        dst = v
+                        break
+            if dst is None:
+                dst = self.pool.get(op.dtype)
+            src_dtypes = [expr[s].dtype for s in op.srcs]
+            self.emit_op(op, dst, srcs, src_dtypes)
+            vals.append(dst)
+            for s in set(op.srcs):  # free dead operands (not the one reused as dst)
+                v = vals[s]
+                if last[s] == i and isinstance(v, isa.Ref) and v is not dst and v != dst:
+                    self.pool.put(v)
+        out = []
+        for j, r in enumerate(results):
+            v = vals[r]
+            if j in dests and j not in claimed:
+                d = dests[j]
+                if isinstance(v, Const):
+                    self.b.vdup(d, v.value, self.n)
+                elif v != d:
+                    self.b.vcopy(d, v, self.n)
+                v = d
+                claimed.add(j)
+            out.append(v)
+        return out
+
+    # ---------------------------------------------------------------- one op
+    def emit_op(self, op: SOp, dst: isa.Ref, srcs: list, src_dtypes: list[str]) -> None:
+        b, n = self.b, self.n
+        name, dt = op.op, op.dtype
+        k = np.dtype(dt).kind
+        sk = np.dtype(src_dtypes[0]).kind if src_dtypes else k
+        t = self.tile_of
+
+        if name == "cast":
+            return self._cast(dst, srcs[0], src_dtypes[0], dt)
+        if len(srcs) == 2 and name in _COMMUTATIVE_SCALAR:
+            a, c = srcs
+            if isinstance(a, Const):
+                a, c = c, a
+            if isinstance(c, Const):
+                sop, val = _COMMUTATIVE_SCALAR[name], c.value
+                if k == "b" and name in ("add", "mul", "maximum", "minimum"):
+                    pass  # bool: use the tile form (or/and)
+                else:
+                    b.emit(isa.VScalar(sop, dst, a, val, n))
+                    return
+        if name == "sub" and isinstance(srcs[1], Const) and k in "fiu":
+            val = srcs[1].value
+            b.emit(isa.VScalar("vadds", dst, srcs[0], -val if k == "f" else _wrap_neg(val, dt), n))
+            return
+        if name in _UNARY_NATIVE:
+            x = t(srcs[0], src_dtypes[0])
+            if name == "abs" and k == "b":
+                b.vcopy(dst, x, n)
+            else:
+                b.emit(isa.VUnary(_UNARY_NATIVE[name], dst, x, n))
+            return
+        if name in _BINARY_NATIVE:
+            x, y = t(srcs[0], src_dtypes[0]), t(srcs[1], src_dtypes[1])
+            b.emit(isa.VBinary(_binary_native(name, k), dst, x, y, n))
+            return
+        if name in ("floor_divide", "remainder"):
+            x, y = t(srcs[0], src_dtypes[0]), t(srcs[1], src_dtypes[1])
+            if k == "f" and self._composite(name, dst, (x, y), dt):
+                return
+            b.emit(isa.VBinary("vfloordiv" if name == "floor_divide" else "vmod", dst, x, y, n))
+            return
+        if name == "pow":
+            x, y = t(srcs[0], src_dtypes[0]), t(srcs[1], src_dtypes[1])
+            if k == "f" and self._composite(name, dst, (x, y), dt):
+                return
+            b.emit(isa.VBinary("vpow", dst, x, y, n))
+            return
+        if name in _CMPS:
+            a, c = srcs
+            cmp = name
+            if isinstance(a, Const) and not isinstance(c, Const):
+                a, c, cmp = c, a, _SWAP[name]
+            if isinstance(c, Const):
+                b.emit(isa.VCmpS(cmp, dst, a, c.value, n))
+            else:
+                b.emit(isa.VCmp(cmp, dst, a, c, n))
+            return
+        if name in ("logical_and", "logical_or"):
+            x, y = (self._as_bool(s, d) for s, d in zip(srcs, src_dtypes))
+            b.emit(isa.VBinary("vand" if name == "logical_and" else "vor", dst, x, y, n))
+            self._release_bool(x, srcs[0])
+            self._release_bool(y, srcs[1])
+            return
+        if name == "logical_not":
+            if sk == "b":
+                b.emit(isa.VUnary("vnot", dst, t(srcs[0], "bool"), n))
+            else:
+                b.emit(isa.VCmpS("eq", dst, srcs[0], 0, n))
+            return
+        if name == "where":
+            m = self._as_bool(srcs[0], src_dtypes[0])
+            x, y = t(srcs[1], src_dtypes[1]), t(srcs[2], src_dtypes[2])
+            b.emit(isa.VSel(dst, m, x, y, n))
+            self._release_bool(m, srcs[0])
+            return
+        if name == "leaky_relu":  # where(x >= 0, x, x * slope)
+            x = srcs[0]
+            m = self.pool.get("bool")
+            s = self.pool.get(dt)
+            b.emit(isa.VCmpS("ge", m, x, 0, n))
+            b.emit(isa.VScalar("vmuls", s, x, op.arg, n))
+            b.emit(isa.VSel(dst, m, x, s, n))
+            self.pool.put(m)
+            self.pool.put(s)
+            return
+        if name == "sign":
+            return self._sign(dst, srcs[0], dt)
+        if name in COMPOSITE and k == "f":
+            x = t(srcs[0], src_dtypes[0])
+            if self._composite(name, dst, (x,), dt):
+                return
+            b.emit(isa.VHostMath(name, dst, (x,), n))
+            return
+        raise NotImplementedError(f"scalar op {name!r} on {dt} has no vector lowering")
+
+    def _composite(self, name: str, dst: isa.Ref, srcs: tuple, dt: str) -> bool:
+        """Ask the vector math library (vmath) to expand `name`; False if it cannot."""
+        try:
+            from lazymath.backend import vmath
+        except ImportError:
+            vmath = None
+        fn = getattr(vmath, "emit_composite", None) if vmath is not None else None
+        if fn is not None:
+            tb = TileBuilder(self.pool)
+            try:
+                fn(tb, name, dst, tuple(srcs), self.n, dt)
+            except (NotImplementedError, KeyError, ValueError):
+                for r in tb.borrowed:
+                    self.pool.put(r)
+                tb = None
+            if tb is not None:
+                self.b.body.extend(tb.body)
+                self.b.buffers.extend(tb.buffers)
+                for r in tb.borrowed:
+                    self.pool.put(r)
+                return True
+        if name in ("floor_divide", "remainder", "pow"):
+            return False  # native vfloordiv / vmod / vpow handle floats too
+        self.b.emit(isa.VHostMath(name, dst, tuple(srcs), self.n))
+        return True
+
+    def _as_bool(self, v, dtype: str):
+        if isinstance(v, Const):
+            return self.const_tile(bool(v.value), "bool")
+        if dtype == "bool":
+            return v
+        m = self.pool.get("bool")
+        self.b.emit(isa.VCmpS("ne", m, v, 0, self.n))
+        return m
+
+    def _release_bool(self, m, original) -> None:
+        if m is not original and self.pool.owns(m) and m not in self.const_tiles.values():
+            self.pool.put(m)
+
+    def _cast(self, dst, src, sdt: str, ddt: str) -> None:
+        b, n = self.b, self.n
+        if isinstance(src, Const):
+            b.vdup(dst, np.asarray(src.value, dtype=sdt).astype(ddt).item(), n)
+        elif sdt == ddt:
+            b.vcopy(dst, src, n)
+        elif ddt == "bool":
+            b.emit(isa.VCmpS("ne", dst, src, 0, n))
+        else:
+            b.emit(isa.VConv(dst, src, n, "trunc"))
+
+    def _sign(self, dst, x, dt: str) -> None:
+        b, n = self.b, self.n
+        k = np.dtype(dt).kind
+        if k == "b":
+            b.vcopy(dst, x, n)
+            return
+        pos, neg = self.pool.get("bool"), self.pool.get("bool")
+        one, mone = self.const_tile(1, dt), self.const_tile(-1 if k != "u" else 0, dt)
+        zero = self.const_tile(0, dt)
+        b.emit(isa.VCmpS("gt", pos, x, 0, n))
+        b.emit(isa.VCmpS("lt", neg, x, 0, n))
+        tmp = self.pool.get(dt)
+        b.emit(isa.VSel(tmp, neg, mone, zero, n))
+        if k == "f":  # NaN stays NaN: sel(x > 0, 1, sel(x < 0, -1, x*0 ... )) keep x when unordered
+            b.emit(isa.VCmp("ne", neg, x, x, n))
+            b.emit(isa.VSel(tmp, neg, x, tmp, n))
+        b.emit(isa.VSel(dst, pos, one, tmp, n))
+        for r in (pos, neg, tmp):
+            self.pool.put(r)
+
+
+_UNARY_NATIVE = {
+    "neg": "vneg", "abs": "vabs", "exp": "vexp", "log": "vln", "sqrt": "vsqrt",
+    "rsqrt": "vrsqrt", "reciprocal": "vrec", "relu": "vrelu", "floor": "vfloor",
+    "ceil": "vceil", "round": "vrint",
+}  # fmt: skip
+_BINARY_NATIVE = {"add", "sub", "mul", "div", "maximum", "minimum"}
+_COMMUTATIVE_SCALAR = {"add": "vadds", "mul": "vmuls", "maximum": "vmaxs", "minimum": "vmins"}
+_CMPS = {"eq", "ne", "lt", "le", "gt", "ge"}
+_SWAP = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+
+
+def _binary_native(name: str, kind: str) -> str:
+    if kind == "b":
+        return {"add": "vor", "mul": "vand", "maximum": "vor", "minimum": "vand",
+                "sub": "vxor", "div": "vdiv"}[name]  # fmt: skip
+    return {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "maximum": "vmax",
+            "minimum": "vmin"}[name]  # fmt: skip
+
+
+def _wrap_neg(val, dtype: str):
+    """-val in the integer dtype's two's complement (x - c == x + (-c) with wrap-around)."""
+    info = np.iinfo(dtype)
+    bits = info.bits
+    v = (-int(val)) & ((1 << bits) - 1)
+    if info.min < 0 and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return v
+
+
+def pipeline_flags_prologue() -> list:
+    """Both ping-pong buffers start free: pre-set the 'consumer done' flags (AscendC style)."""
+    return [isa.SetFlag("V", "MTE2", 0), isa.SetFlag("V", "MTE2", 1),
+            isa.SetFlag("MTE3", "V", 0), isa.SetFlag("MTE3", "V", 1)]  # fmt: skip
+
+
+def pipeline_flags_epilogue() -> list:
+    return [isa.WaitFlag("V", "MTE2", 0), isa.WaitFlag("V", "MTE2", 1),
+            isa.WaitFlag("MTE3", "V", 0), isa.WaitFlag("MTE3", "V", 1)]  # fmt: skip
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def prod(xs) -> int:
+    return math.prod(xs)

@@ -1,0 +1,160 @@
+"""Elementwise template: ElementwiseKernel -> isa.Program (CopyIn -> Compute -> CopyOut per tile).
+
+Shape of the program (AscendC's Init + Process with double-buffered queues)::
+
+    block_factor = ceil(items / block_num); this block runs items [start, stop)
+    for it in start..stop:                     # one item = one UB tile
+        pp = it % 2                            # ping-pong half of every queue buffer
+        wait V->MTE2 pp; copy_gm_to_ub in*[pp]; set MTE2->V pp
+        wait MTE2->V pp; wait MTE3->V pp; <vector instructions>; set V->MTE2 pp; set V->MTE3 pp
+        wait V->MTE3 pp; copy_ub_to_gm out*[pp]; set MTE3->V pp
+
+The iteration space is first collapsed (contiguous views -> 1-D). A tile is a chunk of the last
+dim, or whole rows of the last two dims when the last dim is shorter than a tile; outer dims
+are recovered from the item index with div/mod, so strided, broadcast (stride 0) and flipped
+(negative stride) views are read in place. Vector instructions always process the full static
+tile (tail lanes hold stale data and are never copied out), which gives LLVM constant trip
+counts and lets composites size their scratch statically.
+"""
+
+from __future__ import annotations
+
+from lazymath.backend import isa
+from lazymath.backend.kernel_ir import ElementwiseKernel
+from lazymath.backend.templates import common as C
+
+
+def tiling(ir: ElementwiseKernel, spec) -> dict:
+    """Tile size and geometry (for reports)."""
+    return _plan(ir, spec, "k")[1]
+
+
+def build(ir: ElementwiseKernel, spec, name: str) -> isa.Program:
+    """The checked program for `ir` on `spec` (raises BufferOverflowError if it cannot fit)."""
+    return _plan(ir, spec, name)[0].check(spec)
+
+
+def _plan(ir: ElementwiseKernel, spec, name: str):
+    views = (*ir.inputs, *ir.outputs)
+    n_in = len(ir.inputs)
+    names = [f"in{k}" for k in range(n_in)] + [f"out{j}" for j in range(len(ir.outputs))]
+    args = C.gm_args(views, names)
+    total = C.prod(ir.shape)
+    for j, (v, r) in enumerate(zip(ir.outputs, ir.results)):
+        if v.dtype != ir.expr[r].dtype:
+            raise ValueError(f"output {j} is {v.dtype} but its expression is {ir.expr[r].dtype}")
+    if total == 0:
+        return isa.Program(name, args, (), (), 1, 1), {"tile": 0, "items": 0, "blocks": 1}
+    shape, strides = C.collapse(ir.shape, [v.strides for v in views])
+    used = sorted({op.arg for op in ir.expr if op.op == "load"})
+    queue_bytes = sum(C.itemsize(ir.inputs[k].dtype) for k in used)
+    queue_bytes += sum(C.itemsize(v.dtype) for v in ir.outputs)
+    # pass 1: how many temporaries does the expression need per tile element?
+    probe = _emit(ir, args, used, C.TILE_ALIGN, isa.Var("pp"))
+    temp_bytes = sum(C.itemsize(b.dtype) for b in probe[1])
+    tile = C.tile_elems(spec, queue_bytes, temp_bytes, cap=total)
+    geo = _geometry(shape, tile)
+    blocks = C.host_blocks(geo["items"], total)
+    body, bufs = _program_body(ir, args, strides, used, tile, geo)
+    prog = isa.Program(
+        name, args, tuple(bufs), tuple(body), blocks, min(spec.vector_cores, geo["items"])
+    )
+    info = {"tile": tile, "blocks": blocks, **geo, "shape": shape}
+    return prog, info
+
+
+def _geometry(shape: tuple[int, ...], tile: int) -> dict:
+    cols = shape[-1]
+    if len(shape) == 1 or cols >= tile:
+        cols_t = min(tile, cols)
+        nch = C.ceil_div(cols, cols_t)
+        outer = shape[:-1]
+        return {"mode": "1d", "cols_t": cols_t, "rows_t": 1, "nch": nch, "outer": outer,
+                "items": C.prod(outer) * nch, "C": cols, "R": 1}  # fmt: skip
+    rows = shape[-2]
+    rows_t = min(rows, tile // cols)
+    nch = C.ceil_div(rows, rows_t)
+    outer = shape[:-2]
+    return {"mode": "2d", "cols_t": cols, "rows_t": rows_t, "nch": nch, "outer": outer,
+            "items": C.prod(outer) * nch, "C": cols, "R": rows}  # fmt: skip
+
+
+def _emit(ir: ElementwiseKernel, args, used, tile: int, pp: isa.Var):
+    """Vector instructions for one tile; returns (hoisted, buffers, compute, queues)."""
+    b = isa.Builder(tile=tile)
+    pool = C.TilePool(tile)
+    half = isa.mul(pp, tile)
+    queues = {}
+    loads = {}
+    for k in used:
+        buf = isa.Buffer(f"in{k}_tile", "UB", ir.inputs[k].dtype, 2 * tile)
+        queues[("in", k)] = buf
+        loads[k] = isa.Ref(buf, half)
+    dests = {}
+    for j, v in enumerate(ir.outputs):
+        buf = isa.Buffer(f"out{j}_tile", "UB", v.dtype, 2 * tile)
+        queues[("out", j)] = buf
+        dests[j] = isa.Ref(buf, half)
+    em = C.ExprEmitter(b, pool, tile)
+    em.emit(ir.expr, ir.results, loads, None, dests)
+    buffers = [*pool.buffers, *b.buffers]
+    return em.hoisted, buffers, b.body, queues
+
+
+def _program_body(ir, args, strides, used, tile, geo):
+    pp = isa.Var("pp")
+    it = isa.Var("it")
+    hoisted, temps, compute, queues = _emit(ir, args, used, tile, pp)
+    n_in = len(ir.inputs)
+    nch, outer = geo["nch"], geo["outer"]
+    if nch == 1:
+        outer_idx, chunk = it, 0
+    elif not outer:
+        outer_idx, chunk = 0, it
+    else:
+        outer_idx, chunk = isa.floordiv(it, nch), isa.mod(it, nch)
+    idx = C.unravel(outer_idx, outer) if outer else []
+    n_outer = len(outer)
+    half = isa.mul(pp, tile)
+
+    def gm_ref(view_k: int):
+        st = strides[view_k]
+        view = (*ir.inputs, *ir.outputs)[view_k]
+        base = C.dot(idx, st[:n_outer], view.offset)
+        if geo["mode"] == "1d":
+            off = isa.add(base, isa.mul(chunk, geo["cols_t"] * st[-1]))
+            return isa.Ref(args[view_k], off), (st[-1],)
+        off = isa.add(base, isa.mul(chunk, geo["rows_t"] * st[-2]))
+        return isa.Ref(args[view_k], off), (st[-2], st[-1])
+
+    if geo["mode"] == "1d":
+        counts = (_count(geo["C"], geo["cols_t"], chunk),)
+    else:
+        counts = (_count(geo["R"], geo["rows_t"], chunk), geo["C"])
+
+    loop = [isa.Let(pp, isa.mod(it, 2)), isa.WaitFlag("V", "MTE2", pp)]
+    for k in used:
+        ref, st = gm_ref(k)
+        loop.append(isa.CopyIn(isa.Ref(queues[("in", k)], half), ref, counts, st))
+    loop += [isa.SetFlag("MTE2", "V", pp), isa.WaitFlag("MTE2", "V", pp),
+             isa.WaitFlag("MTE3", "V", pp)]  # fmt: skip
+    loop += compute
+    loop += [isa.SetFlag("V", "MTE2", pp), isa.SetFlag("V", "MTE3", pp),
+             isa.WaitFlag("V", "MTE3", pp)]  # fmt: skip
+    for j in range(len(ir.outputs)):
+        ref, st = gm_ref(n_in + j)
+        loop.append(isa.CopyOut(ref, isa.Ref(queues[("out", j)], half), counts, st))
+    loop.append(isa.SetFlag("MTE3", "V", pp))
+
+    start, stop, lets = C.block_range(geo["items"])
+    body = [*lets, *hoisted, *C.pipeline_flags_prologue(),
+            isa.Loop(it, start, stop, 1, tuple(loop)), *C.pipeline_flags_epilogue()]  # fmt: skip
+    buffers = [*queues.values(), *temps]
+    return body, buffers
+
+
+def _count(extent: int, step: int, chunk: isa.IntExpr) -> isa.IntExpr:
+    """Elements in chunk `chunk` of `extent` split by `step`: static unless there is a tail."""
+    if extent % step == 0:
+        return step
+    return isa.imin(step, isa.sub(extent, isa.mul(chunk, step)))
