@@ -100,6 +100,30 @@ class AicpuKernel:
         self.run_block(self.make_argv(arrays))
 
 
+class IrRefKernel:
+    """LAZYMATH_BACKEND=irref: run the fused kernel IR with numpy (`backend.ir_reference`).
+
+    Isolates the fusion layer: a graph that is right here but wrong on llvm/interp points at
+    the templates or the lowering, not at fusion.
+    """
+
+    blocks = 1
+    llvm_ir = None
+    asm = None
+    cost = None
+
+    def __init__(self, name: str, ir):
+        self.name = name
+        self.ir = ir
+        self.isa_text = f"irref: {ir.kind} kernel (numpy evaluation of the kernel IR)"
+
+    def make_argv(self, arrays):
+        return list(arrays)
+
+    def run_block(self, argv, block_idx: int = 0, block_num: int = 1) -> None:
+        ir_reference.run(self.ir, argv)
+
+
 def _logical(a):
     return a
 
@@ -226,8 +250,10 @@ def _debug_level() -> int:
 
 def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, backend: str):
     """Cache miss: fuse, plan, compile every kernel."""
-    from .backend import compile_kernel
     from .fusion import make_schedule
+
+    if backend != "irref":
+        from .backend import compile_kernel
 
     before = [id(n.realized) for n in leaves]
     sched = make_schedule(outputs, spec)
@@ -256,6 +282,8 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
         g = sk.group
         if g.kind == "aicpu":
             ck = AicpuKernel(sk.name, g.member_nodes, g.inputs, g.outputs)
+        elif backend == "irref":
+            ck = IrRefKernel(sk.name, g.ir)
         else:
             ck = compile_kernel(g.ir, spec, backend=backend, name=sk.name)
         ck.source_loc = sk.source_loc

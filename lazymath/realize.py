@@ -18,7 +18,7 @@ from .graph import reference
 
 def backend_name() -> str:
     name = os.environ.get("LAZYMATH_BACKEND", "llvm").lower()
-    if name not in ("llvm", "interp", "reference"):
+    if name not in ("llvm", "interp", "reference", "irref"):
         raise ValueError(
             f"LAZYMATH_BACKEND={name!r} is not a backend; use 'llvm' (default), 'interp' or "
             f"'reference'"

@@ -59,6 +59,8 @@ def make_schedule(outputs: list[Node], spec, n_streams: int = 2) -> Schedule:
         unit = _unit(g)
         ops = _ops(g)
         flops, nbytes = kernel_cost_class(g.ir, unit, spec, g.member_nodes)
+        if unit == "aicpu":
+            nbytes = sum(n.nbytes for n in g.inputs + g.outputs)
         bound = "compute" if nbytes and flops / nbytes >= ridge_point(unit, spec) else "memory"
         if not nbytes:
             bound = "compute"

@@ -386,8 +386,10 @@ class Planner:
         """Nodes of g that must reach GM: its roots, plus a fused core that is still needed."""
         outs = [r for r in g.roots if r is not g.core] + list(g.epi_roots)
         if g.core is not None:
+            read_elsewhere = getattr(self, "read_by", {}).get(id(g.core), set()) - {id(g)}
             need = (
                 id(g.core) in self.out_ids
+                or bool(read_elsewhere)
                 or any(id(c) not in g.members for c in self.consumers.get(id(g.core), []))
                 or not g.epi_roots
             )
@@ -485,6 +487,10 @@ def plan(outputs: list[Node], spec, max_restarts: int = 64):
         p = Planner(outputs, spec, forced, log)
         try:
             groups = p.groups()
+            p.read_by = {}
+            for g in groups:
+                for b in p._boundary(g):
+                    p.read_by.setdefault(id(b), set()).add(id(g))
             for g in groups:
                 p.build(g)
             return groups, log, p
