@@ -1,0 +1,477 @@
+"""Host GEMM building blocks in llvmlite IR: the Ascend Cube data path as a packed (Goto/BLIS) GEMM.
+
+The emulated NPU moves matmul operands GM -> L1 (ND -> NZ) -> L0A/L0B -> Cube -> L0C -> out. On
+the host the same hierarchy *is* a cache-blocked GEMM:
+
+- L1 panels are the packing buffers (L2-cache sized), filled by `emit_pack_nz` (MTE2). Packing
+  absorbs strides (transposes, broadcast batch axes, negative strides), widens float16 to float32
+  (F16C) and applies an optional elementwise prologue, so the microkernel only sees fp32.
+- L0A / L0B are micro-panels of those L1 panels (MTE1 is a pointer step on the host, the cache
+  does the copy's job).
+- L0C is the fp32 accumulator tile; `emit_mmad` runs a register-blocked 6x16 microkernel
+  (12 ymm accumulators, explicit ``llvm.fma.v8f32``) over it.
+- `emit_fixpipe` writes the tile out once, applying the fused epilogue (an SSA expression of
+  ``kernel_ir.SOp``) and the output cast on the way.
+
+Layouts (host, all fp32, C0 = 16):
+- NZ ("fractal columns of 16"): element (r, c) of an R x C matrix with padded row count Rp lives at
+  ``((c // 16) * Rp + r) * 16 + c % 16``. L1 A (M x K), L1 B (K x N) and L0C (M x N) all use it.
+  A 6x16 micro-tile of L0C is then 384 contiguous bytes, a 16-column B micro-panel is contiguous
+  and the 6 A scalars of one k step sit 64 bytes apart.
+- Packed A rows are zero-padded to a multiple of MR=6, packed K to a multiple of 16, packed B
+  columns to a multiple of 16, so the microkernel never sees an edge; FixPipe writes only the
+  valid region.
+
+Everything here takes an ``ir.IRBuilder`` plus values (``ir.Value`` i64 or Python ints for
+constants) so the same emitters serve the ISA lowering (``lower_cube``) and the standalone
+`build_gemm` used by tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from llvmlite import ir
+
+MR = 6  # microkernel rows (broadcast A scalars)
+NR = 16  # microkernel columns (two <8 x float>)
+C0 = 16  # NZ fractal width on the host
+VW = 8  # AVX2 float lanes
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I16 = ir.IntType(16)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F16 = ir.HalfType()
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+V8F = ir.VectorType(F32, VW)
+
+Val = ir.Value | int
+
+LLVM_TYPES: dict[str, ir.Type] = {
+    "float16": F16, "float32": F32, "float64": F64,
+    "int8": I8, "int16": I16, "int32": I32, "int64": I64,
+    "uint8": I8, "uint16": I16, "uint32": I32, "uint64": I64, "bool": I8,
+}  # fmt: skip
+
+
+def c64(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+def as_i64(v: Val) -> ir.Value:
+    return c64(v) if isinstance(v, int) else v
+
+
+# ----------------------------------------------------------------------------- small IR helpers
+
+
+@contextmanager
+def for_range(
+    b: ir.IRBuilder, start: Val, stop: Val, step: Val = 1, name: str = "i"
+) -> Iterator[ir.Value]:
+    """`for (i = start; i < stop; i += step)` as a canonical LLVM loop; yields the induction var."""
+    start, stop = as_i64(start), as_i64(stop)
+    pre = b.block
+    head = b.append_basic_block(f"{name}.head")
+    body = b.append_basic_block(f"{name}.body")
+    end = b.append_basic_block(f"{name}.end")
+    b.branch(head)
+    b.position_at_end(head)
+    iv = b.phi(I64, name=name)
+    iv.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", iv, stop), body, end)
+    b.position_at_end(body)
+    yield iv
+    nxt = b.add(iv, as_i64(step), name=f"{name}.next")
+    iv.add_incoming(nxt, b.block)
+    b.branch(head)
+    b.position_at_end(end)
+
+
+def imin(b: ir.IRBuilder, x: Val, y: Val) -> Val:
+    if isinstance(x, int) and isinstance(y, int):
+        return min(x, y)
+    x, y = as_i64(x), as_i64(y)
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def iadd(b: ir.IRBuilder, x: Val, y: Val) -> Val:
+    if isinstance(x, int) and isinstance(y, int):
+        return x + y
+    if y == 0:
+        return x
+    if x == 0:
+        return y
+    return b.add(as_i64(x), as_i64(y))
+
+
+def imul(b: ir.IRBuilder, x: Val, y: Val) -> Val:
+    if isinstance(x, int) and isinstance(y, int):
+        return x * y
+    if y == 1:
+        return x
+    if x == 1:
+        return y
+    if x == 0 or y == 0:
+        return 0
+    return b.mul(as_i64(x), as_i64(y))
+
+
+def ceil_div(b: ir.IRBuilder, x: Val, d: int) -> Val:
+    if isinstance(x, int):
+        return -(-x // d)
+    return b.sdiv(b.add(x, c64(d - 1)), c64(d))
+
+
+PTR = ir.PointerType()
+
+
+def gep(b: ir.IRBuilder, ptr: ir.Value, idx: Val, et: ir.Type = F32) -> ir.Value:
+    """Element pointer `ptr + idx` (elements of type `et`); opaque pointers throughout."""
+    if isinstance(idx, int) and idx == 0:
+        return ptr
+    return b.gep(ptr, [as_i64(idx)], inbounds=True, source_etype=et)
+
+
+def get_intrinsic(mod: ir.Module, name: str, ret: ir.Type, args: Sequence[ir.Type]) -> ir.Function:
+    fn = mod.globals.get(name)
+    if fn is None:
+        fn = ir.Function(mod, ir.FunctionType(ret, list(args)), name=name)
+    return fn
+
+
+def vload(b: ir.IRBuilder, p: ir.Value, vt: ir.Type, align: int) -> ir.Value:
+    return b.load(p, typ=vt, align=align)
+
+
+def splat(b: ir.IRBuilder, s: ir.Value, width: int = VW) -> ir.Value:
+    vt = ir.VectorType(s.type, width)
+    v = b.insert_element(ir.Constant(vt, ir.Undefined), s, ir.Constant(I32, 0))
+    return b.shuffle_vector(
+        v, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(I32, width), [0] * width)
+    )
+
+
+def fma8(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
+    fn = get_intrinsic(b.module, "llvm.fma.v8f32", V8F, [V8F, V8F, V8F])
+    return b.call(fn, [x, y, z])
+
+
+# ----------------------------------------------------------------------------- microkernel
+
+
+def get_ukernel(mod: ir.Module) -> ir.Function:
+    """``ukernel(a, b, c, nfc, a_fc_stride, accumulate)``: C(6x16) (+)= A(6 x 16*nfc) B.
+
+    `a` points at row 0 of a 6-row A micro-panel in NZ (row stride 16 floats, next fractal column
+    `a_fc_stride` floats further), `b` at a contiguous NZ B micro-panel (16 floats per k), `c` at a
+    contiguous 6x16 NZ L0C micro-tile. The k loop is unrolled over one fractal column (16 steps):
+    per step 2 B vector loads, 6 broadcasts and 12 FMAs on 12 live ymm accumulators.
+    """
+    name = "lm_ukernel_6x16"
+    if name in mod.globals:
+        return mod.globals[name]
+    fp = PTR
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, fp, fp, I64, I64, I32]), name=name)
+    fn.linkage = "internal"
+    for i in range(3):
+        fn.args[i].add_attribute("noalias")
+    a, bp, c, nfc, astride, accf = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    zero = ir.Constant(V8F, [0.0] * VW)
+    # initial accumulators: zero or loaded from L0C
+    do_load = b.icmp_signed("!=", accf, ir.Constant(I32, 0))
+    entry = b.block
+    ld = fn.append_basic_block("load")
+    go = fn.append_basic_block("go")
+    b.cbranch(do_load, ld, go)
+    b.position_at_end(ld)
+    loaded = [vload(b, gep(b, c, r * NR + j * VW), V8F, 32) for r in range(MR) for j in range(2)]
+    b.branch(go)
+    b.position_at_end(go)
+    init = []
+    for i, v in enumerate(loaded):
+        p = b.phi(V8F, name=f"c{i}.init")
+        p.add_incoming(zero, entry)
+        p.add_incoming(v, ld)
+        init.append(p)
+    # k loop over fractal columns
+    pre = b.block
+    head = fn.append_basic_block("k.head")
+    body = fn.append_basic_block("k.body")
+    end = fn.append_basic_block("k.end")
+    b.branch(head)
+    b.position_at_end(head)
+    kv = b.phi(I64, name="fc")
+    pa = b.phi(fp, name="pa")
+    pb = b.phi(fp, name="pb")
+    accs = [b.phi(V8F, name=f"c{i}") for i in range(2 * MR)]
+    kv.add_incoming(c64(0), pre)
+    pa.add_incoming(a, pre)
+    pb.add_incoming(bp, pre)
+    for p, v in zip(accs, init):
+        p.add_incoming(v, pre)
+    b.cbranch(b.icmp_signed("<", kv, nfc), body, end)
+    b.position_at_end(body)
+    cur = list(accs)
+    for kk in range(C0):
+        b0 = vload(b, gep(b, pb, kk * NR), V8F, 32)
+        b1 = vload(b, gep(b, pb, kk * NR + VW), V8F, 32)
+        for r in range(MR):
+            s = b.load(gep(b, pa, r * C0 + kk), typ=F32, align=4)
+            v = splat(b, s)
+            cur[2 * r] = fma8(b, v, b0, cur[2 * r])
+            cur[2 * r + 1] = fma8(b, v, b1, cur[2 * r + 1])
+    nk = b.add(kv, c64(1))
+    npa = gep(b, pa, astride)
+    npb = gep(b, pb, C0 * NR)
+    blk = b.block
+    kv.add_incoming(nk, blk)
+    pa.add_incoming(npa, blk)
+    pb.add_incoming(npb, blk)
+    for p, v in zip(accs, cur):
+        p.add_incoming(v, blk)
+    b.branch(head)
+    b.position_at_end(end)
+    for r in range(MR):
+        for j in range(2):
+            b.store(accs[2 * r + j], gep(b, c, r * NR + j * VW), align=32)
+    b.ret_void()
+    return fn
+
+
+def emit_mmad(
+    b: ir.IRBuilder,
+    c: ir.Value,
+    c_rows: int,
+    a: ir.Value,
+    a_rows: int,
+    bmat: ir.Value,
+    b_rows: int,
+    m: Val,
+    n: Val,
+    k: Val,
+    accumulate: Val,
+) -> None:
+    """L0C[0:m, 0:n] (+)= L0A[0:m, 0:k] @ L0B[0:k, 0:n] on NZ fp32 tiles.
+
+    `c_rows`/`a_rows`/`b_rows` are the padded row counts (Rp) of the three NZ layouts; m is rounded
+    up to MR, n to NR, k to C0 (the packers zero-padded those). Loops: B micro-panels outer (one
+    stays in the host L1d), A micro-panels inner (the L0A block stays in L2).
+    """
+    uk = get_ukernel(b.module)
+    acc = (
+        b.zext(accumulate, I32) if not isinstance(accumulate, int) else ir.Constant(I32, accumulate)
+    )
+    nfc = ceil_div(b, k, C0)
+    with for_range(b, 0, ceil_div(b, n, NR), name="jr") as jr:
+        pb = gep(b, bmat, b.mul(jr, c64(b_rows * C0)))
+        pc_col = gep(b, c, b.mul(jr, c64(c_rows * C0)))
+        with for_range(b, 0, ceil_div(b, m, MR), name="ir") as ir_:
+            off = b.mul(ir_, c64(MR * C0))
+            b.call(
+                uk, [gep(b, a, off), pb, gep(b, pc_col, off), as_i64(nfc), c64(a_rows * C0), acc]
+            )
+
+
+# ----------------------------------------------------------------------------- element conversion
+
+
+def load_as_f32(b: ir.IRBuilder, ptr: ir.Value, dtype: str, width: int) -> ir.Value:
+    """Load `width` consecutive elements at `ptr` (element pointer) as float32 (vector if > 1)."""
+    et = LLVM_TYPES[dtype]
+    if width == 1:
+        return to_f32(b, b.load(ptr, typ=et), dtype)
+    vt = ir.VectorType(et, width)
+    v = b.load(ptr, typ=vt, align=et_align(dtype))
+    return to_f32(b, v, dtype)
+
+
+def et_align(dtype: str) -> int:
+    return {"float16": 2, "float32": 4, "float64": 8, "bool": 1}.get(
+        dtype, 4 if "32" in dtype else 1
+    )
+
+
+def to_f32(b: ir.IRBuilder, v: ir.Value, dtype: str) -> ir.Value:
+    width = v.type.count if isinstance(v.type, ir.VectorType) else 1
+    ft = F32 if width == 1 else ir.VectorType(F32, width)
+    if dtype == "float32":
+        return v
+    if dtype == "float16":
+        return b.fpext(v, ft)
+    if dtype == "float64":
+        return b.fptrunc(v, ft)
+    if dtype == "bool":
+        return b.uitofp(v, ft)
+    if dtype.startswith("uint"):
+        return b.uitofp(v, ft)
+    return b.sitofp(v, ft)
+
+
+# ----------------------------------------------------------------------------- packing (MTE2)
+
+
+def emit_pack_nz(
+    b: ir.IRBuilder,
+    dst: ir.Value,
+    dst_rows: int,
+    src: ir.Value,
+    src_dtype: str,
+    src_off: Val,
+    sr: int,
+    sc: int,
+    rows: Val,
+    cols: Val,
+    rows_pad: int,
+    prologue: Callable[[ir.IRBuilder, ir.Value], ir.Value] | None = None,
+) -> None:
+    """Pack X[0:rows, 0:cols] (X[r, c] = src[src_off + r*sr + c*sc]) into NZ fp32 at `dst`.
+
+    Rows are zero-filled up to a multiple of `rows_pad`, columns up to a multiple of C0.
+    `dst_rows` is the NZ row stride (Rp). `prologue(builder, f32 value)` is applied to every valid
+    element (vector or scalar). Strides are Python ints (kernels are specialised on strides).
+    """
+    rows_p = imul(b, ceil_div(b, rows, rows_pad), rows_pad)
+    ncb = ceil_div(b, cols, C0)
+    full_cb = cols // C0 if isinstance(cols, int) else b.sdiv(cols, c64(C0))
+    zero16 = ir.Constant(ir.VectorType(F32, C0), [0.0] * C0)
+    et = LLVM_TYPES[src_dtype]
+    base = gep(b, src, src_off, et)
+    pro = prologue or (lambda _b, v: v)
+
+    def dst_row(cb: ir.Value, r: Val) -> ir.Value:
+        return gep(b, dst, b.mul(b.add(b.mul(cb, c64(dst_rows)), as_i64(r)), c64(C0)))
+
+    def store16(p: ir.Value, v: ir.Value) -> None:
+        b.store(v, p, align=32)
+
+    def sgep(p: ir.Value, i: Val) -> ir.Value:
+        return gep(b, p, i, et)
+
+    def sload(p: ir.Value) -> ir.Value:
+        return to_f32(b, b.load(p, typ=et), src_dtype)
+
+    if sc == 1:
+        # rows are contiguous: one 16-wide vector load per fractal row
+        # rows outer: each source row segment is read once, contiguously (a column-of-fractals
+        # order would walk the source at the row stride and thrash L1/L2 sets for 4 KiB strides)
+        with for_range(b, 0, rows, name="pr") as r:
+            row_base = sgep(base, b.mul(r, c64(sr)))
+            with for_range(b, 0, full_cb, name="pcb") as cb:
+                v = load_as_f32(b, sgep(row_base, b.mul(cb, c64(C0))), src_dtype, C0)
+                store16(dst_row(cb, r), pro(b, v))
+        with for_range(b, rows, rows_p, name="pz") as r:
+            with for_range(b, 0, full_cb, name="pcb") as cb:
+                store16(dst_row(cb, r), zero16)
+    else:
+        # general strides: element loops, the contiguous source axis innermost when there is one
+        with for_range(b, 0, full_cb, name="pcb") as cb:
+            with for_range(b, 0, rows_p, name="pz") as r:
+                store16(dst_row(cb, r), zero16)
+            if sr == 1:
+                with for_range(b, 0, C0, name="pc") as c:
+                    col = b.add(b.mul(cb, c64(C0)), c)
+                    cbase = sgep(base, b.mul(col, c64(sc)))
+                    with for_range(b, 0, rows, name="pr") as r:
+                        v = pro(b, sload(sgep(cbase, r)))
+                        b.store(v, gep(b, dst_row(cb, r), c))
+            else:
+                with for_range(b, 0, rows, name="pr") as r:
+                    rbase = sgep(base, b.mul(r, c64(sr)))
+                    drow = dst_row(cb, r)
+                    with for_range(b, 0, C0, name="pc") as c:
+                        col = b.add(b.mul(cb, c64(C0)), c)
+                        v = pro(b, sload(sgep(rbase, b.mul(col, c64(sc)))))
+                        b.store(v, gep(b, drow, c))
+    # partial last fractal column: zero it, then scalar copy of the valid part
+    tail = (
+        iadd(b, cols, imul(b, full_cb, -C0))
+        if isinstance(cols, int)
+        else b.sub(cols, b.mul(full_cb, c64(C0)))
+    )
+    has_tail = b.icmp_signed("<", as_i64(full_cb), as_i64(ncb))
+    with b.if_then(has_tail):
+        cb = as_i64(full_cb)
+        with for_range(b, 0, rows_p, name="tz") as r:
+            store16(dst_row(cb, r), zero16)
+        with for_range(b, 0, rows, name="tr") as r:
+            rbase = sgep(base, b.mul(r, c64(sr)))
+            drow = dst_row(cb, r)
+            with for_range(b, 0, tail, name="tc") as c:
+                col = b.add(b.mul(cb, c64(C0)), c)
+                v = pro(b, sload(sgep(rbase, b.mul(col, c64(sc)))))
+                b.store(v, gep(b, drow, c))
+
+
+# ----------------------------------------------------------------------------- write-out (FixPipe)
+
+
+def relu_f(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """max(x, 0) with NaN passing through (numpy's maximum semantics, like vrelu)."""
+    z = ir.Constant(x.type, None)
+    keep = b.or_(b.fcmp_ordered(">", x, z), b.fcmp_unordered("uno", x, x))
+    return b.select(keep, x, z)
+
+
+def from_f32(b: ir.IRBuilder, v: ir.Value, dtype: str) -> ir.Value:
+    """float32 (scalar or vector) -> storage value of `dtype` (FixPipe's cast; ints saturate)."""
+    width = v.type.count if isinstance(v.type, ir.VectorType) else 0
+    et = LLVM_TYPES[dtype]
+    t = ir.VectorType(et, width) if width else et
+    if dtype == "float32":
+        return v
+    if dtype in ("float16", "float64"):
+        return b.fptrunc(v, t) if dtype == "float16" else b.fpext(v, t)
+    if dtype == "bool":
+        return b.zext(b.fcmp_unordered("!=", v, ir.Constant(v.type, None)), t)
+    sfx = (f"v{width}" if width else "") + f"i{et.width}"
+    ffx = (f"v{width}" if width else "") + "f32"
+    name = "fptoui.sat" if dtype.startswith("uint") else "fptosi.sat"
+    fn = get_intrinsic(b.module, f"llvm.{name}.{sfx}.{ffx}", t, [v.type])
+    return b.call(fn, [v])
+
+
+def emit_fixpipe(
+    b: ir.IRBuilder,
+    dst: ir.Value,
+    dst_dtype: str,
+    sm: int,
+    sn: int,
+    src: ir.Value,
+    src_rows: int,
+    rows: Val,
+    cols: Val,
+    relu: bool = False,
+) -> None:
+    """dst[m*sm + n*sn] = cast(relu?(L0C[NZ(m, n)])) for m < rows, n < cols.
+
+    `dst` is an element pointer of `dst_dtype` already offset to the tile origin; `src` the NZ
+    L0C tile with padded row count `src_rows`. Contiguous rows (sn == 1) go 8 lanes at a time.
+    """
+    et = LLVM_TYPES[dst_dtype]
+
+    def post(v: ir.Value) -> ir.Value:
+        return from_f32(b, relu_f(b, v) if relu else v, dst_dtype)
+
+    def l0c_at(n: ir.Value, m: ir.Value) -> ir.Value:
+        cb = b.sdiv(n, c64(C0))
+        return gep(
+            b, src, b.add(b.mul(b.add(b.mul(cb, c64(src_rows)), m), c64(C0)), b.srem(n, c64(C0)))
+        )
+
+    full = b.sdiv(as_i64(cols), c64(VW)) if sn == 1 else c64(0)
+    with for_range(b, 0, rows, name="fm") as m:
+        drow = gep(b, dst, b.mul(m, c64(sm)), et)
+        if sn == 1:
+            with for_range(b, 0, full, name="fv") as g:
+                n = b.mul(g, c64(VW))
+                v = vload(b, l0c_at(n, m), V8F, 32)
+                b.store(post(v), gep(b, drow, n, et), align=et_align(dst_dtype))
+        with for_range(b, b.mul(full, c64(VW)), cols, name="fs") as n:
+            v = b.load(l0c_at(n, m), typ=F32)
+            b.store(post(v), gep(b, drow, b.mul(n, c64(sn)), et))

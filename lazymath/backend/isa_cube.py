@@ -1,0 +1,169 @@
+"""Cube-side instructions of the NPU ISA: the matmul data path GM -> L1 -> L0A/L0B -> L0C -> out.
+
+Layouts. Every Cube-side tile is stored "NZ": a matrix is cut into fractal columns C0 = 16
+elements wide, and element (r, c) of an R x C tile whose padded row count is Rp lives at
+``((c // 16) * Rp + r) * 16 + c % 16``. L1 A (M x K), L1 B (K x N), L0A, L0B and L0C (M x N) all
+use it; each instruction names the Rp of the tiles it touches (``*_rows``). The real hardware
+keeps L0A in ZZ and L0B in ZN order (a permutation of the same fractals that only Mmad reads);
+the emulator keeps NZ everywhere, which is what the host microkernel wants (a 6x16 micro-tile of
+L0C is contiguous, a 16-column B micro-panel is contiguous) and changes no result.
+
+On the host the Cube buffers hold float32 even for float16 operands: MTE2 widens with F16C on
+the way in (the declared NPU buffer keeps its float16 dtype and byte count for the capacity
+check). MTE1 is a pointer step on the host (the CPU cache plays L0), so L0A/L0B refs alias the L1
+panel they were loaded from.
+
+Lowerings for LLVM, the numpy interpreter and the cost model are registered in ``lower_cube``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lazymath.backend import isa
+from lazymath.backend.kernel_ir import ArgView, Expr
+
+C0 = 16  # fractal width (elements) of every NZ tile
+
+
+def nz_index(r: int, c: int, rows_p: int) -> int:
+    """Element offset of (r, c) in an NZ tile with padded row count `rows_p`."""
+    return ((c // C0) * rows_p + r) * C0 + c % C0
+
+
+@dataclass(frozen=True, slots=True)
+class LoadNz:
+    """MTE2 GM -> L1 with ND -> NZ: dst[NZ(r, c)] = prologue(src[src.off + r*sr + c*sc]).
+
+    Valid region rows x cols; rows are zero-filled up to a multiple of `row_pad` and columns up
+    to a multiple of C0 so Mmad never sees an edge. Strides may be 0 (broadcast) or negative
+    (flipped views); a transposed operand is just swapped strides. `prologue` is an elementwise
+    expression applied on the way in (``load`` 0 = the raw element), evaluated in its own dtypes.
+
+    `memo` (host hint, optional): this load's source does not depend on the inner loops, so the
+    host may keep the packed panel in a per-block workspace slot `memo` and repack only when
+    `memo_fill` is non-zero (the Goto/BLIS "pack B once per panel"). The NPU and the interpreter
+    ignore it and always copy, as a real MTE2 does (the L2 cache catches the re-read).
+    """
+
+    dst: isa.Ref
+    dst_rows: int
+    src: isa.Ref
+    strides: tuple[int, int]
+    rows: isa.IntExpr
+    cols: isa.IntExpr
+    row_pad: int = 1
+    prologue: Expr | None = None
+    memo: isa.IntExpr | None = None
+    memo_fill: isa.IntExpr = 1
+    memo_slots: int = 0  # how many slots the block's workspace holds
+    memo_slot_elems: int = 0  # elements per slot (the L1 panel size)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadL0:
+    """MTE1 L1 -> L0A / L0B: copy an NZ block of `rows` x `cols` (padded counts) between tiles
+    with padded row counts `src_rows` / `dst_rows`. (Hardware: NZ -> ZZ for A, NZ -> ZN for B.)"""
+
+    dst: isa.Ref
+    dst_rows: int
+    src: isa.Ref
+    src_rows: int
+    rows: isa.IntExpr
+    cols: isa.IntExpr
+
+
+@dataclass(frozen=True, slots=True)
+class Mmad:
+    """Cube: C[0:m, 0:n] (+)= A[0:m, 0:k] @ B[0:k, 0:n]; float32 accumulation in L0C.
+
+    A in L0A (Rp = a_rows), B in L0B (Rp = b_rows), C in L0C (Rp = c_rows), all NZ. `accumulate`
+    (IntExpr, 0/1) chooses C += A@B over C = A@B (the first K chunk initialises L0C). Operands are
+    `in_dtype` (float16 or float32) on the NPU; padding beyond m/n/k up to 16 is zero.
+    """
+
+    c: isa.Ref
+    c_rows: int
+    a: isa.Ref
+    a_rows: int
+    b: isa.Ref
+    b_rows: int
+    m: isa.IntExpr
+    n: isa.IntExpr
+    k: isa.IntExpr
+    accumulate: isa.IntExpr
+    in_dtype: str = "float16"
+
+
+@dataclass(frozen=True, slots=True)
+class FixPipe:
+    """L0C -> GM (910B FixPipe) or L0C -> UB (910): dst[m*sm + n*sn] = cast(relu?(C[NZ(m, n)])).
+
+    rows x cols valid elements; the cast goes to dst's dtype. To UB the strides describe a dense
+    row-major tile (sm = pitch, sn = 1).
+
+    `epilogue` (910B only, optional): an elementwise expression that FixPipe itself cannot do
+    (FixPipe has only relu and cast). A Cube core of the split 910B has no UB, so the fusion layer
+    normally puts such ops in a separate Vector kernel; when a kernel still carries one, the
+    template keeps it here and the host applies it on the tile before the single write. The
+    cost model charges it as an extra Vector pass over the tile (a MIX kernel). ``acc`` is the
+    float32 accumulator, ``load`` i reads `epi_srcs[i]` at (batch, m, n) through `epi_strides`.
+    """
+
+    dst: isa.Ref
+    strides: tuple[int, int]
+    src: isa.Ref
+    src_rows: int
+    rows: isa.IntExpr
+    cols: isa.IntExpr
+    relu: bool = False
+    epilogue: Expr | None = None
+    result: int = -1
+    epi_srcs: tuple[isa.Ref, ...] = ()
+    epi_strides: tuple[tuple[int, int], ...] = ()
+
+
+def _fmt_load_nz(i: LoadNz) -> str:
+    pro = " +prologue" if i.prologue else ""
+    memo = f" memo[{i.memo}] fill={i.memo_fill}" if i.memo is not None else ""
+    st = ",".join(map(str, i.strides))
+    return (f"load_nz {i.dst} (rp={i.dst_rows}) <- {i.src} [{i.rows}x{i.cols}] stride ({st})"
+            f" pad_rows={i.row_pad}{pro}{memo}")  # fmt: skip
+
+
+def _fmt_load_l0(i: LoadL0) -> str:
+    return f"load_{i.dst.buf.scope.lower()} {i.dst} <- {i.src} [{i.rows}x{i.cols}]"
+
+
+def _fmt_mmad(i: Mmad) -> str:
+    acc = "+=" if i.accumulate == 1 else ("=" if i.accumulate == 0 else f"(+)[{i.accumulate}]=")
+    return f"mmad.{i.in_dtype} {i.c} {acc} {i.a} @ {i.b}  m={i.m} n={i.n} k={i.k}"
+
+
+def _fmt_fixpipe(i: FixPipe) -> str:
+    extra = " relu" if i.relu else ""
+    if i.epilogue:
+        extra += f" +epilogue({len(i.epilogue)} ops)"
+    to = i.dst.buf.scope.lower()
+    return (f"fixpipe_l0c_to_{to}.{i.dst.buf.dtype} {i.dst} <- {i.src} [{i.rows}x{i.cols}]"
+            f" stride ({i.strides[0]},{i.strides[1]}){extra}")  # fmt: skip
+
+
+isa.register_instr(LoadNz, "MTE2", _fmt_load_nz)
+isa.register_instr(LoadL0, "MTE1", _fmt_load_l0)
+isa.register_instr(Mmad, "Cube", _fmt_mmad)
+isa.register_instr(FixPipe, "FixPipe", _fmt_fixpipe)
+
+CUBE_INSTRS = (LoadNz, LoadL0, Mmad, FixPipe)
+
+
+def cube_cycles(m: int, n: int, k: int, in_dtype: str, spec) -> int:
+    """Cube cycles of one Mmad: ceil(M/16)*ceil(K/16)*ceil(N/16) fractal steps (fp16), times the
+    spec's fp32 slowdown for float32 operands (AscendC tiling guide: 128x64x256 fp16 -> 512)."""
+    steps = -(-m // spec.cube_m) * -(-k // spec.cube_k) * -(-n // spec.cube_n)
+    return steps * (spec.cube_fp32_slowdown if in_dtype == "float32" else 1)
+
+
+def view_2d(v: ArgView) -> tuple[int, int]:
+    """(row, col) strides of the last two axes of a batch + (rows, cols) view."""
+    return v.strides[-2], v.strides[-1]

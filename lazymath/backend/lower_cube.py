@@ -1,0 +1,349 @@
+"""Lowerings of the Cube instructions (``isa_cube``) for the LLVM, interpreter and cost tables.
+
+LLVM (fast path): the Cube data path becomes a packed GEMM (see ``gemm``): LoadNz = packing
+into an fp32 host panel (F16C widening, strides, prologue), LoadL0 = pointer step, Mmad = the
+6x16 register-blocked microkernel over the tile, FixPipe = one pass writing the tile out with
+relu / cast / epilogue.
+
+Host shadow storage: L1/L0A/L0B buffers are declared with the NPU operand dtype (float16 counts
+2 bytes for the capacity check) but the host keeps them as float32, so each gets an fp32 alloca
+of its element count. L0A/L0B refs are redirected to the L1 panel they were loaded from, and a
+memoised LoadNz redirects its L1 panel to the block's workspace slot.
+
+Interpreter: exact numpy semantics of the same instructions on the declared buffers (NZ
+layouts, float16 buffers round like the NPU's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from lazymath.backend import gemm, interp, isa, lower_llvm
+from lazymath.backend import isa_cube as cube
+from lazymath.backend.kernel_ir import Expr
+
+# ============================================================================= LLVM
+
+
+class _CubeState:
+    """Per-program host state: fp32 shadows of Cube buffers and pointer redirections."""
+
+    def __init__(self, ctx: lower_llvm.LowerCtx):
+        self.ctx = ctx
+        self.shadow: dict[str, ir.Value] = {}
+        self.redirect: dict[str, tuple[ir.Value, ir.Value]] = {}  # name -> (ptr, at offset)
+        self.workspace: dict[str, ir.Value] = {}
+
+    def entry_alloca(self, n_floats: int, name: str) -> ir.Value:
+        b = ir.IRBuilder(self.ctx.entry)
+        b.position_at_start(self.ctx.entry)
+        a = b.alloca(ir.ArrayType(gemm.F32, max(n_floats, 1)), name=name)
+        a.type = gemm.PTR
+        a.align = 64
+        return a
+
+    def base(self, buf: isa.Buffer) -> ir.Value:
+        if buf.dtype == "float32":
+            return self.ctx.base[buf.name]
+        if buf.name not in self.shadow:
+            self.shadow[buf.name] = self.entry_alloca(buf.size, f"{buf.name}.f32")
+        return self.shadow[buf.name]
+
+    def ptr(self, ref: isa.Ref) -> ir.Value:
+        """fp32 host pointer of an on-chip Cube ref (following redirections)."""
+        b = self.ctx.builder
+        off = self.ctx.int(ref.off)
+        if ref.buf.name in self.redirect:
+            p, at = self.redirect[ref.buf.name]
+            return gemm.gep(b, p, b.sub(off, at))
+        return gemm.gep(b, self.base(ref.buf), off)
+
+
+def _state(ctx: lower_llvm.LowerCtx) -> _CubeState:
+    st = getattr(ctx, "_cube_state", None)
+    if st is None:
+        st = _CubeState(ctx)
+        ctx._cube_state = st
+    return st
+
+
+def _val(ctx: lower_llvm.LowerCtx, e: isa.IntExpr) -> gemm.Val:
+    return int(e) if isinstance(e, (int, np.integer)) else ctx.int(e)
+
+
+# ----------------------------------------------------------------------------- scalar expressions
+_BIN = {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "maximum": "vmax",
+        "minimum": "vmin", "floor_divide": "vfloordiv", "remainder": "vmod", "pow": "vpow"}  # fmt: skip
+_UN = {"neg": "vneg", "abs": "vabs", "exp": "vexp", "log": "vln", "sqrt": "vsqrt",
+       "rsqrt": "vrsqrt", "reciprocal": "vrec", "relu": "vrelu", "floor": "vfloor",
+       "ceil": "vceil", "round": "vrint"}  # fmt: skip
+
+
+def _round16(ctx: lower_llvm.LowerCtx, dtype: str, v: ir.Value) -> ir.Value:
+    """float16 values are carried as float32 rounded to half after every op (numpy's rule)."""
+    if dtype != "float16":
+        return v
+    b = ctx.builder
+    return b.fpext(b.fptrunc(v, gemm.F16), gemm.F32)
+
+
+def emit_scalar_expr(
+    ctx: lower_llvm.LowerCtx, expr: Expr, loads: dict[int, tuple[ir.Value, str]], acc=None
+) -> list[ir.Value]:
+    """Evaluate an SSA expression on scalar compute-type values (lower_llvm's conventions).
+
+    `loads[i]` = (value, dtype) of input i, `acc` the float32 accumulator value. Returns the
+    compute-type value of every op.
+    """
+    b = ctx.builder
+    vals: list[ir.Value] = []
+    for op in expr:
+        dt = op.dtype
+        srcs = [vals[s] for s in op.srcs]
+        sdt = [expr[s].dtype for s in op.srcs]
+        name = op.op
+        if name == "load":
+            v, ldt = loads[op.arg]
+            v = _convert(ctx, ldt, dt, v) if ldt != dt else v
+        elif name == "const":
+            v = ctx.const(dt, op.arg)
+        elif name == "acc":
+            v = _convert(ctx, "float32", dt, acc) if dt != "float32" else acc
+        elif name == "cast":
+            v = _convert(ctx, sdt[0], dt, srcs[0])
+        elif name in _BIN:
+            v = lower_llvm.binary_op(ctx, _BIN[name], dt, *srcs)
+        elif name in _UN:
+            v = lower_llvm.unary_op(ctx, _UN[name], dt, srcs[0])
+        elif name in ("eq", "ne", "lt", "le", "gt", "ge"):
+            v = lower_llvm.compare(ctx, name, sdt[0], *srcs)
+        elif name == "where":
+            c = b.icmp_unsigned("!=", srcs[0], ir.Constant(srcs[0].type, 0))
+            v = b.select(c, srcs[1], srcs[2])
+        elif name in ("logical_and", "logical_or", "logical_not"):
+            bits = [b.icmp_unsigned("!=", s, ir.Constant(s.type, 0)) for s in srcs]
+            r = (
+                (b.and_ if name == "logical_and" else b.or_)(*bits)
+                if len(bits) == 2
+                else b.not_(bits[0])
+            )
+            v = b.zext(r, lower_llvm.I8)
+        else:
+            v = _float_special(ctx, name, dt, srcs[0], op.arg)
+        vals.append(_round16(ctx, dt, v))
+    return vals
+
+
+def _float_special(ctx: lower_llvm.LowerCtx, name: str, dt: str, x: ir.Value, arg) -> ir.Value:
+    b = ctx.builder
+    t = x.type
+    one = ir.Constant(t, 1.0)
+    zero = ir.Constant(t, 0.0)
+    if name == "sigmoid":
+        e = b.call(ctx.native("vexp", "float64" if dt == "float64" else "float32"), [b.fneg(x)])
+        return b.fdiv(one, b.fadd(one, e))
+    if name in ("sin", "cos"):
+        return ctx.call_intrinsic(name, t, x)
+    if name in ("tan", "tanh"):
+        cname = name + ("" if t == lower_llvm.F64 else "f")
+        return b.call(ctx.libm(cname, t), [x])
+    if name == "leaky_relu":
+        return b.select(b.fcmp_ordered(">", x, zero), x, b.fmul(x, ir.Constant(t, float(arg))))
+    if name == "sign":
+        pos = b.uitofp(b.fcmp_ordered(">", x, zero), t)
+        neg = b.uitofp(b.fcmp_ordered("<", x, zero), t)
+        return b.select(b.fcmp_unordered("uno", x, x), x, b.fsub(pos, neg))
+    raise NotImplementedError(f"matmul prologue/epilogue op {name} on {dt}")
+
+
+def _convert(ctx: lower_llvm.LowerCtx, src: str, dst: str, v: ir.Value) -> ir.Value:
+    """Compute-type value of `src` -> compute-type value of `dst` (float16 rides as float32)."""
+    if src == dst:
+        return v
+    b = ctx.builder
+    if src == "float16":
+        v = b.fptrunc(v, gemm.F16)
+    out = lower_llvm.convert(ctx, src, dst, v, "trunc")
+    if dst == "float16":
+        out = b.fpext(out, gemm.F32)
+    return out
+
+
+def _prologue_fn(ctx: lower_llvm.LowerCtx, expr: Expr | None, src_dtype: str):
+    """gemm.emit_pack_nz callback: apply `expr` to float32 values (scalars or vectors, per lane)."""
+    if not expr:
+        return None
+    out_dt = expr[-1].dtype
+
+    def scalar(x: ir.Value) -> ir.Value:
+        raw = x if src_dtype in ("float32", "float16") else _convert(ctx, "float32", src_dtype, x)
+        v = emit_scalar_expr(ctx, expr, {0: (raw, src_dtype)})[-1]
+        return _convert(ctx, out_dt, "float32", v) if out_dt != "float32" else v
+
+    def apply(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+        if not isinstance(x.type, ir.VectorType):
+            return scalar(x)
+        out = ir.Constant(x.type, ir.Undefined)
+        for lane in range(x.type.count):
+            idx = ir.Constant(gemm.I32, lane)
+            out = b.insert_element(out, scalar(b.extract_element(x, idx)), idx)
+        return out
+
+    return apply
+
+
+# ----------------------------------------------------------------------------- instructions
+
+
+@lower_llvm.register(cube.LoadNz)
+def _load_nz(ctx: lower_llvm.LowerCtx, i: cube.LoadNz) -> None:
+    st = _state(ctx)
+    b = ctx.builder
+    src = ctx.ptr(i.src)
+    sr, sc = i.strides
+    pro = _prologue_fn(ctx, i.prologue, i.src.buf.dtype)
+
+    def pack(dst: ir.Value) -> None:
+        gemm.emit_pack_nz(b, dst, i.dst_rows, src, i.src.buf.dtype, 0, sr, sc,
+                          _val(ctx, i.rows), _val(ctx, i.cols), i.row_pad, pro)  # fmt: skip
+
+    if i.memo is None:
+        pack(st.ptr(i.dst))
+        return
+    key = f"{i.dst.buf.name}.ws"
+    if key not in st.workspace:
+        st.workspace[key] = st.entry_alloca(i.memo_slots * i.memo_slot_elems, key)
+    slot = gemm.gep(b, st.workspace[key], b.mul(ctx.int(i.memo), gemm.c64(i.memo_slot_elems)))
+    fill = ctx.int(i.memo_fill)
+    with b.if_then(b.icmp_signed("!=", fill, gemm.c64(0))):
+        pack(slot)
+    st.redirect[i.dst.buf.name] = (slot, ctx.int(i.dst.off))
+
+
+@lower_llvm.register(cube.LoadL0)
+def _load_l0(ctx: lower_llvm.LowerCtx, i: cube.LoadL0) -> None:
+    if i.dst_rows != i.src_rows:
+        raise NotImplementedError("LoadL0 between NZ tiles of different padded row counts")
+    st = _state(ctx)
+    st.redirect[i.dst.buf.name] = (st.ptr(i.src), ctx.int(i.dst.off))
+
+
+@lower_llvm.register(cube.Mmad)
+def _mmad(ctx: lower_llvm.LowerCtx, i: cube.Mmad) -> None:
+    st = _state(ctx)
+    acc = i.accumulate
+    accv = int(acc) if isinstance(acc, (int, np.integer)) else ctx.builder.icmp_signed(
+        "!=", ctx.int(acc), gemm.c64(0))  # fmt: skip
+    gemm.emit_mmad(ctx.builder, st.ptr(i.c), i.c_rows, st.ptr(i.a), i.a_rows, st.ptr(i.b),
+                   i.b_rows, _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv)  # fmt: skip
+
+
+@lower_llvm.register(cube.FixPipe)
+def _fixpipe(ctx: lower_llvm.LowerCtx, i: cube.FixPipe) -> None:
+    st = _state(ctx)
+    src = st.ptr(i.src)
+    dst = ctx.ptr(i.dst)
+    sm, sn = i.strides
+    if not i.epilogue:
+        gemm.emit_fixpipe(ctx.builder, dst, i.dst.buf.dtype, sm, sn, src, i.src_rows,
+                          _val(ctx, i.rows), _val(ctx, i.cols), i.relu)  # fmt: skip
+        return
+    # extended FixPipe (910B MIX fallback): evaluate the epilogue per element
+    b = ctx.builder
+    epi = [(ctx.ptr(r), r.buf.dtype, s) for r, s in zip(i.epi_srcs, i.epi_strides)]
+    out_dt = i.dst.buf.dtype
+    res_dt = i.epilogue[i.result].dtype
+
+    def row(m: ir.Value) -> None:
+        def col(n: ir.Value) -> None:
+            cb = b.sdiv(n, gemm.c64(cube.C0))
+            at = b.add(b.mul(b.add(b.mul(cb, gemm.c64(i.src_rows)), m), gemm.c64(cube.C0)),
+                       b.srem(n, gemm.c64(cube.C0)))  # fmt: skip
+            acc = b.load(gemm.gep(ctx.builder, src, at), typ=gemm.F32)
+            if i.relu:
+                acc = gemm.relu_f(b, acc)
+            loads = {}
+            for k, (p, dt, (esm, esn)) in enumerate(epi):
+                idx = b.add(b.mul(m, gemm.c64(esm)), b.mul(n, gemm.c64(esn)))
+                loads[k] = (ctx.load(p, dt, idx), dt)
+            v = emit_scalar_expr(ctx, i.epilogue, loads, acc)[i.result]
+            v = _convert(ctx, res_dt, out_dt, v)
+            ctx.store(dst, out_dt, b.add(b.mul(m, gemm.c64(sm)), b.mul(n, gemm.c64(sn))), v)
+
+        ctx.for_range(0, _val(ctx, i.cols), 1, col)
+
+    ctx.for_range(0, _val(ctx, i.rows), 1, row)
+
+
+# ============================================================================= interpreter
+
+
+def _nz_grid(rows: int, cols: int, rows_p: int) -> np.ndarray:
+    r = np.arange(rows)[:, None]
+    c = np.arange(cols)[None, :]
+    return ((c // cube.C0) * rows_p + r) * cube.C0 + c % cube.C0
+
+
+def _gm_tile(m: interp.Machine, ref: isa.Ref, rows: int, cols: int, strides) -> np.ndarray:
+    base = m.int(ref.off)
+    idx = base + np.arange(rows)[:, None] * strides[0] + np.arange(cols)[None, :] * strides[1]
+    flat = m.mem[ref.buf.name]
+    if idx.size and (idx.min() < 0 or idx.max() >= flat.size):
+        raise IndexError(f"GM read out of bounds in {ref.buf.name}")
+    return flat[idx]
+
+
+def _eval(expr: Expr, loads: list[np.ndarray], shape, acc=None) -> list[np.ndarray]:
+    from lazymath.backend.ir_reference import eval_expr
+
+    return eval_expr(expr, loads, shape, acc)
+
+
+@interp.register(cube.LoadNz)
+def _i_load_nz(m: interp.Machine, i: cube.LoadNz) -> None:
+    rows, cols = m.int(i.rows), m.int(i.cols)
+    x = _gm_tile(m, i.src, rows, cols, i.strides)
+    if i.prologue:
+        x = np.broadcast_to(_eval(i.prologue, [x], x.shape)[-1], x.shape)
+    rp = -(-rows // i.row_pad) * i.row_pad
+    cp = -(-cols // cube.C0) * cube.C0
+    tile = np.zeros((rp, cp), dtype=i.dst.buf.dtype)
+    tile[:rows, :cols] = x
+    dst = m.mem[i.dst.buf.name]
+    dst[m.int(i.dst.off) + _nz_grid(rp, cp, i.dst_rows)] = tile
+
+
+@interp.register(cube.LoadL0)
+def _i_load_l0(m: interp.Machine, i: cube.LoadL0) -> None:
+    rows, cols = m.int(i.rows), m.int(i.cols)
+    src = m.mem[i.src.buf.name][m.int(i.src.off) + _nz_grid(rows, cols, i.src_rows)]
+    m.mem[i.dst.buf.name][m.int(i.dst.off) + _nz_grid(rows, cols, i.dst_rows)] = src
+
+
+@interp.register(cube.Mmad)
+def _i_mmad(m: interp.Machine, i: cube.Mmad) -> None:
+    mm, nn, kk = m.int(i.m), m.int(i.n), m.int(i.k)
+    a = m.mem[i.a.buf.name][m.int(i.a.off) + _nz_grid(mm, kk, i.a_rows)].astype(np.float32)
+    bm = m.mem[i.b.buf.name][m.int(i.b.off) + _nz_grid(kk, nn, i.b_rows)].astype(np.float32)
+    cidx = m.int(i.c.off) + _nz_grid(mm, nn, i.c_rows)
+    c = m.mem[i.c.buf.name]
+    prod = a @ bm
+    c[cidx] = (c[cidx] + prod) if m.int(i.accumulate) else prod
+
+
+@interp.register(cube.FixPipe)
+def _i_fixpipe(m: interp.Machine, i: cube.FixPipe) -> None:
+    rows, cols = m.int(i.rows), m.int(i.cols)
+    acc = m.mem[i.src.buf.name][m.int(i.src.off) + _nz_grid(rows, cols, i.src_rows)]
+    acc = acc.astype(np.float32)
+    if i.relu:
+        acc = np.where(acc > 0, acc, np.float32(0)) + np.where(np.isnan(acc), acc, 0)
+    if i.epilogue:
+        loads = [_gm_tile(m, r, rows, cols, s) for r, s in zip(i.epi_srcs, i.epi_strides)]
+        acc = np.broadcast_to(_eval(i.epilogue, loads, acc.shape, acc)[i.result], acc.shape)
+    dst = m.mem[i.dst.buf.name]
+    idx = (m.int(i.dst.off) + np.arange(rows)[:, None] * i.strides[0]
+           + np.arange(cols)[None, :] * i.strides[1])  # fmt: skip
+    with np.errstate(all="ignore"):
+        dst[idx] = acc.astype(dst.dtype)
