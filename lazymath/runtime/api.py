@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -71,6 +72,22 @@ class Launch:
     source_loc: str | None = None
 
 
+_DEVICES: weakref.WeakSet = weakref.WeakSet()  # for the fork handler
+
+
+def _after_fork_in_child() -> None:
+    """Worker and pool threads do not survive fork(): the child's devices run in sync mode."""
+    from . import pool
+
+    pool._BLOCK_POOL = None
+    for dev in list(_DEVICES):
+        dev._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Device:
     """aclrtSetDevice: one emulated NPU with its memory pool and streams.
 
@@ -107,6 +124,7 @@ class Device:
         self._lock = threading.Lock()
         self.closed = False
         self.stream(0)
+        _DEVICES.add(self)
 
     def __str__(self) -> str:
         return f"npu:{self.id}"
@@ -201,7 +219,7 @@ class Device:
     def launch(
         self,
         kernel,
-        blocks: int,
+        blocks: int | None,
         args: Sequence,
         stream: Stream | None = None,
         *,
@@ -213,6 +231,7 @@ class Device:
 
         `args` are DeviceBuffers and/or numpy arrays; the argument vector is built once here
         (`kernel.make_argv(arrays)` when the kernel has it) and the launch is enqueued.
+        `blocks=None` takes `kernel.blocks`.
         """
         self.launch_argv(
             kernel, blocks, make_argv(kernel, args), stream,
@@ -222,7 +241,7 @@ class Device:
     def launch_argv(
         self,
         kernel,
-        blocks: int,
+        blocks: int | None,
         argv,
         stream: Stream | None = None,
         *,
@@ -233,6 +252,8 @@ class Device:
         """`launch` with a prebuilt argument vector (what a cached program replays)."""
         if stream is None:
             stream = self._streams[0]
+        if blocks is None:
+            blocks = getattr(kernel, "blocks", 1)
         loc = source_loc or getattr(kernel, "source_loc", None)
         prof = _prof._ACTIVE
         trace = prof._on_launch(kernel, blocks, stream, unit, bound, loc) if prof else None
@@ -282,6 +303,16 @@ class Device:
         self.closed = True
 
     reset = close
+
+    def _after_fork(self) -> None:
+        for s in self._streams:
+            s._after_fork()
+        self.block_pool = _SerialPool()
+        for s in self._streams:
+            s._pool = self.block_pool
+        self._lock = threading.Lock()
+        self.scheduler = "sync"
+        self.threaded = False
 
     def __enter__(self) -> Device:
         return self
@@ -430,7 +461,7 @@ def memcpy_async(dst, src, stream: Stream | None = None, nbytes: int | None = No
     dev.memcpy_async(dst, src, stream, nbytes)
 
 
-def launch(kernel, blocks: int, args: Sequence, stream: Stream | None = None, **kw) -> None:
+def launch(kernel, blocks: int | None, args: Sequence, stream: Stream | None = None, **kw) -> None:
     """aclrtLaunchKernel on `stream` (default: the current device's default stream)."""
     dev = stream.device if stream is not None else current_device()
     dev.launch(kernel, blocks, args, stream, **kw)

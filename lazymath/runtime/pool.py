@@ -337,3 +337,6 @@ def block_pool() -> BlockPool:
             if _BLOCK_POOL is None:
                 _BLOCK_POOL = BlockPool()
     return _BLOCK_POOL
+
+
+get_host_pool = block_pool  # the name the realize path (engine.py) imports

@@ -319,16 +319,20 @@ class Profiler:
 
     def _on_launch(self, kernel, blocks: int, stream, unit, bound, loc) -> KernelRecord:
         self._note_stream(stream)
-        cost = getattr(kernel, "cost", None)
+        try:  # a lazily computed cost must never break a launch
+            cost = getattr(kernel, "cost", None)
+        except Exception:
+            cost = None
+        program = getattr(kernel, "program", None)  # backend kernels: the ISA program
         rec = KernelRecord(
             name=getattr(kernel, "name", None) or type(kernel).__name__,
-            unit=unit or getattr(kernel, "unit", None),
+            unit=unit or getattr(kernel, "unit", None) or getattr(program, "unit", None),
             stream=stream.index,
             blocks=blocks,
             bound=bound or getattr(kernel, "bound", None) or getattr(cost, "bound", None),
             source_loc=loc,
             cost=cost,
-            cores=getattr(kernel, "cores", 0) or 0,
+            cores=getattr(kernel, "cores", 0) or _int(getattr(program, "device_blocks", 0)),
             enqueue_ns=perf_counter_ns(),
         )
         self._append(rec)
@@ -747,6 +751,10 @@ class _PipeCost:
     @property
     def total(self) -> int:
         return max(self.pipes.values(), default=0)
+
+
+def _int(x) -> int:
+    return x if isinstance(x, int) else 0
 
 
 def _default_spec():

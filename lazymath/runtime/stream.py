@@ -180,11 +180,15 @@ class Stream:
             return
         self._q.append(cmd)
         if not self._signaled:
-            self._signaled = True
-            try:
-                self._wake.release()
-            except RuntimeError:  # already released by a racing enqueuer: the worker will wake
-                pass
+            self._kick()
+
+    def _kick(self) -> None:
+        """Wake the worker (a ~8 us futex wake; skipped while it is already signalled)."""
+        self._signaled = True
+        try:
+            self._wake.release()
+        except RuntimeError:  # already released by a racing enqueuer: the worker will wake
+            pass
 
     def _worker(self) -> None:
         wake = self._wake
@@ -204,8 +208,11 @@ class Stream:
             try:
                 while q:
                     execute(q.popleft())
-            finally:
+            except BaseException:  # e.g. Ctrl-C while the host assists: the worker goes on
                 ex.release()
+                self._kick()
+                raise
+            ex.release()
             if not q:
                 return
 
@@ -221,7 +228,12 @@ class Stream:
         done.wait()
 
     def _run_until(self, mark: _Mark) -> None:
-        """Host assist for Event.synchronize: execute this stream's commands up to `mark`."""
+        """Assist: run this stream's commands up to `mark` on the calling thread, if no other
+        thread is executing them (Event.synchronize, or a stream about to block on `mark`).
+
+        Only a non-blocking acquire is used, so helping never waits on another stream's lock;
+        and a mark is only ever awaited after its record was enqueued, so the help always runs
+        earlier-enqueued work: no cycles, no deadlock."""
         if not (self.threaded and self.host_assist) or mark.done:
             return
         q, ex = self._q, self._exec
@@ -233,11 +245,7 @@ class Stream:
         finally:
             ex.release()
         if q and not self._signaled:  # hand what is left back to the worker
-            self._signaled = True
-            try:
-                self._wake.release()
-            except RuntimeError:
-                pass
+            self._kick()
 
     def _execute(self, cmd: tuple) -> None:
         op = cmd[0]
@@ -250,7 +258,7 @@ class Stream:
                     kernel.run_block(argv, 0, 1)
                 else:
                     self._pool.run(kernel.run_block, argv, blocks)
-            except BaseException as exc:  # noqa: BLE001 - deferred to synchronize
+            except Exception as exc:  # deferred to synchronize (Ctrl-C still propagates)
                 name = getattr(kernel, "name", None) or type(kernel).__name__
                 self._add_error(KernelLaunchError(name, loc, self.index, exc))
             if trace is not None:
@@ -266,6 +274,8 @@ class Stream:
             _, mark, trace = cmd
             if trace is not None:
                 trace.host_start_ns = perf_counter_ns()
+            if not mark.done and mark.stream is not self:
+                mark.stream._run_until(mark)  # help the producer stream if it is idle
             mark.wait()
             if trace is not None:
                 trace.host_ns = perf_counter_ns()
@@ -276,7 +286,7 @@ class Stream:
             _, fn, name, loc = cmd
             try:
                 fn()
-            except BaseException as exc:  # noqa: BLE001
+            except Exception as exc:
                 self._add_error(KernelLaunchError(name, loc, self.index, exc))
 
     def _add_error(self, err: KernelLaunchError) -> None:
@@ -298,12 +308,17 @@ class Stream:
             return
         self._quiesce()
         self._closed = True
-        try:
-            self._wake.release()
-        except RuntimeError:
-            pass
+        self._kick()
         self._thread.join(timeout=1.0)
         self._thread = None
+
+    def _after_fork(self) -> None:
+        """In a forked child the worker thread does not exist: run inline from now on."""
+        self._thread = None
+        self.threaded = False
+        self._q.clear()
+        self._exec = threading.Lock()
+        self._err_lock = threading.Lock()
 
 
 class Event:

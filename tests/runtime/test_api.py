@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -347,3 +348,25 @@ def test_launch_overhead_is_microseconds(device):
     med = float(np.median(times)) / 1e3
     print(f"\n{device.scheduler}: launch+synchronize median {med:.2f} us")
     assert med < 100.0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_runs_inline(device):
+    device.launch(SleepKernel("parent"), 1, [], device.stream(1))
+    device.synchronize()
+    pid = os.fork()
+    if pid == 0:  # child: worker threads are gone, launches must still complete
+        code = 1
+        try:
+            seen = np.zeros(2, np.int64)
+            k = SleepKernel("child", body=lambda argv, i, n: argv[0].__setitem__(i, 7))
+            device.launch(k, 2, [seen], device.stream(1))
+            ev = Event()
+            ev.record(device.stream(1))
+            ev.synchronize()
+            device.synchronize()
+            code = 0 if seen.tolist() == [7, 7] else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
