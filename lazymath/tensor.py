@@ -11,7 +11,6 @@ from __future__ import annotations
 import builtins
 import math
 import operator
-import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,9 +34,13 @@ class Tensor:
     def __init__(self, node: gn.Node, device=None):
         self._node = node
         self._device = device if device is not None else _current_device()
-        if node.tensors is None:
-            node.tensors = weakref.WeakSet()
-        node.tensors.add(self)
+        node.tensors += 1  # live handles; realize also writes out nodes a live tensor holds
+
+    def __del__(self):
+        try:
+            self._node.tensors -= 1
+        except AttributeError:  # interpreter shutdown or a half-built tensor
+            pass
 
     # -- metadata (never realizes) --
     @property
@@ -468,6 +471,9 @@ def _as_tensor_or_scalar(x, op: str):
 
 
 def broadcast_shapes(*shapes: tuple[int, ...], op: str = "broadcast") -> tuple[int, ...]:
+    first = shapes[0] if shapes else ()
+    if all(s == first for s in shapes):
+        return tuple(first)
     ndim = builtins.max((len(s) for s in shapes), default=0)
     out = []
     for d in range(ndim):
@@ -567,6 +573,8 @@ def _axes(axis, ndim: int, op: str) -> tuple[int, ...]:
         return tuple(range(ndim))
     if isinstance(axis, (int, np.integer)):
         axis = (int(axis),)
+    elif not isinstance(axis, (tuple, list)):
+        raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
     out = []
     for a in axis:
         if not isinstance(a, (int, np.integer)):
@@ -786,8 +794,12 @@ def mean(x, axis=None, keepdims=False) -> Tensor:
 
 
 def var(x, axis=None, keepdims=False, ddof=0) -> Tensor:
+    return _var("var", x, axis, keepdims, ddof)
+
+
+def _var(op: str, x, axis, keepdims: bool, ddof) -> Tensor:
     x = x if isinstance(x, Tensor) else tensor(x)
-    axes = _axes(axis, x.ndim, "var")
+    axes = _axes(axis, x.ndim, op)
     n = math.prod(x.shape[a] for a in axes)
     xf = _float_for_mean(x)
     acc = astype(xf, dt.float32) if xf.dtype == dt.float16 else xf
@@ -801,12 +813,12 @@ def var(x, axis=None, keepdims=False, ddof=0) -> Tensor:
 
 
 def std(x, axis=None, keepdims=False, ddof=0) -> Tensor:
-    v = var(x, axis, keepdims, ddof)
-    return sqrt(v)
+    return sqrt(_var("std", x, axis, keepdims, ddof))
 
 
 def softmax(x, axis=-1) -> Tensor:
     x = _float_for_mean(x if isinstance(x, Tensor) else tensor(x))
+    _axes(axis, x.ndim, "softmax")  # validate here so errors name softmax, not max
     m = max(x, axis, keepdims=True)
     e = exp(x - m)
     return e / sum(e, axis, keepdims=True)
@@ -814,6 +826,7 @@ def softmax(x, axis=-1) -> Tensor:
 
 def log_softmax(x, axis=-1) -> Tensor:
     x = _float_for_mean(x if isinstance(x, Tensor) else tensor(x))
+    _axes(axis, x.ndim, "log_softmax")  # validate here so errors name log_softmax, not max
     m = max(x, axis, keepdims=True)
     z = x - m
     return z - log(sum(exp(z), axis, keepdims=True))

@@ -39,7 +39,10 @@ def _reduce(x: np.ndarray, op: str, axes: tuple[int, ...], out_dtype: np.dtype) 
         # flat index over the reduced axes (C order), like numpy's single-axis argmax
         keep = [d for d in range(x.ndim) if d not in axes]
         moved = np.transpose(x, keep + list(axes))
-        flat = moved.reshape(moved.shape[: len(keep)] + (-1,))
+        n = 1
+        for d in axes:
+            n *= x.shape[d]
+        flat = moved.reshape(moved.shape[: len(keep)] + (n,))  # not -1: the input may be empty
         return getattr(np, op)(flat, axis=-1).astype(np.int64)
     if op in ("sum", "prod") and x.dtype == np.float16:
         # the NPU accumulates float16 in float32
@@ -80,8 +83,13 @@ def _fft(x, kind, n, axis, norm, out_dtype):
 
 
 def evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
-    """Compute one node from its sources' values."""
+    """Compute one node from its sources' values (always an ndarray: numpy reductions to 0-d
+    return numpy scalars, which have no strides for a backend to bind)."""
     CALLS["nodes"] += 1
+    return np.asarray(_evaluate(node, srcs))
+
+
+def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
     op, arg = node.op, node.arg
     with np.errstate(all="ignore"):
         if op in ELEMENTWISE:
