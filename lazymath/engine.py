@@ -25,9 +25,12 @@ from .realize import backend_name, commit, live_outputs
 # ----------------------------------------------------------------------------- signature
 
 
-def signature(outputs: list[gn.Node]) -> tuple[tuple, list[gn.Node], list[gn.Node]]:
-    """(key, leaf nodes in order, all walked nodes) of the pending graph behind `outputs`."""
-    order = gn.toposort(outputs)
+def signature(outputs: list[gn.Node], order: list[gn.Node] | None = None) -> tuple:
+    """(key, leaf nodes in order, all walked nodes) of the pending graph behind `outputs`.
+
+    `order` may be a topological order of the same subgraph computed by the caller."""
+    if order is None:
+        order = gn.toposort(outputs)
     index: dict[int, int] = {}
     parts = []
     leaves = []
@@ -253,7 +256,7 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
     from .fusion import make_schedule
 
     if backend != "irref":
-        from .backend import compile_kernel
+        from .backend.compile import compile_kernel
 
     before = [id(n.realized) for n in leaves]
     sched = make_schedule(outputs, spec)
@@ -295,11 +298,11 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
                    copy_leaves=copy_leaves)  # fmt: skip
 
 
-def run_compiled(outputs: list[gn.Node]) -> None:
+def run_compiled(outputs: list[gn.Node], order: list[gn.Node] | None = None) -> None:
     t0 = time.perf_counter()
     spec = _device_spec()
     backend = backend_name()
-    key, leaves, order = signature(outputs)
+    key, leaves, order = signature(outputs, order)
     key = (key, spec.key(), backend)
     prog = _programs.get(key)
     hit = prog is not None
@@ -370,7 +373,7 @@ def explain(*tensors, spec=None) -> str:
 
 
 def cache_info() -> dict:
-    from .backend import cache_info as kernel_cache_info
+    from .backend.kernel_cache import cache_info as kernel_cache_info
 
     info = dict(kernel_cache_info())
     info["programs"] = len(_programs)
@@ -379,7 +382,7 @@ def cache_info() -> dict:
 
 
 def clear_cache() -> None:
-    from .backend import clear_cache as clear_kernels
+    from .backend.kernel_cache import clear_cache as clear_kernels
 
     _programs.clear()
     clear_kernels()

@@ -40,17 +40,15 @@ def _nodes_of(tensors) -> list[gn.Node]:
     return nodes
 
 
-def live_outputs(roots: list[gn.Node]) -> list[gn.Node]:
+def live_outputs(roots: list[gn.Node], order: list[gn.Node] | None = None) -> list[gn.Node]:
     """The requested nodes plus every pending node of the subgraph that a live tensor holds.
 
     Those must become buffers too, or a later realize of that tensor would recompute them.
     """
     out = list(roots)
     want = {id(n) for n in roots}
-    for n in gn.toposort(roots):
-        if id(n) in want or n.realized is not None:
-            continue
-        if n.tensors is not None and len(n.tensors) > 0:
+    for n in order if order is not None else gn.toposort(roots):
+        if n.tensors > 0 and n.realized is None and id(n) not in want:
             out.append(n)
             want.add(id(n))
     return out
@@ -73,7 +71,8 @@ def realize(*tensors) -> None:
     if not roots:
         return
     t0 = time.perf_counter()
-    outputs = live_outputs(roots)
+    order = gn.toposort(roots)
+    outputs = live_outputs(roots, order)
     if backend_name() == "reference":
         values = reference.run(outputs)
         for n in outputs:
@@ -82,7 +81,7 @@ def realize(*tensors) -> None:
         return
     from .engine import run_compiled
 
-    run_compiled(outputs)
+    run_compiled(outputs, order)
 
 
 def _debug_line(outputs, what: str, t0: float) -> None:

@@ -24,13 +24,20 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _buffer_ids = itertools.count()
 
 
+_internal_code: dict = {}
+
+
 def user_location() -> str:
     """file:line of the innermost frame outside the lazymath package (the user's call site)."""
     f = sys._getframe(1)
+    internal = _internal_code
     while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(_PKG_DIR):
-            return f"{fn}:{f.f_lineno}"
+        code = f.f_code
+        inside = internal.get(code)
+        if inside is None:
+            inside = internal[code] = code.co_filename.startswith(_PKG_DIR)
+        if not inside:
+            return f"{code.co_filename}:{f.f_lineno}"
         f = f.f_back
     return "<unknown>"
 
@@ -74,7 +81,17 @@ class Node:
         return self.realized is not None or self.op in ("buffer", "const")
 
 
-_interned: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# key -> weak reference to the node; the callback drops the entry when the node dies.
+_interned: dict = {}
+
+
+def _drop(key):
+    def cb(_ref, key=key):
+        ref = _interned.get(key)
+        if ref is not None and ref() is None:
+            del _interned[key]
+
+    return cb
 
 
 def make(
@@ -87,19 +104,23 @@ def make(
 ) -> Node:
     """Return the unique node with this structure, creating it if needed."""
     srcs = tuple(srcs)
-    dtype = np.dtype(dtype)
-    shape = tuple(int(s) for s in shape)
-    key = (op, dtype.str, shape, arg, tuple(id(s) for s in srcs))
-    node = _interned.get(key)
-    if node is not None:
-        return node
+    if type(shape) is not tuple:
+        shape = tuple(int(s) for s in shape)
+    if type(dtype) is not np.dtype or not isinstance(dtype, np.dtype):
+        dtype = np.dtype(dtype)
+    key = (op, dtype.char, shape, arg, tuple([id(s) for s in srcs]))
+    ref = _interned.get(key)
+    if ref is not None:
+        node = ref()
+        if node is not None:
+            return node
     node = Node()
     node.op, node.dtype, node.shape, node.arg, node.srcs = op, dtype, shape, arg, srcs
-    node.hash = hash((op, dtype.str, shape, arg, tuple(s.hash for s in srcs)))
+    node.hash = hash((op, dtype.char, shape, arg, tuple([s.hash for s in srcs])))
     node.loc = loc if loc is not None else user_location()
     node.realized = None
-    node.tensors = None
-    _interned[key] = node
+    node.tensors = 0
+    _interned[key] = weakref.ref(node, _drop(key))
     return node
 
 
@@ -110,8 +131,21 @@ def buffer_node(array: np.ndarray, loc: str | None = None) -> Node:
     return node
 
 
+_const_cache: dict = {}
+
+
 def const_node(value, dtype: np.dtype, loc: str | None = None) -> Node:
-    """A 0-d constant; broadcast with an `expand` view. Constants fold into kernels as literals."""
+    """A 0-d constant; broadcast with an `expand` view. Constants fold into kernels as literals.
+
+    Constants are kept alive in a small cache: scalars recur in every call of a composite op.
+    """
+    ck = (value, type(value), dtype, str(value)[:1] == "-")
+    try:
+        hit = _const_cache.get(ck)
+    except TypeError:  # unhashable value
+        hit = None
+    if hit is not None:
+        return hit
     dtype = np.dtype(dtype)
     v = dtype.type(value).item()
     if isinstance(v, float) and v != v:  # NaN != NaN would defeat interning
@@ -121,6 +155,10 @@ def const_node(value, dtype: np.dtype, loc: str | None = None) -> Node:
     node = make("const", dtype, (), (), key, loc)
     if node.realized is None:
         node.realized = np.array(v, dtype=dtype)
+    if len(_const_cache) > 4096:
+        _const_cache.clear()
+    if not (isinstance(value, float) and value != value):
+        _const_cache[ck] = node
     return node
 
 
@@ -134,28 +172,31 @@ def toposort(roots: Iterable[Node], stop_at_realized: bool = True) -> list[Node]
     limit: a chain of 10,000 ops is fine). Realized nodes are leaves unless told otherwise."""
     order: list[Node] = []
     seen: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(list(roots))]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
+    empty = ()
+    for r in roots:
+        if id(r) in seen:
             continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        if stop_at_realized and node.realized is not None:
-            continue
-        for s in reversed(node.srcs):
-            if id(s) not in seen:
-                stack.append((s, False))
+        seen.add(id(r))
+        stack = [(r, iter(empty if stop_at_realized and r.realized is not None else r.srcs))]
+        while stack:
+            node, it = stack[-1]
+            for s in it:
+                if id(s) not in seen:
+                    seen.add(id(s))
+                    leaf = stop_at_realized and s.realized is not None
+                    stack.append((s, iter(empty if leaf else s.srcs)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
     return order
 
 
 def forget(node: Node) -> None:
     """Detach a node that has just been realized: drop its sources (freeing the graph behind
     it) and its interning entry (whose key holds the sources' ids, which may be reused)."""
-    key = (node.op, node.dtype.str, node.shape, node.arg, tuple(id(s) for s in node.srcs))
-    if _interned.get(key) is node:
+    key = (node.op, node.dtype.char, node.shape, node.arg, tuple([id(s) for s in node.srcs]))
+    ref = _interned.get(key)
+    if ref is not None and ref() is node:
         del _interned[key]
     node.srcs = ()
