@@ -35,6 +35,8 @@ import struct
 
 from llvmlite import ir
 
+from lazymath.backend import isa
+
 __all__ = [
     "COMPOSITE_OPS",
     "NATIVE_OPS",
@@ -225,3 +227,581 @@ def _log_body(h: _Fn, x: ir.Value) -> ir.Value:
     res = h.sel(h.fcmp("==", x, h.c(0.0)), h.c(-math.inf), res)
     bad = b.fcmp_unordered("<", x, h.c(0.0))  # x < 0 or nan
     return h.sel(bad, h.c(math.nan), res)
+
+
+# ============================================================================ part 2: composites
+COMPOSITE_OPS = ("sin", "cos", "tan", "tanh", "sigmoid", "exp2", "pow", "floor_divide",
+                 "remainder")  # fmt: skip
+_ARITY = {"pow": 2, "floor_divide": 2, "remainder": 2}
+# float64 inputs: ops whose float64 sequence is exact enough; the rest raise NotImplementedError
+# so the caller falls back (host libm for trig/tanh, native vfloordiv/vmod/vpow for the others).
+_F64_OPS = ("sigmoid", "pow")
+CHUNK = 512  # strip-mine width: scratch stays L1-resident between the instructions of a sequence
+
+# Trigonometric reduction tables, groups g = 9..15 of the biased exponent >> 4 (g < 9 share the
+# g = 9 entry): F0 + F1 = (2^(16g-150) * unit mod 2) * 2^-(16g-150) as two doubles, unit = 1/pi
+# (half turns) or 2/pi (quarter turns). Verified against mpmath in the tests.
+_TRIG_G0 = 9
+_HALF_F0 = (0.3183098861837907, 0.0019036361837906715, 1.284127663345183e-08,
+            1.209391198562356e-13, 1.138005036539198e-18, 1.6271903045673365e-23,
+            1.3250202406673238e-27)  # fmt: skip
+_HALF_F1 = (-1.9678676675182486e-17, 5.3802864053693746e-20, -2.7170920538718753e-25,
+            1.2355694379560215e-29, 8.34143383430412e-35, 1.2592086916704748e-39,
+            5.794356676714072e-44)  # fmt: skip
+_QUARTER_F0 = (0.6366197723675814, 0.001854147367581343, 2.568255326690366e-08,
+               2.418782397124712e-13, 2.276010073078396e-18, 3.254380609134673e-23,
+               1.0344533474420156e-27)  # fmt: skip
+_QUARTER_F1 = (-3.935735335036497e-17, 1.0760572810738749e-19, -5.434184107743751e-25,
+               2.471138875912043e-29, 1.668286766860824e-34, 2.5184173833409495e-39,
+               -6.347906989929515e-44)  # fmt: skip
+
+
+class _Seq:
+    """Emits one composite: SSA-style helpers over recycled scratch buffers.
+
+    Every helper allocates its destination from per-dtype free lists (`done` returns buffers),
+    so a sequence of 40 instructions needs about ten chunk-sized buffers. Constant operands
+    (vfma addends, tables) are filled once, before the strip-mining loop, into `pre`.
+    """
+
+    def __init__(self, b: isa.Builder, chunk: int):
+        self.b = b
+        self.chunk = chunk
+        self.n: isa.IntExpr = chunk
+        self.pre: list = []
+        self.body: list = []
+        self.free: dict[str, list[isa.Ref]] = {}
+        self.consts: dict[tuple, isa.Ref] = {}
+        self.nbytes = 0
+
+    # ---- buffers
+    def tmp(self, dt: str) -> isa.Ref:
+        lst = self.free.setdefault(dt, [])
+        if lst:
+            return lst.pop()
+        self.nbytes += self.chunk * _ITEMSIZE[dt]
+        return self.b.scratch(dt, self.chunk)
+
+    def done(self, *refs: isa.Ref) -> None:
+        for r in refs:
+            self.free.setdefault(r.buf.dtype, []).append(r)
+
+    def const(self, dt: str, v: float) -> isa.Ref:
+        key = (dt, struct.pack("d", float(v)))
+        if key not in self.consts:
+            self.nbytes += self.chunk * _ITEMSIZE[dt]
+            r = self.b.scratch(dt, self.chunk)
+            self.pre.append(isa.VDup(r, v, self.chunk))
+            self.consts[key] = r
+        return self.consts[key]
+
+    def table(self, dt: str, values: tuple) -> isa.Ref:
+        self.nbytes += len(values) * _ITEMSIZE[dt]
+        r = self.b.scratch(dt, max(len(values), self.chunk))
+        for i, v in enumerate(values):
+            self.pre.append(isa.VDup(r + i, v, 1))
+        return r
+
+    # ---- instructions (each returns a fresh buffer unless `out` is given)
+    def _out(self, out, dt):
+        return out if out is not None else self.tmp(dt)
+
+    def bin(self, op: str, a: isa.Ref, c: isa.Ref, out=None) -> isa.Ref:
+        d = self._out(out, a.buf.dtype)
+        self.body.append(isa.VBinary(op, d, a, c, self.n))
+        return d
+
+    def sc(self, op: str, a: isa.Ref, s, out=None) -> isa.Ref:
+        d = self._out(out, a.buf.dtype)
+        self.body.append(isa.VScalar(op, d, a, s, self.n))
+        return d
+
+    def un(self, op: str, a: isa.Ref, out=None) -> isa.Ref:
+        d = self._out(out, a.buf.dtype)
+        self.body.append(isa.VUnary(op, d, a, self.n))
+        return d
+
+    def fma(self, a: isa.Ref, c: isa.Ref, e: isa.Ref, out=None) -> isa.Ref:
+        d = self._out(out, a.buf.dtype)
+        self.body.append(isa.VFma(d, a, c, e, self.n))
+        return d
+
+    def conv(self, a: isa.Ref, dt: str, mode: str = "trunc", out=None) -> isa.Ref:
+        d = self._out(out, dt)
+        self.body.append(isa.VConv(d, a, self.n, mode))
+        return d
+
+    def cmps(self, cmp: str, a: isa.Ref, s, out=None) -> isa.Ref:
+        d = self._out(out, "bool")
+        self.body.append(isa.VCmpS(cmp, d, a, s, self.n))
+        return d
+
+    def cmp(self, cmp: str, a: isa.Ref, c: isa.Ref, out=None) -> isa.Ref:
+        d = self._out(out, "bool")
+        self.body.append(isa.VCmp(cmp, d, a, c, self.n))
+        return d
+
+    def sel(self, m: isa.Ref, a: isa.Ref, c: isa.Ref, out=None) -> isa.Ref:
+        d = self._out(out, a.buf.dtype)
+        self.body.append(isa.VSel(d, m, a, c, self.n))
+        return d
+
+    def gather(self, table: isa.Ref, idx: isa.Ref, out=None) -> isa.Ref:
+        d = self._out(out, table.buf.dtype)
+        self.body.append(isa.VGather(d, table, idx, self.n))
+        return d
+
+    def horner(self, z: isa.Ref, coeffs: tuple, out=None) -> isa.Ref:
+        """coeffs[0] + z*(coeffs[1] + ...) as vmuls/vadds then vmul/vadds pairs (out != z)."""
+        p = self.sc("vmuls", z, coeffs[-1], out=out)
+        self.sc("vadds", p, coeffs[-2], out=p)
+        for co in reversed(coeffs[:-2]):
+            self.bin("vmul", p, z, out=p)
+            self.sc("vadds", p, co, out=p)
+        return p
+
+
+_ITEMSIZE = {"bool": 1, "int32": 4, "float16": 2, "float32": 4, "float64": 8}
+
+
+def _check_srcs(op: str, srcs: tuple) -> None:
+    if len(srcs) != _ARITY.get(op, 1):
+        raise ValueError(f"vmath {op}: expected {_ARITY.get(op, 1)} sources, got {len(srcs)}")
+
+
+def emit_composite(
+    b: isa.Builder,
+    op: str,
+    dst: isa.Ref,
+    srcs: tuple,
+    n: isa.IntExpr,
+    dtype: str,
+    *,
+    cap: int | None = None,
+) -> None:
+    """Append native vector instructions computing dst[:n] = op(*srcs)[:n] in `dtype`.
+
+    `cap` is the static upper bound of `n` (the tile; default ``b.tile``). Work is strip-mined
+    in chunks of `CHUNK` elements so the scratch buffers (each `min(cap, CHUNK)` elements,
+    from ``b.scratch``) stay in L1 between instructions. float16 is computed in float32 chunk
+    by chunk (vconv in and out). Raises NotImplementedError for an (op, dtype) it does not
+    expand, so the caller can fall back to a host or native instruction.
+    """
+    if op not in COMPOSITE_OPS:
+        raise NotImplementedError(f"vmath has no composite for {op!r}")
+    if dtype not in ("float16", "float32", "float64"):
+        raise NotImplementedError(f"vmath {op}: dtype {dtype} (floats only)")
+    if dtype == "float64" and op not in _F64_OPS:
+        raise NotImplementedError(f"vmath {op}: float64 is left to the host fallback")
+    _check_srcs(op, srcs)
+    cap = cap or b.tile
+    if not cap:
+        raise ValueError("vmath.emit_composite needs cap (static bound of n) or b.tile")
+    chunk = min(int(cap), CHUNK)
+    s = _Seq(b, chunk)
+    if chunk >= cap:  # one chunk: no loop
+        s.n = n
+        _emit_chunk(s, op, dst, srcs, dtype)
+        b.body.extend(s.pre)
+        b.body.extend(s.body)
+        return
+    var = isa.Var(f"vm{len(b.body)}")
+    s.n = isa.imin(chunk, isa.sub(n, var))
+    _emit_chunk(s, op, dst + var, tuple(r + var for r in srcs), dtype)
+    b.body.extend(s.pre)
+    b.emit(isa.Loop(var, 0, n, chunk, tuple(s.body)))
+
+
+def composite_scratch_bytes(op: str, dtype: str, cap: int) -> int:
+    """UB bytes the scratch buffers of one `emit_composite` call take (for tiling decisions)."""
+    b = isa.Builder(tile=cap)
+    src = b.scratch(dtype, cap)
+    srcs = (src,) * _ARITY.get(op, 1)
+    before = len(b.buffers)
+    emit_composite(b, op, src, srcs, cap, dtype, cap=cap)
+    return sum(buf.nbytes for buf in b.buffers[before:])
+
+
+def _emit_chunk(s: _Seq, op: str, dst: isa.Ref, srcs: tuple, dtype: str) -> None:
+    """One chunk: float16 goes through float32 scratch; others write dst directly."""
+    if dtype != "float16":
+        _OPS[op](s, dst, srcs, dtype)
+        return
+    wide = tuple(s.conv(r, "float32") for r in srcs)
+    out = s.tmp("float32")
+    _OPS[op](s, out, wide, "float32")
+    s.conv(out, "float16", out=dst)
+    s.done(out, *wide)
+
+
+# ---------------------------------------------------------------------------- trigonometry
+def _reduce(s: _Seq, ax: isa.Ref, f0s: tuple, f1s: tuple) -> tuple[isa.Ref, isa.Ref]:
+    """|x| (float32) * unit mod 2 as r + w: r in [0, 2) exact, |w| < 2^-12 (float64 each).
+
+    |x| = M * 2^(16g-150) with M < 2^39 an integer, g = biased exponent >> 4. With
+    F = T(g) * 2^-(16g-150) from the table, |x| * F0 = M * f0: hi + lo by an fma two-product,
+    hi mod 2 exact by floor; |x| * F1 = M * f1 < 2^-13 is rounded harmlessly.
+    """
+    g = s.conv(ax, "int32", "bits")
+    s.sc("vshr", g, 27, out=g)  # biased exponent >> 4 (sign bit is clear)
+    s.sc("vmaxs", g, _TRIG_G0, out=g)
+    s.sc("vadds", g, -_TRIG_G0, out=g)
+    tab = s.table("float64", f0s + f1s)
+    xd = s.conv(ax, "float64")
+    f0 = s.gather(tab, g)
+    f1 = s.gather(tab + len(f0s), g, out=None)
+    s.done(g)
+    hi = s.bin("vmul", xd, f0)
+    nhi = s.un("vneg", hi)
+    lo = s.fma(xd, f0, nhi, out=f0)  # exact: the rounding error of hi
+    s.done(nhi)
+    w = s.bin("vmul", xd, f1, out=f1)
+    s.bin("vadd", lo, w, out=w)
+    s.done(lo, xd)
+    t = s.sc("vmuls", hi, 0.5)
+    s.un("vfloor", t, out=t)
+    r = s.fma(t, s.const("float64", -2.0), hi, out=t)  # hi mod 2, exact
+    s.done(hi)
+    return r, w
+
+
+def _sinpi(s: _Seq, v: isa.Ref, out=None) -> isa.Ref:
+    """sin(pi*v) for |v| <= 1/2 in float64 (rel err 2^-35): v * P(v^2)."""
+    z = s.bin("vmul", v, v)
+    p = s.horner(z, SINPI)
+    s.done(z)
+    return s.bin("vmul", v, p, out=p if out is None else out)
+
+
+def _sincos32(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str) -> None:
+    """sin / cos of float32 x: half-turn reduction then one odd polynomial.
+
+    sin(x) = sgn(x) * sin(pi*s), s = |x|/pi mod 2 = q + v, q = rint(s) in {0,1,2}:
+    sin(pi*s) = (-1)^q sin(pi*v). cos(x) = sin(pi*(s + 1/2)) with q = rint(s + 1/2) and
+    v = (r - (q - 1/2)) + w, the subtraction exact where it cancels. The sign flips are folded
+    into v (sin(pi*v) is odd), which also gives sin(-0.0) = -0.0; inf and nan become nan.
+    """
+    ax = s.un("vabs", x)
+    r, w = _reduce(s, ax, _HALF_F0, _HALF_F1)
+    s.done(ax)
+    sv = s.bin("vadd", r, w)
+    if op == "cos":
+        s.sc("vadds", sv, 0.5, out=sv)
+    q = s.un("vrint", sv, out=sv)
+    if op == "cos":
+        qm = s.sc("vadds", q, -0.5)
+        u = s.bin("vsub", r, qm, out=qm)
+    else:
+        u = s.bin("vsub", r, q)
+    v = s.bin("vadd", u, w, out=u)
+    s.done(r, w)
+    if op == "sin":
+        flip = s.cmps("eq", q, 1.0)
+        xb = s.conv(x, "int32", "bits")
+        neg = s.cmps("lt", xb, 0)  # sign bit, also for -0.0
+        s.done(xb)
+        s.bin("vxor", flip, neg, out=flip)
+        s.done(neg)
+    else:  # q in {0,1,2,3}: odd <=> |q - 2| == 1
+        s.sc("vadds", q, -2.0, out=q)
+        s.un("vabs", q, out=q)
+        flip = s.cmps("eq", q, 1.0)
+    s.done(q)
+    nv = s.un("vneg", v)
+    s.sel(flip, nv, v, out=v)
+    s.done(nv, flip)
+    res = _sinpi(s, v)
+    s.done(v)
+    s.conv(res, dst.buf.dtype, out=dst)
+    s.done(res)
+
+
+def _tan32(s: _Seq, dst: isa.Ref, x: isa.Ref) -> None:
+    """tan of float32 x: quarter-turn reduction |x|*2/pi = q + v, y = pi/2 * v.
+
+    tan(y) = sin(pi*h)/cos(pi*h) with h = v/2, cos(pi*h) = sin(pi*(1/2 - |h|)) (exact
+    argument); odd q gives -cot(y) = -cos/sin. Everything in float64, one rounding at the end.
+    """
+    ax = s.un("vabs", x)
+    r, w = _reduce(s, ax, _QUARTER_F0, _QUARTER_F1)
+    s.done(ax)
+    q = s.bin("vadd", r, w)
+    s.un("vrint", q, out=q)
+    v = s.bin("vsub", r, q)
+    s.bin("vadd", v, w, out=v)
+    s.done(r, w)
+    xb = s.conv(x, "int32", "bits")
+    neg = s.cmps("lt", xb, 0)
+    s.done(xb)
+    h = s.sc("vmuls", v, 0.5)
+    nh = s.un("vneg", h)
+    s.sel(neg, nh, h, out=h)
+    s.done(nh, neg, v)
+    sn = _sinpi(s, h)
+    c = s.un("vabs", h)
+    s.sc("vmuls", c, -1.0, out=c)
+    s.sc("vadds", c, 0.5, out=c)
+    cs = _sinpi(s, c, out=c)
+    s.done(h)
+    odd = s.cmps("eq", q, 1.0)
+    s.done(q)
+    ncs = s.un("vneg", cs)
+    num = s.sel(odd, ncs, sn)
+    s.done(ncs)
+    den = s.sel(odd, sn, cs)
+    s.done(sn, cs, odd)
+    s.bin("vdiv", num, den, out=num)
+    s.done(den)
+    s.conv(num, dst.buf.dtype, out=dst)
+    s.done(num)
+
+
+def _op_sin(s, dst, srcs, dt):
+    _sincos32(s, dst, srcs[0], "sin")
+
+
+def _op_cos(s, dst, srcs, dt):
+    _sincos32(s, dst, srcs[0], "cos")
+
+
+def _op_tan(s, dst, srcs, dt):
+    _tan32(s, dst, srcs[0])
+
+
+# ---------------------------------------------------------------------------- tanh, sigmoid
+def _op_tanh(s: _Seq, dst: isa.Ref, srcs: tuple, dt: str) -> None:
+    """|x| < 0.9: x + x^3 P(x^2); else sign(x) * (1 - 2/(exp(2|x|) + 1)) (exp never loses
+    more than 1 ulp there since the subtraction keeps >= 0.7 of the result). tanh(+-inf) = +-1,
+    tanh(-0) = -0 (polynomial branch), nan propagates through both."""
+    x = srcs[0]
+    ax = s.un("vabs", x)
+    z = s.bin("vmul", x, x)
+    p = s.horner(z, TANH_F32)
+    s.bin("vmul", z, x, out=z)
+    small = s.fma(z, p, x, out=p)  # x + x^3 P
+    s.done(z)
+    e = s.sc("vmuls", ax, 2.0)
+    s.un("vexp", e, out=e)
+    s.sc("vadds", e, 1.0, out=e)
+    big = s.bin("vdiv", s.const(dt, 2.0), e, out=e)
+    s.sc("vmuls", big, -1.0, out=big)
+    s.sc("vadds", big, 1.0, out=big)
+    nbig = s.un("vneg", big)
+    xb = s.conv(x, "int32", "bits")
+    neg = s.cmps("lt", xb, 0)
+    s.done(xb)
+    s.sel(neg, nbig, big, out=big)
+    s.done(nbig, neg)
+    m = s.cmps("lt", ax, TANH_SMALL)
+    s.done(ax)
+    s.sel(m, small, big, out=dst)
+    s.done(m, small, big)
+
+
+def _op_sigmoid(s: _Seq, dst: isa.Ref, srcs: tuple, dt: str) -> None:
+    """1/(1+exp(-x)) as e/(1+e) or 1/(1+e) with e = exp(-|x|) <= 1: never overflows, and the
+    denormal tail of sigmoid(-100) is right (the naive form gives 0). nan propagates."""
+    x = srcs[0]
+    e = s.un("vabs", x)
+    s.un("vneg", e, out=e)
+    s.un("vexp", e, out=e)
+    d = s.sc("vadds", e, 1.0)
+    neg = s.cmps("lt", x, 0.0)
+    num = s.sel(neg, e, s.const(dt, 1.0), out=e)
+    s.done(neg)
+    s.bin("vdiv", num, d, out=dst)
+    s.done(num, d)
+
+
+def _op_exp2(s: _Seq, dst: isa.Ref, srcs: tuple, dt: str) -> None:
+    """2^x = exp(x*ln2) in float64: the product is exact enough, one rounding to float32."""
+    xd = s.conv(srcs[0], "float64")
+    s.sc("vmuls", xd, math.log(2.0), out=xd)
+    s.un("vexp", xd, out=xd)
+    s.conv(xd, dst.buf.dtype, out=dst)
+    s.done(xd)
+
+
+# ---------------------------------------------------------------------------- pow
+def _op_pow(s: _Seq, dst: isa.Ref, srcs: tuple, dt: str) -> None:
+    """C99/numpy pow: |a|^b = exp(b*log|a|) in float64, then the sign and special cases.
+
+    float32 inputs are exact in float64 and the result is rounded once (faithful). float64
+    inputs lose ~|b*log a| ulp-units of 2^-53 (relative error < 1e-13). Special cases: b == 0
+    -> 1, a == 1 -> 1, a == -1 and |b| == inf -> 1, a < 0 (finite) and b not an integer -> nan,
+    negative a (or -0.0) and odd integer b -> negated; inf/0 cases fall out of exp/log.
+    """
+    a, bb = srcs
+    wide = dt != "float64"
+    ad = s.conv(a, "float64") if wide else a
+    bd = s.conv(bb, "float64") if wide else bb
+    la = s.un("vabs", ad)
+    s.un("vln", la, out=la)
+    s.bin("vmul", la, bd, out=la)
+    res = s.un("vexp", la, out=la)
+    # integer / odd tests on b
+    t = s.un("vrint", bd)
+    yint = s.cmp("eq", t, bd)
+    s.sc("vmuls", bd, 0.5, out=t)
+    t2 = s.un("vrint", t)
+    yodd = s.cmp("ne", t2, t)  # b/2 not an integer (false for inf: inf/2 is 'integer')
+    s.done(t, t2)
+    s.bin("vand", yodd, yint, out=yodd)
+    ib = "int32" if wide else "int64"
+    ab = s.conv(a, ib, "bits")
+    aneg = s.cmps("lt", ab, 0)  # sign bit of a, also -0.0
+    s.done(ab)
+    s.bin("vand", yodd, aneg, out=yodd)
+    s.done(aneg)
+    nres = s.un("vneg", res)
+    s.sel(yodd, nres, res, out=res)
+    s.done(nres, yodd)
+    # a < 0 finite and b not an integer -> nan
+    m = s.cmps("lt", ad, 0.0)
+    m2 = s.cmps("gt", ad, -math.inf)
+    s.bin("vand", m, m2, out=m)
+    s.un("vnot", yint, out=yint)
+    s.bin("vand", m, yint, out=m)
+    s.sel(m, s.const("float64", math.nan), res, out=res)
+    # b == 0 or a == 1 -> 1;  a == -1 and |b| == inf -> 1
+    s.cmps("eq", ad, -1.0, out=m)
+    t = s.un("vabs", bd)
+    s.cmps("eq", t, math.inf, out=m2)
+    s.done(t)
+    s.bin("vand", m, m2, out=m)
+    s.cmps("eq", ad, 1.0, out=m2)
+    s.bin("vor", m, m2, out=m)
+    s.cmps("eq", bd, 0.0, out=m2)
+    s.bin("vor", m, m2, out=m)
+    s.done(m2, yint)
+    one = s.const("float64", 1.0)
+    if wide:
+        s.sel(m, one, res, out=res)
+        s.conv(res, dst.buf.dtype, out=dst)
+        s.done(res, ad, bd)
+    else:
+        s.sel(m, one, res, out=dst)
+        s.done(res)
+    s.done(m)
+
+
+# ---------------------------------------------------------------------------- floor_divide, mod
+_FMOD_STEP = 50  # bits of quotient removed per reduction step (float64 keeps the error < 1)
+
+
+def _fmod_abs(s: _Seq, A: isa.Ref, B: isa.Ref, steps: int) -> isa.Ref:
+    """fmod(A, B) for float64 A, B >= 0 holding float32 values: exact, branch-free.
+
+    Long division in `steps` rounds of 50 quotient bits: q = floor(r * (1/B) * 2^-50j) is off
+    by at most one, r - q*B*2^50j is exact in the fma (the result is a multiple of the coarser
+    of the two ulps and smaller than 3*B*2^50j), and the last round is corrected both ways.
+    B = inf gives A; B = 0 or A = inf give nan, like C fmod.
+    """
+    iB = s.bin("vdiv", s.const("float64", 1.0), B)
+    r = s.un("vcopy", A)
+    q = s.tmp("float64")
+    nb = s.tmp("float64")
+    for j in reversed(range(steps)):
+        sc = 2.0 ** (_FMOD_STEP * j)
+        s.bin("vmul", r, iB, out=q)
+        if j:
+            s.sc("vmuls", q, 1.0 / sc, out=q)
+        s.un("vfloor", q, out=q)
+        s.sc("vmuls", B, -sc, out=nb)
+        s.fma(q, nb, r, out=r)
+    s.done(iB, nb)
+    m = s.cmps("lt", r, 0.0)
+    s.bin("vadd", r, B, out=q)
+    s.sel(m, q, r, out=r)
+    s.cmp("ge", r, B, out=m)
+    s.bin("vsub", r, B, out=q)
+    s.sel(m, q, r, out=r)
+    s.cmps("eq", B, math.inf, out=m)
+    fin = s.cmps("lt", A, math.inf)  # fmod(inf, inf) stays nan
+    s.bin("vand", m, fin, out=m)
+    s.sel(m, A, r, out=r)
+    s.done(m, q, fin)
+    return r
+
+
+def _divmod32(s: _Seq, dst: isa.Ref, srcs: tuple, want: str) -> None:
+    """numpy's npy_divmod for float32, step by step, with fmod computed exactly in float64."""
+    a, bb = srcs
+    A = s.conv(a, "float64")
+    s.un("vabs", A, out=A)
+    B = s.conv(bb, "float64")
+    s.un("vabs", B, out=B)
+    r = _fmod_abs(s, A, B, 6 if want == "mod" else 1)
+    s.done(A, B)
+    mod = s.conv(r, "float32")
+    s.done(r)
+    ab = s.conv(a, "int32", "bits")
+    aneg = s.cmps("lt", ab, 0)
+    s.done(ab)
+    nmod = s.un("vneg", mod)
+    s.sel(aneg, nmod, mod, out=mod)  # fmod has the sign of a
+    s.done(aneg)
+    # adjust to the divisor's sign (Python convention)
+    modnz = s.cmps("ne", mod, 0.0)
+    bneg = s.cmps("lt", bb, 0.0)
+    mneg = s.cmps("lt", mod, 0.0)
+    s.bin("vxor", mneg, bneg, out=mneg)
+    adj = s.bin("vand", mneg, modnz, out=mneg)
+    if want == "mod":
+        s.bin("vadd", mod, bb, out=nmod)
+        s.sel(adj, nmod, mod, out=mod)
+        zero = s.sel(bneg, s.const("float32", -0.0), s.const("float32", 0.0), out=nmod)
+        s.sel(modnz, mod, zero, out=dst)
+        s.done(mod, nmod, modnz, bneg, adj)
+        return
+    div = s.bin("vsub", a, mod, out=mod)
+    s.bin("vdiv", div, bb, out=div)
+    t = s.sc("vadds", div, -1.0, out=nmod)
+    s.sel(adj, t, div, out=div)
+    fl = s.un("vfloor", div, out=t)
+    m = s.bin("vsub", div, fl, out=None)
+    big = s.cmps("gt", m, 0.5, out=adj)
+    s.sc("vadds", fl, 1.0, out=m)
+    s.sel(big, m, fl, out=fl)
+    q = s.bin("vdiv", a, bb, out=m)  # a/b: zero sign, b == 0 and huge quotients
+    z = s.cmps("ne", div, 0.0, out=big)
+    zero = div
+    # copysign(0, a/b): the sign bit of q (a/b == -0.0 included)
+    qb = s.conv(q, "int32", "bits")
+    s.cmps("lt", qb, 0, out=modnz)
+    s.done(qb)
+    s.sel(modnz, s.const("float32", -0.0), s.const("float32", 0.0), out=zero)
+    s.sel(z, fl, zero, out=fl)
+    s.done(zero)
+    # b == 0 -> a/b; |a/b| >= 2^25 -> a/b (numpy's result there, independent of mod)
+    s.cmps("eq", bb, 0.0, out=z)
+    aq = s.un("vabs", q)
+    s.cmps("ge", aq, 2.0**25, out=modnz)
+    s.un("vabs", a, out=aq)
+    fin = s.cmps("lt", aq, math.inf)  # inf // b is nan (fmod(inf, b) is nan)
+    s.bin("vand", modnz, fin, out=modnz)
+    s.done(aq, fin)
+    s.bin("vor", z, modnz, out=z)
+    s.sel(z, q, fl, out=dst)
+    s.done(fl, q, z, modnz, bneg)
+
+
+def _op_floor_divide(s, dst, srcs, dt):
+    _divmod32(s, dst, srcs, "div")
+
+
+def _op_remainder(s, dst, srcs, dt):
+    _divmod32(s, dst, srcs, "mod")
+
+
+_OPS = {
+    "sin": _op_sin,
+    "cos": _op_cos,
+    "tan": _op_tan,
+    "tanh": _op_tanh,
+    "sigmoid": _op_sigmoid,
+    "exp2": _op_exp2,
+    "pow": _op_pow,
+    "floor_divide": _op_floor_divide,
+    "remainder": _op_remainder,
+}

@@ -16,7 +16,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
-from lazymath.backend import vmath
+from lazymath.backend import isa, vmath
 
 _ENGINE = None
 _CACHE: dict = {}
@@ -124,3 +124,188 @@ def float32_sample(n: int, seed: int = 0) -> np.ndarray:
     bits = rng.integers(0, 1 << 32, size=n, dtype=np.uint64).astype(np.uint32)
     x = bits.view(np.float32)
     return x[np.isfinite(x)]
+
+
+# ----------------------------------------------------------------------------- numpy evaluator
+def _fma_jit(dtype: str):
+    """Exact fused multiply-add on arrays (numpy has none): a JIT'd llvm.fma loop."""
+    key = ("fma", dtype)
+    if key in _CACHE:
+        return _CACHE[key]
+    ft = ir.FloatType() if dtype == "float32" else ir.DoubleType()
+    sfx = "f32" if dtype == "float32" else "f64"
+    mod = ir.Module(name=f"vmath_test_fma_{dtype}")
+    mod.triple = llvm.get_process_triple()
+    i64, ptr = ir.IntType(64), ir.PointerType()
+    intr = ir.Function(mod, ir.FunctionType(ft, [ft] * 3), name=f"llvm.fma.{sfx}")
+    sym = f"fma_{dtype}"
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ptr] * 4 + [i64]), name=sym)
+    entry, body, done = (fn.append_basic_block(s) for s in ("entry", "body", "done"))
+    b = ir.IRBuilder(entry)
+    a_, b_, c_, d_, n = fn.args
+    b.cbranch(b.icmp_signed(">", n, ir.Constant(i64, 0)), body, done)
+    b.position_at_end(body)
+    i = b.phi(i64)
+    i.add_incoming(ir.Constant(i64, 0), entry)
+    vals = [b.load(b.gep(p, [i], source_etype=ft), typ=ft) for p in (a_, b_, c_)]
+    b.store(b.call(intr, vals), b.gep(d_, [i], source_etype=ft))
+    nxt = b.add(i, ir.Constant(i64, 1))
+    i.add_incoming(nxt, body)
+    b.cbranch(b.icmp_signed("<", nxt, n), body, done)
+    b.position_at_end(done)
+    b.ret_void()
+    cf = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4), ctypes.c_int64)(jit_ir(mod, sym))
+
+    def run(a, b2, c):
+        a, b2, c = (np.ascontiguousarray(v, dtype=dtype) for v in (a, b2, c))
+        out = np.empty_like(a)
+        cf(a.ctypes.data, b2.ctypes.data, c.ctypes.data, out.ctypes.data, a.size)
+        return out
+
+    _CACHE[key] = run
+    return run
+
+
+def _ieval(e, env: dict) -> int:
+    if isinstance(e, int):
+        return e
+    if isinstance(e, isa.Var):
+        return env[e]
+    a, b = _ieval(e.a, env), _ieval(e.b, env)
+    return _INT_OPS[e.op](a, b)
+
+
+_INT_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+            "//": lambda a, b: a // b, "%": lambda a, b: a % b, "min": min, "max": max}  # fmt: skip
+
+
+_UNARY = {
+    "vabs": np.abs, "vneg": np.negative, "vfloor": np.floor, "vceil": np.ceil,
+    "vrint": np.rint, "vtrunc": np.trunc, "vsqrt": np.sqrt, "vcopy": lambda x: x.copy(),
+    "vrec": lambda x: np.divide(np.ones_like(x), x), "vnot": lambda x: ~x,
+}  # fmt: skip
+_BIN = {
+    "vadd": np.add, "vsub": np.subtract, "vmul": np.multiply, "vdiv": np.divide,
+    "vmax": np.maximum, "vmin": np.minimum, "vand": np.bitwise_and, "vor": np.bitwise_or,
+    "vxor": np.bitwise_xor,
+}  # fmt: skip
+_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+        "gt": np.greater, "ge": np.greater_equal}  # fmt: skip
+
+
+def _conv(x: np.ndarray, dt: str, mode: str) -> np.ndarray:
+    d = np.dtype(dt)
+    if mode == "bits":
+        return x.view(d)
+    if x.dtype.kind == "f" and d.kind in "iu":  # saturating like llvm.fptosi.sat
+        r = {"rint": np.rint, "floor": np.floor, "ceil": np.ceil}.get(mode, np.trunc)(x)
+        info = np.iinfo(d)
+        r = np.where(np.isnan(r), 0, np.clip(r, info.min, info.max))
+        return r.astype(d)
+    if d.kind == "b":
+        return x != 0
+    return x.astype(d)
+
+
+class Memory:
+    """Buffer name -> numpy array; on-chip buffers are created on first use."""
+
+    def __init__(self, arrays: dict):
+        self.arrays = dict(arrays)
+
+    def arr(self, buf: isa.Buffer) -> np.ndarray:
+        if buf.name not in self.arrays:
+            self.arrays[buf.name] = np.zeros(buf.size, dtype=buf.dtype)
+        return self.arrays[buf.name]
+
+    def get(self, ref: isa.Ref, n: int, env: dict) -> np.ndarray:
+        o = _ieval(ref.off, env)
+        return self.arr(ref.buf)[o : o + n]
+
+    def put(self, ref: isa.Ref, n: int, env: dict, val) -> None:
+        o = _ieval(ref.off, env)
+        a = self.arr(ref.buf)
+        a[o : o + n] = np.asarray(val).astype(a.dtype, copy=False)
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32) if x.dtype == np.float16 else x
+
+
+def run_instrs(body, mem: Memory, env: dict | None = None) -> None:
+    """Execute vector instructions (and Loop/Let) with numpy, float semantics of the ISA."""
+    env = {} if env is None else env
+    with np.errstate(all="ignore"):
+        for ins in body:
+            if isinstance(ins, isa.Loop):
+                start, stop, step = (_ieval(v, env) for v in (ins.start, ins.stop, ins.step))
+                for v in range(start, stop, step):
+                    run_instrs(ins.body, mem, {**env, ins.var: v})
+                continue
+            if isinstance(ins, isa.Let):
+                env[ins.var] = _ieval(ins.value, env)
+                continue
+            n = _ieval(ins.n, env)
+            g = lambda r: _wide(mem.get(r, n, env))  # noqa: E731
+            if isinstance(ins, isa.VBinary):
+                out = _BIN[ins.op](g(ins.a), g(ins.b))
+            elif isinstance(ins, isa.VScalar):
+                x = g(ins.src)
+                if ins.op in ("vshl", "vshr"):
+                    out = (x << ins.scalar) if ins.op == "vshl" else (x >> ins.scalar)
+                else:
+                    op = {"vadds": np.add, "vmuls": np.multiply, "vmaxs": np.maximum,
+                          "vmins": np.minimum}[ins.op]  # fmt: skip
+                    out = op(x, np.asarray(ins.scalar, dtype=x.dtype))
+            elif isinstance(ins, isa.VUnary):
+                x = g(ins.src)
+                if ins.op in ("vexp", "vln"):
+                    dt = "float64" if x.dtype == np.float64 else "float32"
+                    out = jit_native(ins.op, dt)(x.astype(dt))
+                else:
+                    out = _UNARY[ins.op](x)
+            elif isinstance(ins, isa.VFma):
+                a = g(ins.a)
+                out = _fma_jit("float64" if a.dtype == np.float64 else "float32")(
+                    a, g(ins.b), g(ins.c)
+                )
+            elif isinstance(ins, isa.VConv):
+                x = mem.get(ins.src, n, env)
+                out = _conv(x, ins.dst.buf.dtype, ins.mode)
+            elif isinstance(ins, isa.VCmp):
+                out = _CMP[ins.cmp](g(ins.a), g(ins.b))
+            elif isinstance(ins, isa.VCmpS):
+                x = g(ins.src)
+                out = _CMP[ins.cmp](x, np.asarray(ins.scalar, dtype=x.dtype))
+            elif isinstance(ins, isa.VSel):
+                out = np.where(mem.get(ins.mask, n, env) != 0, g(ins.a), g(ins.b))
+            elif isinstance(ins, isa.VDup):
+                out = np.full(n, ins.scalar, dtype=ins.dst.buf.dtype)
+            elif isinstance(ins, isa.VGather):
+                idx = mem.get(ins.idx, n, env).astype(np.int64)
+                tab = mem.arr(ins.table.buf)
+                out = tab[_ieval(ins.table.off, env) + idx]
+            else:
+                raise NotImplementedError(type(ins).__name__)
+            mem.put(ins.dst, n, env, out)
+
+
+def run_composite(op: str, *xs: np.ndarray, cap: int | None = None, dtype: str | None = None):
+    """Emit `op` for arrays xs with vmath.emit_composite and evaluate it with numpy."""
+    dtype = dtype or str(xs[0].dtype)
+    n = xs[0].size
+    cap = cap or max(n, 1)
+    b = isa.Builder(tile=cap)
+    ins = [isa.Buffer(f"in{i}", "UB", dtype, cap) for i in range(len(xs))]
+    out = isa.Buffer("out", "UB", dtype, cap)
+    nv = isa.Var("n")
+    vmath.emit_composite(b, op, isa.Ref(out), tuple(isa.Ref(r) for r in ins), nv, dtype, cap=cap)
+    res = np.empty(n, dtype=dtype)
+    for s in range(0, n, cap):
+        m = min(cap, n - s)
+        mem = Memory({f"in{i}": np.resize(x[s : s + m].astype(dtype), cap) for i, x in
+                      enumerate(xs)})  # fmt: skip
+        mem.arrays["out"] = np.zeros(cap, dtype=dtype)
+        run_instrs(b.body, mem, {nv: m})
+        res[s : s + m] = mem.arrays["out"][:m]
+    return res
