@@ -74,7 +74,8 @@ def _val(ctx: lower_llvm.LowerCtx, e: isa.IntExpr) -> gemm.Val:
 
 # ----------------------------------------------------------------------------- scalar expressions
 _BIN = {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "maximum": "vmax",
-        "minimum": "vmin", "floor_divide": "vfloordiv", "remainder": "vmod", "pow": "vpow"}  # fmt: skip
+        "minimum": "vmin", "floor_divide": "vfloordiv", "remainder": "vmod",
+        "pow": "vpow"}  # fmt: skip
 _UN = {"neg": "vneg", "abs": "vabs", "exp": "vexp", "log": "vln", "sqrt": "vsqrt",
        "rsqrt": "vrsqrt", "reciprocal": "vrec", "relu": "vrelu", "floor": "vfloor",
        "ceil": "vceil", "round": "vrint"}  # fmt: skip

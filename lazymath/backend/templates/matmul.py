@@ -122,7 +122,9 @@ def tile_matmul(k: MatmulKernel, spec, workers: int | None = None) -> MatmulTili
 
 
 def _emit_epilogue(k: MatmulKernel, tile: int, acc: isa.Ref):
-    """Vector instructions for the epilogue over one UB tile; (hoisted, buffers, body, loads, outs)."""
+    """Vector instructions for the epilogue over one UB tile.
+
+    Returns (hoisted, buffers, body, loads, outs)."""
     b = isa.Builder(tile=tile)
     pool = C.TilePool(tile, prefix="epi")
     used = sorted({op.arg for op in k.epilogue if op.op == "load"})
@@ -180,8 +182,8 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     V = isa.Var
     it, mt, kci, j = V("it"), V("mt"), V("kc"), V("j")
     bi, pn, g = V("bi"), V("pn"), V("g")
-    n0v, nv, gm0, gmv, m0, mv, k0, kv, pp = (V(s) for s in
-                                             ("n0", "nv", "gm0", "gmv", "m0", "mv", "k0", "kv", "pp"))  # fmt: skip
+    names9 = ("n0", "nv", "gm0", "gmv", "m0", "mv", "k0", "kv", "pp")
+    n0v, nv, gm0, gmv, m0, mv, k0, kv, pp = (V(s) for s in names9)
     per_batch = t.n_panels * t.m_groups
     head = [isa.Let(bi, isa.floordiv(it, per_batch)),
             isa.Let(pn, isa.floordiv(isa.mod(it, per_batch), t.m_groups)),
@@ -251,9 +253,10 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     elif t.epi_rows == 0:  # split 910B: the epilogue rides on FixPipe (see isa_cube.FixPipe)
         srcs = [epi_ref(i, 0) for i in range(n_epi)]
         for jo, r in enumerate(k.results):
-            out_body.append(cube.FixPipe(out_ref(jo, 0), (scm[jo], scn[jo]), isa.Ref(l0c, 0), tm,
-                                         mv, nv, False, k.epilogue, r,
-                                         tuple(s for s, _ in srcs), tuple(s for _, s in srcs)))  # fmt: skip
+            fp = cube.FixPipe(out_ref(jo, 0), (scm[jo], scn[jo]), isa.Ref(l0c, 0), tm, mv, nv,
+                              False, k.epilogue, r, tuple(s for s, _ in srcs),
+                              tuple(s for _, s in srcs))  # fmt: skip
+            out_body.append(fp)
     else:  # coupled 910: L0C -> UB, vector epilogue, UB -> GM
         R = t.epi_rows
         tile = R * tn
@@ -261,8 +264,10 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         hoisted, ebufs, ebody, loads, outs = _emit_epilogue(k, tile, acc)
         buffers += [b for b in dict.fromkeys(ebufs)]
         r0, rv = V("r0"), V("rv")
-        rbody: list = [isa.Let(rv, isa.imin(R, isa.sub(mv, r0))),
-                       cube.FixPipe(acc, (tn, 1), isa.Ref(l0c, isa.mul(r0, 16)), tm, rv, nv)]  # fmt: skip
+        rbody: list = [
+            isa.Let(rv, isa.imin(R, isa.sub(mv, r0))),
+            cube.FixPipe(acc, (tn, 1), isa.Ref(l0c, isa.mul(r0, 16)), tm, rv, nv),
+        ]
         for i, ref in loads.items():
             src, st = epi_ref(i, r0)
             rbody.append(isa.CopyIn(ref, src, (rv, nv), st, tn))
@@ -275,8 +280,12 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
             rbody.append(isa.CopyOut(out_ref(jo, r0), o, (rv, nv), (scm[jo], scn[jo]), tn))
         out_body.append(isa.Loop(r0, 0, mv, R, tuple(rbody)))
 
-    mbody = [isa.Let(m0, isa.add(gm0, isa.mul(mt, tm))),
-             isa.Let(mv, isa.imin(tm, isa.sub(isa.add(gm0, gmv), m0))), *kloop, *out_body]  # fmt: skip
+    mbody = [
+        isa.Let(m0, isa.add(gm0, isa.mul(mt, tm))),
+        isa.Let(mv, isa.imin(tm, isa.sub(isa.add(gm0, gmv), m0))),
+        *kloop,
+        *out_body,
+    ]
     item_body = [*head, isa.Loop(mt, 0, isa.ceildiv(gmv, tm), 1, tuple(mbody))]
     body = [*hoisted, isa.Loop(it, isa.BLOCK_IDX, t.items, isa.BLOCK_NUM, tuple(item_body))]
     return isa.Program(name, args, tuple(buffers), tuple(body), t.blocks, t.device_blocks,
