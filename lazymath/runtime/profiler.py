@@ -664,6 +664,9 @@ class Profiler:
             if op.kind == "record":
                 flow_src.setdefault(op.event, []).append((marks[0], marks[1]))
                 continue
+            # flow points sit exactly at their marker slice's start, with its pid, tid and cat:
+            # Perfetto binds them to the enclosing slice (bp "e"), Chrome DevTools to the slice
+            # with equal (cat, pid, tid, ts)
             for src_host, src_npu in flow_src.get(op.event, [])[-1:]:
                 for src, dst in ((src_host, marks[0]), (src_npu, marks[1])):
                     flow_id += 1
@@ -674,7 +677,7 @@ class Profiler:
                             "ph": "s",
                             "pid": src["pid"],
                             "tid": src["tid"],
-                            "ts": src["ts"] + src["dur"] / 2,
+                            "ts": src["ts"],
                         }
                     )
                     flows.append(
@@ -684,7 +687,7 @@ class Profiler:
                             "bp": "e",
                             "pid": dst["pid"],
                             "tid": dst["tid"],
-                            "ts": dst["ts"] + dst["dur"] / 2,
+                            "ts": dst["ts"],
                         }
                     )
 

@@ -169,7 +169,8 @@ class Stream:
         return False
 
     def launch_callback(self, fn, name: str = "host_callback") -> None:
-        """aclrtLaunchCallback: run `fn()` on this stream, in order with its kernels."""
+        """aclrtLaunchCallback: run `fn()` on this stream, in order with its kernels. Like a
+        CUDA host callback, `fn` must not synchronize streams or events (it may deadlock)."""
         self._enqueue((_CALL, fn, name, None))
 
     # -- internals ----------------------------------------------------------------------------
@@ -244,8 +245,8 @@ class Stream:
                 self._execute(q.popleft())
         finally:
             ex.release()
-        if q and not self._signaled:  # hand what is left back to the worker
-            self._kick()
+            if q and not self._signaled:  # hand what is left back to the worker
+                self._kick()
 
     def _execute(self, cmd: tuple) -> None:
         op = cmd[0]
