@@ -351,8 +351,14 @@ def tensor(data, dtype=None) -> Tensor:
     if arr.dtype.kind in "OUSV":
         raise TypeError(f"tensor(): non-numeric data of dtype {arr.dtype} is not supported")
     if arr.dtype not in dt.SUPPORTED:
-        if arr.dtype.kind == "u":
+        # widen only where every value survives: uint8/16/32 -> int64, int16 -> int32
+        if arr.dtype.kind == "u" and arr.dtype.itemsize < 8:
             arr = arr.astype(np.int64)
+        elif arr.dtype.kind == "u":
+            raise TypeError(
+                f"tensor(): unsupported dtype {arr.dtype} (its values may not fit int64); "
+                f"cast the data to int64 or float64 first"
+            )
         elif arr.dtype == np.int16:
             arr = arr.astype(np.int32)
         else:
