@@ -1,0 +1,128 @@
+"""Matmul GFLOPS side by side in one process: numpy (OpenBLAS), torch (if installed), lazymath.
+
+Run with OpenBLAS' environment overrides removed, so numpy gets its best kernel:
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/matmul.py [--quick]
+
+lazymath goes through the public API (`lm.tensor`, `(a @ b).realize()`), i.e. the graph, fusion,
+the matmul template, the Cube ISA and the LLVM host lowering, with the program cache warm
+(steady state). Timings are medians of interleaved repetitions (numpy and lazymath alternate so
+machine noise hits both). numpy float16 matmul has no BLAS kernel and is very slow: it is timed
+once, at 1024.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import lazymath as lm  # noqa: E402
+
+
+def _median_time(fn, reps: int, rounds: int) -> float:
+    ts = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        ts.append((time.perf_counter() - t) / reps)
+    return sorted(ts)[len(ts) // 2]
+
+
+def _interleaved(fns: dict, reps: int, rounds: int) -> dict:
+    """Median seconds per call of each fn, alternating the fns round by round."""
+    times: dict = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            times[k].append((time.perf_counter() - t) / reps)
+    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+
+
+def _torch():
+    try:
+        import torch  # noqa: F401
+
+        return torch
+    except ImportError:
+        return None
+
+
+def bench_square(sizes, rounds: int) -> None:
+    torch = _torch()
+    rng = np.random.default_rng(0)
+    print(f"{'n':>5} {'dtype':>8} {'numpy f32':>10} {'torch':>8} {'lazymath':>9} {'lm/np32':>8}")
+    for n in sizes:
+        flops = 2.0 * n**3
+        reps = max(1, int(0.6e9 / flops))
+        a32 = rng.random((n, n), dtype=np.float32)
+        b32 = rng.random((n, n), dtype=np.float32)
+        for dt in ("float32", "float16"):
+            a, b = a32.astype(dt), b32.astype(dt)
+            ta, tb = lm.tensor(a), lm.tensor(b)
+            (ta @ tb).realize()  # compile + warm the caches
+            fns = {"np": lambda: a32 @ b32, "lm": lambda: (ta @ tb).realize()}
+            if torch is not None:
+                xa, xb = torch.from_numpy(a32), torch.from_numpy(b32)
+                fns["torch"] = lambda: xa @ xb
+            t = _interleaved(fns, reps, rounds)
+            g = {k: flops / v / 1e9 for k, v in t.items()}
+            tg = f"{g['torch']:8.1f}" if "torch" in g else f"{'-':>8}"
+            print(f"{n:5d} {dt:>8} {g['np']:10.1f} {tg} {g['lm']:9.1f} {g['lm'] / g['np']:8.2f}",
+                  flush=True)  # fmt: skip
+
+
+def bench_numpy_f16(rounds: int) -> None:
+    n = 1024
+    a = np.random.default_rng(1).random((n, n)).astype(np.float16)
+    t = _median_time(lambda: a @ a, 1, max(1, rounds // 3))
+    print(f"numpy float16 matmul at {n} (no BLAS kernel, very slow, timed once): "
+          f"{2.0 * n**3 / t / 1e9:.2f} GFLOPS")  # fmt: skip
+
+
+def bench_composite(rounds: int, n: int = 2048) -> None:
+    """relu(A @ B) * scale: one fused Cube kernel vs numpy's three steps."""
+    rng = np.random.default_rng(2)
+    a32 = rng.random((n, n), dtype=np.float32) - 0.5
+    b32 = rng.random((n, n), dtype=np.float32) - 0.5
+    flops = 2.0 * n**3
+    reps = max(1, int(0.6e9 / flops))
+
+    def np3():
+        return np.maximum(a32 @ b32, 0) * np.float32(0.5)
+
+    for dt in ("float16", "float32"):
+        ta, tb = lm.tensor(a32.astype(dt)), lm.tensor(b32.astype(dt))
+        (lm.relu(ta @ tb) * 0.5).realize()
+        t = _interleaved({"np": np3, "lm": lambda: (lm.relu(ta @ tb) * 0.5).realize()}, reps,
+                         rounds)  # fmt: skip
+        print(f"relu(A@B)*0.5 {n} {dt}: lazymath {t['lm'] * 1e3:.1f} ms "
+              f"({flops / t['lm'] / 1e9:.1f} GFLOPS), numpy float32 three-step "
+              f"{t['np'] * 1e3:.1f} ms -> speedup {t['np'] / t['lm']:.2f}x", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer rounds, sizes up to 2048")
+    ap.add_argument("--sizes", type=str, default="")
+    args = ap.parse_args()
+    rounds = 3 if args.quick else 7
+    sizes = [256, 512, 1024, 2048] if args.quick else [256, 512, 1024, 2048, 4096]
+    if args.sizes:
+        sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"threads: host cores; rounds={rounds} (medians); torch: "
+          f"{'yes' if _torch() else 'not installed'}")  # fmt: skip
+    bench_square(sizes, rounds)
+    bench_numpy_f16(rounds)
+    bench_composite(rounds)
+
+
+if __name__ == "__main__":
+    main()
