@@ -127,14 +127,22 @@ class CompiledKernel:
 
     # ----------------------------------------------------------------- running
     def make_argv(self, arrays) -> ctypes.Array:
-        """ctypes array of base pointers, one per kernel_args entry (flat base arrays)."""
+        """ctypes array of base pointers, one per kernel_args entry (flat base arrays, typed or
+        raw uint8 bytes), plus a fresh zeroed GM workspace when the program asks for one."""
         if len(arrays) != len(self._args):
-            raise ValueError(
-                f"kernel {self.name} takes {len(self._args)} arrays, got {len(arrays)}"
-            )
-        argv = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+            n = len(self._args)
+            raise ValueError(f"kernel {self.name} takes {n} arrays, got {len(arrays)}")
+        ptrs = [a.ctypes.data for a in arrays]
+        ws = None
+        if self.program.workspace:
+            ws = np.zeros(self.program.workspace, np.uint8)
+            ptrs.append(ws.ctypes.data)
+        argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        argv._lm_ws = ws  # keeps the workspace alive as long as the argv
         if self.backend == "interp":
-            argv._lm_arrays = [np.asarray(a).reshape(-1) for a in arrays]  # keep numpy views
+            argv._lm_arrays = [np.asarray(a).reshape(-1) for a in arrays] + (
+                [ws] if ws is not None else []
+            )
         return argv
 
     def run_block(self, argv, block_idx: int, block_num: int) -> None:
@@ -151,6 +159,9 @@ class CompiledKernel:
         if arrays is not None:
             return arrays
         out = []
+        if self.program.workspace:
+            raw = (ctypes.c_char * self.program.workspace).from_address(argv[len(self._args)])
+            ws = np.frombuffer(raw, dtype=np.uint8)
         for k, v in enumerate(self._args):
             n = view_extent(v)
             dt = np.dtype(v.dtype)
@@ -159,6 +170,8 @@ class CompiledKernel:
                 continue
             raw = (ctypes.c_char * (n * dt.itemsize)).from_address(argv[k])
             out.append(np.frombuffer(raw, dtype=dt, count=n))
+        if self.program.workspace:
+            out.append(ws)
         return out
 
     def __call__(self, *arrays) -> None:

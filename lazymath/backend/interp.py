@@ -17,6 +17,7 @@ Table keyed by instruction type; other modules add entries with
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable
 
@@ -53,7 +54,10 @@ class Machine:
         for buf in program.args:
             a = gm[buf.arg]
             flat = a.reshape(-1) if a.flags.c_contiguous else a.ravel()
-            if flat.dtype != np.dtype(buf.dtype):
+            dt = np.dtype(buf.dtype)
+            if flat.dtype == np.uint8 and dt != np.uint8:  # raw bytes (workspace): typed view
+                flat = flat[: flat.size // dt.itemsize * dt.itemsize].view(dt)
+            if flat.dtype != dt:
                 raise TypeError(f"GM argument {buf.name}: expected {buf.dtype}, got {flat.dtype}")
             self.mem[buf.name] = flat
         for buf in program.buffers:
@@ -298,7 +302,10 @@ def _vsel(m: Machine, i: isa.VSel) -> None:
 
 @register(isa.VDup)
 def _vdup(m: Machine, i: isa.VDup) -> None:
-    m.view(i.dst, i.n)[:] = m.scalar(i.scalar, i.dst.buf.dtype)
+    s = i.scalar
+    if isinstance(s, (isa.Var, isa.BinInt)):
+        s = m.int(s)
+    m.view(i.dst, i.n)[:] = m.scalar(s, i.dst.buf.dtype)
 
 
 @register(isa.VGather)
@@ -446,6 +453,23 @@ def _loop(m: Machine, i: isa.Loop) -> None:
 @register(isa.Let)
 def _let(m: Machine, i: isa.Let) -> None:
     m.env[i.var] = m.int(i.value)
+
+
+@register(isa.If)
+def _if(m: Machine, i: isa.If) -> None:
+    if isa.CMP_OPS[i.cmp](m.int(i.a), m.int(i.b)):
+        m.run(i.body)
+
+
+_ATOMIC = threading.Lock()
+
+
+@register(isa.AtomicAdd)
+def _atomic_add(m: Machine, i: isa.AtomicAdd) -> None:
+    cell = m.view(i.dst, 1)
+    with _ATOMIC:  # blocks may be interpreted on several threads
+        m.env[i.var] = int(cell[0])
+        cell[0] += m.int(i.value)
 
 
 @register(isa.SetFlag)

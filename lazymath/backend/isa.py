@@ -13,6 +13,7 @@ and pipe flags live in the second half; Cube instructions are in ``isa_cube``.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 # ----------------------------------------------------------------------------- scalar values
@@ -290,7 +291,8 @@ class VSel:
 
 @dataclass(frozen=True, slots=True)
 class VDup:
-    """dst = scalar broadcast over n elements (vector_dup)."""
+    """dst = scalar broadcast over n elements (vector_dup). For integer dtypes the scalar may be
+    an IntExpr (a scalar register, e.g. the first row index of this block's slice)."""
 
     dst: Ref
     scalar: float | int
@@ -607,6 +609,35 @@ class Let:
 
 
 @dataclass(frozen=True, slots=True)
+class If:
+    """if a <cmp> b: body (scalar unit); cmp in == != < <= > >=."""
+
+    a: IntExpr
+    cmp: str
+    b: IntExpr
+    body: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class AtomicAdd:
+    """var = fetch-and-add of the int64 at GM `dst` by `value` (acquire-release).
+
+    The cross-block handshake of a split reduction: every block publishes its partial result,
+    then increments a GM counter; the block that sees ``old == block_num - 1`` is the last one
+    and combines the partials (AscendC does the same with atomic GM ops / SyncAll). Works
+    whether blocks run in parallel or one after another.
+    """
+
+    dst: Ref
+    value: IntExpr
+    var: Var
+
+
+CMP_OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+           ">": operator.gt, ">=": operator.ge}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class SetFlag:
     """Pipe `src` signals pipe `dst` on `event` once everything `src` issued before it is done."""
 
@@ -720,6 +751,8 @@ register_instr(CopyIn, "MTE2", _fmt_copy_in)
 register_instr(CopyOut, "MTE3", _fmt_copy_out)
 register_instr(Let, "Scalar", _BUILTIN_FORMATS[Let])
 register_instr(Loop, "Scalar")
+register_instr(If, "Scalar")
+register_instr(AtomicAdd, "Scalar", lambda i: f"{i.var} = atomic_add {i.dst}, {i.value}")
 register_instr(SetFlag, "Scalar", _BUILTIN_FORMATS[SetFlag])
 register_instr(WaitFlag, "Scalar", _BUILTIN_FORMATS[WaitFlag])
 register_instr(PipeBarrier, "Scalar", _BUILTIN_FORMATS[PipeBarrier])
@@ -752,7 +785,7 @@ def walk(body) -> list[tuple[object, int]]:
             stack.pop()
             continue
         out.append((instr, depth))
-        if isinstance(instr, Loop):
+        if isinstance(instr, (Loop, If)):
             stack.append((iter(instr.body), depth + 1))
     return out
 
@@ -777,10 +810,13 @@ def _align_up(x: int, a: int) -> int:
 class Program:
     """One kernel for the emulated NPU: GM arguments, declared on-chip buffers and a body.
 
-    `blocks` is how many blocks the host launches (the body reads BLOCK_IDX/BLOCK_NUM and splits
-    its work, GetBlockIdx()/GetBlockNum() style, so the same body is correct for any block
-    count). `device_blocks` is the useful block count on the NPU, used by the cost model
-    (0 = same as `blocks`). `unit` is the AI-core kind that runs it ("vector" or "cube").
+    `workspace` > 0 asks the launcher for that many zeroed bytes of GM scratch, passed as one
+    extra argument after the kernel_args (split reductions keep their partials and their
+    completion counter there). `blocks` is how many blocks the host launches (the body reads
+    BLOCK_IDX/BLOCK_NUM and splits its work GetBlockIdx()/GetBlockNum() style, so the same body
+    is correct for any block count). `device_blocks` is the useful block count on the NPU, used
+    by the cost model (0 = same as `blocks`). `unit` is the AI-core kind that runs it
+    ("vector" or "cube").
     """
 
     name: str
@@ -790,6 +826,7 @@ class Program:
     blocks: int = 1
     device_blocks: int = 0
     unit: str = "vector"
+    workspace: int = 0  # bytes of zeroed GM scratch appended as the last argument (0 = none)
 
     def scope_bytes(self, spec) -> dict[str, int]:
         """Declared bytes per on-chip scope, each buffer rounded up to the scope's alignment."""
@@ -858,6 +895,8 @@ class Program:
             if isinstance(instr, Loop):
                 step = f" step {instr.step}" if instr.step != 1 else ""
                 lines.append(f"{pad}for {instr.var} in {instr.start}..{instr.stop}{step}:")
+            elif isinstance(instr, If):
+                lines.append(f"{pad}if {instr.a} {instr.cmp} {instr.b}:")
             else:
                 lines.append(pad + format_instr(instr))
         return "\n".join(lines)

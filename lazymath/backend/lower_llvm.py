@@ -733,7 +733,12 @@ def _vsel(ctx: LowerCtx, i: isa.VSel) -> None:
 def _vdup(ctx: LowerCtx, i: isa.VDup) -> None:
     dp = ctx.ptr(i.dst)
     dt = i.dst.buf.dtype
-    c = ctx.const(dt, i.scalar)
+    if isinstance(i.scalar, (isa.Var, isa.BinInt)):  # a scalar register value
+        c = convert(ctx, "int64", dt, ctx.int(i.scalar), "trunc")
+        if dt == "float16":
+            c = ctx.builder.fpext(c, F32)
+    else:
+        c = ctx.const(dt, i.scalar)
     ctx.parallel_for(ctx.int(i.n), lambda k: ctx.store(dp, dt, k, c))
 
 
@@ -960,6 +965,27 @@ def _loop(ctx: LowerCtx, i: isa.Loop) -> None:
 @register(isa.Let)
 def _let(ctx: LowerCtx, i: isa.Let) -> None:
     ctx.env[i.var] = ctx.int(i.value)
+
+
+_ICMP = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+
+
+@register(isa.If)
+def _if(ctx: LowerCtx, i: isa.If) -> None:
+    b = ctx.builder
+    cond = b.icmp_signed(_ICMP[i.cmp], ctx.int(i.a), ctx.int(i.b))
+    saved = dict(ctx.env)
+    with b.if_then(cond):
+        ctx.lower_body(i.body)
+    ctx.env = saved  # names bound inside the branch do not dominate what follows
+
+
+@register(isa.AtomicAdd)
+def _atomic_add(ctx: LowerCtx, i: isa.AtomicAdd) -> None:
+    if i.dst.buf.dtype != "int64":
+        raise ValueError(f"{isa.format_instr(i)}: atomic counters are int64")
+    old = ctx.builder.atomic_rmw("add", ctx.ptr(i.dst), ctx.int(i.value), "acq_rel")
+    ctx.env[i.var] = old
 
 
 @register(isa.SetFlag)
