@@ -211,3 +211,25 @@ def test_program_lists_the_cube_data_path():
     text = str(T.build(ir, ASCEND910B, "mm"))
     for word in ("load_nz", "load_l0a", "load_l0b", "mmad.float16", "fixpipe_l0c_to_gm"):
         assert word in text
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_relu_matmul_times_scale_is_one_cube_kernel(spec):
+    """mul(relu(matmul(A, B)), scale) compiles to a single Cube kernel that writes C once."""
+    import lazymath as lm
+    from lazymath.engine import schedule
+
+    a = RNG.uniform(-1, 1, (40, 24)).astype(np.float16)
+    b = RNG.uniform(-1, 1, (24, 33)).astype(np.float16)
+    ta, tb = lm.tensor(a), lm.tensor(b)
+    kernels = schedule(lm.relu(ta @ tb) * 0.5, spec=spec).kernels
+    if spec == "ascend910":  # coupled core: the mul runs in UB inside the Cube kernel
+        (k,) = kernels
+        assert k.unit == "cube" and list(k.ops) == ["matmul", "relu", "mul"]
+    else:  # split 910B: FixPipe keeps relu, the fusion layer moves mul to a Vector kernel
+        k = kernels[0]
+        assert k.unit == "cube" and list(k.ops) == ["matmul", "relu"] and len(kernels) == 2
+    assert "mmad" in str(k.isa)
+    got = (lm.relu(ta @ tb) * 0.5).numpy()
+    np.testing.assert_allclose(got.astype(np.float64), np.maximum(ref_mm(a, b), 0) * 0.5,
+                               atol=1e-2)  # fmt: skip
