@@ -565,10 +565,10 @@ def _elementwise(op: str, operands: Sequence, arg=None) -> Tensor:
     # constant folding: every operand a (broadcast) constant -> one constant
     consts = [_peel_const(n) for n in nodes]
     if builtins.all(c is not None for c in consts):
-        from .graph.reference import evaluate
+        from .graph.reference import fold
 
         probe = gn.make(op, out_dtype, (), consts, arg)
-        value = evaluate(probe, [c.realized for c in consts])
+        value = fold(probe, [c.realized for c in consts])
         c = gn.const_node(value.item(), out_dtype)
         return _wrap(_expand(c, shape), tensors)
     return _wrap(gn.make(op, out_dtype, shape, nodes, arg), tensors)

@@ -89,6 +89,12 @@ def evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
     return np.asarray(_evaluate(node, srcs))
 
 
+def fold(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
+    """Constant folding at graph-build time: the same numpy rule as `evaluate`, but not counted
+    in CALLS (CALLS counts realize-time work; folding a scalar is part of building)."""
+    return np.asarray(_evaluate(node, srcs))
+
+
 def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
     op, arg = node.op, node.arg
     with np.errstate(all="ignore"):
@@ -133,5 +139,19 @@ def run(roots: Iterable[Node]) -> dict[int, np.ndarray]:
         if node.realized is not None:
             values[id(node)] = node.realized
             continue
-        values[id(node)] = evaluate(node, [values[id(s)] for s in node.srcs])
+        try:
+            values[id(node)] = evaluate(node, [values[id(s)] for s in node.srcs])
+        except Exception as e:
+            # name the user's line that created the failing node, not this frame
+            _add_note(
+                e, f"while computing {node.op} {node.dtype} {node.shape} created at {node.loc}"
+            )
+            raise
     return values
+
+
+def _add_note(e: BaseException, note: str) -> None:
+    if hasattr(e, "add_note"):  # Python >= 3.11
+        e.add_note(note)
+    elif e.args and isinstance(e.args[0], str):
+        e.args = (f"{e.args[0]} ({note})",) + e.args[1:]
