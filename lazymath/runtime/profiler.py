@@ -56,6 +56,7 @@ class KernelRecord:
     records: tuple[int, ...] = ()  # profiler event ids recorded right after it
     segment: int = 0
     explicit: bool = False
+    kernel: object = None  # the launched kernel; its cost is read at finalize, not at launch
 
     @property
     def host_us(self) -> float:
@@ -318,25 +319,35 @@ class Profiler:
             self._seg_spec[self._segment] = getattr(stream.device, "spec", None)
 
     def _on_launch(self, kernel, blocks: int, stream, unit, bound, loc) -> KernelRecord:
+        # cheap: the kernel's cost (which a backend may compute lazily, ~10 ms the first time)
+        # is only read in _finalize, so profiling does not delay launches
         self._note_stream(stream)
-        try:  # a lazily computed cost must never break a launch
+        rec = KernelRecord(
+            name=getattr(kernel, "name", None) or type(kernel).__name__,
+            unit=unit,
+            stream=stream.index,
+            blocks=blocks,
+            bound=bound,
+            source_loc=loc,
+            enqueue_ns=perf_counter_ns(),
+            kernel=kernel,
+        )
+        self._append(rec)
+        return rec
+
+    @staticmethod
+    def _resolve(rec: KernelRecord) -> None:
+        """Fill cost, unit, bound and cores of a launched kernel from the kernel object."""
+        kernel, rec.kernel = rec.kernel, None
+        try:  # a lazily computed cost must never break the profile
             cost = getattr(kernel, "cost", None)
         except Exception:
             cost = None
         program = getattr(kernel, "program", None)  # backend kernels: the ISA program
-        rec = KernelRecord(
-            name=getattr(kernel, "name", None) or type(kernel).__name__,
-            unit=unit or getattr(kernel, "unit", None) or getattr(program, "unit", None),
-            stream=stream.index,
-            blocks=blocks,
-            bound=bound or getattr(kernel, "bound", None) or getattr(cost, "bound", None),
-            source_loc=loc,
-            cost=cost,
-            cores=getattr(kernel, "cores", 0) or _int(getattr(program, "device_blocks", 0)),
-            enqueue_ns=perf_counter_ns(),
-        )
-        self._append(rec)
-        return rec
+        rec.cost = cost
+        rec.unit = rec.unit or getattr(kernel, "unit", None) or getattr(program, "unit", None)
+        rec.bound = rec.bound or getattr(kernel, "bound", None) or getattr(cost, "bound", None)
+        rec.cores = _int(getattr(kernel, "cores", 0)) or _int(getattr(program, "device_blocks", 0))
 
     def _event_id(self, mark) -> int:
         eid = self._event_ids.get(mark)
@@ -395,6 +406,8 @@ class Profiler:
             return
         groups: dict[int, list] = {}
         for op in self._ops:
+            if isinstance(op, KernelRecord) and op.kernel is not None:
+                self._resolve(op)
             groups.setdefault(op.segment, []).append(op)
         self._timelines: dict[int, Timeline] = {}
         for seg, ops in groups.items():

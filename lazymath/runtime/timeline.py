@@ -48,7 +48,7 @@ def cost_total(cost: object) -> int:
     for attr in ("total", "total_cycles", "cycles"):
         value = getattr(cost, attr, None)
         if isinstance(value, (int, float)):
-            return int(value)
+            return int(round(value))
     pipes = cost_pipes(cost)
     return max(pipes.values(), default=0)
 
@@ -61,7 +61,7 @@ def cost_pipes(cost: object) -> dict[str, int]:
     out: dict[str, int] = {}
     for k, v in pipes.items():
         name = canonical_pipe(k)
-        out[name] = out.get(name, 0) + int(v)
+        out[name] = out.get(name, 0) + int(round(v))
     return out
 
 
@@ -79,7 +79,7 @@ def cost_intervals(cost: object) -> dict[str, list[tuple[int, int]]]:
             )
         for p, s, e in items:
             if e > s:
-                out.setdefault(canonical_pipe(p), []).append((int(s), int(e)))
+                out.setdefault(canonical_pipe(p), []).append((int(round(s)), int(round(e))))
         for spans in out.values():
             spans.sort()
         return out
@@ -90,9 +90,10 @@ def cost_intervals(cost: object) -> dict[str, list[tuple[int, int]]]:
 
 
 def cost_cores(cost: object) -> int:
-    for attr in ("cores", "block_dim", "core_num"):
+    """AI cores the kernel occupies (`cores`, `block_dim`, `core_num` or `blocks`), else 0."""
+    for attr in ("cores", "block_dim", "core_num", "blocks"):
         value = getattr(cost, attr, None)
-        if isinstance(value, int):
+        if isinstance(value, int) and not isinstance(value, bool):
             return value
     return 0
 

@@ -167,3 +167,29 @@ def test_record_kernel_explicit(device, tmp_path):
     assert (m0.sim_start_cycles, m0.sim_end_cycles, m0.host_us) == (0, 800, 4.0)
     assert m1.sim_cycles == 300 and m1.waits and m0.bound == "compute"
     json.loads(open(p.save(tmp_path / "t.json")).read())
+
+
+def test_cost_is_read_at_finalize_not_at_launch(device):
+    """A backend computes costs lazily (~10 ms the first time): launches must not wait for it."""
+
+    class LazyCost(SleepKernel):
+        reads = 0
+
+        @property
+        def cost(self):
+            LazyCost.reads += 1
+            return Cost(123, {"Vector": 100})
+
+    class BrokenCost(SleepKernel):
+        @property
+        def cost(self):
+            raise ImportError("cost model not built yet")
+
+    with profile() as p:
+        device.launch(LazyCost("lazy"), 1, [])
+        device.launch(BrokenCost("broken"), 1, [])
+        device.synchronize()
+        assert LazyCost.reads == 0
+    lazy, broken = p.kernels
+    assert LazyCost.reads == 1 and lazy.sim_cycles == 123 and lazy.bound is None
+    assert broken.sim_cycles == 0 and broken.cost is None
