@@ -381,26 +381,31 @@ _CURRENT: Device | None = None
 _CURRENT_LOCK = threading.Lock()
 
 
+_BY_CONFIG: dict[tuple, Device] = {}  # (id, spec key, scheduler) -> device made by init_device
+
+
 def init_device(device_id: int = 0, spec: str | DeviceSpec = "ascend910", **kwargs) -> Device:
     """aclInit + aclrtSetDevice: make a device current and return it (exposed as
-    `lm.init_device`). Asking again for the same id, spec and scheduler returns the same device;
-    asking for another closes the previous one (its queued work finishes first)."""
+    `lm.init_device`).
+
+    Asking again for the same id, spec and scheduler returns the same Device object (so tensors
+    made before a switch to another spec and back still share a device); other keyword
+    arguments (memory_limit, host_assist, block_threads) always make a new device.
+    """
     global _CURRENT
     spec = get_spec(spec)
     scheduler = kwargs.get("scheduler") or scheduler_from_env()
+    if scheduler not in _SCHEDULERS:
+        raise ValueError(f"scheduler {scheduler!r} is not one of {sorted(_SCHEDULERS)}")
+    key = (device_id, spec.key(), _SCHEDULERS[scheduler])
     with _CURRENT_LOCK:
-        cur = _CURRENT
-        if (
-            cur is not None
-            and not cur.closed
-            and not kwargs.keys() - {"scheduler"}
-            and (cur.id, cur.spec, cur.scheduler) == (device_id, spec, _SCHEDULERS[scheduler])
-        ):
-            return cur
-        _CURRENT = Device(device_id, spec, **kwargs)
-    if cur is not None:
-        cur.close()
-    return _CURRENT
+        dev = None if kwargs.keys() - {"scheduler"} else _BY_CONFIG.get(key)
+        if dev is None or dev.closed:
+            dev = Device(device_id, spec, **kwargs)
+            if not kwargs.keys() - {"scheduler"}:
+                _BY_CONFIG[key] = dev
+        _CURRENT = dev
+    return dev
 
 
 def set_device(device: Device) -> Device:

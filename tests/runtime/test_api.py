@@ -317,8 +317,9 @@ def test_module_level_api_uses_current_device(monkeypatch):
         e.record(s)
         e.synchronize()
         dev2 = rt.init_device(0, "ascend910")
-        assert dev2 is not dev and dev.closed
-        dev2.close()
+        assert dev2 is not dev and rt.current_device() is dev2
+        assert rt.init_device(0, "ascend910b") is dev  # switching back: the same device
+        assert rt.init_device(0, "ascend910b", memory_limit=1 << 20) is not dev
     finally:
         rt.api._CURRENT = old
 
