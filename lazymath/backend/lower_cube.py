@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from lazymath.backend import gemm, interp, isa, lower_llvm
+from lazymath.backend import cost, gemm, interp, isa, lower_llvm
 from lazymath.backend import isa_cube as cube
 from lazymath.backend.kernel_ir import Expr
 
@@ -348,3 +348,46 @@ def _i_fixpipe(m: interp.Machine, i: cube.FixPipe) -> None:
            + np.arange(cols)[None, :] * i.strides[1])  # fmt: skip
     with np.errstate(all="ignore"):
         dst[idx] = acc.astype(dst.dtype)
+
+
+# ============================================================================= cost
+# ``cost.register`` entries: (ctx, instr) -> (pipe, busy cycles, latency cycles).
+
+
+def _bytes(dtype: str, n: int) -> int:
+    return n * np.dtype(dtype).itemsize
+
+
+@cost.register(cube.LoadNz)
+def cost_load_nz(ctx: cost.CostCtx, i: cube.LoadNz) -> tuple:
+    """MTE2 GM -> L1 with ND -> NZ: fixed cost + bytes at the GM read rate, GM read latency."""
+    spec = ctx.spec
+    nbytes = _bytes(i.src.buf.dtype, ctx.int(i.rows) * ctx.int(i.cols))
+    return "MTE2", spec.copy_l1_fixed + nbytes / spec.gm_read_bpc, spec.gm_read_latency
+
+
+@cost.register(cube.LoadL0)
+def cost_load_l0(ctx: cost.CostCtx, i: cube.LoadL0) -> tuple:
+    spec = ctx.spec
+    rate = spec.l1_to_l0a_bpc if i.dst.buf.scope == "L0A" else spec.l1_to_l0b_bpc
+    return "MTE1", _bytes(i.dst.buf.dtype, ctx.int(i.rows) * ctx.int(i.cols)) / rate, 0.0
+
+
+@cost.register(cube.Mmad)
+def cost_mmad(ctx: cost.CostCtx, i: cube.Mmad) -> tuple:
+    """ceil(M/16)*ceil(K/16)*ceil(N/16) cycles for fp16, x4 for fp32 (isa_cube.cube_cycles)."""
+    m, n, k = ctx.int(i.m), ctx.int(i.n), ctx.int(i.k)
+    return "Cube", float(cube.cube_cycles(m, n, k, i.in_dtype, ctx.spec)), 0.0
+
+
+@cost.register(cube.FixPipe)
+def cost_fixpipe(ctx: cost.CostCtx, i: cube.FixPipe) -> tuple:
+    spec = ctx.spec
+    n = ctx.int(i.rows) * ctx.int(i.cols)
+    to_gm = i.dst.buf.scope == "GM"
+    rate = spec.gm_write_bpc if to_gm else spec.l0c_to_ub_bpc
+    busy = spec.l0c_out_fixed + _bytes("float32", n) / rate
+    if i.epilogue:  # 910B MIX fallback: charge one Vector pass per epilogue op over the tile
+        for op in i.epilogue:
+            busy += cost.vector_cycles(spec, "default", _bytes("float32", n)) if op.srcs else 0
+    return "FixPipe", busy, spec.gm_write_latency if to_gm else 0.0

@@ -233,3 +233,18 @@ def test_relu_matmul_times_scale_is_one_cube_kernel(spec):
     got = (lm.relu(ta @ tb) * 0.5).numpy()
     np.testing.assert_allclose(got.astype(np.float64), np.maximum(ref_mm(a, b), 0) * 0.5,
                                atol=1e-2)  # fmt: skip
+
+
+def test_cost_model_charges_the_worked_example():
+    """A 128x64 @ 64x256 fp16 matmul keeps the Cube busy exactly 512 cycles (AscendC guide)."""
+    from lazymath.backend.cost import estimate
+
+    a = ArgView("float16", (128, 64), (64, 1))
+    b = ArgView("float16", (64, 256), (256, 1))
+    ir = MatmulKernel((), 128, 256, 64, a, b, None, None, "float16", (), (SOp("acc", "float32"),),
+                      (0,), (ArgView("float32", (128, 256), (256, 1)),))  # fmt: skip
+    prog = T.build(ir, ASCEND910B, "mm", workers=1)
+    assert prog.blocks == 1
+    kc = estimate(prog, ASCEND910B, block_num=1)
+    assert kc.pipes["Cube"] == 512
+    assert not kc.unknown and kc.pipes["MTE2"] > 0 and kc.pipes["FixPipe"] > 0
