@@ -194,7 +194,8 @@ def test_tiling_is_spec_legal(spec, dtype, shape):
         assert 0 < totals[scope] <= spec.capacity(scope)
     t = T.tile_matmul(ir, spec)
     assert t.tm % 6 == 0 and t.tn % 16 == 0 and t.kc % 16 == 0
-    assert t.items >= min(2, t.items)
+    if m >= 256 and n >= 256:  # enough work: the output is split over the host's blocks
+        assert t.items >= 2 and prog.blocks == t.items
 
 
 def test_cube_cycles_worked_example():
