@@ -59,9 +59,9 @@ EXP_F64 = (0.5, 0.16666666666666685, 0.04166666666666577, 0.008333333333316538,
 LOG_F32 = (0.6666666575420286, 0.4000033985210901, 0.28535986655206047, 0.236187252251587)
 LOG_F64 = (0.666666666666671, 0.3999999999951718, 0.28571428730011333, 0.22222199005393076,
            0.1818357643089106, 0.15313030178560308, 0.14811936241135093)  # 2^-57.6  # fmt: skip
-# sin(pi*v) = v * P(v^2), |v| <= 1/2 (evaluated in float64): rel err 2^-35.5
-SINPI = (3.1415926535230154, -5.1677127620421, 2.5501632377060774, -0.5992512979675811,
-         0.08204631856248512, -0.0070218856046807875)  # fmt: skip
+# sin(pi*v) = v * P(v^2), |v| <= 1/2, evaluated in float64 for float32 results: rel err 2^-27.5
+SINPI5 = (3.1415926368260165, -5.167709674619445, 2.550069495752363, -0.5982404749746734,
+          0.07755672950425486)  # fmt: skip
 # tanh(x) = x + x^3 * P(x^2), |x| <= 0.9: rel err 2^-28.9
 TANH_F32 = (-0.33333326179376244, 0.13333038976432698, -0.053932168951929614,
             0.02166840376079804, -0.008265123828144894, 0.00257686328604273,
@@ -256,6 +256,17 @@ _QUARTER_F1 = (-3.935735335036497e-17, 1.0760572810738749e-19, -5.43418410774375
                -6.347906989929515e-44)  # fmt: skip
 
 
+def _signed_table(f0s: tuple, f1s: tuple) -> tuple:
+    """32 gather entries indexed by g + 8, g = (bits(x) << 1) >> 28 (arithmetic) in [-8, 7]:
+    g = e >> 4 for e < 128 and e >> 4 - 16 above, e the biased exponent. Groups below 9 use the
+    entry of group 9 (plain 1/pi, 2/pi: no whole periods to drop yet)."""
+
+    def col(fs: tuple) -> tuple:
+        return tuple(fs[max(gp, _TRIG_G0) - _TRIG_G0] for gp in (*range(8, 16), *range(8)))
+
+    return col(f0s) + col(f1s)
+
+
 class _Seq:
     """Emits one composite: SSA-style helpers over recycled scratch buffers.
 
@@ -264,42 +275,59 @@ class _Seq:
     (vfma addends, tables) are filled once, before the strip-mining loop, into `pre`.
     """
 
-    def __init__(self, b: isa.Builder, chunk: int):
+    def __init__(self, b: isa.Builder, chunk: int, consts: dict | None = None):
         self.b = b
         self.chunk = chunk
         self.n: isa.IntExpr = chunk
         self.pre: list = []
         self.body: list = []
         self.free: dict[str, list[isa.Ref]] = {}
-        self.consts: dict[tuple, isa.Ref] = {}
-        self.nbytes = 0
+        # constant operands: one buffer per dtype, one chunk-sized slot per distinct value;
+        # `consts` (dtype -> slot count) comes from a dry run so the buffer is sized exactly
+        self.slots: dict[tuple, isa.Ref] = {}
+        self.counts: dict[str, int] = {}
+        self.cbufs: dict[str, isa.Ref] = {}
+        for dt, k in (consts or {}).items():
+            self.cbufs[dt] = b.scratch(dt, k * chunk)
 
     # ---- buffers
     def tmp(self, dt: str) -> isa.Ref:
         lst = self.free.setdefault(dt, [])
         if lst:
             return lst.pop()
-        self.nbytes += self.chunk * _ITEMSIZE[dt]
         return self.b.scratch(dt, self.chunk)
 
     def done(self, *refs: isa.Ref) -> None:
         for r in refs:
             self.free.setdefault(r.buf.dtype, []).append(r)
 
+    def _slot(self, dt: str, key) -> tuple[isa.Ref, bool]:
+        """(ref, new?) for constant `key`: slot k of the dtype's constant buffer."""
+        if key in self.slots:
+            return self.slots[key], False
+        k = self.counts.get(dt, 0)
+        self.counts[dt] = k + 1
+        base = self.cbufs.get(dt)
+        ref = base + k * self.chunk if base is not None else self.b.scratch(dt, self.chunk)
+        self.slots[key] = ref
+        return ref, True
+
     def const(self, dt: str, v: float) -> isa.Ref:
-        key = (dt, struct.pack("d", float(v)))
-        if key not in self.consts:
-            self.nbytes += self.chunk * _ITEMSIZE[dt]
-            r = self.b.scratch(dt, self.chunk)
+        """A chunk of `v` (filled once per call, before the strip-mining loop)."""
+        r, new = self._slot(dt, (dt, struct.pack("d", float(v))))
+        if new:
             self.pre.append(isa.VDup(r, v, self.chunk))
-            self.consts[key] = r
-        return self.consts[key]
+        return r
 
     def table(self, dt: str, values: tuple) -> isa.Ref:
-        self.nbytes += len(values) * _ITEMSIZE[dt]
-        r = self.b.scratch(dt, max(len(values), self.chunk))
-        for i, v in enumerate(values):
-            self.pre.append(isa.VDup(r + i, v, 1))
+        """A gather table (len(values) <= chunk) in one constant slot."""
+        if len(values) > self.chunk:  # tiny tiles: a buffer of its own
+            r, new = self.b.scratch(dt, len(values)), True
+        else:
+            r, new = self._slot(dt, (dt, "table", values))
+        if new:
+            for i, v in enumerate(values):
+                self.pre.append(isa.VDup(r + i, v, 1))
         return r
 
     # ---- instructions (each returns a fresh buffer unless `out` is given)
@@ -360,6 +388,15 @@ class _Seq:
             self.sc("vadds", p, co, out=p)
         return p
 
+    def horner_fma(self, z: isa.Ref, coeffs: tuple, out=None) -> isa.Ref:
+        """The same with one vfma per step (constant-slot addends): fewer bytes moved per
+        element than vmul + vadds, and one rounding per step."""
+        dt = z.buf.dtype
+        p = self.fma(z, self.const(dt, coeffs[-1]), self.const(dt, coeffs[-2]), out=out)
+        for co in reversed(coeffs[:-2]):
+            self.fma(p, z, self.const(dt, co), out=p)
+        return p
+
 
 _ITEMSIZE = {"bool": 1, "int32": 4, "float16": 2, "float32": 4, "float64": 8}
 
@@ -398,7 +435,9 @@ def emit_composite(
     if not cap:
         raise ValueError("vmath.emit_composite needs cap (static bound of n) or b.tile")
     chunk = min(int(cap), CHUNK)
-    s = _Seq(b, chunk)
+    dry = _Seq(isa.Builder(tile=chunk), chunk)
+    _emit_chunk(dry, op, dst, srcs, dtype)
+    s = _Seq(b, chunk, dry.counts)
     if chunk >= cap:  # one chunk: no loop
         s.n = n
         _emit_chunk(s, op, dst, srcs, dtype)
@@ -422,6 +461,15 @@ def composite_scratch_bytes(op: str, dtype: str, cap: int) -> int:
     return sum(buf.nbytes for buf in b.buffers[before:])
 
 
+def composite_instructions(op: str, dtype: str = "float32") -> int:
+    """Vector instructions per chunk of `op` (the constant set-up before the loop excluded)."""
+    chunk = CHUNK
+    s = _Seq(isa.Builder(tile=chunk), chunk)
+    src = isa.Ref(isa.Buffer("x", "UB", dtype, chunk))
+    _emit_chunk(s, op, src, (src,) * _ARITY.get(op, 1), dtype)
+    return len(s.body)
+
+
 def _emit_chunk(s: _Seq, op: str, dst: isa.Ref, srcs: tuple, dtype: str) -> None:
     """One chunk: float16 goes through float32 scratch; others write dst directly."""
     if dtype != "float16":
@@ -435,21 +483,21 @@ def _emit_chunk(s: _Seq, op: str, dst: isa.Ref, srcs: tuple, dtype: str) -> None
 
 
 # ---------------------------------------------------------------------------- trigonometry
-def _reduce(s: _Seq, ax: isa.Ref, f0s: tuple, f1s: tuple) -> tuple[isa.Ref, isa.Ref]:
-    """|x| (float32) * unit mod 2 as r + w: r in [0, 2) exact, |w| < 2^-12 (float64 each).
+def _reduce(s: _Seq, x: isa.Ref, f0s: tuple, f1s: tuple) -> tuple[isa.Ref, isa.Ref]:
+    """x * unit as hi + w for float32 x, hi + w == x*unit (mod 2) to ~2^-65 (float64 each).
 
     |x| = M * 2^(16g-150) with M < 2^39 an integer, g = biased exponent >> 4. With
-    F = T(g) * 2^-(16g-150) from the table, |x| * F0 = M * f0: hi + lo by an fma two-product,
-    hi mod 2 exact by floor; |x| * F1 = M * f1 < 2^-13 is rounded harmlessly.
+    F = T(g) * 2^-(16g-150) from the table, x * F0 = +-M * f0 (|.| < 2^40) is split exactly
+    into hi + lo by an fma two-product, and x * F1 = +-M * f1 (< 2^-13) rounds harmlessly;
+    w = lo + x*F1. The caller takes q = rint(hi + w) and v = (hi - q) + w: hi - q is exact.
     """
-    g = s.conv(ax, "int32", "bits")
-    s.sc("vshr", g, 27, out=g)  # biased exponent >> 4 (sign bit is clear)
-    s.sc("vmaxs", g, _TRIG_G0, out=g)
-    s.sc("vadds", g, -_TRIG_G0, out=g)
-    tab = s.table("float64", f0s + f1s)
-    xd = s.conv(ax, "float64")
-    f0 = s.gather(tab, g)
-    f1 = s.gather(tab + len(f0s), g, out=None)
+    g = s.conv(x, "int32", "bits")
+    s.sc("vshl", g, 1, out=g)  # drop the sign
+    s.sc("vshr", g, 28, out=g)  # (biased exponent >> 4) - 16 * (exponent >= 128), in [-8, 7]
+    tab = s.table("float64", _signed_table(f0s, f1s))
+    xd = s.conv(x, "float64")
+    f0 = s.gather(tab + 8, g)
+    f1 = s.gather(tab + 24, g)
     s.done(g)
     hi = s.bin("vmul", xd, f0)
     nhi = s.un("vneg", hi)
@@ -458,92 +506,83 @@ def _reduce(s: _Seq, ax: isa.Ref, f0s: tuple, f1s: tuple) -> tuple[isa.Ref, isa.
     w = s.bin("vmul", xd, f1, out=f1)
     s.bin("vadd", lo, w, out=w)
     s.done(lo, xd)
-    t = s.sc("vmuls", hi, 0.5)
-    s.un("vfloor", t, out=t)
-    r = s.fma(t, s.const("float64", -2.0), hi, out=t)  # hi mod 2, exact
-    s.done(hi)
-    return r, w
+    return hi, w
+
+
+def _odd(s: _Seq, q: isa.Ref) -> isa.Ref:
+    """Mask of odd integers q (float64, |q| < 2^52): q/2 is not an integer."""
+    t = s.sc("vmuls", q, 0.5)
+    tr = s.un("vrint", t)
+    m = s.cmp("ne", t, tr)
+    s.done(t, tr)
+    return m
 
 
 def _sinpi(s: _Seq, v: isa.Ref, out=None) -> isa.Ref:
-    """sin(pi*v) for |v| <= 1/2 in float64 (rel err 2^-35): v * P(v^2)."""
+    """sin(pi*v) for |v| <= 1/2 in float64 with float32 accuracy: v * P(v^2), fma Horner."""
     z = s.bin("vmul", v, v)
-    p = s.horner(z, SINPI)
+    p = s.horner_fma(z, SINPI5)
     s.done(z)
     return s.bin("vmul", v, p, out=p if out is None else out)
 
 
 def _sincos32(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str) -> None:
-    """sin / cos of float32 x: half-turn reduction then one odd polynomial.
+    """sin / cos of float32 x: exact half-turn reduction and polynomial in float64.
 
-    sin(x) = sgn(x) * sin(pi*s), s = |x|/pi mod 2 = q + v, q = rint(s) in {0,1,2}:
-    sin(pi*s) = (-1)^q sin(pi*v). cos(x) = sin(pi*(s + 1/2)) with q = rint(s + 1/2) and
-    v = (r - (q - 1/2)) + w, the subtraction exact where it cancels. The sign flips are folded
-    into v (sin(pi*v) is odd), which also gives sin(-0.0) = -0.0; inf and nan become nan.
+    x/pi = q + v with q = rint(x/pi), |v| <= 1/2: sin(x) = (-1)^q sin(pi*v).
+    cos(x) = sin(pi*(x/pi + 1/2)): q = rint(x/pi + 1/2), v = (hi - (q - 1/2)) + w.
+    One rounding to float32 at the end (faithful, mostly correctly rounded); the sign (-1)^q
+    is applied to the float32 result. sin(+-0) = +-0 by a final select (the reduction's
+    additions would turn -0 into +0); denormals are exact in float64; inf and nan give nan.
     """
-    ax = s.un("vabs", x)
-    r, w = _reduce(s, ax, _HALF_F0, _HALF_F1)
-    s.done(ax)
-    sv = s.bin("vadd", r, w)
+    hi, w = _reduce(s, x, _HALF_F0, _HALF_F1)
+    q = s.bin("vadd", hi, w)
     if op == "cos":
-        s.sc("vadds", sv, 0.5, out=sv)
-    q = s.un("vrint", sv, out=sv)
+        s.sc("vadds", q, 0.5, out=q)
+    s.un("vrint", q, out=q)
     if op == "cos":
         qm = s.sc("vadds", q, -0.5)
-        u = s.bin("vsub", r, qm, out=qm)
+        v = s.bin("vsub", hi, qm, out=qm)
     else:
-        u = s.bin("vsub", r, q)
-    v = s.bin("vadd", u, w, out=u)
-    s.done(r, w)
-    if op == "sin":
-        flip = s.cmps("eq", q, 1.0)
-        xb = s.conv(x, "int32", "bits")
-        neg = s.cmps("lt", xb, 0)  # sign bit, also for -0.0
-        s.done(xb)
-        s.bin("vxor", flip, neg, out=flip)
-        s.done(neg)
-    else:  # q in {0,1,2,3}: odd <=> |q - 2| == 1
-        s.sc("vadds", q, -2.0, out=q)
-        s.un("vabs", q, out=q)
-        flip = s.cmps("eq", q, 1.0)
+        v = s.bin("vsub", hi, q)
+    s.bin("vadd", v, w, out=v)
+    s.done(hi, w)
+    flip = _odd(s, q)
     s.done(q)
-    nv = s.un("vneg", v)
-    s.sel(flip, nv, v, out=v)
-    s.done(nv, flip)
-    res = _sinpi(s, v)
-    s.done(v)
-    s.conv(res, dst.buf.dtype, out=dst)
+    res = _sinpi(s, v, out=v)
+    rf = s.conv(res, "float32")
     s.done(res)
+    nr = s.un("vneg", rf)
+    if op == "sin":
+        s.sel(flip, nr, rf, out=rf)
+        zero = s.cmps("eq", x, 0.0)
+        s.sel(zero, x, rf, out=dst)
+        s.done(zero)
+    else:
+        s.sel(flip, nr, rf, out=dst)
+    s.done(nr, rf, flip)
 
 
 def _tan32(s: _Seq, dst: isa.Ref, x: isa.Ref) -> None:
-    """tan of float32 x: quarter-turn reduction |x|*2/pi = q + v, y = pi/2 * v.
+    """tan of float32 x: quarter-turn reduction x*2/pi = q + v, y = pi/2 * v.
 
     tan(y) = sin(pi*h)/cos(pi*h) with h = v/2, cos(pi*h) = sin(pi*(1/2 - |h|)) (exact
-    argument); odd q gives -cot(y) = -cos/sin. Everything in float64, one rounding at the end.
+    argument); odd q gives -cot(y) = -cos/sin. All in float64, one rounding at the end.
     """
-    ax = s.un("vabs", x)
-    r, w = _reduce(s, ax, _QUARTER_F0, _QUARTER_F1)
-    s.done(ax)
-    q = s.bin("vadd", r, w)
+    hi, w = _reduce(s, x, _QUARTER_F0, _QUARTER_F1)
+    q = s.bin("vadd", hi, w)
     s.un("vrint", q, out=q)
-    v = s.bin("vsub", r, q)
-    s.bin("vadd", v, w, out=v)
-    s.done(r, w)
-    xb = s.conv(x, "int32", "bits")
-    neg = s.cmps("lt", xb, 0)
-    s.done(xb)
-    h = s.sc("vmuls", v, 0.5)
-    nh = s.un("vneg", h)
-    s.sel(neg, nh, h, out=h)
-    s.done(nh, neg, v)
+    h = s.bin("vsub", hi, q)
+    s.bin("vadd", h, w, out=h)
+    s.done(hi, w)
+    s.sc("vmuls", h, 0.5, out=h)
     sn = _sinpi(s, h)
     c = s.un("vabs", h)
     s.sc("vmuls", c, -1.0, out=c)
     s.sc("vadds", c, 0.5, out=c)
     cs = _sinpi(s, c, out=c)
     s.done(h)
-    odd = s.cmps("eq", q, 1.0)
+    odd = _odd(s, q)
     s.done(q)
     ncs = s.un("vneg", cs)
     num = s.sel(odd, ncs, sn)
@@ -552,8 +591,11 @@ def _tan32(s: _Seq, dst: isa.Ref, x: isa.Ref) -> None:
     s.done(sn, cs, odd)
     s.bin("vdiv", num, den, out=num)
     s.done(den)
-    s.conv(num, dst.buf.dtype, out=dst)
+    res = s.conv(num, "float32")
     s.done(num)
+    zero = s.cmps("eq", x, 0.0)
+    s.sel(zero, x, res, out=dst)
+    s.done(zero, res)
 
 
 def _op_sin(s, dst, srcs, dt):
@@ -576,7 +618,7 @@ def _op_tanh(s: _Seq, dst: isa.Ref, srcs: tuple, dt: str) -> None:
     x = srcs[0]
     ax = s.un("vabs", x)
     z = s.bin("vmul", x, x)
-    p = s.horner(z, TANH_F32)
+    p = s.horner_fma(z, TANH_F32)
     s.bin("vmul", z, x, out=z)
     small = s.fma(z, p, x, out=p)  # x + x^3 P
     s.done(z)

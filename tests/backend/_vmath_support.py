@@ -246,7 +246,7 @@ def run_instrs(body, mem: Memory, env: dict | None = None) -> None:
                 env[ins.var] = _ieval(ins.value, env)
                 continue
             n = _ieval(ins.n, env)
-            g = lambda r: _wide(mem.get(r, n, env))  # noqa: E731
+            g = lambda r, n=n: _wide(mem.get(r, n, env))  # noqa: E731
             if isinstance(ins, isa.VBinary):
                 out = _BIN[ins.op](g(ins.a), g(ins.b))
             elif isinstance(ins, isa.VScalar):
