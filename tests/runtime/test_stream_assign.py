@@ -3,6 +3,8 @@ where a cross-stream RAW/WAR/WAW dependency is not already ordered."""
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -108,16 +110,22 @@ def test_plan_kernels_alias_and_records_alias():
 
 @st.composite
 def programs(draw):
+    """Random programs; drawn from one seed so generation stays cheap (hypothesis still
+    shrinks the seed, the size and the stream count)."""
+    rng = random.Random(draw(st.integers(0, 2**32)))
     n = draw(st.integers(0, 25))
-    ks = []
-    for _ in range(n):
-        reads = draw(st.frozensets(st.integers(0, 9), max_size=3))
-        writes = draw(st.frozensets(st.integers(0, 9), min_size=1, max_size=2))
-        ks.append(KernelDeps(reads, writes, weight=draw(st.sampled_from([1.0, 3.0]))))
+    ks = [
+        KernelDeps(
+            frozenset(rng.sample(range(10), rng.randint(0, 3))),
+            frozenset(rng.sample(range(10), rng.randint(1, 2))),
+            weight=rng.choice([1.0, 3.0]),
+        )
+        for _ in range(n)
+    ]
     return ks, draw(st.integers(1, 4))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(programs())
 def test_every_dependency_is_ordered(prog):
     ks, n_streams = prog
@@ -126,8 +134,9 @@ def test_every_dependency_is_ordered(prog):
     assert all(0 <= e.stream < n_streams for e in plan)
     recorded = [e.record for e in plan if e.record is not None]
     assert sorted(recorded) == list(range(plan.n_events))  # each event recorded exactly once
+    all_deps = dependencies(ks)
     for i, e in enumerate(plan):
-        deps = dependencies(ks)[i]
+        deps = all_deps[i]
         if not deps:
             continue
         # same-stream order never costs an event: no wait on an event of the own stream
