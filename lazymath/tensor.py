@@ -511,8 +511,11 @@ def _expand(node: gn.Node, shape: tuple[int, ...]) -> gn.Node:
 def _cast(node: gn.Node, dtype: np.dtype) -> gn.Node:
     if node.dtype == dtype:
         return node
-    if node.op == "const":  # fold: a cast constant is a constant
-        return gn.const_node(node.realized.astype(dtype).item(), dtype)
+    c = _peel_const(node)
+    if c is not None:  # fold: a cast (broadcast) constant is a (broadcast) constant
+        with np.errstate(all="ignore"):
+            value = c.realized.astype(dtype).item()
+        return _expand(gn.const_node(value, dtype), node.shape)
     return gn.make("cast", dtype, node.shape, (node,))
 
 
@@ -885,7 +888,16 @@ def dot(a, b) -> Tensor:
 
 
 def reshape(x: Tensor, shape) -> Tensor:
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    try:
+        shape = (
+            (operator.index(shape),)
+            if not isinstance(shape, (tuple, list))
+            else tuple(operator.index(s) for s in shape)
+        )
+    except TypeError:
+        raise TypeError(
+            f"reshape: shape must be an int or a tuple of ints, got {shape!r}"
+        ) from None
     if shape.count(-1) > 1:
         raise ValueError(f"reshape: only one dimension can be -1, got {shape}")
     if -1 in shape:
@@ -1025,6 +1037,8 @@ def _getitem(x: Tensor, idx) -> Tensor:
             spec.append((start if count else 0, count, step))
             out_shape.append(count)
         else:
+            if isinstance(i, (bool, np.bool_)):
+                raise IndexError("boolean indices are not supported; use ints, slices, None, ...")
             try:
                 j = operator.index(i)
             except TypeError:
@@ -1088,7 +1102,13 @@ def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
 def pad(x: Tensor, pad_width, mode: str = "constant", constant_values=0) -> Tensor:
     if mode != "constant":
         raise ValueError(f"pad: only mode='constant' is supported, got {mode!r}")
-    w = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    try:
+        w = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"pad: pad_width {pad_width!r} must be an int, a (before, after) pair or one pair "
+            f"per axis of shape {x.shape}"
+        ) from None
     if (w < 0).any():
         raise ValueError(f"pad: pad widths must be non-negative, got {pad_width}")
     widths = tuple((int(a), int(b)) for a, b in w)

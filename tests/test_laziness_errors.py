@@ -194,6 +194,9 @@ def test_constant_folding():
     np.testing.assert_array_equal(u.numpy(), np.full((2, 3), 5, np.int32))
     v = lm.sqrt(lm.full((4,), 16.0, dtype="float32"))
     assert v.node.op == "expand" and v.node.srcs[0].realized.item() == 4.0
+    c = lm.full((2, 2), 2.7).astype("int8")  # a cast of a constant is a constant
+    assert c.node.op == "expand" and c.node.srcs[0].realized.item() == 2
+    assert c.dtype == np.int8
     w = lm.zeros((3,)) + lm.tensor(np.ones(3, np.float32))  # a buffer operand: not folded
     assert w.node.op == "add"
 

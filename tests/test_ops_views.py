@@ -243,6 +243,10 @@ def test_view_errors_at_call():
         lm.pad(t, -1)
     with pytest.raises(ValueError, match="pad.*constant"):
         lm.pad(t, 1, mode="reflect")
+    with pytest.raises(ValueError, match="pad.*pad_width"):
+        lm.pad(t, ((1, 2, 3),))
+    with pytest.raises(TypeError, match="reshape.*ints"):
+        t.reshape(2.5, 2)
 
 
 def test_indexing_errors_at_call():
@@ -261,6 +265,8 @@ def test_indexing_errors_at_call():
         t[np.array([0, 1])]
     with pytest.raises(IndexError):
         t[1.5]
+    with pytest.raises(IndexError, match="boolean"):
+        t[True]
     with pytest.raises(ValueError, match="zero"):
         t[::0]
     with pytest.raises(IndexError):
