@@ -30,6 +30,7 @@ their relative approximation error is given next to each table.
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 
@@ -257,7 +258,7 @@ _QUARTER_F1 = (-3.935735335036497e-17, 1.0760572810738749e-19, -5.43418410774375
 
 
 def _signed_table(f0s: tuple, f1s: tuple) -> tuple:
-    """32 gather entries indexed by g + 8, g = (bits(x) << 1) >> 28 (arithmetic) in [-8, 7]:
+    """32 gather entries at g + 8, g = (bits(x) << 1) >> 28 (arithmetic shift) in [-8, 7]:
     g = e >> 4 for e < 128 and e >> 4 - 16 above, e the biased exponent. Groups below 9 use the
     entry of group 9 (plain 1/pi, 2/pi: no whole periods to drop yet)."""
 
@@ -265,6 +266,9 @@ def _signed_table(f0s: tuple, f1s: tuple) -> tuple:
         return tuple(fs[max(gp, _TRIG_G0) - _TRIG_G0] for gp in (*range(8, 16), *range(8)))
 
     return col(f0s) + col(f1s)
+
+
+_UID = itertools.count()  # names of the rare out-of-pool table buffers
 
 
 class _Seq:
@@ -275,20 +279,19 @@ class _Seq:
     (vfma addends, tables) are filled once, before the strip-mining loop, into `pre`.
     """
 
-    def __init__(self, b: isa.Builder, chunk: int, consts: dict | None = None):
+    def __init__(self, b: isa.Builder, chunk: int, cap: int):
         self.b = b
         self.chunk = chunk
         self.n: isa.IntExpr = chunk
         self.pre: list = []
         self.body: list = []
         self.free: dict[str, list[isa.Ref]] = {}
-        # constant operands: one buffer per dtype, one chunk-sized slot per distinct value;
-        # `consts` (dtype -> slot count) comes from a dry run so the buffer is sized exactly
+        # Constant operands live in chunk-sized slots packed into buffers of at most `cap`
+        # elements, so a template's tile pool can serve them like any other scratch tile.
+        self.per_buf = max(1, cap // chunk)
         self.slots: dict[tuple, isa.Ref] = {}
         self.counts: dict[str, int] = {}
         self.cbufs: dict[str, isa.Ref] = {}
-        for dt, k in (consts or {}).items():
-            self.cbufs[dt] = b.scratch(dt, k * chunk)
 
     # ---- buffers
     def tmp(self, dt: str) -> isa.Ref:
@@ -302,13 +305,15 @@ class _Seq:
             self.free.setdefault(r.buf.dtype, []).append(r)
 
     def _slot(self, dt: str, key) -> tuple[isa.Ref, bool]:
-        """(ref, new?) for constant `key`: slot k of the dtype's constant buffer."""
+        """(ref, new?) for constant `key`: the next free slot of the dtype's constant buffers."""
         if key in self.slots:
             return self.slots[key], False
         k = self.counts.get(dt, 0)
         self.counts[dt] = k + 1
-        base = self.cbufs.get(dt)
-        ref = base + k * self.chunk if base is not None else self.b.scratch(dt, self.chunk)
+        j = k % self.per_buf
+        if j == 0:
+            self.cbufs[dt] = self.b.scratch(dt, self.per_buf * self.chunk)
+        ref = self.cbufs[dt] + j * self.chunk
         self.slots[key] = ref
         return ref, True
 
@@ -321,8 +326,8 @@ class _Seq:
 
     def table(self, dt: str, values: tuple) -> isa.Ref:
         """A gather table (len(values) <= chunk) in one constant slot."""
-        if len(values) > self.chunk:  # tiny tiles: a buffer of its own
-            r, new = self.b.scratch(dt, len(values)), True
+        if len(values) > self.chunk:  # tiny tiles: a small buffer of its own, uniquely named
+            r, new = self.b.scratch(dt, len(values), prefix=f"vmtab{next(_UID)}_"), True
         else:
             r, new = self._slot(dt, (dt, "table", values))
         if new:
@@ -435,9 +440,7 @@ def emit_composite(
     if not cap:
         raise ValueError("vmath.emit_composite needs cap (static bound of n) or b.tile")
     chunk = min(int(cap), CHUNK)
-    dry = _Seq(isa.Builder(tile=chunk), chunk)
-    _emit_chunk(dry, op, dst, srcs, dtype)
-    s = _Seq(b, chunk, dry.counts)
+    s = _Seq(b, chunk, int(cap))
     if chunk >= cap:  # one chunk: no loop
         s.n = n
         _emit_chunk(s, op, dst, srcs, dtype)
@@ -464,7 +467,7 @@ def composite_scratch_bytes(op: str, dtype: str, cap: int) -> int:
 def composite_instructions(op: str, dtype: str = "float32") -> int:
     """Vector instructions per chunk of `op` (the constant set-up before the loop excluded)."""
     chunk = CHUNK
-    s = _Seq(isa.Builder(tile=chunk), chunk)
+    s = _Seq(isa.Builder(tile=chunk), chunk, chunk)
     src = isa.Ref(isa.Buffer("x", "UB", dtype, chunk))
     _emit_chunk(s, op, src, (src,) * _ARITY.get(op, 1), dtype)
     return len(s.body)
@@ -494,10 +497,11 @@ def _reduce(s: _Seq, x: isa.Ref, f0s: tuple, f1s: tuple) -> tuple[isa.Ref, isa.R
     g = s.conv(x, "int32", "bits")
     s.sc("vshl", g, 1, out=g)  # drop the sign
     s.sc("vshr", g, 28, out=g)  # (biased exponent >> 4) - 16 * (exponent >= 128), in [-8, 7]
+    s.sc("vadds", g, 8, out=g)  # table position, in [0, 15]
     tab = s.table("float64", _signed_table(f0s, f1s))
     xd = s.conv(x, "float64")
-    f0 = s.gather(tab + 8, g)
-    f1 = s.gather(tab + 24, g)
+    f0 = s.gather(tab, g)
+    f1 = s.gather(tab + 16, g)
     s.done(g)
     hi = s.bin("vmul", xd, f0)
     nhi = s.un("vneg", hi)
@@ -622,6 +626,9 @@ def _op_tanh(s: _Seq, dst: isa.Ref, srcs: tuple, dt: str) -> None:
     s.bin("vmul", z, x, out=z)
     small = s.fma(z, p, x, out=p)  # x + x^3 P
     s.done(z)
+    zero = s.cmps("eq", x, 0.0)  # tanh(-0.0) = -0.0 (x + x^3 P gives +0)
+    s.sel(zero, x, small, out=small)
+    s.done(zero)
     e = s.sc("vmuls", ax, 2.0)
     s.un("vexp", e, out=e)
     s.sc("vadds", e, 1.0, out=e)
