@@ -1,0 +1,466 @@
+"""Program cache tests (issue 5): a realize keys the compiled program by the graph's structural
+signature (structure, shapes, dtypes, strides, constants, device spec; never the data), and a
+hit replays it without graph passes, networkx, LLVM or the planner.
+
+Most tests run on LAZYMATH_BACKEND=irref (the fused kernel IR evaluated with numpy: no
+compilation, so they are fast); the headline custom op and the no-LLVM-on-a-hit guard also run
+on llvm.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+
+import numpy as np
+import pytest
+
+import lazymath as lm
+from lazymath import engine
+from lazymath.graph import reference
+
+RNG = np.random.default_rng(11)
+
+
+def custom_op(A, B, scale):
+    return lm.mul(lm.relu(lm.matmul(A, B)), scale)
+
+
+def np_custom_op(a, b, s):
+    return (np.maximum(a.astype(np.float32) @ b.astype(np.float32), 0) * np.float32(s)).astype(
+        np.float16
+    )
+
+
+def f16(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float16)
+
+
+def f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def stats() -> tuple[int, int]:
+    return engine.STATS["program_hits"], engine.STATS["program_misses"]
+
+
+def realize_counting(*tensors) -> tuple[int, int]:
+    """Realize and return (hits, misses) it added."""
+    h0, m0 = stats()
+    lm.realize(*tensors)
+    h1, m1 = stats()
+    return h1 - h0, m1 - m0
+
+
+@pytest.fixture(autouse=True)
+def fresh_programs(monkeypatch):
+    """Each test starts with an empty program cache (compiled kernels stay cached)."""
+    monkeypatch.setattr(engine, "_programs", {})
+
+
+@pytest.fixture
+def irref(monkeypatch):
+    monkeypatch.setenv("LAZYMATH_BACKEND", "irref")
+    monkeypatch.delenv("LAZYMATH_DEBUG", raising=False)
+    return "irref"
+
+
+@pytest.fixture
+def llvm(monkeypatch):
+    pytest.importorskip("lazymath.backend.compile")
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    monkeypatch.delenv("LAZYMATH_DEBUG", raising=False)
+    return "llvm"
+
+
+# ----------------------------------------------------------------------------- hits
+
+
+@pytest.mark.parametrize("backend", ["irref", "llvm"])
+def test_second_custom_op_call_with_new_inputs_is_a_hit(backend, monkeypatch):
+    if backend == "llvm":
+        pytest.importorskip("lazymath.backend.compile")
+    monkeypatch.setenv("LAZYMATH_BACKEND", backend)
+    results = []
+    for i in range(3):
+        a, b, s = f16(24, 40), f16(40, 17), np.float16(0.25 * (i + 1))
+        out = custom_op(lm.tensor(a), lm.tensor(b), lm.tensor(s))
+        hits, misses = realize_counting(out)
+        if i == 0:
+            assert (hits, misses) == (0, 1)
+        else:
+            assert (hits, misses) == (1, 0), f"call {i}: {hits} hits, {misses} misses"
+        got = out.numpy()
+        np.testing.assert_allclose(
+            got.astype(np.float32), np_custom_op(a, b, s).astype(np.float32), rtol=2e-3, atol=1e-2
+        )
+        results.append((got, a, b, s))
+    # a replay allocates fresh outputs: earlier results are not overwritten
+    for got, a, b, s in results:
+        np.testing.assert_allclose(
+            got.astype(np.float32), np_custom_op(a, b, s).astype(np.float32), rtol=2e-3, atol=1e-2
+        )
+
+
+def test_hit_counts_on_the_program(irref):
+    x = f32(33)
+    (lm.exp(lm.tensor(x)) * 2.0).realize()
+    key_count = len(engine._programs)
+    for _ in range(3):
+        (lm.exp(lm.tensor(f32(33))) * 2.0).realize()
+    assert len(engine._programs) == key_count
+    assert max(p.hits for p in engine._programs.values()) >= 3
+    assert lm.cache_info()["program_hits"] >= 3
+
+
+def test_data_is_not_part_of_the_signature(irref):
+    x = f32(7, 5)
+    (lm.tensor(x) + lm.tensor(f32(5))).realize()
+    y = np.full((7, 5), np.nan, np.float32)  # any values, even NaN
+    hits, misses = realize_counting(lm.tensor(y) + lm.tensor(np.zeros(5, np.float32)))
+    assert (hits, misses) == (1, 0)
+
+
+def test_zero_d_tensor_parameter_is_data_not_a_constant(irref):
+    """The custom op's scale is a 0-d tensor: a new scale value must replay the program."""
+    a, b = f16(8, 16), f16(16, 8)
+    custom_op(lm.tensor(a), lm.tensor(b), lm.tensor(np.float16(0.5))).realize()
+    out = custom_op(lm.tensor(a), lm.tensor(b), lm.tensor(np.float16(-2.0)))
+    assert realize_counting(out) == (1, 0)
+    np.testing.assert_allclose(
+        out.numpy().astype(np.float32),
+        np_custom_op(a, b, -2.0).astype(np.float32),
+        rtol=2e-3,
+        atol=1e-2,
+    )
+
+
+# ----------------------------------------------------------------------------- misses
+
+
+def _misses_after_warm(build_a, build_b) -> int:
+    """Realize build_a() (warming the cache), then build_b(): the misses build_b adds."""
+    build_a().realize()
+    build_a().realize()
+    return realize_counting(build_b())[1]
+
+
+def test_same_graph_hits_after_warmup(irref):
+    g = lambda: lm.sin(lm.tensor(f32(12))) + 1.0  # noqa: E731
+    assert _misses_after_warm(g, g) == 0
+
+
+@pytest.mark.parametrize(
+    "what,other",
+    [
+        ("shape", lambda: lm.sin(lm.tensor(f32(13))) + 1.0),
+        ("dtype", lambda: lm.sin(lm.tensor(f16(12))) + 1.0),
+        ("constant", lambda: lm.sin(lm.tensor(f32(12))) + 2.0),
+        ("op", lambda: lm.cos(lm.tensor(f32(12))) + 1.0),
+        ("strides", lambda: lm.sin(lm.tensor(f32(24))[::2]) + 1.0),
+        ("negative strides", lambda: lm.sin(lm.tensor(f32(12))[::-1]) + 1.0),
+    ],
+)
+def test_different_signature_is_a_miss(irref, what, other):
+    base = lambda: lm.sin(lm.tensor(f32(12))) + 1.0  # noqa: E731
+    assert _misses_after_warm(base, other) == 1, what
+
+
+def _leaf(arr: np.ndarray) -> lm.Tensor:
+    """A leaf tensor over `arr` as is (lm.tensor copies to C order; realized results and
+    buffers from other libraries can be strided)."""
+    from lazymath.graph import node as gn
+
+    return lm.Tensor(gn.buffer_node(arr))
+
+
+def test_input_strides_are_part_of_the_signature(irref):
+    """Same shape, same graph, but the leaf buffer is a transposed numpy view."""
+    base = lambda: lm.exp(_leaf(f32(4, 6))) * 3.0  # noqa: E731
+    transposed = lambda: lm.exp(_leaf(f32(6, 4).T)) * 3.0  # noqa: E731
+    assert _misses_after_warm(base, transposed) == 1
+    a = f32(6, 4)
+    out = lm.exp(_leaf(a.T)) * 3.0
+    assert realize_counting(out) == (1, 0)  # the transposed program is cached now
+    np.testing.assert_allclose(out.numpy(), np.exp(a.T) * 3.0, rtol=1e-6)
+
+
+def test_device_spec_is_part_of_the_signature(irref):
+    A, B = f16(8, 16), f16(16, 8)
+    g = lambda: custom_op(lm.tensor(A), lm.tensor(B), lm.tensor(np.float16(0.5)))  # noqa: E731
+    g().realize()
+    try:
+        lm.init_device(0, spec="ascend910b")
+        out = g()
+        assert realize_counting(out) == (0, 1)
+        np.testing.assert_allclose(
+            out.numpy().astype(np.float32),
+            np_custom_op(A, B, 0.5).astype(np.float32),
+            rtol=2e-3,
+            atol=1e-2,
+        )
+        assert realize_counting(g()) == (1, 0)
+    finally:
+        lm.init_device(0, spec="ascend910")
+    assert realize_counting(g()) == (1, 0)  # the 910 program is still cached
+
+
+def test_backend_is_part_of_the_key(irref, monkeypatch):
+    pytest.importorskip("lazymath.backend.compile")
+    g = lambda: lm.tensor(f32(9)) * 2.0 + 1.0  # noqa: E731
+    g().realize()
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    g().realize()
+    assert realize_counting(g()) == (1, 0)
+    monkeypatch.setenv("LAZYMATH_BACKEND", "irref")
+    assert realize_counting(g()) == (1, 0)
+
+
+def test_realizing_different_output_sets_are_different_programs(irref):
+    def build():
+        x = lm.tensor(f32(20))
+        return lm.exp(x), lm.sin(x)
+
+    a, b = build()
+    assert realize_counting(a, b) == (0, 1)
+    a, b = build()
+    assert realize_counting(a) == (0, 1)  # exp alone is another program
+    a, b = build()
+    assert realize_counting(a, b) == (1, 0)
+    a, b = build()
+    assert realize_counting(b, a) == (0, 1)  # output order is part of the signature
+
+
+# ----------------------------------------------------------------------------- the hit path
+
+_FORBIDDEN_MODULES = (
+    "networkx",
+    "llvmlite",
+    "lazymath.fusion",
+    "lazymath.backend.jit",
+    "lazymath.backend.lower_llvm",
+    "lazymath.backend.lower_cube",
+    "lazymath.backend.templates",
+    "lazymath.backend.kernel_cache",
+    "lazymath.backend.gemm",
+    "lazymath.backend.vmath",
+)
+
+
+def _boom(*args, **kwargs):
+    raise AssertionError("the program-cache hit path called the compiler")
+
+
+def _forbid_compilation(monkeypatch) -> None:
+    """Make every entry point of the miss path raise."""
+    import lazymath.fusion as fusion
+    import lazymath.fusion.grouping as grouping
+    import lazymath.fusion.memory as memory
+
+    monkeypatch.setattr(fusion, "make_schedule", _boom)
+    monkeypatch.setattr(fusion, "plan_memory", _boom)
+    monkeypatch.setattr(grouping, "plan", _boom)
+    monkeypatch.setattr(memory, "plan_memory", _boom)
+    monkeypatch.setattr(engine, "compile_program", _boom)
+    try:
+        import lazymath.backend.compile as bc
+
+        monkeypatch.setattr(bc, "compile_kernel", _boom)
+        monkeypatch.setattr(bc, "build_program", _boom)
+    except ImportError:
+        pass
+    try:
+        import llvmlite.binding as llvm
+
+        for name in ("parse_assembly", "create_mcjit_compiler", "create_pass_builder",
+                     "create_target_machine", "parse_bitcode"):  # fmt: skip
+            if hasattr(llvm, name):
+                monkeypatch.setattr(llvm, name, _boom)
+    except ImportError:
+        pass
+    try:
+        import networkx as nx
+
+        for name in ("DiGraph", "Graph", "topological_sort", "MultiDiGraph"):
+            monkeypatch.setattr(nx, name, _boom)
+    except ImportError:
+        pass
+
+
+class _ModuleTracer:
+    """sys.setprofile hook: records Python calls made in forbidden modules (main thread)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __call__(self, frame, event, arg):
+        if event != "call":
+            return
+        mod = frame.f_globals.get("__name__", "")
+        if mod.startswith(_FORBIDDEN_MODULES):
+            self.calls.append(f"{mod}.{frame.f_code.co_name}")
+
+    def __enter__(self):
+        sys.setprofile(self)
+        return self
+
+    def __exit__(self, *exc):
+        sys.setprofile(None)
+
+
+@pytest.mark.parametrize("backend", ["irref", "llvm"])
+def test_hit_path_touches_no_compiler(backend, monkeypatch):
+    if backend == "llvm":
+        pytest.importorskip("lazymath.backend.compile")
+    monkeypatch.setenv("LAZYMATH_BACKEND", backend)
+
+    def op(x, y):  # 3 kernels: sum | broadcast consumer | reduction prologue
+        s = (x * y).sum(axis=1, keepdims=True)
+        return ((x - s) * 2.0).max(axis=0)
+
+    x, y = f32(9, 13), f32(9, 13)
+    first = op(lm.tensor(x), lm.tensor(y))
+    first.realize()
+    assert len(lm.schedule(op(lm.tensor(x), lm.tensor(y))).kernels) >= 2
+
+    x2, y2 = f32(9, 13), f32(9, 13)
+    out = op(lm.tensor(x2), lm.tensor(y2))
+    _forbid_compilation(monkeypatch)
+    with _ModuleTracer() as tracer:
+        hits, misses = realize_counting(out)
+    assert (hits, misses) == (1, 0)
+    assert not tracer.calls, f"hit path entered: {sorted(set(tracer.calls))}"
+    want = ((x2 - (x2 * y2).sum(axis=1, keepdims=True)) * 2.0).max(axis=0)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_forbidding_compilation_makes_a_miss_fail(irref, monkeypatch):
+    """The guard above is real: a miss under the same patches raises."""
+    _forbid_compilation(monkeypatch)
+    out = lm.tensor(f32(31)) * 7.0 - 0.5  # a never-seen constant: a miss
+    with pytest.raises(AssertionError, match="called the compiler"):
+        out.realize()
+
+
+def test_tracer_sees_the_miss_path(irref):
+    out = lm.tensor(f32(29)) * 5.0 - 0.5
+    with _ModuleTracer() as tracer:
+        assert realize_counting(out) == (0, 1)
+    assert any(c.startswith("lazymath.fusion.grouping") for c in tracer.calls)
+
+
+def test_cached_program_keeps_no_inputs_alive(irref):
+    x = lm.tensor(f32(100_000))
+    out = lm.exp(x) + 1.0
+    out.realize()
+    ref = weakref.ref(x._node.realized if x._node.realized.base is None else x._node.realized.base)
+    del x, out
+    gc.collect()
+    assert ref() is None, "a cached program (or its schedule) holds a graph input"
+
+
+# ----------------------------------------------------------------------------- live intermediates
+
+
+def test_live_intermediate_is_realized_along(irref):
+    x = lm.tensor(f32(50))
+    y = lm.exp(x) * 2.0  # the user keeps y
+    z = y + 1.0
+    assert realize_counting(z) == (0, 1)
+    assert y._node.realized is not None  # realized along with z
+    h, m = stats()
+    yv = y.numpy()  # no second realize
+    assert stats() == (h, m)
+    np.testing.assert_allclose(yv, np.exp(x.numpy()) * 2.0, rtol=1e-6)
+    np.testing.assert_allclose(z.numpy(), yv + 1.0, rtol=1e-6)
+
+
+def test_live_intermediate_is_not_recomputed_reference(monkeypatch):
+    monkeypatch.setenv("LAZYMATH_BACKEND", "reference")
+    x = lm.tensor(f32(50))
+    y = lm.exp(x) * 2.0
+    z = y + 1.0
+    z.realize()
+    calls = reference.CALLS["nodes"]
+    y.numpy()
+    assert reference.CALLS["nodes"] == calls  # y came with z
+    (y - 3.0).realize()  # builds on the realized y
+    used = reference.CALLS["nodes"] - calls
+    calls = reference.CALLS["nodes"]
+    (lm.tensor(y.numpy()) - 3.0).realize()  # the same work on a fresh leaf
+    assert used == reference.CALLS["nodes"] - calls
+
+
+def test_live_intermediate_program_is_cached_with_it(irref):
+    def step():
+        x = lm.tensor(f32(40))
+        y = lm.sin(x)  # live: an output of the program too
+        z = y * y
+        return x, y, z, realize_counting(z)
+
+    assert step()[3] == (0, 1)
+    x, y, z, counts = step()
+    assert counts == (1, 0)
+    assert y._node.realized is not None
+    np.testing.assert_allclose(y.numpy(), np.sin(x.numpy()), rtol=1e-6)
+    np.testing.assert_allclose(z.numpy(), np.sin(x.numpy()) ** 2, rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- precompile
+
+
+def test_precompile_then_first_call_is_a_hit(irref):
+    def fn(a, b):
+        return lm.relu(a @ b) * 0.5
+
+    n = lm.precompile(fn, np.zeros((12, 20), np.float16), np.zeros((20, 6), np.float16))
+    assert n == 1
+    out = fn(lm.tensor(f16(12, 20)), lm.tensor(f16(20, 6)))
+    assert realize_counting(out) == (1, 0)
+
+
+# ----------------------------------------------------------------------------- LAZYMATH_DEBUG
+
+
+def _softmaxish(n: int = 10):
+    x = lm.tensor(f32(4, n))
+    e = lm.exp(x)  # read by two kernels: materialized, logged
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_debug_1_prints_one_line_per_realize(irref, monkeypatch, capsys):
+    monkeypatch.setenv("LAZYMATH_DEBUG", "1")
+    capsys.readouterr()
+    _softmaxish(11).realize()
+    _softmaxish(11).realize()
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    assert len(lines) == 2, lines
+    first, second = lines
+    assert "miss" in first and "hit" in second
+    for ln in lines:
+        assert ln.startswith("[lazymath]")
+        assert "planned peak" in ln
+        assert "kernel" in ln and " us" in ln
+    assert "fusion log" not in "\n".join(lines)
+
+
+def test_debug_2_adds_the_table_and_the_fusion_log(irref, monkeypatch, capsys):
+    monkeypatch.setenv("LAZYMATH_DEBUG", "2")
+    capsys.readouterr()
+    _softmaxish(12).realize()
+    out = capsys.readouterr().out
+    assert out.count("[lazymath]") == 1
+    assert "kernel" in out and "unit" in out and "bound" in out  # the table header
+    assert "vector" in out
+    assert "fusion log:" in out and "materialize" in out
+    _softmaxish(12).realize()  # a hit prints the cached program's table and log too
+    out = capsys.readouterr().out
+    assert "hit" in out and "fusion log:" in out
+
+
+def test_debug_0_prints_nothing(irref, monkeypatch, capsys):
+    monkeypatch.setenv("LAZYMATH_DEBUG", "0")
+    capsys.readouterr()
+    _softmaxish(13).realize()
+    assert capsys.readouterr().out == ""
