@@ -11,10 +11,21 @@ that split with two entry points:
   sin, cos, tan, tanh, sigmoid, exp2, pow, floor_divide and remainder to an `isa.Builder`.
 
 Accuracy contract (measured by tests/backend/test_vmath.py over the whole float32 range):
-results are faithful (within 1 ulp of the correctly rounded value, most of them correctly
-rounded) and IEEE special values (inf, nan, -0.0, denormals) match numpy. numpy's own float32
-results are themselves up to 1-3 ulp off (log 3, exp 2, sin/cos/tanh 1), so the distance to numpy
-stays within 4 ulp.
+exp, log, sin, cos, tan, tanh, exp2 and float32 pow are faithful (within 1 ulp of the correctly
+rounded value, most of them correctly rounded), sigmoid within 2; floor_divide and remainder
+match numpy bit for bit; IEEE special values (inf, nan, -0.0, denormals) match numpy. numpy's
+own float32 results are up to 1-3 ulp off (log 3, exp 2, sin/cos/tan/tanh 1), so the distance
+to numpy stays within 4 ulp (measured: 2).
+
+dtypes: float32 everywhere; float16 is computed in float32 (vconv in and out, chunk by chunk);
+float64 has native exp/log (faithful) and composite sigmoid and pow; the other float64
+composites raise NotImplementedError so the caller falls back (host libm for trig/tanh, the
+native vfloordiv/vmod for floor_divide/remainder, which are exact).
+
+Requirements on the consumers: IEEE semantics per instruction (no fast-math flags: no
+reassociation, contraction, nnan/ninf/nsz), vfma fused (one rounding), vrint ties-to-even,
+vshr arithmetic on int32, vconv 'bits' a reinterpretation, vgather indices relative to the
+table Ref's offset.
 
 Why the float32 trigonometric reduction is done in float64 with a table: sin of 1e30 needs
 x * 2/pi mod 2 to ~60 significant bits whatever the exponent of x. Writing |x| = M * 2^(16g)
@@ -41,6 +52,7 @@ from lazymath.backend import isa
 __all__ = [
     "COMPOSITE_OPS",
     "NATIVE_OPS",
+    "composite_instructions",
     "composite_scratch_bytes",
     "define_native",
     "emit_composite",

@@ -251,6 +251,24 @@ def test_strip_mining_tails(n, cap):
     np.testing.assert_array_equal(got, np.remainder(x, np.float32(3.5)))
 
 
+@pytest.mark.parametrize("name", ["sin", "tanh", "pow", "floor_divide"])
+def test_in_place_destination(name):
+    """dst may be the source itself (a template recycling its tile)."""
+    from _vmath_support import Memory, run_instrs
+
+    n = 1500
+    x = RNG.uniform(0.5, 20, n).astype(np.float32)
+    y = RNG.uniform(0.5, 3, n).astype(np.float32)
+    b = isa.Builder(tile=n)
+    bx, by = isa.Buffer("x", "UB", "float32", n), isa.Buffer("y", "UB", "float32", n)
+    srcs = (isa.Ref(bx), isa.Ref(by)) if name in ("pow", "floor_divide") else (isa.Ref(bx),)
+    vmath.emit_composite(b, name, isa.Ref(bx), srcs, n, "float32", cap=n)
+    mem = Memory({"x": x.copy(), "y": y.copy()})
+    run_instrs(b.body, mem)
+    expect = run_composite(name, *((x, y) if len(srcs) == 2 else (x,)))
+    np.testing.assert_array_equal(mem.arrays["x"], expect)
+
+
 def test_sequences_are_native_instructions_only():
     b = isa.Builder(tile=4096)
     x, y = b.scratch("float32", 4096), b.scratch("float32", 4096)
