@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -155,6 +156,13 @@ class Slot:
     shape: tuple = ()
     dtype: np.dtype | None = None
 
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * self.dtype.itemsize
+
 
 @dataclass
 class Program:
@@ -166,11 +174,18 @@ class Program:
     leaf_views: list[tuple | None] = field(default_factory=list)  # per leaf: needed aicpu shape
     copy_leaves: set[int] = field(default_factory=set)
     hits: int = 0
+    label: str = ""
+    _events: list | None = None
 
-    def run(self, leaves: list[np.ndarray], validate: bool = False) -> list[np.ndarray]:
+    def run(self, leaves: list[np.ndarray], validate: bool = False, hit: bool = False):
+        """Bind inputs, allocate the arena and outputs from the device pool, launch every
+        kernel on its stream (events order cross-stream work) and wait for the results."""
+        from .runtime import current_device
+        from .runtime import profiler as rprof
+
+        dev = current_device()
+        arena = dev.malloc(self.arena_bytes) if self.arena_bytes else None
         arrays: list = [None] * len(self.slots)
-        arena = np.empty(self.arena_bytes, np.uint8) if self.arena_bytes else None
-        outs = []
         for i, s in enumerate(self.slots):
             if s.kind == "leaf":
                 a = leaves[s.index]
@@ -178,22 +193,44 @@ class Program:
                     a = np.ascontiguousarray(a)
                 arrays[i] = a
             elif s.kind == "arena":
-                size = int(np.prod(s.shape)) * s.dtype.itemsize
-                arrays[i] = arena[s.index : s.index + size].view(s.dtype).reshape(s.shape)
+                size = s.nbytes
+                arrays[i] = arena.raw[s.index : s.index + size].view(s.dtype).reshape(s.shape)
             else:
-                arrays[i] = np.empty(s.shape, s.dtype)
-        for sk, ck, slot_ids in self.kernels:
-            args = [arrays[j] for j in slot_ids]
-            if sk.kind == "aicpu":
-                args = [a if self.slots[j].kind != "leaf" else a
-                        for a, j in zip(args, slot_ids)]  # fmt: skip
+                arrays[i] = _device_array(dev, s)
+        try:
             if validate:
-                _run_validated(sk, ck, args)
+                for sk, ck, slot_ids in self.kernels:
+                    _run_validated(sk, ck, [arrays[j] for j in slot_ids])
             else:
-                _launch(ck, args)
-        for j in self.outputs:
-            outs.append(arrays[j])
-        return outs
+                events = self._events
+                if events is None:
+                    from .runtime import Event
+
+                    events = self._events = [Event() for _ in range(self.schedule.n_events)]
+                with rprof.realize(self.label, cache_hit=hit):
+                    for sk, ck, slot_ids in self.kernels:
+                        st = dev.stream(sk.stream)
+                        for w in sk.waits:
+                            st.wait_event(events[w])
+                        dev.launch(ck, ck.blocks, [arrays[j] for j in slot_ids], st,
+                                   unit=sk.unit, bound=sk.bound, source_loc=sk.source_loc)  # fmt: skip
+                        if sk.records is not None:
+                            events[sk.records].record(st)
+                    dev.synchronize()
+        finally:
+            if arena is not None:
+                dev.free(arena)
+        return [arrays[j] for j in self.outputs]
+
+
+def _device_array(dev, s: "Slot") -> np.ndarray:
+    """An output buffer from the device pool, returned to the pool when the array dies."""
+    if s.nbytes == 0:
+        return np.empty(s.shape, s.dtype)
+    buf = dev.malloc(s.nbytes)
+    arr = buf.raw[: s.nbytes].view(s.dtype).reshape(s.shape)
+    weakref.finalize(arr, dev.free, buf)
+    return arr
 
 
 def _launch(ck, args) -> None:
@@ -294,8 +331,9 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
         kernels.append((sk, ck, [slot(n) for n in g.inputs] + [slot(n) for n in g.outputs]))
     outs = [slot(o) for o in outputs]
     _strip(sched)
+    label = "+".join(sk.name for sk in sched.kernels)[:120]
     return Program(sched, kernels, slots, sched.memory.arena_bytes, outs,
-                   copy_leaves=copy_leaves)  # fmt: skip
+                   copy_leaves=copy_leaves, label=label)  # fmt: skip
 
 
 def run_compiled(outputs: list[gn.Node], order: list[gn.Node] | None = None) -> None:
@@ -315,7 +353,7 @@ def run_compiled(outputs: list[gn.Node], order: list[gn.Node] | None = None) -> 
         _programs[key] = prog
         leaves = [n for n in leaves]  # planner may have made some contiguous
     validate = os.environ.get("LAZYMATH_VALIDATE", "") not in ("", "0")
-    results = prog.run([n.realized for n in leaves], validate=validate)
+    results = prog.run([n.realized for n in leaves], validate=validate, hit=hit)
     for n, v in zip(outputs, results):
         commit(n, v)
     level = _debug_level()
