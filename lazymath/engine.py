@@ -9,6 +9,7 @@ networkx, no LLVM, no planner.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import time
@@ -176,6 +177,7 @@ class Program:
     hits: int = 0
     label: str = ""
     _events: list | None = None
+    inline: bool = False  # single stream, no events: launch on the caller's thread
 
     def run(self, leaves: list[np.ndarray], validate: bool = False, hit: bool = False):
         """Bind inputs, allocate the arena and outputs from the device pool, launch every
@@ -185,22 +187,35 @@ class Program:
 
         dev = current_device()
         arena = dev.malloc(self.arena_bytes) if self.arena_bytes else None
-        arrays: list = [None] * len(self.slots)
+        n = len(self.slots)
+        arrays: list = [None] * n
+        addrs: list = [0] * n
         for i, s in enumerate(self.slots):
             if s.kind == "leaf":
                 a = leaves[s.index]
                 if s.index in self.copy_leaves:
                     a = np.ascontiguousarray(a)
                 arrays[i] = a
+                addrs[i] = a.__array_interface__["data"][0]
             elif s.kind == "arena":
                 size = s.nbytes
                 arrays[i] = arena.raw[s.index : s.index + size].view(s.dtype).reshape(s.shape)
+                addrs[i] = arena.address + s.index
             else:
-                arrays[i] = _device_array(dev, s)
+                arrays[i], addrs[i] = _device_array(dev, s)
         try:
             if validate:
                 for sk, ck, slot_ids in self.kernels:
                     _run_validated(sk, ck, [arrays[j] for j in slot_ids])
+            elif self.inline and rprof.active() is None:
+                # one stream, no events: run in order on this thread (what host-assisted
+                # synchronize would do) and skip waking a stream worker
+                for _sk, ck, slot_ids in self.kernels:
+                    argv = _argv(ck, arrays, addrs, slot_ids)
+                    if ck.blocks <= 1:
+                        ck.run_block(argv, 0, 1)
+                    else:
+                        _host_pool().run(ck.run_block, argv, ck.blocks)
             else:
                 events = self._events
                 if events is None:
@@ -212,8 +227,8 @@ class Program:
                         st = dev.stream(sk.stream)
                         for w in sk.waits:
                             st.wait_event(events[w])
-                        dev.launch(ck, ck.blocks, [arrays[j] for j in slot_ids], st,
-                                   unit=sk.unit, bound=sk.bound, source_loc=sk.source_loc)  # fmt: skip
+                        dev.launch_argv(ck, ck.blocks, _argv(ck, arrays, addrs, slot_ids), st,
+                                        unit=sk.unit, bound=sk.bound, source_loc=sk.source_loc)  # fmt: skip
                         if sk.records is not None:
                             events[sk.records].record(st)
                     dev.synchronize()
@@ -223,14 +238,36 @@ class Program:
         return [arrays[j] for j in self.outputs]
 
 
-def _device_array(dev, s: "Slot") -> np.ndarray:
-    """An output buffer from the device pool, returned to the pool when the array dies."""
+def _argv(ck, arrays, addrs, slot_ids):
+    """Native kernels take raw addresses (cached per buffer, no numpy ctypes objects); the
+    interpreter, AI CPU and irref kernels take the arrays themselves."""
+    if getattr(ck, "_cfunc", None) is not None:
+        return (ctypes.c_void_p * len(slot_ids))(*[addrs[j] for j in slot_ids])
+    return ck.make_argv([arrays[j] for j in slot_ids])
+
+
+_HOST_POOL = None
+
+
+def _host_pool():
+    global _HOST_POOL
+    if _HOST_POOL is None:
+        from .runtime.pool import get_host_pool
+
+        _HOST_POOL = get_host_pool()
+    return _HOST_POOL
+
+
+def _device_array(dev, s: Slot) -> tuple[np.ndarray, int]:
+    """An output buffer from the device pool (returned to the pool when the array dies) and
+    its address."""
     if s.nbytes == 0:
-        return np.empty(s.shape, s.dtype)
+        a = np.empty(s.shape, s.dtype)
+        return a, a.__array_interface__["data"][0]
     buf = dev.malloc(s.nbytes)
     arr = buf.raw[: s.nbytes].view(s.dtype).reshape(s.shape)
     weakref.finalize(arr, dev.free, buf)
-    return arr
+    return arr, buf.address
 
 
 def _launch(ck, args) -> None:
@@ -332,8 +369,9 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
     outs = [slot(o) for o in outputs]
     _strip(sched)
     label = "+".join(sk.name for sk in sched.kernels)[:120]
+    inline = sched.n_events == 0 and len({sk.stream for sk in sched.kernels}) <= 1
     return Program(sched, kernels, slots, sched.memory.arena_bytes, outs,
-                   copy_leaves=copy_leaves, label=label)  # fmt: skip
+                   copy_leaves=copy_leaves, label=label, inline=inline)  # fmt: skip
 
 
 def run_compiled(outputs: list[gn.Node], order: list[gn.Node] | None = None) -> None:

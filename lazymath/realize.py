@@ -59,8 +59,8 @@ def commit(node: gn.Node, value: np.ndarray) -> None:
     behind it can be freed."""
     if value.shape != node.shape or value.dtype != node.dtype:
         value = np.asarray(value, dtype=node.dtype).reshape(node.shape)
-    if value.flags.writeable and value.base is None:
-        value.flags.writeable = False
+    if value.flags.writeable:
+        value.flags.writeable = False  # a realized tensor is immutable; np.asarray(t) is a view
     node.realized = value
     gn.forget(node)
 

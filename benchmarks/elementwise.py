@@ -1,0 +1,172 @@
+"""Elementwise and reduction throughput: lazymath beside numpy, numexpr, torch and jax.
+
+Run as
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/elementwise.py
+Every case runs all peers in this one process, interleaved, and prints medians and the ratio
+peer/lazymath (> 1 means lazymath is faster). Machines here are shared: trust ratios, not
+absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import lazymath as lm  # noqa: E402
+
+try:
+    import numexpr as ne
+except ImportError:  # optional peer
+    ne = None
+try:
+    import torch
+except ImportError:
+    torch = None
+try:
+    import jax
+    import jax.numpy as jnp
+except ImportError:
+    jax = None
+
+
+def median_time(fn, reps: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def report(title: str, results: dict[str, float], nbytes: int | None = None) -> None:
+    base = results["lazymath"]
+    print(f"\n{title}")
+    for name, t in results.items():
+        extra = f"  {nbytes / t / 1e9:6.1f} GB/s" if nbytes else ""
+        ratio = t / base
+        print(f"  {name:18s} {t * 1e3:9.3f} ms   {ratio:6.2f}x lazymath's time{extra}")
+
+
+def case_three_outputs(n: int, reps: int) -> None:
+    x_np = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    x = lm.tensor(x_np)
+
+    def lazy():
+        a, b, c = lm.sin(x), lm.exp(x), lm.log(lm.abs(x) + 1e-10)
+        lm.realize(a, b, c)
+
+    res = {"lazymath": median_time(lazy, reps)}
+    res["numpy"] = median_time(lambda: (np.sin(x_np), np.exp(x_np),
+                                        np.log(np.abs(x_np) + 1e-10)), reps)  # fmt: skip
+    if ne is not None:
+        for th in (1, 2):
+            ne.set_num_threads(th)
+            res[f"numexpr {th}t"] = median_time(
+                lambda: (ne.evaluate("sin(x_np)", local_dict={"x_np": x_np}), ne.evaluate("exp(x_np)", local_dict={"x_np": x_np}),
+                         ne.evaluate("log(abs(x_np)+1e-10)", local_dict={"x_np": x_np})), reps)  # fmt: skip
+    if torch is not None:
+        xt = torch.from_numpy(x_np)
+        res["torch"] = median_time(lambda: (torch.sin(xt), torch.exp(xt),
+                                            torch.log(torch.abs(xt) + 1e-10)), reps)  # fmt: skip
+    if jax is not None:
+        f = jax.jit(lambda v: (jnp.sin(v), jnp.exp(v), jnp.log(jnp.abs(v) + 1e-10)))
+        xj = jnp.asarray(x_np)
+        res["jax jit"] = median_time(lambda: [o.block_until_ready() for o in f(xj)], reps)
+    report(f"sin(x), exp(x), log(abs(x)+1e-10) realized together, {n:,} float32", res)
+
+
+def case_chain(n: int, dtype: str, reps: int) -> None:
+    x_np = np.random.default_rng(1).standard_normal(n).astype(dtype)
+    x = lm.tensor(x_np)
+
+    def lazy():
+        (lm.exp(lm.sin(x) * 0.5 + 1.0) * x).realize()
+
+    res = {"lazymath": median_time(lazy, reps)}
+    res["numpy"] = median_time(lambda: np.exp(np.sin(x_np) * 0.5 + 1.0) * x_np, reps)
+    if ne is not None and dtype == "float32":
+        for th in (1, 2):
+            ne.set_num_threads(th)
+            res[f"numexpr {th}t"] = median_time(
+                lambda: ne.evaluate("exp(sin(x_np)*0.5+1.0)*x_np", local_dict={"x_np": x_np}), reps)  # fmt: skip
+    if torch is not None:
+        xt = torch.from_numpy(x_np)
+        res["torch"] = median_time(lambda: torch.exp(torch.sin(xt) * 0.5 + 1.0) * xt, reps)
+    if jax is not None:
+        f = jax.jit(lambda v: jnp.exp(jnp.sin(v) * 0.5 + 1.0) * v)
+        xj = jnp.asarray(x_np)
+        res["jax jit"] = median_time(lambda: f(xj).block_until_ready(), reps)
+    report(f"exp(sin(x)*0.5+1.0)*x, {n:,} {dtype}", res, nbytes=2 * x_np.nbytes)
+
+
+def case_reduce(n: int, op: str, reps: int) -> None:
+    x_np = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+    x = lm.tensor(x_np)
+    fn = getattr(lm, op)
+    res = {"lazymath": median_time(lambda: fn(x).realize(), reps)}
+    res["numpy"] = median_time(lambda: getattr(np, op)(x_np), reps)
+    if torch is not None:
+        xt = torch.from_numpy(x_np)
+        tfn = torch.sum if op == "sum" else torch.max
+        res["torch"] = median_time(lambda: tfn(xt), reps)
+    got, want = float(fn(x).numpy()), float(getattr(np, op)(x_np.astype(np.float64)))
+    assert abs(got - want) <= 1e-3 * max(1.0, abs(want)), (got, want)
+    report(f"{op} of {n:,} float32", res, nbytes=x_np.nbytes)
+
+
+def case_copy_bandwidth(n: int, reps: int) -> None:
+    x_np = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+    out = np.empty_like(x_np)
+    t = median_time(lambda: np.copyto(out, x_np), reps)
+    print(f"\nnumpy copy of {n:,} float32: {t * 1e3:.3f} ms = {2 * x_np.nbytes / t / 1e9:.1f} GB/s "
+          "(read + write; the machine's practical memory bandwidth)")  # fmt: skip
+
+
+def case_small_overhead(reps: int) -> None:
+    rng = np.random.default_rng(4)
+    xs = [lm.tensor(rng.standard_normal(1000).astype(np.float32)) for _ in range(reps)]
+    graph = lambda x: lm.sin(x) * 2.0 + 1.0  # noqa: E731
+    graph(xs[0]).realize()  # compile once; every later input is a new buffer, same shapes
+    t0 = time.perf_counter()
+    built = [graph(x) for x in xs[1:]]
+    t_build = (time.perf_counter() - t0) / len(built)
+    times = []
+    for t in built:
+        t0 = time.perf_counter()
+        t.realize()
+        times.append(time.perf_counter() - t0)
+    xn = rng.standard_normal(1000).astype(np.float32)
+    t_np = median_time(lambda: np.sin(xn) * 2.0 + 1.0, reps)
+    print(f"\ncached realize of a 3-op graph on 1,000 float32 (program-cache hit): "
+          f"{statistics.median(times) * 1e6:.1f} us median; graph capture of the 3 ops "
+          f"{t_build * 1e6:.1f} us; numpy eager {t_np * 1e6:.1f} us")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
+    args = ap.parse_args()
+    big = 1 << 20 if args.quick else 16 << 20
+    print(f"lazymath {lm.__version__}, numpy {np.__version__}, numexpr "
+          f"{getattr(ne, '__version__', '-')}, torch {getattr(torch, '__version__', '-')}, "
+          f"jax {getattr(jax, '__version__', '-')}, {os.cpu_count()} cores")  # fmt: skip
+    case_three_outputs(1 << 20, args.reps * 3)
+    case_chain(big, "float32", args.reps)
+    case_chain(big, "float16", max(3, args.reps // 3))
+    case_reduce(big, "sum", args.reps)
+    case_reduce(big, "max", args.reps)
+    case_copy_bandwidth(big, args.reps)
+    case_small_overhead(2000)
+
+
+if __name__ == "__main__":
+    main()
