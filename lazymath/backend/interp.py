@@ -223,6 +223,16 @@ def scalar_op(op: str, x: np.ndarray, s, dt: np.dtype) -> np.ndarray:
     raise NotImplementedError(f"vector scalar op {op} on {dt}")
 
 
+def _cvtt(r: np.ndarray, bits: int) -> np.ndarray:
+    """Truncated float -> int{bits}; NaN and out of range give the minimum (cvttss2si)."""
+    dt = np.int64 if bits == 64 else np.int32
+    lim = 2.0 ** (bits - 1)
+    bad = np.isnan(r) | (r >= lim) | (r < -lim)
+    out = np.where(bad, 0, r).astype(dt)
+    out[bad] = np.iinfo(dt).min
+    return out
+
+
 def convert(x: np.ndarray, dst_dt: np.dtype, mode: str) -> np.ndarray:
     """VConv semantics shared with the lowering: float->int saturates, NaN -> 0, one rounding."""
     src_dt = x.dtype
@@ -230,16 +240,18 @@ def convert(x: np.ndarray, dst_dt: np.dtype, mode: str) -> np.ndarray:
         return x.view(dst_dt)
     if dst_dt.kind == "b":
         return x != 0
-    if src_dt.kind == "f" and dst_dt.kind in "iu":
-        r = {"trunc": np.trunc, "rint": np.rint, "floor": np.floor, "ceil": np.ceil}[mode](x)
-        info = np.iinfo(dst_dt)
-        r = np.where(np.isnan(r), 0, r)
-        big = r >= float(info.max)
-        small = r <= float(info.min)
-        out = np.clip(r, info.min, info.max)
-        out = np.where(big | small, 0, out).astype(dst_dt)
-        out = np.where(big, info.max, np.where(small, info.min, out)).astype(dst_dt)
-        return out
+    if src_dt.kind == "f" and dst_dt.kind in "iu":  # x86 / numpy: via int32 or int64
+        r = {"trunc": np.trunc, "rint": np.rint, "floor": np.floor, "ceil": np.ceil}[mode](
+            x.astype(np.float64)
+        )
+        bits = dst_dt.itemsize * 8
+        if dst_dt.kind == "u" and bits == 64:
+            hi = r >= 2.0**63
+            lo_v = _cvtt(r, 64)
+            hi_v = _cvtt(r - 2.0**63, 64) ^ np.int64(-(2**63))
+            return np.where(hi, hi_v, lo_v).view(np.uint64).astype(dst_dt)
+        wide = 64 if bits == 64 or (dst_dt.kind == "u" and bits == 32) else 32
+        return _cvtt(r, wide).astype(dst_dt)
     return x.astype(dst_dt)
 
 
@@ -415,7 +427,7 @@ def _chip_view(m: Machine, ref: isa.Ref, counts, pitch) -> tuple[np.ndarray, tup
     rows, cols = cs
     p = cols if pitch is None else m.int(pitch)
     if rows == 0 or cols == 0:
-        return m.view(ref, 0)[:0].reshape(0, 0)[:rows, :cols], (rows, cols)
+        return np.zeros((rows, cols), m.mem[ref.buf.name].dtype), (rows, cols)
     flat = m.view(ref, (rows - 1) * p + cols)
     return np.lib.stride_tricks.as_strided(
         flat, (rows, cols), (p * flat.itemsize, flat.itemsize)

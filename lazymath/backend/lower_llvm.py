@@ -640,14 +640,28 @@ def convert(ctx: LowerCtx, src_dt: str, dst_dt: str, x: ir.Value, mode: str) -> 
         else:
             c = b.icmp_signed("!=", x, ir.Constant(ts, 0))
         return b.zext(c, I8)
+    if td == F16 and (ts == F64 or ks != "f"):
+        # no libcall (__truncdfhf2 / __floatdihf are not in every process): exact to double,
+        # round-to-odd to float, then one correctly rounded float -> half step
+        if ks != "f":
+            x = b.sitofp(x, F64) if ks == "i" else b.uitofp(x, F64)
+        return b.fptrunc(_f64_to_f32_odd(ctx, x), F16)
     if ks == "f" and kd == "f":
         if ts == td:
             return x
         return b.fpext(x, td) if _fbits(ts) < _fbits(td) else b.fptrunc(x, td)
-    if ks == "f":
-        name = "fptosi.sat" if kd == "i" else "fptoui.sat"
-        fn = ctx.intrinsic(f"llvm.{name}.{_suffix(td)}.{_suffix(ts)}", td, [ts])
-        return b.call(fn, [x])
+    if ks == "f":  # x86 / numpy semantics: through int32 or int64, NaN and overflow -> MIN
+        if ts == F16:  # exact; half cannot hold the 2^31 / 2^63 range limits
+            x, ts = b.fpext(x, F32), F32
+        if kd == "u" and td.width == 64:
+            big = ir.Constant(ts, 2.0**63)
+            hi = b.fcmp_ordered(">=", x, big)
+            lo_v = _cvtt(ctx, x, I64)
+            hi_v = b.xor(_cvtt(ctx, b.fsub(x, big), I64), ir.Constant(I64, -(2**63)))
+            return b.select(hi, hi_v, lo_v)
+        wide = I64 if td.width == 64 or (kd == "u" and td.width == 32) else I32
+        v = _cvtt(ctx, x, wide)
+        return v if wide == td else b.trunc(v, td)
     if kd == "f":
         return b.sitofp(x, td) if ks == "i" else b.uitofp(x, td)
     if ts.width == td.width:
@@ -655,6 +669,33 @@ def convert(ctx: LowerCtx, src_dt: str, dst_dt: str, x: ir.Value, mode: str) -> 
     if ts.width > td.width:
         return b.trunc(x, td)
     return b.sext(x, td) if ks == "i" else b.zext(x, td)
+
+
+def _cvtt(ctx: LowerCtx, x: ir.Value, t: ir.IntType) -> ir.Value:
+    """cvttss2si: truncate toward zero; NaN or out of range gives the minimum integer."""
+    b = ctx.builder
+    ft = x.type
+    w = t.width
+    sat = b.call(ctx.intrinsic(f"llvm.fptosi.sat.{_suffix(t)}.{_suffix(ft)}", t, [ft]), [x])
+    bad = b.or_(b.fcmp_unordered("uno", x, x),
+                b.or_(b.fcmp_ordered(">=", x, ir.Constant(ft, 2.0 ** (w - 1))),
+                      b.fcmp_ordered("<", x, ir.Constant(ft, -(2.0 ** (w - 1))))))  # fmt: skip
+    return b.select(bad, ir.Constant(t, -(1 << (w - 1))), sat)
+
+
+def _f64_to_f32_odd(ctx: LowerCtx, d: ir.Value) -> ir.Value:
+    """double -> float rounded to odd, so a following float -> half rounding is correct."""
+    b = ctx.builder
+    f = b.fptrunc(d, F32)
+    back = b.fpext(f, F64)
+    inexact = b.fcmp_unordered("!=", back, d)
+    away = b.fcmp_ordered(
+        ">", ctx.call_intrinsic("fabs", F64, back), ctx.call_intrinsic("fabs", F64, d)
+    )
+    bits = b.bitcast(f, I32)
+    bits = b.select(away, b.sub(bits, ir.Constant(I32, 1)), bits)
+    bits = b.select(inexact, b.or_(bits, ir.Constant(I32, 1)), bits)
+    return b.bitcast(bits, F32)
 
 
 def _fbits(t: ir.Type) -> int:
