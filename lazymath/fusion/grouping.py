@@ -239,7 +239,36 @@ class Planner:
             self.group_of_root[id(n)] = g
         groups = self._merge_epilogues(groups)
         groups = self._merge_elementwise(groups)
+        groups = self._merge_aicpu(groups)
         return self._toposort_groups(groups)
+
+    def _merge_aicpu(self, groups: list[Group]) -> list[Group]:
+        """AI CPU kernels are numpy on the host: an AI CPU kernel whose only producer is another
+        AI CPU kernel joins it (one launch, no GM round trip). Depending on a single producer
+        group cannot create a cycle."""
+        owner = {}
+        for g in groups:
+            for r in g.roots:
+                owner[id(r)] = g
+        dead = set()
+        for g in groups:
+            if g.kind != "aicpu":
+                continue
+            producers = {id(owner[id(b)]): owner[id(b)] for b in self._boundary(g)
+                         if id(b) in owner and owner[id(b)] is not g}  # fmt: skip
+            if len(producers) != 1:
+                continue
+            (p,) = producers.values()
+            if p.kind != "aicpu" or id(p) in dead:
+                continue
+            p.members |= g.members
+            p.roots = p.roots + g.roots
+            p.core = None
+            for r in g.roots:
+                owner[id(r)] = p
+                self.group_of_root[id(r)] = p
+            dead.add(id(g))
+        return [g for g in groups if id(g) not in dead]
 
     def _boundary(self, g: Group) -> list[Node]:
         """Non-member, non-const nodes read by members of g."""
