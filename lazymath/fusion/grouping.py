@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import networkx as nx
 import numpy as np
 
 from ..backend.kernel_ir import (
@@ -385,30 +386,27 @@ class Planner:
         return [g for g in groups if g.kind != "elementwise" or id(g) in keep]
 
     def _toposort_groups(self, groups: list[Group]) -> list[Group]:
+        """Launch order: the kernel DAG (networkx, cache-miss path only) sorted topologically,
+        ties broken by where each kernel's first output appears in the user's program."""
         produced = {}
         for g in groups:
             for r in g.roots + g.epi_roots:
                 produced[id(r)] = g
             if g.core is not None:
                 produced[id(g.core)] = g
-        deps = {id(g): set() for g in groups}
+        dag = nx.DiGraph()
+        first = {id(g): min(self.pos[id(r)] for r in g.roots) for g in groups}
+        by_id = {id(g): g for g in groups}
+        dag.add_nodes_from(by_id)
         for g in groups:
             for b in self._boundary(g):
                 p = produced.get(id(b))
                 if p is not None and p is not g:
-                    deps[id(g)].add(id(p))
-        out, done = [], set()
-        remaining = sorted(groups, key=lambda g: min(self.pos[id(r)] for r in g.roots))
-        while remaining:
-            for g in remaining:
-                if deps[id(g)] <= done:
-                    out.append(g)
-                    done.add(id(g))
-                    remaining.remove(g)
-                    break
-            else:  # pragma: no cover - merges are cycle-free by construction
-                raise RuntimeError("cycle between kernels")
-        return out
+                    dag.add_edge(id(p), id(g))
+        if not nx.is_directed_acyclic_graph(dag):  # pragma: no cover - merges keep it a DAG
+            raise RuntimeError("cycle between kernels: " + str(nx.find_cycle(dag)))
+        order = nx.lexicographical_topological_sort(dag, key=lambda gid: first[gid])
+        return [by_id[gid] for gid in order]
 
     # ------------------------------------------------------------------ IR
     def written(self, g: Group) -> list[Node]:
