@@ -249,7 +249,7 @@ _ARITY = {"pow": 2, "floor_divide": 2, "remainder": 2}
 # float64 inputs: ops whose float64 sequence is exact enough; the rest raise NotImplementedError
 # so the caller falls back (host libm for trig/tanh, native vfloordiv/vmod/vpow for the others).
 _F64_OPS = ("sigmoid", "pow")
-CHUNK = 512  # strip-mine width: scratch stays L1-resident between the instructions of a sequence
+CHUNK = 256  # strip-mine width: a chunk of every scratch (~26 KB for sin) stays in L1
 
 # Trigonometric reduction tables, groups g = 9..15 of the biased exponent >> 4 (g < 9 share the
 # g = 9 entry): F0 + F1 = (2^(16g-150) * unit mod 2) * 2^-(16g-150) as two doubles, unit = 1/pi
