@@ -132,6 +132,16 @@ def test_native_float64_accuracy():
         assert ulp_dist(got, ref).max() <= 1, op
 
 
+def test_tanh_float64():
+    bits = RNG.integers(0, 1 << 63, size=100_000, dtype=np.int64)
+    x = bits.view(np.float64)
+    x = np.concatenate([x[np.isfinite(x)], RNG.uniform(-20, 20, 100_000), [0.0, -0.0, np.inf,
+                        -np.inf, np.nan, 5e-324, 0.9, -0.9]])  # fmt: skip
+    got = run_composite("tanh", x)
+    assert ulp_dist(got, correctly_rounded(np.tanh, x)).max() <= 1
+    assert np.signbit(got[-7]) and not np.signbit(got[-8])
+
+
 def test_native_denormals_float32():
     x = np.float32(np.ldexp(RNG.uniform(1, 2, 20000), RNG.integers(-149, -126, 20000)))
     got = jit_native("vln", "float32")(x)
