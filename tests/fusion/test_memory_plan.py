@@ -396,3 +396,28 @@ def test_plan_memory_property(prog):
     assert p.planned_peak_bytes <= p.arena_bytes + out_total
     if not inplace:
         assert p.inplace == 0
+
+
+@pytest.mark.xfail(
+    strict=False,  # a data race: it shows on most runs of the loop, not on every one
+    reason="bug (same as test_arena_reuse_across_streams_is_ordered, observed): realizing "
+    "exp(x).sum(), exp(x).max(), exp(y).sum(), exp(y).max() with the threaded streams gives "
+    "wrong sums/maxima in ~40% of realizes (e.g. exp(x).sum() == exp(y).sum()): the y-branch "
+    "exp kernel on stream 1 overwrites the reused arena block while stream 0 still reads it",
+)
+def test_arena_reuse_across_streams_computes_the_right_values(monkeypatch):
+    pytest.importorskip("lazymath.backend.compile")
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    monkeypatch.delenv("LAZYMATH_SCHEDULER", raising=False)
+    n = 32768  # below the size where a sum splits over blocks (needs a GM workspace)
+    xs = (RNG.standard_normal(n) * 0.1).astype(np.float32)
+    ys = (RNG.standard_normal(n) * 0.1 + 3.0).astype(np.float32)
+    want = [np.exp(xs).sum(), np.exp(xs).max(), np.exp(ys).sum(), np.exp(ys).max()]
+    for _ in range(60):
+        outs = []
+        for v in (xs, ys):
+            a = lm.exp(lm.tensor(v))
+            outs += [a.sum(), a.max()]
+            del a
+        lm.realize(*outs)
+        np.testing.assert_allclose([float(o.numpy()) for o in outs], want, rtol=1e-3)

@@ -10,6 +10,8 @@ on llvm.
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
 import sys
 import weakref
 
@@ -358,6 +360,35 @@ def test_cached_program_keeps_no_inputs_alive(irref):
     del x, out
     gc.collect()
     assert ref() is None, "a cached program (or its schedule) holds a graph input"
+
+
+_WORKSPACE_SCRIPT = """
+import numpy as np, lazymath as lm
+x = np.arange(65536, dtype=np.float32) % 7
+for _ in range(2):  # a miss, then a program-cache hit
+    got = float(lm.tensor(x).sum().numpy())
+    assert got == float(x.sum()), (got, float(x.sum()))
+print("ok")
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: segfault. lm.tensor(np.ones(65536, np.float32)).sum().numpy() crashes the "
+    "process on llvm: the sum splits over blocks and its program needs a GM workspace, but "
+    "engine._argv's fast path for native kernels builds the ctypes argv from the slot "
+    "addresses only, without the zeroed workspace pointer CompiledKernel.make_argv appends, "
+    "so the kernel dereferences a pointer past the end of argv (32768 elements: fine)",
+)
+def test_replay_of_a_kernel_with_a_gm_workspace(tmp_path):
+    pytest.importorskip("lazymath.backend.compile")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, LAZYMATH_BACKEND="llvm", PYTHONPATH=root,
+               LAZYMATH_CACHE_DIR=str(tmp_path))  # fmt: skip
+    env.pop("LAZYMATH_DEBUG", None)
+    r = subprocess.run([sys.executable, "-c", _WORKSPACE_SCRIPT], env=env, capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
 
 
 # ----------------------------------------------------------------------------- live intermediates
