@@ -44,6 +44,7 @@ instructions in program order, which is the strongest ordering the flags could a
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from llvmlite import ir
@@ -355,7 +356,15 @@ class LowerCtx:
 
     # --------------------------------------------------------------------- bodies
     def lower_body(self, body) -> None:
-        for instr in body:
+        body = list(body)
+        k = 0
+        while k < len(body):
+            instr = body[k]
+            if type(instr) in ELEMENTWISE:
+                run, k = _fusible_run(self, body, k)
+                lower_elementwise(self, run)
+                continue
+            k += 1
             fn = LOWER.get(type(instr))
             if fn is None:
                 raise NotImplementedError(
@@ -705,96 +714,212 @@ def _fbits(t: ir.Type) -> int:
 # ============================================================================= vector lowering
 
 
-@register(isa.VBinary)
-def _vbinary(ctx: LowerCtx, i: isa.VBinary) -> None:
+@dataclass
+class Elem:
+    """One elementwise vector instruction as data: dst[k] = fn(*[src[k] for src in srcs]).
+
+    `fn` maps compute-type values (float16 widened to float) to a compute-type value, or
+    storage-type values to a storage-type value when `raw` (conversions need the exact source
+    bits and round once into the destination).
+    """
+
+    dst: isa.Ref
+    srcs: tuple
+    n: object
+    fn: Callable
+    raw: bool = False
+    table: isa.Ref | None = None  # read at arbitrary indices by `fn` (gather)
+
+
+# Elementwise instruction types -> Elem builder. Consecutive instructions of these types over the
+# same n are lowered as ONE vectorized loop (see `lower_elementwise`).
+ELEMENTWISE: dict[type, Callable] = {}
+
+
+def _elem(cls):
+    def deco(fn):
+        ELEMENTWISE[cls] = fn
+        LOWER[cls] = lambda ctx, i: lower_elementwise(ctx, [fn(ctx, i)])
+        return fn
+
+    return deco
+
+
+@_elem(isa.VBinary)
+def _vbinary(ctx: LowerCtx, i: isa.VBinary) -> Elem:
     dt = i.a.buf.dtype
-    ctx.map(i.dst, (i.a, i.b), i.n, lambda x, y: binary_op(ctx, i.op, dt, x, y))
+    return Elem(i.dst, (i.a, i.b), i.n, lambda x, y: binary_op(ctx, i.op, dt, x, y))
 
 
-@register(isa.VScalar)
-def _vscalar(ctx: LowerCtx, i: isa.VScalar) -> None:
+@_elem(isa.VScalar)
+def _vscalar(ctx: LowerCtx, i: isa.VScalar) -> Elem:
     dt = i.src.buf.dtype
-    ctx.map(i.dst, (i.src,), i.n, lambda x: scalar_op(ctx, i.op, dt, x, i.scalar))
+    return Elem(i.dst, (i.src,), i.n, lambda x: scalar_op(ctx, i.op, dt, x, i.scalar))
 
 
-@register(isa.VUnary)
-def _vunary(ctx: LowerCtx, i: isa.VUnary) -> None:
+@_elem(isa.VUnary)
+def _vunary(ctx: LowerCtx, i: isa.VUnary) -> Elem:
     dt = i.src.buf.dtype
     if i.dst.buf.dtype != dt:
         raise ValueError(f"{isa.format_instr(i)}: unary ops keep the dtype")
-    ctx.map(i.dst, (i.src,), i.n, lambda x: unary_op(ctx, i.op, dt, x))
+    return Elem(i.dst, (i.src,), i.n, lambda x: unary_op(ctx, i.op, dt, x))
 
 
-@register(isa.VFma)
-def _vfma(ctx: LowerCtx, i: isa.VFma) -> None:
+@_elem(isa.VFma)
+def _vfma(ctx: LowerCtx, i: isa.VFma) -> Elem:
     dt = i.dst.buf.dtype
+    b = ctx.builder
     if kind(dt) == "f":
-        ctx.map(i.dst, (i.a, i.b, i.c), i.n,
-                lambda x, y, z: ctx.call_intrinsic("fma", x.type, x, y, z))  # fmt: skip
-    else:
-        b = ctx.builder
-        ctx.map(i.dst, (i.a, i.b, i.c), i.n, lambda x, y, z: b.add(b.mul(x, y), z))
+        return Elem(i.dst, (i.a, i.b, i.c), i.n,
+                    lambda x, y, z: ctx.call_intrinsic("fma", x.type, x, y, z))  # fmt: skip
+    return Elem(i.dst, (i.a, i.b, i.c), i.n, lambda x, y, z: b.add(b.mul(x, y), z))
 
 
-@register(isa.VConv)
-def _vconv(ctx: LowerCtx, i: isa.VConv) -> None:
+@_elem(isa.VConv)
+def _vconv(ctx: LowerCtx, i: isa.VConv) -> Elem:
     sd, dd = i.src.buf.dtype, i.dst.buf.dtype
-    sp, dp = ctx.ptr(i.src), ctx.ptr(i.dst)
-
-    def body(k):
-        x = ctx.load_raw(sp, sd, k)
-        ctx.store_raw(dp, dd, k, convert(ctx, sd, dd, x, i.mode))
-
-    ctx.parallel_for(ctx.int(i.n), body)
+    return Elem(i.dst, (i.src,), i.n, lambda x: convert(ctx, sd, dd, x, i.mode), raw=True)
 
 
-@register(isa.VCmp)
-def _vcmp(ctx: LowerCtx, i: isa.VCmp) -> None:
+@_elem(isa.VCmp)
+def _vcmp(ctx: LowerCtx, i: isa.VCmp) -> Elem:
     dt = i.a.buf.dtype
-    ctx.map(i.dst, (i.a, i.b), i.n, lambda x, y: compare(ctx, i.cmp, dt, x, y))
+    return Elem(i.dst, (i.a, i.b), i.n, lambda x, y: compare(ctx, i.cmp, dt, x, y))
 
 
-@register(isa.VCmpS)
-def _vcmps(ctx: LowerCtx, i: isa.VCmpS) -> None:
+@_elem(isa.VCmpS)
+def _vcmps(ctx: LowerCtx, i: isa.VCmpS) -> Elem:
     dt = i.src.buf.dtype
-    ctx.map(i.dst, (i.src,), i.n, lambda x: compare(ctx, i.cmp, dt, x, ctx.const(dt, i.scalar)))
+    return Elem(i.dst, (i.src,), i.n,
+                lambda x: compare(ctx, i.cmp, dt, x, ctx.const(dt, i.scalar)))  # fmt: skip
 
 
-@register(isa.VSel)
-def _vsel(ctx: LowerCtx, i: isa.VSel) -> None:
+@_elem(isa.VSel)
+def _vsel(ctx: LowerCtx, i: isa.VSel) -> Elem:
     b = ctx.builder
 
     def fn(m, x, y):
         return b.select(b.icmp_unsigned("!=", m, ir.Constant(m.type, 0)), x, y)
 
-    ctx.map(i.dst, (i.mask, i.a, i.b), i.n, fn)
+    return Elem(i.dst, (i.mask, i.a, i.b), i.n, fn)
 
 
-@register(isa.VDup)
-def _vdup(ctx: LowerCtx, i: isa.VDup) -> None:
-    dp = ctx.ptr(i.dst)
+@_elem(isa.VDup)
+def _vdup(ctx: LowerCtx, i: isa.VDup) -> Elem:
     dt = i.dst.buf.dtype
-    if isinstance(i.scalar, (isa.Var, isa.BinInt)):  # a scalar register value
-        c = convert(ctx, "int64", dt, ctx.int(i.scalar), "trunc")
-        if dt == "float16":
-            c = ctx.builder.fpext(c, F32)
-    else:
-        c = ctx.const(dt, i.scalar)
-    ctx.parallel_for(ctx.int(i.n), lambda k: ctx.store(dp, dt, k, c))
+
+    def fn():
+        if isinstance(i.scalar, (isa.Var, isa.BinInt)):  # a scalar register value
+            c = convert(ctx, "int64", dt, ctx.int(i.scalar), "trunc")
+            return ctx.builder.fpext(c, F32) if dt == "float16" else c
+        return ctx.const(dt, i.scalar)
+
+    return Elem(i.dst, (), i.n, fn)
 
 
-@register(isa.VGather)
-def _vgather(ctx: LowerCtx, i: isa.VGather) -> None:
+def _same_n(a, b) -> bool:
+    return a == b
+
+
+def _fusible_run(ctx: LowerCtx, body, start: int) -> tuple[list, int]:
+    """The longest run of elementwise instructions from body[start] that may share one loop.
+
+    Rule: equal `n`; a buffer written in the run is accessed at one offset only, and a
+    gather's table is not written in the run. Then element k of every instruction only meets
+    element k of the others, so interleaving them per element equals running them one after
+    another. Read-only buffers may be read at several offsets (coefficient tables). Flags in
+    between are no-ops on the host.
+    """
+    elems: list = []
+    written: dict[str, object] = {}
+    read: dict[str, set] = {}
+    tables: set[str] = set()
+    k = start
+    while k < len(body):
+        instr = body[k]
+        t = type(instr)
+        if t in (isa.SetFlag, isa.WaitFlag) and elems:
+            k += 1
+            continue
+        if t not in ELEMENTWISE:
+            break
+        e = ELEMENTWISE[t](ctx, instr)
+        if elems and not _same_n(e.n, elems[0].n):
+            break
+        w = e.dst
+        if any(written.get(r.buf.name, r.off) != r.off for r in e.srcs):
+            break
+        if w.buf.name in tables or written.get(w.buf.name, w.off) != w.off:
+            break
+        if read.get(w.buf.name, {w.off}) != {w.off}:
+            break
+        if e.table is not None and (e.table.buf.name in written or e.table.buf.name == w.buf.name):
+            break
+        for r in e.srcs:
+            read.setdefault(r.buf.name, set()).add(r.off)
+        written[w.buf.name] = w.off
+        if e.table is not None:
+            tables.add(e.table.buf.name)
+        elems.append(e)
+        k += 1
+    return elems, k
+
+
+def lower_elementwise(ctx: LowerCtx, elems: list) -> None:
+    """One vectorized loop for a run of elementwise instructions.
+
+    Values stay in registers: a later read of a ref written earlier in the run reuses the
+    value (rounded to the ref's dtype, exactly what a store + load would give), and each
+    written ref is stored once, after its last write.
+    """
     b = ctx.builder
-    dp, tp, ip = ctx.ptr(i.dst), ctx.ptr(i.table), ctx.ptr(i.idx)
-    dt = i.dst.buf.dtype
+    ptrs: dict = {}
+    for e in elems:
+        for r in (e.dst, *e.srcs):
+            key = (r.buf.name, r.off)
+            if key not in ptrs:
+                ptrs[key] = ctx.ptr(r)
 
     def body(k):
-        j = ctx.load(ip, i.idx.buf.dtype, k)
-        j = b.sext(j, I64) if j.type.width < 64 else j
-        ctx.store(dp, dt, k, ctx.load(tp, i.table.buf.dtype, j))
+        vals: dict = {}  # key -> storage-type value currently held by that ref
+        order: list = []
 
-    ctx.parallel_for(ctx.int(i.n), body)
+        def read(r: isa.Ref, raw: bool):
+            key = (r.buf.name, r.off)
+            dt = r.buf.dtype
+            v = vals.get(key)
+            if v is None:
+                v = ctx.load_raw(ptrs[key], dt, k)
+                vals[key] = v
+            return b.fpext(v, F32) if (dt == "float16" and not raw) else v
+
+        for e in elems:
+            args = [read(r, e.raw) for r in e.srcs]
+            v = e.fn(*args)
+            dt = e.dst.buf.dtype
+            if dt == "float16" and not e.raw:
+                v = b.fptrunc(v, F16)
+            key = (e.dst.buf.name, e.dst.off)
+            if key not in order:
+                order.append(key)
+            vals[key] = v
+        dts = {(e.dst.buf.name, e.dst.off): e.dst.buf.dtype for e in elems}
+        for key in order:
+            ctx.store_raw(ptrs[key], dts[key], k, vals[key])
+
+    ctx.parallel_for(ctx.int(elems[0].n), body)
+
+
+@_elem(isa.VGather)
+def _vgather(ctx: LowerCtx, i: isa.VGather) -> Elem:
+    b = ctx.builder
+    tdt = i.table.buf.dtype
+
+    def fn(j):
+        j = b.sext(j, I64) if j.type.width < 64 else j
+        return ctx.load(ctx.ptr(i.table), tdt, j)
+
+    return Elem(i.dst, (i.idx,), i.n, fn, table=i.table)
 
 
 def _reduce_identity(ctx: LowerCtx, op: str, dt: str) -> ir.Constant:
@@ -1036,8 +1161,8 @@ def _flag(ctx: LowerCtx, i) -> None:
     """Host blocks run in program order: flags matter only to interp checks and the cost model."""
 
 
-@register(isa.VHostMath)
-def _vhostmath(ctx: LowerCtx, i: isa.VHostMath) -> None:
+@_elem(isa.VHostMath)
+def _vhostmath(ctx: LowerCtx, i: isa.VHostMath) -> Elem:
     """libm fallback for composites vmath cannot expand (scalar calls; correct, not fast)."""
     b = ctx.builder
     dt = i.dst.buf.dtype
@@ -1057,4 +1182,4 @@ def _vhostmath(ctx: LowerCtx, i: isa.VHostMath) -> None:
             return _float_divmod(ctx, xs[0], xs[1], "div" if i.fn == "floor_divide" else "mod")
         raise NotImplementedError(f"host math function {i.fn}")
 
-    ctx.map(i.dst, i.srcs, i.n, fn)
+    return Elem(i.dst, tuple(i.srcs), i.n, fn)

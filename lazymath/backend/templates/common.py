@@ -75,6 +75,31 @@ def tile_elems(spec, queue_bytes: int, temp_bytes: int, cap: int | None = None) 
     return t
 
 
+def buffers_bytes(spec, buffers) -> int:
+    """UB bytes of `buffers`, each rounded up to the scope alignment (as Program.check)."""
+    a = spec.align.get("UB", 32)
+    return sum((b.nbytes + a - 1) // a * a for b in buffers if b.scope == "UB")
+
+
+def fit_tile(spec, bytes_at, cap: int | None = None) -> int:
+    """Largest 32-aligned tile (elements) whose buffers fit in UB.
+
+    `bytes_at(tile)` is the UB footprint of the program built with that tile. It is affine in
+    the tile once composites' fixed-size chunks are reached, so two probes give the slope
+    (bytes per tile element: double-buffered queues count twice) and the fixed part.
+    """
+    t1, t2 = 512, 1024
+    b1, b2 = bytes_at(t1), bytes_at(t2)
+    slope = max((b2 - b1) / (t2 - t1), 1e-9)
+    base = b1 - slope * t1
+    t = align_down(int((spec.ub_bytes - base) / slope))
+    if cap is not None:
+        t = min(t, align_up(cap))
+    while t > TILE_ALIGN and bytes_at(t) > spec.ub_bytes:
+        t = align_down(int(t * 0.9))
+    return t
+
+
 def block_range(items: int) -> tuple[isa.IntExpr, isa.IntExpr, list]:
     """[start, stop) of this block's work items, GetBlockIdx()/GetBlockNum() style.
 
@@ -122,7 +147,7 @@ def gm_args(views: tuple[ArgView, ...], names: list[str]) -> tuple[isa.Buffer, .
 
 
 class TileBuilder(isa.Builder):
-    """A Builder whose scratch tiles come from a recycling pool (see `TilePool`)."""
+    """A Builder whose scratch buffers come from a recycling pool (see `TilePool`)."""
 
     def __init__(self, pool: TilePool):
         super().__init__(tile=pool.tile, prefix="tmp")
@@ -132,31 +157,33 @@ class TileBuilder(isa.Builder):
     def scratch(self, dtype, size=None, scope="UB", prefix=None):
         if scope != "UB" or (size is not None and size > self.pool.tile):
             return super().scratch(dtype, size, scope, prefix)
-        r = self.pool.get(dtype)
+        r = self.pool.get(dtype, size)
         self.borrowed.append(r)
         return r
 
 
 class TilePool:
-    """Free lists of UB tiles per dtype; every tile holds `tile` elements."""
+    """Free lists of UB buffers per (dtype, size); the default size is the tile."""
 
     def __init__(self, tile: int, prefix: str = "t"):
         self.tile = tile
         self.prefix = prefix
-        self.free: dict[str, list[isa.Ref]] = {}
+        self.free: dict[tuple, list[isa.Ref]] = {}
         self.buffers: list[isa.Buffer] = []
 
-    def get(self, dtype: str) -> isa.Ref:
-        lst = self.free.setdefault(dtype, [])
+    def get(self, dtype: str, size: int | None = None) -> isa.Ref:
+        size = self.tile if size is None else int(size)
+        lst = self.free.setdefault((dtype, size), [])
         if lst:
             return lst.pop()
-        buf = isa.Buffer(f"{self.prefix}{len(self.buffers)}_{dtype}", "UB", dtype, self.tile)
+        tag = "" if size == self.tile else f"_{size}"
+        buf = isa.Buffer(f"{self.prefix}{len(self.buffers)}_{dtype}{tag}", "UB", dtype, size)
         self.buffers.append(buf)
         return isa.Ref(buf, 0)
 
     def put(self, ref: isa.Ref) -> None:
         if ref.buf in self.buffers:
-            self.free.setdefault(ref.buf.dtype, []).append(ref)
+            self.free.setdefault((ref.buf.dtype, ref.buf.size), []).append(ref)
 
     def owns(self, ref: isa.Ref) -> bool:
         return ref.buf in self.buffers
@@ -477,6 +504,44 @@ def _wrap_neg(val, dtype: str):
     if info.min < 0 and v >= 1 << (bits - 1):
         v -= 1 << bits
     return v
+
+
+def hoist_invariant_dups(body: list, scope: list | None = None) -> tuple[list, list]:
+    """Move constant vector_dup instructions out of a tile loop body.
+
+    A VDup is loop invariant when its buffer is written by nothing else in the body (VDups to
+    distinct offsets of one buffer are fine: vmath packs coefficient tables that way) and its
+    scalar is a constant. `scope` is everything that runs in the loop (default: `body`).
+    Returns (hoisted, remaining body).
+    """
+    writers: dict[str, list] = {}
+    for instr, _ in isa.walk(scope if scope is not None else body):
+        refs = isa.refs_of(instr)
+        if not refs or isinstance(instr, (isa.CopyOut,)):
+            continue
+        dst = _written(instr)
+        for r in dst:
+            writers.setdefault(r.buf.name, []).append(instr)
+    ok = set()
+    for name, ws in writers.items():
+        if not all(isinstance(w, isa.VDup) and isinstance(w.scalar, (int, float)) for w in ws):
+            continue
+        offs = [(w.dst.off, w.n) for w in ws]
+        if len(set(offs)) == len(offs):
+            ok.add(name)
+    hoisted = [i for i in body if isinstance(i, isa.VDup) and i.dst.buf.name in ok]
+    rest = [i for i in body if not (isinstance(i, isa.VDup) and i.dst.buf.name in ok)]
+    return hoisted, rest
+
+
+def _written(instr) -> list:
+    """Refs an instruction writes (dst-like fields)."""
+    out = []
+    for k in ("dst", "dst_val", "dst_idx"):
+        r = getattr(instr, k, None)
+        if isinstance(r, isa.Ref):
+            out.append(r)
+    return out
 
 
 def pipeline_flags_prologue() -> list:

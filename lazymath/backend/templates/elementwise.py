@@ -47,12 +47,13 @@ def _plan(ir: ElementwiseKernel, spec, name: str):
         return isa.Program(name, args, (), (), 1, 1), {"tile": 0, "items": 0, "blocks": 1}
     shape, strides = C.collapse(ir.shape, [v.strides for v in views])
     used = sorted({op.arg for op in ir.expr if op.op == "load"})
-    queue_bytes = sum(C.itemsize(ir.inputs[k].dtype) for k in used)
-    queue_bytes += sum(C.itemsize(v.dtype) for v in ir.outputs)
-    # pass 1: how many temporaries does the expression need per tile element?
-    probe = _emit(ir, args, used, C.TILE_ALIGN, isa.Var("pp"))
-    temp_bytes = sum(C.itemsize(b.dtype) for b in probe[1])
-    tile = C.tile_elems(spec, queue_bytes, temp_bytes, cap=total)
+    # UB footprint as a function of the tile: queues (double-buffered) + temporaries + scratch
+
+    def bytes_at(t: int) -> int:
+        _, temps, _, queues = _emit(ir, args, used, t, isa.Var("pp"))
+        return C.buffers_bytes(spec, [*queues.values(), *temps])
+
+    tile = C.fit_tile(spec, bytes_at, cap=total)
     geo = _geometry(shape, tile)
     blocks = C.host_blocks(geo["items"], total)
     body, bufs = _program_body(ir, args, strides, used, tile, geo)
@@ -98,7 +99,8 @@ def _emit(ir: ElementwiseKernel, args, used, tile: int, pp: isa.Var):
     em = C.ExprEmitter(b, pool, tile)
     em.emit(ir.expr, ir.results, loads, None, dests)
     buffers = [*pool.buffers, *b.buffers]
-    return em.hoisted, buffers, b.body, queues
+    invariant, body = C.hoist_invariant_dups(b.body)
+    return [*em.hoisted, *invariant], buffers, body, queues
 
 
 def _program_body(ir, args, strides, used, tile, geo):

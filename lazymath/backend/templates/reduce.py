@@ -105,8 +105,11 @@ def _plan(ir: ReduceKernel, spec, name: str):
     cores = os.cpu_count() or 1
     # candidates for splitting the reduction itself over blocks: few outputs, lots of input
     maybe_split = out_size <= SPLIT_MAX_OUT and total >= 2 * C.SMALL_WORK
-    probe = _Emitter(ir, C.TILE_ALIGN, mode, used, used_epi, maybe_split)
-    tile = C.tile_elems(spec, 0, probe.bytes_per_elem(), cap=max(red_size, 1) * out_size)
+
+    def bytes_at(t: int) -> int:
+        return C.buffers_bytes(spec, _Emitter(ir, t, mode, used, used_epi, maybe_split).buffers())
+
+    tile = C.fit_tile(spec, bytes_at, cap=max(red_size, 1) * out_size)
     geo = _geometry(mode, kshape, rshape, tile)
     split = maybe_split and geo["items"] < cores and geo["steps"] >= 2
     em = _Emitter(ir, tile, mode, used, used_epi, split)
@@ -239,6 +242,8 @@ class _Emitter:
             self.mask2 = self._buf("arg_mask2", "bool")
         if self.arg and mode == "outer":
             self.cur_idx = self._buf("cur_idx", "int64")
+        if isinstance(self.pro_val, C.Const):
+            self.pro_const = self._buf("pro_const", self.pro_dt)
         if split:
             self.part = self._buf("partial", self.acc_dt)
             if self.arg:
@@ -288,7 +293,10 @@ class _Emitter:
             rstr,
             args,
         )
-        hoisted = [*self.pro.hoisted, *self.epi_hoisted]
+        scope = [*self.pro_body, *self.epi_body]
+        inv_pro, self.pro_body = C.hoist_invariant_dups(self.pro_body, scope)
+        inv_epi, self.epi_body = C.hoist_invariant_dups(self.epi_body, scope)
+        hoisted = [*self.pro.hoisted, *self.epi_hoisted, *inv_pro, *inv_epi]
         if not split_cap:
             item = [*self._init_acc(), self._step_loop(it, st, 0, geo["steps"]), *self._finish(it)]
             start, stop, lets = C.block_range(geo["items"])
@@ -415,9 +423,8 @@ class _Emitter:
         val = self.pro_val
         out: list = []
         if isinstance(val, C.Const):  # constant prologue (e.g. counting): materialise it
-            t = self.pool.get(self.pro_dt)
-            out.append(isa.VDup(t, val.value, tile))
-            val = t
+            out.append(isa.VDup(self.pro_const, val.value, tile))
+            val = self.pro_const
         if self.mode == "inner":
             if self.arg:
                 base = isa.add(isa.mul(_flat(r_idx, geo["r_outer"]), geo["Ri"]), r0)
