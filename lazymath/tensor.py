@@ -108,12 +108,20 @@ class Tensor:
         return self
 
     def numpy(self) -> np.ndarray:
+        """The realized value, without a copy. It is read-only: the tensor is immutable and
+        other graphs may read the same buffer."""
         self.realize()
         return self._node.realized
 
     def __array__(self, dtype=None, copy=None):
+        # numpy 2 protocol: copy=True must return a fresh array (np.array(t) then owns a
+        # writable copy); copy=False must not copy, so a dtype change is an error then
         a = self.numpy()
-        return a if dtype is None else a.astype(dtype)
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            if copy is False:
+                raise ValueError(f"__array__: converting {a.dtype} to {dtype} needs a copy")
+            return a.astype(dtype)
+        return a.copy() if copy else a
 
     def item(self):
         if self.size != 1:
@@ -364,6 +372,8 @@ def tensor(data, dtype=None) -> Tensor:
         else:
             dt.as_dtype(arr.dtype)  # raises with the supported list
     # np.array(order="C") is contiguous already; np.ascontiguousarray would turn 0-d into 1-d
+    # the tensor owns this copy; read-only so that t.numpy() cannot mutate a graph input
+    arr.flags.writeable = False
     return Tensor(gn.buffer_node(arr))
 
 

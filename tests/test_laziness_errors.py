@@ -88,6 +88,12 @@ def test_realize_points(x):
     np.testing.assert_array_equal(np.asarray(x + 1), a + 1)
     np.testing.assert_array_equal(np.asarray(x + 1, dtype=np.float64), (a + 1).astype(np.float64))
     assert (x + 1).tolist() == (a + 1).tolist()
+    c = np.array(x)  # a writable copy: writing to it does not touch the tensor
+    c[...] = -1
+    np.testing.assert_array_equal(x.numpy(), a)
+    assert not x.numpy().flags.writeable and not y.numpy().flags.writeable
+    with pytest.raises(ValueError):
+        x.numpy()[0, 0] = 5  # the tensor's own buffer is read-only
     s = x.sum()
     assert s.item() == float(a.sum()) and isinstance(s.item(), float)
     assert x[1, 2].item() == 6.0
