@@ -376,7 +376,7 @@ def kernel_lists(draw):
     return ks, out_ids, draw(st.booleans())
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(kernel_lists())
 def test_plan_memory_property(prog):
     ks, out_ids, inplace = prog
