@@ -36,6 +36,12 @@ What a lowering function can use on ``ctx`` (a `LowerCtx`):
   vmath is not importable).
 - ``ctx.lower_body(instrs)`` lowers a nested instruction list (what Loop does).
 
+Elementwise instructions (every ``V*`` except the reductions) are registered differently, with
+``@lower_llvm.elementwise(InstrType) def fn(ctx, instr) -> Elem`` returning the per-element
+computation as data; ``lower_body`` then fuses each run of them over the same ``n`` (and with
+consistent offsets, see `_fusible_run`) into ONE vectorized loop whose intermediate values stay
+in registers. A 60-instruction vmath composite is then one pass over the tile, not 60.
+
 Missing lowerings raise ``NotImplementedError`` naming the instruction: never a silent
 miscompile. Pipe flags (set/wait/barrier) lower to nothing: on the host each block runs its
 instructions in program order, which is the strongest ordering the flags could ask for.
@@ -736,7 +742,9 @@ class Elem:
 ELEMENTWISE: dict[type, Callable] = {}
 
 
-def _elem(cls):
+def elementwise(cls):
+    """Register an elementwise instruction: `fn(ctx, instr) -> Elem` (fusible with others)."""
+
     def deco(fn):
         ELEMENTWISE[cls] = fn
         LOWER[cls] = lambda ctx, i: lower_elementwise(ctx, [fn(ctx, i)])
@@ -745,19 +753,19 @@ def _elem(cls):
     return deco
 
 
-@_elem(isa.VBinary)
+@elementwise(isa.VBinary)
 def _vbinary(ctx: LowerCtx, i: isa.VBinary) -> Elem:
     dt = i.a.buf.dtype
     return Elem(i.dst, (i.a, i.b), i.n, lambda x, y: binary_op(ctx, i.op, dt, x, y))
 
 
-@_elem(isa.VScalar)
+@elementwise(isa.VScalar)
 def _vscalar(ctx: LowerCtx, i: isa.VScalar) -> Elem:
     dt = i.src.buf.dtype
     return Elem(i.dst, (i.src,), i.n, lambda x: scalar_op(ctx, i.op, dt, x, i.scalar))
 
 
-@_elem(isa.VUnary)
+@elementwise(isa.VUnary)
 def _vunary(ctx: LowerCtx, i: isa.VUnary) -> Elem:
     dt = i.src.buf.dtype
     if i.dst.buf.dtype != dt:
@@ -765,7 +773,7 @@ def _vunary(ctx: LowerCtx, i: isa.VUnary) -> Elem:
     return Elem(i.dst, (i.src,), i.n, lambda x: unary_op(ctx, i.op, dt, x))
 
 
-@_elem(isa.VFma)
+@elementwise(isa.VFma)
 def _vfma(ctx: LowerCtx, i: isa.VFma) -> Elem:
     dt = i.dst.buf.dtype
     b = ctx.builder
@@ -775,26 +783,26 @@ def _vfma(ctx: LowerCtx, i: isa.VFma) -> Elem:
     return Elem(i.dst, (i.a, i.b, i.c), i.n, lambda x, y, z: b.add(b.mul(x, y), z))
 
 
-@_elem(isa.VConv)
+@elementwise(isa.VConv)
 def _vconv(ctx: LowerCtx, i: isa.VConv) -> Elem:
     sd, dd = i.src.buf.dtype, i.dst.buf.dtype
     return Elem(i.dst, (i.src,), i.n, lambda x: convert(ctx, sd, dd, x, i.mode), raw=True)
 
 
-@_elem(isa.VCmp)
+@elementwise(isa.VCmp)
 def _vcmp(ctx: LowerCtx, i: isa.VCmp) -> Elem:
     dt = i.a.buf.dtype
     return Elem(i.dst, (i.a, i.b), i.n, lambda x, y: compare(ctx, i.cmp, dt, x, y))
 
 
-@_elem(isa.VCmpS)
+@elementwise(isa.VCmpS)
 def _vcmps(ctx: LowerCtx, i: isa.VCmpS) -> Elem:
     dt = i.src.buf.dtype
     return Elem(i.dst, (i.src,), i.n,
                 lambda x: compare(ctx, i.cmp, dt, x, ctx.const(dt, i.scalar)))  # fmt: skip
 
 
-@_elem(isa.VSel)
+@elementwise(isa.VSel)
 def _vsel(ctx: LowerCtx, i: isa.VSel) -> Elem:
     b = ctx.builder
 
@@ -804,7 +812,7 @@ def _vsel(ctx: LowerCtx, i: isa.VSel) -> Elem:
     return Elem(i.dst, (i.mask, i.a, i.b), i.n, fn)
 
 
-@_elem(isa.VDup)
+@elementwise(isa.VDup)
 def _vdup(ctx: LowerCtx, i: isa.VDup) -> Elem:
     dt = i.dst.buf.dtype
 
@@ -910,7 +918,7 @@ def lower_elementwise(ctx: LowerCtx, elems: list) -> None:
     ctx.parallel_for(ctx.int(elems[0].n), body)
 
 
-@_elem(isa.VGather)
+@elementwise(isa.VGather)
 def _vgather(ctx: LowerCtx, i: isa.VGather) -> Elem:
     b = ctx.builder
     tdt = i.table.buf.dtype
@@ -1161,7 +1169,7 @@ def _flag(ctx: LowerCtx, i) -> None:
     """Host blocks run in program order: flags matter only to interp checks and the cost model."""
 
 
-@_elem(isa.VHostMath)
+@elementwise(isa.VHostMath)
 def _vhostmath(ctx: LowerCtx, i: isa.VHostMath) -> Elem:
     """libm fallback for composites vmath cannot expand (scalar calls; correct, not fast)."""
     b = ctx.builder
