@@ -201,3 +201,16 @@ class Data:
 def data() -> Data:
     """Seeded input factory (the same values on every run)."""
     return Data(0)
+
+
+def xfail_compiled(request, backend: str, reason: str) -> None:
+    """Mark the running test xfail (non-strict) on the compiled backends only: a known bug of
+    the compiled path, while the reference path must keep passing."""
+    if backend in _COMPILED:
+        request.applymarker(pytest.mark.xfail(reason=f"compiled path: {reason}", strict=False))
+
+
+@pytest.fixture
+def known_compiled_bug(request, backend):
+    """`known_compiled_bug("reason")` inside a test: xfail it on llvm/interp only."""
+    return lambda reason: xfail_compiled(request, backend, reason)
