@@ -85,20 +85,22 @@ def make_schedule(outputs: list[Node], spec, n_streams: int = 2) -> Schedule:
 
 
 def _assign_streams(sched: Schedule, groups, n_streams: int) -> None:
-    try:
-        from .streams import KernelDeps, assign_streams
-    except ImportError:  # pragma: no cover - streams module not present
-        return
-    mem = sched.memory
-    deps = []
-    for g in groups:
-        # buffer identity: arena blocks shared through in-place reuse count as one buffer
-        def bid(n):
-            b = mem.buffers.get(id(n))
-            return id(n) if b is None or b.inplace_of is None else _root_block(mem, id(n))
+    """Streams and events from buffer hazards. Buffers are identified by *memory*, not by
+    node: arena blocks reused by a later buffer (best fit or in place) are the same memory,
+    so the hazard check sees write-after-read across streams on a reused block."""
+    from .streams import KernelDeps, assign_streams
 
-        deps.append(KernelDeps(reads=frozenset(bid(n) for n in g.inputs),
-                               writes=frozenset(bid(n) for n in g.outputs)))  # fmt: skip
+    segs = _arena_segments(sched.memory)
+
+    def ids(n) -> list:
+        return segs.get(id(n)) or [("node", id(n))]
+
+    deps = []
+    for g, k in zip(groups, sched.kernels):
+        reads = frozenset(x for n in g.inputs for x in ids(n))
+        writes = frozenset(x for n in g.outputs for x in ids(n))
+        deps.append(KernelDeps(reads=reads, writes=writes, name=k.name,
+                               weight=float(max(k.flops, k.bytes, 1))))  # fmt: skip
     sp = assign_streams(deps, n_streams)
     for k, ks in zip(sched.kernels, sp.kernels):
         k.stream = ks.stream
@@ -106,6 +108,16 @@ def _assign_streams(sched: Schedule, groups, n_streams: int) -> None:
         k.records = ks.records
     sched.n_events = sp.n_events
     sched.n_streams = len({k.stream for k in sched.kernels}) or 1
+
+
+def _arena_segments(mem) -> dict[int, list]:
+    """node id -> the arena segments its buffer covers (segments split at every buffer edge,
+    so two buffers share a segment exactly when their byte ranges overlap)."""
+    spans = {nid: (b.offset, b.offset + max(b.nbytes, 1)) for nid, b in mem.buffers.items()
+             if not b.is_output and b.offset >= 0}  # fmt: skip
+    edges = sorted({e for span in spans.values() for e in span})
+    index = {e: i for i, e in enumerate(edges)}
+    return {nid: [("arena", i) for i in range(index[a], index[b])] for nid, (a, b) in spans.items()}
 
 
 def _root_block(mem, nid: int) -> int:

@@ -104,6 +104,7 @@ class Planner:
         for n in self.pending:
             if kind(n.op) in rules.MATERIALIZING_KINDS:
                 M.add(id(n))
+                self._log_kind_refusals(n)
             for s in n.srcs:
                 if id(s) in self.aicpu and self.aicpu[id(s)] != self.aicpu[id(n)]:
                     if id(s) not in M:
@@ -113,8 +114,72 @@ class Planner:
         if not self.spec.coupled:
             self._fixpipe_chains(M)
         self._operand_prologues(M)
+        self._cap_cones(M)
         self._multi_consumers(M)
         return M
+
+    def _log_kind_refusals(self, n: Node) -> None:
+        """Record the FUSE-table refusals between a materializing node and its consumers."""
+        pk = "aicpu" if self.aicpu[id(n)] else kind(n.op)
+        consumers, stack, seen = [], list(self.consumers[id(n)]), set()
+        while stack:  # look through views: sum(x)[None] @ B is a reduce feeding a matmul
+            c = stack.pop()
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            if c.op in VIEW_OPS:
+                stack.extend(self.consumers[id(c)])
+            else:
+                consumers.append(c)
+        for c in consumers:
+            ck = "aicpu" if self.aicpu[id(c)] else kind(c.op)
+            ok, why = rules.FUSE.get((pk, ck), (True, ""))
+            if not ok and (pk, ck) not in (("elementwise", "aicpu"), ("aicpu", "elementwise")):
+                self.log.append(LogEntry("refuse", (describe(n), describe(c)), why, n, c))
+
+    def _cap_cones(self, M: set[int]) -> None:
+        """Split oversized cones up front, before grouping: when a node's fused expression
+        would pass half the op cap, or its distinct GM inputs the input cap, its largest
+        unmaterialized source is written to GM instead.
+
+        Without this a 10,000-op chain (or a sum of 80 tensors) would be split one cap
+        overflow, and one planning restart, at a time."""
+        op_limit = rules.MAX_KERNEL_OPS // 2
+        in_limit = rules.MAX_KERNEL_INPUTS - 1  # room for one more input in a merge
+        ops: dict[int, int] = {}
+        ins: dict[int, frozenset] = {}
+
+        def parts(n):
+            o, i = (1 if n.op in ELEMENTWISE else 0), set()
+            for s in n.srcs:
+                if s.op == "const":
+                    continue
+                if id(s) in M or s.realized is not None or id(s) not in ops:
+                    i.add(id(s))
+                else:
+                    o += ops[id(s)]
+                    i |= ins[id(s)]
+            return o, i
+
+        for n in self.pending:
+            o, i = parts(n)
+            if n.op in ELEMENTWISE or n.op in VIEW_OPS:
+                while o > op_limit or len(i) > in_limit:
+                    inner = [s for s in n.srcs if id(s) in ops and id(s) not in M
+                             and s.realized is None and s.op != "const"]  # fmt: skip
+                    if not inner:
+                        break
+                    big = max(inner, key=lambda s: (len(ins[id(s)]), ops[id(s)]))
+                    M.add(id(big))
+                    what = "ops" if o > op_limit else "GM inputs"
+                    cap = op_limit if o > op_limit else in_limit
+                    self.log.append(LogEntry("split", (describe(big), describe(n)),
+                        f"fused expression would exceed {cap} {what} (per-kernel caps: "
+                        f"{rules.MAX_KERNEL_OPS} ops, {rules.MAX_KERNEL_INPUTS} inputs); "
+                        "written to GM here", big, n))  # fmt: skip
+                    o, i = parts(n)
+            ops[id(n)] = min(o, 1 << 20)
+            ins[id(n)] = frozenset(i) if len(i) <= 4 * in_limit else frozenset()
 
     def _fixpipe_chains(self, M: set[int]) -> None:
         """910B: a Cube kernel keeps only FixPipe-capable epilogue ops (relu, cast)."""
@@ -122,19 +187,19 @@ class Planner:
             if n.op != "matmul" or self.aicpu[id(n)]:
                 continue
             c = n
-            while id(c) not in self.out_ids or c is n:
+            while True:
                 cons = self.consumers[id(c)]
-                if len(cons) != 1:
+                if len(cons) != 1 or (c is not n and id(c) in self.out_ids):
                     break
                 d = cons[0]
-                if d.op not in rules.FIXPIPE_OPS or len(d.srcs) != 1 or id(d) in M and d is not c:
+                if d.op not in rules.FIXPIPE_OPS or len(d.srcs) != 1:
                     break
                 c = d
                 if id(c) in M:
                     break
-            if c is not n and id(c) not in M:
-                M.add(id(c))
-            nxt = [d for d in self.consumers[id(c)] if kind(d.op) == "elementwise"]
+            M.add(id(c))
+            nxt = [d for d in self.consumers[id(c)]
+                   if kind(d.op) == "elementwise" and d.op not in rules.FIXPIPE_OPS]  # fmt: skip
             if nxt:
                 self.log.append(LogEntry("refuse", (describe(c), describe(nxt[0])),
                     "ascend910b: the Cube core has no UB, only FixPipe ops (relu, cast) stay in "
@@ -411,7 +476,16 @@ class Planner:
     # ------------------------------------------------------------------ IR
     def written(self, g: Group) -> list[Node]:
         """Nodes of g that must reach GM: its roots, plus a fused core that is still needed."""
-        outs = [r for r in g.roots if r is not g.core] + list(g.epi_roots)
+        read_by = getattr(self, "read_by", None)
+        roots = [r for r in g.roots if r is not g.core]
+        if read_by is not None and len(roots) + len(g.epi_roots) > 1:
+            # a root merged into a consumer's kernel is computed there; write it only if
+            # the user wants it or another kernel reads it
+            roots = [r for r in roots
+                     if id(r) in self.out_ids or read_by.get(id(r), set()) - {id(g)}]  # fmt: skip
+            if not roots and not g.epi_roots:
+                roots = [r for r in g.roots if r is not g.core][:1]
+        outs = roots + list(g.epi_roots)
         if g.core is not None:
             read_elsewhere = getattr(self, "read_by", {}).get(id(g.core), set()) - {id(g)}
             need = (
@@ -506,11 +580,15 @@ def _peel_views(n: Node) -> Node:
 
 
 def plan(outputs: list[Node], spec, max_restarts: int = 64):
-    """Group `outputs`' pending graph into kernels. Returns (groups in launch order, log)."""
+    """Group `outputs`' pending graph into kernels. Returns (groups in launch order, log).
+
+    The log holds the final attempt's decisions plus the reasons for nodes that earlier,
+    abandoned attempts forced to GM (so nothing in it refers to a discarded plan)."""
     forced: set[int] = set()
     keep_alive: list[Node] = []
-    log: list[LogEntry] = []
+    forced_log: list[LogEntry] = []
     for _ in range(max_restarts):
+        log: list[LogEntry] = []
         p = Planner(outputs, spec, forced, log)
         try:
             groups = p.groups()
@@ -520,26 +598,36 @@ def plan(outputs: list[Node], spec, max_restarts: int = 64):
                     p.read_by.setdefault(id(b), set()).add(id(g))
             for g in groups:
                 p.build(g)
-            return groups, log, p
+            return groups, forced_log + _dedupe(log), p
         except NeedMaterialize as e:
             node = e.node
             if node.realized is not None:
                 node.realized = np.ascontiguousarray(node.realized)
-                log.append(LogEntry("materialize", (describe(node),),
-                                    f"input copied to contiguous memory: {e.reason}", node))  # fmt: skip
+                forced_log.append(LogEntry("materialize", (describe(node),),
+                                           f"input copied to contiguous memory: {e.reason}", node))  # fmt: skip
             else:
                 if id(node) in forced:
                     raise
                 forced.add(id(node))
                 keep_alive.append(node)
-                log.append(LogEntry("materialize", (describe(node),), e.reason, node))
+                forced_log.append(LogEntry("materialize", (describe(node),), e.reason, node))
         except CapExceeded as e:
             victim = _split_point(p, e)
             forced.add(id(victim))
             keep_alive.append(victim)
-            log.append(LogEntry("split", (describe(victim),),
-                                f"{e}; the kernel is split here", victim))  # fmt: skip
+            forced_log.append(LogEntry("split", (describe(victim),),
+                                       f"{e}; the kernel is split here", victim))  # fmt: skip
     raise RuntimeError("fusion planning did not converge")
+
+
+def _dedupe(log: list[LogEntry]) -> list[LogEntry]:
+    seen, out = set(), []
+    for e in log:
+        key = (e.what, e.nodes, e.reason)
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return out
 
 
 def _split_point(p: Planner, e: CapExceeded) -> Node:

@@ -114,6 +114,12 @@ def plan_memory(kernels, output_ids: set[int], inplace_ok) -> MemoryPlan:
             if not d.handed_over:
                 release(d)
                 live_bytes -= _align(d.nbytes)
+        for nid, _ in outs:  # written here and never read later: the block is free again
+            b = bufs[nid]
+            if not b.is_output and b.last == k and b.offset >= 0 and not b.handed_over:
+                if all(i != nid for i, _ in ins):
+                    release(b)
+                    live_bytes -= _align(b.nbytes)
     plan.arena_bytes = top
     plan.planned_peak_bytes = peak
     return plan

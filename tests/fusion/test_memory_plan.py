@@ -217,14 +217,6 @@ def test_stream_plan_orders_buffer_dependencies():
     verify_plan(_kernel_deps_on_arena_bytes(s), _stream_plan(s))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: stream assignment ignores arena reuse: with exp(x).sum(), exp(x).max(), "
-    "exp(y).sum(), exp(y).max() the y-branch exp kernel goes to stream 1 and writes the arena "
-    "block of exp(x) (best-fit reuse, offset 0) while the x-branch sum/max on stream 0 may "
-    "still read it, with no event between them (a WAR race once streams run concurrently); "
-    "make_schedule builds KernelDeps from node ids, not from arena blocks",
-)
 def test_arena_reuse_across_streams_is_ordered():
     s = lm.schedule(*two_branches())
     assert s.memory.reuses >= 1
@@ -331,14 +323,6 @@ def test_plan_memory_empty_program():
     assert p.arena_bytes == 0 and p.planned_peak_bytes == 0 and not p.buffers
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (waste): an intermediate written by a kernel but never read (first == last, not "
-    "an output: e.g. forced split nodes a kernel both writes and uses itself) is never "
-    "released, so its block is never reused: plan_memory([([(0,100)],[(1,256),(2,256)]), "
-    "([(2,256)],[(3,256)]), ([(3,256)],[(4,256)]), ([(4,256)],[(5,256)])], {5}, never) "
-    "gives arena 768 B where 512 B suffice",
-)
 def test_plan_memory_releases_write_only_buffers():
     ks = [
         ([(0, 100)], [(1, 256), (2, 256)]),
@@ -398,13 +382,6 @@ def test_plan_memory_property(prog):
         assert p.inplace == 0
 
 
-@pytest.mark.xfail(
-    strict=False,  # a data race: it shows on most runs of the loop, not on every one
-    reason="bug (same as test_arena_reuse_across_streams_is_ordered, observed): realizing "
-    "exp(x).sum(), exp(x).max(), exp(y).sum(), exp(y).max() with the threaded streams gives "
-    "wrong sums/maxima in ~40% of realizes (e.g. exp(x).sum() == exp(y).sum()): the y-branch "
-    "exp kernel on stream 1 overwrites the reused arena block while stream 0 still reads it",
-)
 def test_arena_reuse_across_streams_computes_the_right_values(monkeypatch):
     pytest.importorskip("lazymath.backend.compile")
     monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")

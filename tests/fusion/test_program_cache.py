@@ -372,14 +372,6 @@ print("ok")
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: segfault. lm.tensor(np.ones(65536, np.float32)).sum().numpy() crashes the "
-    "process on llvm: the sum splits over blocks and its program needs a GM workspace, but "
-    "engine._argv's fast path for native kernels builds the ctypes argv from the slot "
-    "addresses only, without the zeroed workspace pointer CompiledKernel.make_argv appends, "
-    "so the kernel dereferences a pointer past the end of argv (32768 elements: fine)",
-)
 def test_replay_of_a_kernel_with_a_gm_workspace(tmp_path):
     pytest.importorskip("lazymath.backend.compile")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
