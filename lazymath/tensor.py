@@ -1122,6 +1122,8 @@ def pad(x: Tensor, pad_width, mode: str = "constant", constant_values=0) -> Tens
     if (w < 0).any():
         raise ValueError(f"pad: pad widths must be non-negative, got {pad_width}")
     widths = tuple((int(a), int(b)) for a, b in w)
+    if not builtins.any(a or b for a, b in widths):  # nothing to pad (also every 0-d tensor)
+        return x
     shape = tuple(s + a + b for s, (a, b) in zip(x.shape, widths))
     value = np.array(constant_values).astype(x.dtype).item()
     return _wrap(gn.make("pad", x.dtype, shape, (x._node,), (widths, value)), [x])

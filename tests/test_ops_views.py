@@ -160,6 +160,8 @@ def test_pad_dtypes_and_values(backend, check, data):
     )
     a = data.rand((0, 2), "float32")
     check(lm.pad(lm.tensor(a), 1), np.pad(a, 1))
+    a = data.rand((), "float32")
+    check(lm.pad(lm.tensor(a), 1), np.pad(a, 1))  # 0-d: nothing to pad, like numpy
 
 
 def test_len_iter_and_views_of_realized(backend, check, data):
