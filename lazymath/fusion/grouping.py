@@ -90,6 +90,8 @@ class Planner:
         self.order = toposort(outputs)
         self.pending = [n for n in self.order if n.realized is None]
         self.pos = {id(n): i for i, n in enumerate(self.pending)}
+        self.by_id = {id(n): n for n in self.pending}
+        self._boundary_cache: dict = {}
         self.consumers: dict[int, list[Node]] = {id(n): [] for n in self.pending}
         for n in self.pending:
             for s in n.srcs:
@@ -337,19 +339,23 @@ class Planner:
         return [g for g in groups if id(g) not in dead]
 
     def _boundary(self, g: Group) -> list[Node]:
-        """Non-member, non-const nodes read by members of g."""
+        """Non-member, non-const nodes read by members of g (cached until g changes)."""
+        key = (id(g), len(g.members))
+        hit = self._boundary_cache.get(key)
+        if hit is not None and hit[0] is g.members:
+            return hit[1]
         out, seen = [], set()
         for i in self._members_sorted(g):
             for s in i.srcs:
                 if id(s) not in g.members and s.op != "const" and id(s) not in seen:
                     seen.add(id(s))
                     out.append(s)
+        self._boundary_cache[key] = (g.members, out)
         return out
 
     def _members_sorted(self, g: Group) -> list[Node]:
-        return sorted(
-            (n for n in self.pending if id(n) in g.members), key=lambda n: self.pos[id(n)]
-        )
+        by_id = self.by_id
+        return [by_id[i] for i in sorted(g.members, key=self.pos.__getitem__)]
 
     def _depends(self, start: list[Node], targets: set[int]) -> bool:
         """Does any node in `start` (transitively) read a node in `targets`?"""
