@@ -49,6 +49,7 @@ instructions in program order, which is the strongest ordering the flags could a
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -132,6 +133,7 @@ class LowerCtx:
         self._access_group = None
         self._fns: dict = {}
         self._nblocks = 0
+        self.global_refs = _names_in(program.body)
 
     # --------------------------------------------------------------------- types, values
     def storage_type(self, dtype: str) -> ir.Type:
@@ -255,8 +257,11 @@ class LowerCtx:
         md.operands = tuple(ops_fn(md))
         return md
 
-    def _loop(self, start, stop, step, body, parallel: bool) -> None:
-        """Counted loop; `body(i)` emits into the loop body. step must be > 0 (or static)."""
+    def _loop(self, start, stop, step, body, parallel: bool, carry=()):
+        """Counted loop; `body(i)` emits into the loop body. step must be > 0 (or static).
+
+        With `carry` (initial values), `body(i, *values)` returns the next values (loop-carried
+        phis, e.g. reduction accumulators) and the values after the loop are returned."""
         b = self.builder
         start = start if isinstance(start, ir.Value) else self.int(start)
         stop = stop if isinstance(stop, ir.Value) else self.int(stop)
@@ -272,14 +277,21 @@ class LowerCtx:
         b.position_at_end(head)
         i = b.phi(I64, name=f"i{k}")
         i.add_incoming(start, pre)
+        phis = []
+        for v in carry:
+            ph = b.phi(v.type)
+            ph.add_incoming(v, pre)
+            phis.append(ph)
         b.cbranch(b.icmp_signed(">" if down else "<", i, stop), bodyb, done)
         b.position_at_end(bodyb)
         saved = self._access_group
         if parallel:
             self._access_group = self._distinct(lambda md: [])
-        body(i)
+        nxt_vals = body(i, *phis) if carry else body(i)
         nxt = b.add(i, step_v, name=f"i{k}.next")
         i.add_incoming(nxt, b.block)
+        for ph, v in zip(phis, nxt_vals or ()):
+            ph.add_incoming(v, b.block)
         br = b.branch(head)
         if parallel:
             ag = self._access_group
@@ -294,6 +306,7 @@ class LowerCtx:
             br.set_metadata("llvm.loop", self._distinct(ops))
         self._access_group = saved
         b.position_at_end(done)
+        return phis
 
     def parallel_for(self, n, body: Callable[[ir.Value], None], start=0) -> None:
         """for i in start..n with independent iterations: vectorizable, no alias checks."""
@@ -363,13 +376,18 @@ class LowerCtx:
     # --------------------------------------------------------------------- bodies
     def lower_body(self, body) -> None:
         body = list(body)
+        body_refs = None
         k = 0
         while k < len(body):
             instr = body[k]
             if type(instr) in ELEMENTWISE:
-                run, k = _fusible_run(self, body, k)
-                lower_elementwise(self, run)
-                continue
+                run, end = _fusible_run(self, body, k)
+                if run:
+                    if body_refs is None:
+                        body_refs = _names_in(body)
+                    lower_elementwise(self, run, self._dead_after(body_refs, body[k:end], run))
+                    k = end
+                    continue
             k += 1
             fn = LOWER.get(type(instr))
             if fn is None:
@@ -378,6 +396,33 @@ class LowerCtx:
                     f"({isa.format_instr(instr)}) in kernel {self.program.name}"
                 )
             fn(self, instr)
+
+    def _dead_after(self, body_refs: Counter, run_instrs: list, elems: list) -> frozenset:
+        """On-chip buffers written by the run that nothing outside the run ever references:
+        not elsewhere in this body (later, or earlier = the next loop iteration) and not
+        outside this body. Their stores can be dropped."""
+        run_refs = _names_in(run_instrs)
+        out = set()
+        for e in elems:
+            if isinstance(e, _ReduceMark):
+                continue
+            name = e.dst.buf.name
+            if e.dst.buf.scope == "GM":
+                continue
+            in_body_elsewhere = body_refs[name] - run_refs[name]
+            outside = self.global_refs[name] - body_refs[name]
+            if in_body_elsewhere == 0 and outside == 0:
+                out.add(name)
+        return frozenset(out)
+
+
+def _names_in(instrs) -> Counter:
+    """How often each buffer name is referenced in `instrs` (nested bodies included)."""
+    c: Counter = Counter()
+    for instr, _ in isa.walk(instrs):
+        for r in isa.refs_of(instr):
+            c[r.buf.name] += 1
+    return c
 
 
 def _suffix(t: ir.Type) -> str:
@@ -735,6 +780,8 @@ class Elem:
     fn: Callable
     raw: bool = False
     table: isa.Ref | None = None  # read at arbitrary indices by `fn` (gather)
+    src_strides: tuple = ()  # element strides of the sources (default 1; GM copies)
+    dst_stride: object = 1
 
 
 # Elementwise instruction types -> Elem builder. Consecutive instructions of these types over the
@@ -852,70 +899,158 @@ def _fusible_run(ctx: LowerCtx, body, start: int) -> tuple[list, int]:
         if t not in ELEMENTWISE:
             break
         e = ELEMENTWISE[t](ctx, instr)
-        if elems and not _same_n(e.n, elems[0].n):
+        if e is None or (elems and not _same_n(e.n, elems[0].n)):
             break
-        w = e.dst
-        if any(written.get(r.buf.name, r.off) != r.off for r in e.srcs):
+        strides = e.src_strides or (1,) * len(e.srcs)
+        srcs = [(r, (r.off, st)) for r, st in zip(e.srcs, strides)]
+        w, wpos = e.dst, (e.dst.off, e.dst_stride)
+        if any(written.get(r.buf.name, pos) != pos for r, pos in srcs):
             break
-        if w.buf.name in tables or written.get(w.buf.name, w.off) != w.off:
+        if w.buf.name in tables or written.get(w.buf.name, wpos) != wpos:
             break
-        if read.get(w.buf.name, {w.off}) != {w.off}:
+        if read.get(w.buf.name, {wpos}) != {wpos}:
             break
         if e.table is not None and (e.table.buf.name in written or e.table.buf.name == w.buf.name):
             break
-        for r in e.srcs:
-            read.setdefault(r.buf.name, set()).add(r.off)
-        written[w.buf.name] = w.off
+        for r, pos in srcs:
+            read.setdefault(r.buf.name, set()).add(pos)
+        written[w.buf.name] = wpos
         if e.table is not None:
             tables.add(e.table.buf.name)
         elems.append(e)
         k += 1
+    # a single-row reduction over the same n may close the run (fused accumulate)
+    j = k
+    while j < len(body) and type(body[j]) in (isa.SetFlag, isa.WaitFlag):
+        j += 1
+    if elems and j < len(body) and type(body[j]) is isa.VReduce:
+        r = body[j]
+        if (r.rows == 1 and _same_n(r.n, elems[0].n) and r.dst.buf.name not in written
+                and r.dst.buf.name not in read):  # fmt: skip
+            elems.append(_ReduceMark(r))
+            k = j + 1
     return elems, k
 
 
-def lower_elementwise(ctx: LowerCtx, elems: list) -> None:
+@dataclass
+class _ReduceMark:
+    """Closes a fused run with a VReduce (see lower_elementwise)."""
+
+    reduce: isa.VReduce
+
+
+def _key(r: isa.Ref, stride=1) -> tuple:
+    return (r.buf.name, r.off, stride)
+
+
+def lower_elementwise(ctx: LowerCtx, elems: list, dead: frozenset = frozenset()) -> None:
     """One vectorized loop for a run of elementwise instructions.
 
     Values stay in registers: a later read of a ref written earlier in the run reuses the
     value (rounded to the ref's dtype, exactly what a store + load would give), and each
-    written ref is stored once, after its last write.
+    written ref is stored once, after its last write -- unless its buffer is in `dead` (on-chip
+    buffers nothing reads after this run), in which case the store is dropped. A fused
+    copy_gm_to_ub -> compute -> copy_ub_to_gm therefore touches GM once per element and UB not
+    at all.
     """
     b = ctx.builder
+    red = None
+    if elems and isinstance(elems[-1], _ReduceMark):
+        red = elems[-1].reduce
+        elems = elems[:-1]
     ptrs: dict = {}
     for e in elems:
-        for r in (e.dst, *e.srcs):
-            key = (r.buf.name, r.off)
+        strides = e.src_strides or (1,) * len(e.srcs)
+        for r, st in ((e.dst, e.dst_stride), *zip(e.srcs, strides)):
+            key = _key(r, st)
             if key not in ptrs:
-                ptrs[key] = ctx.ptr(r)
+                ptrs[key] = (ctx.ptr(r), st)
+
+    def index(k, st):
+        if isinstance(st, int) and st == 1:
+            return k
+        return b.mul(k, ctx.int(st))
 
     def body(k):
         vals: dict = {}  # key -> storage-type value currently held by that ref
         order: list = []
 
-        def read(r: isa.Ref, raw: bool):
-            key = (r.buf.name, r.off)
+        def read(r: isa.Ref, st, raw: bool):
+            key = _key(r, st)
             dt = r.buf.dtype
             v = vals.get(key)
             if v is None:
-                v = ctx.load_raw(ptrs[key], dt, k)
+                p, _ = ptrs[key]
+                v = ctx.load_raw(p, dt, index(k, st))
                 vals[key] = v
             return b.fpext(v, F32) if (dt == "float16" and not raw) else v
 
+        dts = {}
         for e in elems:
-            args = [read(r, e.raw) for r in e.srcs]
+            strides = e.src_strides or (1,) * len(e.srcs)
+            args = [read(r, st, e.raw) for r, st in zip(e.srcs, strides)]
             v = e.fn(*args)
             dt = e.dst.buf.dtype
             if dt == "float16" and not e.raw:
                 v = b.fptrunc(v, F16)
-            key = (e.dst.buf.name, e.dst.off)
+            key = _key(e.dst, e.dst_stride)
             if key not in order:
                 order.append(key)
             vals[key] = v
-        dts = {(e.dst.buf.name, e.dst.off): e.dst.buf.dtype for e in elems}
+            dts[key] = dt
         for key in order:
-            ctx.store_raw(ptrs[key], dts[key], k, vals[key])
+            p, st = ptrs[key]
+            if key[0] in dead:
+                continue
+            ctx.store_raw(p, dts[key], index(k, st), vals[key])
 
-    ctx.parallel_for(ctx.int(elems[0].n), body)
+        return vals
+
+    if red is None:
+        ctx.parallel_for(ctx.int(elems[0].n), body)
+        return
+    # a trailing vcadd/vcmax/...: the run's last value is folded into an accumulator phi, so a
+    # copy -> prologue -> reduce step reads GM once and never writes UB
+    i = red
+    sd, dd = i.src.buf.dtype, i.dst.buf.dtype
+    key = _key(i.src)
+    init = _reduce_identity(ctx, i.op, dd)
+
+    def step(k, acc):
+        vals = body(k)
+        x = vals.get(key)
+        if x is None:
+            x = ctx.load_raw(ctx.ptr(i.src), sd, k)
+        x = convert(ctx, sd, dd, x, "trunc") if sd != dd else x
+        if dd == "float16":
+            x = b.fpext(x, F32)
+        return [_combine(ctx, i.op, dd, acc, x)]
+
+    (acc,) = ctx._loop(0, ctx.int(i.n), 1, step, parallel=True, carry=[init])
+    dp = ctx.ptr(i.dst)
+    ctx.store(
+        dp,
+        dd,
+        ir.Constant(I64, 0),
+        _combine(ctx, i.op, dd, ctx.load(dp, dd, ir.Constant(I64, 0)), acc),
+    )
+
+
+@elementwise(isa.CopyIn)
+def _copy_in_elem(ctx: LowerCtx, i: isa.CopyIn) -> Elem | None:
+    """A 1-D copy is elementwise (dst[k] = gm[off + k*stride]): it fuses with the compute."""
+    if len(i.counts) != 1 or i.src.buf.dtype != i.dst.buf.dtype:
+        return None
+    return Elem(i.dst, (i.src,), i.counts[0], lambda x: x, raw=True, src_strides=(i.strides[0],))
+
+
+@elementwise(isa.CopyOut)
+def _copy_out_elem(ctx: LowerCtx, i: isa.CopyOut) -> Elem | None:
+    if len(i.counts) != 1 or i.src.buf.dtype != i.dst.buf.dtype:
+        return None
+    if isinstance(i.strides[0], int) and i.strides[0] == 0:
+        return None  # every element lands on one GM address: keep the ordered loop
+    return Elem(i.dst, (i.src,), i.counts[0], lambda x: x, raw=True, dst_stride=i.strides[0])
 
 
 @elementwise(isa.VGather)
@@ -1104,12 +1239,10 @@ def _copy_2d(ctx: LowerCtx, gm_is_src: bool, gm_ref, chip_ref, counts, strides, 
     ctx.for_range(0, rows, 1, row)
 
 
-@register(isa.CopyIn)
 def _copy_in(ctx: LowerCtx, i: isa.CopyIn) -> None:
     _copy_2d(ctx, True, i.src, i.dst, i.counts, i.strides, i.dst_pitch)
 
 
-@register(isa.CopyOut)
 def _copy_out(ctx: LowerCtx, i: isa.CopyOut) -> None:
     _copy_2d(ctx, False, i.dst, i.src, i.counts, i.strides, i.src_pitch)
 
@@ -1191,3 +1324,8 @@ def _vhostmath(ctx: LowerCtx, i: isa.VHostMath) -> Elem:
         raise NotImplementedError(f"host math function {i.fn}")
 
     return Elem(i.dst, tuple(i.srcs), i.n, fn)
+
+
+# Copies that are not fusible (2-D, converting, stride-0 writes) take the row loop / memcpy path.
+LOWER[isa.CopyIn] = _copy_in
+LOWER[isa.CopyOut] = _copy_out

@@ -12,9 +12,10 @@ Shape of the program (AscendC's Init + Process with double-buffered queues)::
 The iteration space is first collapsed (contiguous views -> 1-D). A tile is a chunk of the last
 dim, or whole rows of the last two dims when the last dim is shorter than a tile; outer dims
 are recovered from the item index with div/mod, so strided, broadcast (stride 0) and flipped
-(negative stride) views are read in place. Vector instructions always process the full static
-tile (tail lanes hold stale data and are never copied out), which gives LLVM constant trip
-counts and lets composites size their scratch statically.
+(negative stride) views are read in place. Vector instructions process exactly the tile's valid
+elements (static except in a tail tile); composites size their scratch from the static tile
+bound. A 1-D tile's copy-in, vector instructions and copy-out share one trip count, so the
+lowering fuses them into a single GM -> registers -> GM loop.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ def _geometry(shape: tuple[int, ...], tile: int) -> dict:
             "items": C.prod(outer) * nch, "C": cols, "R": rows}  # fmt: skip
 
 
-def _emit(ir: ElementwiseKernel, args, used, tile: int, pp: isa.Var):
-    """Vector instructions for one tile; returns (hoisted, buffers, compute, queues)."""
+def _emit(ir: ElementwiseKernel, args, used, tile: int, pp: isa.Var, n: isa.IntExpr = None):
+    """Vector instructions for one tile of `n` (<= tile) elements; returns
+    (hoisted, buffers, compute, queues)."""
     b = isa.Builder(tile=tile)
     pool = C.TilePool(tile)
     half = isa.mul(pp, tile)
@@ -96,7 +98,7 @@ def _emit(ir: ElementwiseKernel, args, used, tile: int, pp: isa.Var):
         buf = isa.Buffer(f"out{j}_tile", "UB", v.dtype, 2 * tile)
         queues[("out", j)] = buf
         dests[j] = isa.Ref(buf, half)
-    em = C.ExprEmitter(b, pool, tile)
+    em = C.ExprEmitter(b, pool, tile if n is None else n)
     em.emit(ir.expr, ir.results, loads, None, dests)
     buffers = [*pool.buffers, *b.buffers]
     invariant, body = C.hoist_invariant_dups(b.body)
@@ -106,7 +108,6 @@ def _emit(ir: ElementwiseKernel, args, used, tile: int, pp: isa.Var):
 def _program_body(ir, args, strides, used, tile, geo):
     pp = isa.Var("pp")
     it = isa.Var("it")
-    hoisted, temps, compute, queues = _emit(ir, args, used, tile, pp)
     n_in = len(ir.inputs)
     nch, outer = geo["nch"], geo["outer"]
     if nch == 1:
@@ -131,8 +132,13 @@ def _program_body(ir, args, strides, used, tile, geo):
 
     if geo["mode"] == "1d":
         counts = (_count(geo["C"], geo["cols_t"], chunk),)
+        n = counts[0]
     else:
         counts = (_count(geo["R"], geo["rows_t"], chunk), geo["C"])
+        n = isa.mul(counts[0], geo["C"])
+    # vector instructions cover exactly the valid elements, so that a 1-D tile's
+    # copy-in -> compute -> copy-out has one trip count and lowers to one fused loop
+    hoisted, temps, compute, queues = _emit(ir, args, used, tile, pp, n)
 
     loop = [isa.Let(pp, isa.mod(it, 2)), isa.WaitFlag("V", "MTE2", pp)]
     for k in used:

@@ -232,7 +232,10 @@ class _Emitter:
             self.acc_idx = isa.Ref(isa.Buffer("acc_idx", "UB", "int64", tile), 0)
             self.extra.append(self.acc_idx.buf)
         # prologue (into the pool); probe its temps now so the tile size accounts for them
-        self.pro = C.ExprEmitter(self.b, self.pool, tile)
+        # the prologue covers the step's valid elements, bound per step to `pro_n`: with a 1-D
+        # copy and a single-row reduction it then fuses into one GM -> accumulator loop
+        self.pro_n = isa.Var("pro_n")
+        self.pro = C.ExprEmitter(self.b, self.pool, self.pro_n)
         self.pro_val = self.pro.emit(ir.prologue, (ir.prologue_result,), self.loads)[0]
         self.pro_body = list(self.b.body)
         self.b.body.clear()
@@ -361,7 +364,13 @@ class _Emitter:
         r_t = geo["cols_t"] if inner else geo["rows_t"]
         r0 = isa.mul(rc, r_t)
         r_cnt = _count(geo["Ri"], r_t, rc) if geo["Ri"] else 0
-        step = [isa.Let(pp, isa.mod(st, 2)), isa.WaitFlag("V", "MTE2", pp)]
+        one_row = inner and geo["rows_t"] == 1
+        if inner:
+            pro_n = r_cnt if one_row else isa.mul(k_cnt, r_cnt)
+        else:
+            pro_n = isa.mul(r_cnt, geo["cols_t"])
+        step = [isa.Let(pp, isa.mod(st, 2)), isa.Let(self.pro_n, pro_n),
+                isa.WaitFlag("V", "MTE2", pp)]  # fmt: skip
         for k in self.used:
             v = ir.inputs[k]
             ks, rs = in_kstr[k], rstr[k]
@@ -369,14 +378,16 @@ class _Emitter:
             off = isa.add(off, isa.mul(k0, ks[-1]))
             off = C.dot(r_idx, rs[:-1], off)
             off = isa.add(off, isa.mul(r0, rs[-1]))
-            if inner:  # rows of K x cols of R, dense (cols == Ri whenever rows > 1)
+            if one_row:  # a run of the reduced axis
+                counts, strides, pitch = (self.pro_n,), (rs[-1],), None
+            elif inner:  # rows of K x cols of R, dense (cols == Ri whenever rows > 1)
                 counts, strides, pitch = (k_cnt, r_cnt), (ks[-1], rs[-1]), None
             else:  # rows of R x cols of K, row pitch = the tile's column count
                 counts, strides, pitch = (r_cnt, k_cnt), (rs[-1], ks[-1]), geo["cols_t"]
             step.append(isa.CopyIn(self.loads[k], isa.Ref(args[k], off), counts, strides, pitch))
         step += [isa.SetFlag("MTE2", "V", pp), isa.WaitFlag("MTE2", "V", pp)]
         step += self.pro_body
-        step += self._fold(geo, r_cnt, k_cnt, r_idx, r0, r)
+        step += self._fold(geo, self.pro_n if one_row else r_cnt, k_cnt, r_idx, r0, r)
         step.append(isa.SetFlag("V", "MTE2", pp))
         return isa.Loop(st, start, stop, 1, tuple(step))
 
@@ -431,7 +442,8 @@ class _Emitter:
                 out.append(isa.VArgReduce("v" + ir.op, self.acc, self.acc_idx, val, r_cnt, base,
                                           k_cnt))  # fmt: skip
             else:
-                out.append(isa.VReduce(_VRED[ir.op], self.acc, val, r_cnt, k_cnt))
+                rows = 1 if geo["rows_t"] == 1 else k_cnt
+                out.append(isa.VReduce(_VRED[ir.op], self.acc, val, r_cnt, rows))
             return out
         # outer: every reduced row of the tile is one vector op into the accumulator tile
         cols_t = geo["cols_t"]
