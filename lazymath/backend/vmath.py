@@ -230,6 +230,40 @@ def _log_body(h: _Fn, x: ir.Value) -> ir.Value:
     mbits = b.add(b.and_(ix2, h.ci((1 << mant) - 1)), h.ci(sqrt_half_bits))
     m = b.bitcast(mbits, h.ft)
     f = b.fsub(m, h.c(1.0))
+    if f32 and LOG_F32_IN_F64:
+        res = _log_tail_f64(h, f, k)
+    else:
+        res = _log_tail(h, f, k)
+    inf = h.c(math.inf)
+    res = h.sel(h.fcmp("==", x, inf), inf, res)
+    res = h.sel(h.fcmp("==", x, h.c(0.0)), h.c(-math.inf), res)
+    bad = b.fcmp_unordered("<", x, h.c(0.0))  # x < 0 or nan
+    return h.sel(bad, h.c(math.nan), res)
+
+
+# float32 log evaluated in float64 after the (exact) float32 argument reduction: correctly
+# rounded except within ~2^-29 of a tie, so the distance to numpy's log (itself up to 3 ulp
+# off) stays at 3; costs a float64 division instead of a float32 one.
+LOG_F32_IN_F64 = True
+
+
+def _log_tail_f64(h: _Fn, f: ir.Value, k: ir.Value) -> ir.Value:
+    """k*ln2 + log1p(f) for float32 f, k, computed in float64 and rounded once."""
+    b = h.b
+    d = _Fn.__new__(_Fn)
+    d.m, d.ft, d.it, d.sfx, d.b = h.m, _F64, _I64, "f64", b
+    fd = b.fpext(f, _F64)
+    s = b.fdiv(fd, b.fadd(d.c(2.0), fd))
+    z = b.fmul(s, s)
+    r = b.fmul(z, d.horner(z, LOG_F64[:5]))  # 2^-45: plenty for a float32 result
+    lg = d.fma(s, r, b.fadd(s, s))  # 2*atanh(s) = 2s + s*R
+    res = d.fma(b.sitofp(k, _F64), d.c(math.log(2.0)), lg)
+    return b.fptrunc(res, _F32)
+
+
+def _log_tail(h: _Fn, f: ir.Value, k: ir.Value) -> ir.Value:
+    """k*ln2 + log1p(f) in the working precision (FreeBSD-style: faithful)."""
+    b, f32 = h.b, h.ft == _F32
     s = b.fdiv(f, b.fadd(h.c(2.0), f))
     z = b.fmul(s, s)
     r = b.fmul(z, h.horner(z, LOG_F32 if f32 else LOG_F64))
@@ -240,12 +274,7 @@ def _log_body(h: _Fn, x: ir.Value) -> ir.Value:
     else:
         ln2_hi, ln2_lo = 6.93147180369123816490e-01, 1.90821492927058770002e-10
     t = h.fma(s, b.fadd(hfsq, r), b.fmul(dk, h.c(ln2_lo)))
-    res = b.fsub(b.fmul(dk, h.c(ln2_hi)), b.fsub(b.fsub(hfsq, t), f))
-    inf = h.c(math.inf)
-    res = h.sel(h.fcmp("==", x, inf), inf, res)
-    res = h.sel(h.fcmp("==", x, h.c(0.0)), h.c(-math.inf), res)
-    bad = b.fcmp_unordered("<", x, h.c(0.0))  # x < 0 or nan
-    return h.sel(bad, h.c(math.nan), res)
+    return b.fsub(b.fmul(dk, h.c(ln2_hi)), b.fsub(b.fsub(hfsq, t), f))
 
 
 # ============================================================================ part 2: composites
@@ -293,8 +322,11 @@ class _Seq:
     """Emits one composite: SSA-style helpers over recycled scratch buffers.
 
     Every helper allocates its destination from per-dtype free lists (`done` returns buffers),
-    so a sequence of 40 instructions needs about ten chunk-sized buffers. Constant operands
-    (vfma addends, tables) are filled once, before the strip-mining loop, into `pre`.
+    so a sequence of 40 instructions needs about ten chunk-sized buffers. Gather tables are
+    filled before the strip-mining loop (`pre`), one vector_dup of n=1 per entry. There are no
+    other constant buffers: coefficients are scalar operands (vmuls/vadds), constant 1.0 comes
+    from converting a mask, so no chunk-wide vector_dup can collide with a table of another
+    composite in a recycled tile when a template hoists invariant vector_dups.
     """
 
     def __init__(self, b: isa.Builder, chunk: int, cap: int):
@@ -304,8 +336,8 @@ class _Seq:
         self.pre: list = []
         self.body: list = []
         self.free: dict[str, list[isa.Ref]] = {}
-        # Constant operands live in chunk-sized slots packed into buffers of at most `cap`
-        # elements, so a template's tile pool can serve them like any other scratch tile.
+        # Tables live in chunk-sized slots packed into buffers of at most `cap` elements, so a
+        # template's tile pool can serve them like any other scratch tile.
         self.per_buf = max(1, cap // chunk)
         self.slots: dict[tuple, isa.Ref] = {}
         self.counts: dict[str, int] = {}
@@ -334,13 +366,6 @@ class _Seq:
         ref = self.cbufs[dt] + j * self.chunk
         self.slots[key] = ref
         return ref, True
-
-    def const(self, dt: str, v: float) -> isa.Ref:
-        """A chunk of `v` (filled once per call, before the strip-mining loop)."""
-        r, new = self._slot(dt, (dt, struct.pack("d", float(v))))
-        if new:
-            self.pre.append(isa.VDup(r, v, self.chunk))
-        return r
 
     def table(self, dt: str, values: tuple) -> isa.Ref:
         """A gather table (len(values) <= chunk) in one constant slot."""
@@ -410,18 +435,6 @@ class _Seq:
             self.bin("vmul", p, z, out=p)
             self.sc("vadds", p, co, out=p)
         return p
-
-    def horner_fma(self, z: isa.Ref, coeffs: tuple, out=None) -> isa.Ref:
-        """The same with one vfma per step (constant-slot addends): fewer bytes moved per
-        element than vmul + vadds, and one rounding per step."""
-        dt = z.buf.dtype
-        p = self.fma(z, self.const(dt, coeffs[-1]), self.const(dt, coeffs[-2]), out=out)
-        for co in reversed(coeffs[:-2]):
-            self.fma(p, z, self.const(dt, co), out=p)
-        return p
-
-
-_ITEMSIZE = {"bool": 1, "int32": 4, "float16": 2, "float32": 4, "float64": 8}
 
 
 def _check_srcs(op: str, srcs: tuple) -> None:
@@ -541,9 +554,9 @@ def _odd(s: _Seq, q: isa.Ref) -> isa.Ref:
 
 
 def _sinpi(s: _Seq, v: isa.Ref, out=None) -> isa.Ref:
-    """sin(pi*v) for |v| <= 1/2 in float64 with float32 accuracy: v * P(v^2), fma Horner."""
+    """sin(pi*v) for |v| <= 1/2 in float64 with float32 accuracy: v * P(v^2)."""
     z = s.bin("vmul", v, v)
-    p = s.horner_fma(z, SINPI5)
+    p = s.horner(z, SINPI5)
     s.done(z)
     return s.bin("vmul", v, p, out=p if out is None else out)
 
@@ -641,10 +654,7 @@ def _op_tanh(s: _Seq, dst: isa.Ref, srcs: tuple, dt: str) -> None:
     x = srcs[0]
     ax = s.un("vabs", x)
     z = s.bin("vmul", x, x)
-    if dt == "float64":  # 14 terms: vmul/vadds pairs, no constant slots
-        p = s.horner(z, TANH_F64)
-    else:
-        p = s.horner_fma(z, TANH_F32)
+    p = s.horner(z, TANH_F64 if dt == "float64" else TANH_F32)
     s.bin("vmul", z, x, out=z)
     small = s.fma(z, p, x, out=p)  # x + x^3 P
     s.done(z)
@@ -654,8 +664,8 @@ def _op_tanh(s: _Seq, dst: isa.Ref, srcs: tuple, dt: str) -> None:
     e = s.sc("vmuls", ax, 2.0)
     s.un("vexp", e, out=e)
     s.sc("vadds", e, 1.0, out=e)
-    big = s.bin("vdiv", s.const(dt, 2.0), e, out=e)
-    s.sc("vmuls", big, -1.0, out=big)
+    big = s.un("vrec", e, out=e)  # 2/(e+1) = 2 * (1/(e+1)) exactly
+    s.sc("vmuls", big, -2.0, out=big)
     s.sc("vadds", big, 1.0, out=big)
     nbig = s.un("vneg", big)
     neg = s.cmps("lt", x, 0.0)  # -0.0 takes the polynomial branch
@@ -675,9 +685,10 @@ def _op_sigmoid(s: _Seq, dst: isa.Ref, srcs: tuple, dt: str) -> None:
     s.un("vneg", e, out=e)
     s.un("vexp", e, out=e)
     d = s.sc("vadds", e, 1.0)
-    neg = s.cmps("lt", x, 0.0)
-    num = s.sel(neg, e, s.const(dt, 1.0), out=e)
-    s.done(neg)
+    pos = s.cmps("ge", x, 0.0)
+    one = s.conv(pos, dt)  # 1.0 exactly where it is selected
+    num = s.sel(pos, one, e, out=e)
+    s.done(pos, one)
     s.bin("vdiv", num, d, out=dst)
     s.done(num, d)
 
@@ -731,7 +742,9 @@ def _op_pow(s: _Seq, dst: isa.Ref, srcs: tuple, dt: str) -> None:
     s.bin("vand", m, m2, out=m)
     s.un("vnot", yint, out=yint)
     s.bin("vand", m, yint, out=m)
-    s.sel(m, s.const("float64", math.nan), res, out=res)
+    t = s.un("vsqrt", ad)  # nan exactly on those lanes (a < 0)
+    s.sel(m, t, res, out=res)
+    s.done(t)
     # b == 0 or a == 1 -> 1;  a == -1 and |b| == inf -> 1
     s.cmps("eq", ad, -1.0, out=m)
     t = s.un("vabs", bd)
@@ -743,7 +756,7 @@ def _op_pow(s: _Seq, dst: isa.Ref, srcs: tuple, dt: str) -> None:
     s.cmps("eq", bd, 0.0, out=m2)
     s.bin("vor", m, m2, out=m)
     s.done(m2, yint)
-    one = s.const("float64", 1.0)
+    one = s.conv(m, "float64")  # 1.0 exactly where it is selected
     if wide:
         s.sel(m, one, res, out=res)
         s.conv(res, dst.buf.dtype, out=dst)
@@ -751,7 +764,7 @@ def _op_pow(s: _Seq, dst: isa.Ref, srcs: tuple, dt: str) -> None:
     else:
         s.sel(m, one, res, out=dst)
         s.done(res)
-    s.done(m)
+    s.done(m, one)
 
 
 # ---------------------------------------------------------------------------- floor_divide, mod
@@ -766,7 +779,7 @@ def _fmod_abs(s: _Seq, A: isa.Ref, B: isa.Ref, steps: int) -> isa.Ref:
     of the two ulps and smaller than 3*B*2^50j), and the last round is corrected both ways.
     B = inf gives A; B = 0 or A = inf give nan, like C fmod.
     """
-    iB = s.bin("vdiv", s.const("float64", 1.0), B)
+    iB = s.un("vrec", B)
     r = s.un("vcopy", A)
     q = s.tmp("float64")
     nb = s.tmp("float64")
@@ -819,9 +832,10 @@ def _divmod32(s: _Seq, dst: isa.Ref, srcs: tuple, want: str) -> None:
     if want == "mod":
         s.bin("vadd", mod, bb, out=nmod)
         s.sel(adj, nmod, mod, out=mod)
-        zero = s.sel(bneg, s.const("float32", -0.0), s.const("float32", 0.0), out=nmod)
+        s.done(nmod)
+        zero = _signed_zero(s, bb)  # copysign(0, b)
         s.sel(modnz, mod, zero, out=dst)
-        s.done(mod, nmod, modnz, bneg, adj)
+        s.done(mod, zero, modnz, bneg, adj)
         return
     div = s.bin("vsub", a, mod, out=mod)
     s.bin("vdiv", div, bb, out=div)
@@ -834,12 +848,8 @@ def _divmod32(s: _Seq, dst: isa.Ref, srcs: tuple, want: str) -> None:
     s.sel(big, m, fl, out=fl)
     q = s.bin("vdiv", a, bb, out=m)  # a/b: zero sign, b == 0 and huge quotients
     z = s.cmps("ne", div, 0.0, out=big)
-    zero = div
-    # copysign(0, a/b): the sign bit of q (a/b == -0.0 included)
-    qb = s.conv(q, "int32", "bits")
-    s.cmps("lt", qb, 0, out=modnz)
-    s.done(qb)
-    s.sel(modnz, s.const("float32", -0.0), s.const("float32", 0.0), out=zero)
+    s.done(div)
+    zero = _signed_zero(s, q)  # copysign(0, a/b), a/b == -0.0 included
     s.sel(z, fl, zero, out=fl)
     s.done(zero)
     # b == 0 -> a/b; |a/b| >= 2^25 -> a/b (numpy's result there, independent of mod)
@@ -853,6 +863,16 @@ def _divmod32(s: _Seq, dst: isa.Ref, srcs: tuple, want: str) -> None:
     s.bin("vor", z, modnz, out=z)
     s.sel(z, q, fl, out=dst)
     s.done(fl, q, z, modnz, bneg)
+
+
+def _signed_zero(s: _Seq, x: isa.Ref) -> isa.Ref:
+    """copysign(0.0, x) for float32 x from its sign bit (no constant buffer needed)."""
+    t = s.conv(x, "int32", "bits")
+    s.sc("vshr", t, 31, out=t)  # 0 or -1
+    s.sc("vshl", t, 31, out=t)  # 0 or the sign bit
+    z = s.conv(t, "float32", "bits")
+    s.done(t)
+    return z
 
 
 def _op_floor_divide(s, dst, srcs, dt):

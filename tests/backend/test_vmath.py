@@ -290,7 +290,28 @@ def test_sequences_are_native_instructions_only():
                isa.VCmpS, isa.VSel, isa.VDup, isa.VGather, isa.Loop}  # fmt: skip
     assert kinds <= allowed
     # the common path of sin stays short: about 30 vector instructions per chunk
-    assert vmath.composite_instructions("sin") <= 34
+    assert vmath.composite_instructions("sin") <= 36
+    # no chunk-wide constant fills (only n=1 table entries) that a hoister could mix up
+    assert all(i.n == 1 for i, _ in isa.walk(b.body) if isinstance(i, isa.VDup))
+
+
+def test_two_composites_in_one_tiny_kernel():
+    """sin(sin(x)) on 24 elements: tables of two composites share recycled tiles (a template
+    hoisting invariant vector_dups must not mix them up)."""
+    parts = _compile_path()
+    if parts is None:
+        pytest.skip("compile path not available")
+    compile_kernel, ElementwiseKernel, SOp, contiguous_view = parts
+    f = "float32"
+    v = contiguous_view(f, (4, 6))
+    expr = (SOp("load", f, (), 0), SOp("sin", f, (0,)), SOp("tan", f, (1,)), SOp("sin", f, (2,)))
+    kir = ElementwiseKernel((4, 6), (v,), (v,), expr, (3,))
+    x = RNG.uniform(-3, 3, (4, 6)).astype(f)
+    for backend in ("interp", "llvm"):
+        for spec in ("ascend910", "ascend910b"):
+            y = np.empty_like(x)
+            compile_kernel(kir, spec, backend=backend)(x, y)
+            np.testing.assert_allclose(y, np.sin(np.tan(np.sin(x))), rtol=1e-5, atol=1e-6)
 
 
 def test_unsupported_raise_not_implemented():
