@@ -14,6 +14,7 @@ The matmul template belongs to the Cube work and is imported lazily.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import importlib
 import os
 import threading
@@ -122,7 +123,7 @@ class CompiledKernel:
         k = object.__new__(CompiledKernel)
         k.__dict__.update(self.__dict__)
         k.name = name
-        k.program = isa.Program(name, *_program_fields(self.program))
+        k.program = dataclasses.replace(self.program, name=name)
         return k
 
     # ----------------------------------------------------------------- running
@@ -187,10 +188,6 @@ class CompiledKernel:
 
     def __repr__(self) -> str:
         return f"<CompiledKernel {self.name} {self.ir.kind} blocks={self.blocks} {self.backend}>"
-
-
-def _program_fields(p: isa.Program) -> tuple:
-    return (p.args, p.buffers, p.body, p.blocks, p.device_blocks, p.unit)
 
 
 def build_program(ir, spec, name: str) -> isa.Program:
