@@ -1,0 +1,111 @@
+"""Write a `VGraph` as Graphviz DOT text (no Graphviz needed to produce it).
+
+Every node, edge and cluster gets an explicit `id` (prefixed, so several pictures can live in one
+HTML page) that Graphviz copies into the SVG, which is how the report's script finds them.
+Pictures above `LARGE` nodes drop edge labels into tooltips and ask `dot` for its cheap
+settings: edge labels become virtual nodes in dot's layout and dominate its run time.
+"""
+
+from __future__ import annotations
+
+from .model import VEdge, VGraph, VNode
+from .style import EDGE_ATTRS, ROLE_ATTRS, unit_border, unit_color
+
+LARGE = 150  # nodes: above this, no edge labels and the fast layout settings
+FONT = "Helvetica"
+
+# graph attributes that make dot fast on big graphs (fewer network-simplex and mincross passes)
+FAST_LAYOUT = {"nslimit": "2", "nslimit1": "2", "mclimit": "0.3", "remincross": "false",
+               "searchsize": "10"}  # fmt: skip
+
+
+def quote(s: object) -> str:
+    """A DOT double-quoted string; newlines become DOT's centered line breaks."""
+    text = str(s).replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + text.replace("\r", "").replace("\n", "\\n") + '"'
+
+
+def _attrs(d: dict[str, object]) -> str:
+    return "[" + ", ".join(f"{k}={quote(v)}" for k, v in d.items() if v is not None) + "]"
+
+
+def node_attrs(n: VNode, prefix: str) -> dict[str, object]:
+    a: dict[str, object] = dict(ROLE_ATTRS.get(n.role, ROLE_ATTRS["op"]))
+    a["label"] = "\n".join(n.lines)
+    tip = n.tooltip
+    if n.notes:
+        tip += "\n" + "\n".join(n.notes)
+    a["tooltip"] = tip
+    a["id"] = prefix + n.id
+    if n.role in ("op", "kernel") and n.cluster is not None:
+        a["color"] = "#333333"
+    if n.notes and any(x.startswith(("refuse", "materialize", "split")) for x in n.notes):
+        a["color"] = EDGE_ATTRS["refused"]["color"]
+        a["penwidth"] = "2"
+    return a
+
+
+def edge_attrs(e: VEdge, prefix: str, i: int, labels: bool) -> dict[str, object]:
+    a: dict[str, object] = dict(EDGE_ATTRS.get(e.kind, EDGE_ATTRS["internal"]))
+    if e.kind == "refused" and e.nbytes:
+        a["penwidth"] = EDGE_ATTRS["buffer"]["penwidth"]  # a materialized buffer stays heavy
+    if labels:
+        a["label"] = e.label
+    a["tooltip"] = e.tooltip or e.label
+    if e.kind in ("refused", "recompute"):
+        a["labeltooltip"] = a["tooltip"]
+        a["fontcolor"] = a["color"]
+    if not e.constraint:
+        a["constraint"] = "false"
+    a["id"] = f"{prefix}e{i}"
+    return a
+
+
+def to_dot(vg: VGraph, prefix: str = "", title: str | None = None,
+           labels: bool | None = None) -> str:  # fmt: skip
+    """DOT source for `vg`. `prefix` goes in front of every id; `labels` forces edge labels on or
+    off (default: on for pictures up to `LARGE` nodes)."""
+    large = len(vg.nodes) > LARGE
+    if labels is None:
+        labels = not large
+    out: list[str] = []
+    w = out.append
+    w("digraph lazymath {")
+    gattrs: dict[str, object] = {
+        "rankdir": "TB", "fontname": FONT, "fontsize": "11", "newrank": "true",
+        "nodesep": "0.25", "ranksep": "0.35", "id": prefix + "graph",
+        "tooltip": title or f"lazymath {vg.stage} graph",
+    }  # fmt: skip
+    if title:
+        gattrs["label"] = title
+        gattrs["labelloc"] = "t"
+    if large:
+        gattrs.update(FAST_LAYOUT)
+    w("  graph " + _attrs(gattrs) + ";")
+    w("  node " + _attrs({"fontname": FONT, "fontsize": "10", "margin": "0.08,0.04",
+                          "height": "0.35"}) + ";")  # fmt: skip
+    w("  edge " + _attrs({"fontname": FONT, "fontsize": "8", "arrowsize": "0.6"}) + ";")
+    by_cluster: dict[int | None, list[VNode]] = {}
+    for n in vg.nodes.values():
+        by_cluster.setdefault(n.cluster, []).append(n)
+    for ci, c in vg.clusters.items():
+        members = by_cluster.get(ci)
+        if not members:
+            continue
+        w(f"  subgraph cluster_k{ci} {{")
+        w("    graph " + _attrs({
+            "label": c.title, "tooltip": c.tooltip, "style": "filled,rounded",
+            "fillcolor": unit_color(c.unit), "color": unit_border(c.unit), "penwidth": "1.5",
+            "labeljust": "l",
+            "fontname": FONT, "fontsize": "11", "id": f"{prefix}cluster_k{ci}",
+        }) + ";")  # fmt: skip
+        for n in members:
+            w(f"    {quote(n.id)} {_attrs(node_attrs(n, prefix))};")
+        w("  }")
+    for n in by_cluster.get(None, []):
+        w(f"  {quote(n.id)} {_attrs(node_attrs(n, prefix))};")
+    for i, e in enumerate(vg.edges):
+        if e.src in vg.nodes and e.dst in vg.nodes:
+            w(f"  {quote(e.src)} -> {quote(e.dst)} {_attrs(edge_attrs(e, prefix, i, labels))};")
+    w("}")
+    return "\n".join(out) + "\n"
