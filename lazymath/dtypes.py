@@ -67,6 +67,6 @@ def default_float_for(d: np.dtype) -> np.dtype:
     """dtype numpy uses for float math on `d` (true division, sqrt, mean)."""
     if d.kind in "fc":
         return d
-    if d in (bool_, int8):
-        return float16 if d == int8 else float16
+    if d in (bool_, int8):  # numpy picks the smallest float that holds every value
+        return float16
     return float64

@@ -324,3 +324,11 @@ def test_repr_shows_shape_dtype_state(backend):
     assert "(2, 3)" in r and "float16" in r and "lazy" in r
     t.realize()
     assert "realized" in repr(t)
+
+
+def test_default_float_follows_numpy():
+    """The float dtype numpy computes sqrt/true division in, for every supported input."""
+    for d in dt.SUPPORTED:
+        assert dt.default_float_for(d) == np.sqrt(np.zeros(1, d)).dtype, d
+    assert dt.is_float(lm.float16) and dt.is_int(lm.int8) and dt.is_complex(lm.complex64)
+    assert not dt.is_int(lm.bool_) and not dt.is_float(lm.int32)
