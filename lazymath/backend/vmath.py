@@ -329,19 +329,13 @@ class _Seq:
     composite in a recycled tile when a template hoists invariant vector_dups.
     """
 
-    def __init__(self, b: isa.Builder, chunk: int, cap: int):
+    def __init__(self, b: isa.Builder, chunk: int):
         self.b = b
         self.chunk = chunk
         self.n: isa.IntExpr = chunk
         self.pre: list = []
         self.body: list = []
         self.free: dict[str, list[isa.Ref]] = {}
-        # Tables live in chunk-sized slots packed into buffers of at most `cap` elements, so a
-        # template's tile pool can serve them like any other scratch tile.
-        self.per_buf = max(1, cap // chunk)
-        self.slots: dict[tuple, isa.Ref] = {}
-        self.counts: dict[str, int] = {}
-        self.cbufs: dict[str, isa.Ref] = {}
 
     # ---- buffers
     def tmp(self, dt: str) -> isa.Ref:
@@ -354,28 +348,15 @@ class _Seq:
         for r in refs:
             self.free.setdefault(r.buf.dtype, []).append(r)
 
-    def _slot(self, dt: str, key) -> tuple[isa.Ref, bool]:
-        """(ref, new?) for constant `key`: the next free slot of the dtype's constant buffers."""
-        if key in self.slots:
-            return self.slots[key], False
-        k = self.counts.get(dt, 0)
-        self.counts[dt] = k + 1
-        j = k % self.per_buf
-        if j == 0:
-            self.cbufs[dt] = self.b.scratch(dt, self.per_buf * self.chunk)
-        ref = self.cbufs[dt] + j * self.chunk
-        self.slots[key] = ref
-        return ref, True
-
     def table(self, dt: str, values: tuple) -> isa.Ref:
-        """A gather table (len(values) <= chunk) in one constant slot."""
-        if len(values) > self.chunk:  # tiny tiles: a small buffer of its own, uniquely named
-            r, new = self.b.scratch(dt, len(values), prefix=f"vmtab{next(_UID)}_"), True
+        """A gather table: one chunk-sized scratch buffer (a small uniquely named one when the
+        chunk is shorter than the table), filled entry by entry before the chunk loop."""
+        if len(values) > self.chunk:  # tiny tiles: outside the template's pool
+            r = self.b.scratch(dt, len(values), prefix=f"vmtab{next(_UID)}_")
         else:
-            r, new = self._slot(dt, (dt, "table", values))
-        if new:
-            for i, v in enumerate(values):
-                self.pre.append(isa.VDup(r + i, v, 1))
+            r = self.b.scratch(dt, self.chunk)
+        for i, v in enumerate(values):
+            self.pre.append(isa.VDup(r + i, v, 1))
         return r
 
     # ---- instructions (each returns a fresh buffer unless `out` is given)
@@ -471,7 +452,7 @@ def emit_composite(
     if not cap:
         raise ValueError("vmath.emit_composite needs cap (static bound of n) or b.tile")
     chunk = min(int(cap), CHUNK)
-    s = _Seq(b, chunk, int(cap))
+    s = _Seq(b, chunk)
     if chunk >= cap:  # one chunk: no loop
         s.n = n
         _emit_chunk(s, op, dst, srcs, dtype)
@@ -498,7 +479,7 @@ def composite_scratch_bytes(op: str, dtype: str, cap: int) -> int:
 def composite_instructions(op: str, dtype: str = "float32") -> int:
     """Vector instructions per chunk of `op` (the constant set-up before the loop excluded)."""
     chunk = CHUNK
-    s = _Seq(isa.Builder(tile=chunk), chunk, chunk)
+    s = _Seq(isa.Builder(tile=chunk), chunk)
     src = isa.Ref(isa.Buffer("x", "UB", dtype, chunk))
     _emit_chunk(s, op, src, (src,) * _ARITY.get(op, 1), dtype)
     return len(s.body)
