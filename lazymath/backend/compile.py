@@ -146,6 +146,20 @@ class CompiledKernel:
             )
         return argv
 
+    def argv_from_addresses(self, addresses) -> ctypes.Array:
+        """Like make_argv from cached raw base addresses (ints, kernel_args order); native
+        backend only. Saves the ~2.5 us per `arr.ctypes.data` of a replayed launch."""
+        if self.backend != "llvm":
+            raise ValueError("argv_from_addresses needs the llvm backend (interp reads arrays)")
+        ptrs = list(addresses)
+        ws = None
+        if self.program.workspace:
+            ws = np.zeros(self.program.workspace, np.uint8)
+            ptrs.append(ws.ctypes.data)
+        argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        argv._lm_ws = ws
+        return argv
+
     def run_block(self, argv, block_idx: int, block_num: int) -> None:
         """Run one block (the runtime's launch primitive; releases the GIL on llvm)."""
         if self._cfunc is not None:

@@ -45,9 +45,13 @@ def build(ir: ReduceKernel, spec, name: str) -> isa.Program:
     return _plan(ir, spec, name)[0].check(spec)
 
 
-def internal_acc_dtype(ir: ReduceKernel) -> str:
+def internal_acc_dtype(ir: ReduceKernel, mode: str = "inner") -> str:
+    """float16 accumulates in float32; float32 in float64 along a contiguous reduced axis
+    ("inner": numpy sums those pairwise, a wider accumulator keeps us at least as accurate);
+    across rows ("outer") numpy accumulates in float32 row by row, and so do we."""
     if ir.op in ("sum", "prod"):
-        return {"float16": "float32", "float32": "float64"}.get(ir.acc_dtype, ir.acc_dtype)
+        wide = {"float16": "float32", "float32": "float64" if mode == "inner" else "float32"}
+        return wide.get(ir.acc_dtype, ir.acc_dtype)
     if ir.op in ("argmax", "argmin"):
         return ir.prologue[ir.prologue_result].dtype
     return ir.acc_dtype
@@ -180,16 +184,21 @@ def _choose_mode(ir, kshape, in_kstr, rstr, out_size) -> str:
     return "inner" if sr <= sk else "outer"
 
 
+ROW_MIN = 256  # a reduced (inner) or kept (outer) run this long gets one row per step
+
+
 def _geometry(mode: str, kshape, rshape, tile: int) -> dict:
     ki, ri = kshape[-1], rshape[-1]
     if mode == "inner":
         cols_t = max(1, min(ri, tile))
-        rows_t = max(1, min(ki, tile // cols_t)) if cols_t == ri else 1
+        one = ri >= ROW_MIN or cols_t < ri
+        rows_t = 1 if one else max(1, min(ki, tile // cols_t))
         n_kch, n_rch = C.ceil_div(ki, rows_t), C.ceil_div(ri, cols_t) if ri else 0
         k_t = rows_t
     else:
         cols_t = max(1, min(ki, tile))
-        rows_t = max(1, min(ri, tile // cols_t)) if ri else 1
+        one = ki >= ROW_MIN or cols_t < ki or not ri
+        rows_t = 1 if one else max(1, min(ri, tile // cols_t))
         n_kch, n_rch = C.ceil_div(ki, cols_t), C.ceil_div(ri, rows_t) if ri else 0
         k_t = cols_t
     k_outer, r_outer = kshape[:-1], rshape[:-1]
@@ -224,7 +233,7 @@ class _Emitter:
             buf = isa.Buffer(f"out{j}_tile", "UB", v.dtype, tile)
             self.queues.append(buf)
             self.dests[j] = isa.Ref(buf, 0)
-        self.acc_dt = internal_acc_dtype(ir)
+        self.acc_dt = internal_acc_dtype(ir, mode)
         self.acc = isa.Ref(isa.Buffer("acc", "UB", self.acc_dt, tile), 0)
         self.extra = [self.acc.buf]
         self.arg = ir.op in ("argmax", "argmin")
@@ -273,11 +282,12 @@ class _Emitter:
         ir, b = self.ir, self.b
         acc_ref = self.acc if not self.arg else self.acc_idx
         acc_dt = self.acc_dt if not self.arg else "int64"
+        self.epi_n = isa.Var("epi_n")  # the item's valid outputs, bound in _finish
         if acc_dt != ir.acc_dtype:
             conv = self.pool.get(ir.acc_dtype)
-            b.emit(isa.VConv(conv, acc_ref, self.tile, "trunc"))
+            b.emit(isa.VConv(conv, acc_ref, self.epi_n, "trunc"))
             acc_ref = conv
-        em = C.ExprEmitter(b, self.pool, self.tile)
+        em = C.ExprEmitter(b, self.pool, self.epi_n)
         em.emit(ir.epilogue, ir.results, self.epi_loads, acc_ref, self.dests)
         self.epi_hoisted = em.hoisted
         body = list(b.body)
@@ -364,11 +374,11 @@ class _Emitter:
         r_t = geo["cols_t"] if inner else geo["rows_t"]
         r0 = isa.mul(rc, r_t)
         r_cnt = _count(geo["Ri"], r_t, rc) if geo["Ri"] else 0
-        one_row = inner and geo["rows_t"] == 1
+        one_row = geo["rows_t"] == 1  # a 1-D run: copy, prologue and fold fuse into one loop
         if inner:
             pro_n = r_cnt if one_row else isa.mul(k_cnt, r_cnt)
         else:
-            pro_n = isa.mul(r_cnt, geo["cols_t"])
+            pro_n = k_cnt if one_row else isa.mul(r_cnt, geo["cols_t"])
         step = [isa.Let(pp, isa.mod(st, 2)), isa.Let(self.pro_n, pro_n),
                 isa.WaitFlag("V", "MTE2", pp)]  # fmt: skip
         for k in self.used:
@@ -378,8 +388,8 @@ class _Emitter:
             off = isa.add(off, isa.mul(k0, ks[-1]))
             off = C.dot(r_idx, rs[:-1], off)
             off = isa.add(off, isa.mul(r0, rs[-1]))
-            if one_row:  # a run of the reduced axis
-                counts, strides, pitch = (self.pro_n,), (rs[-1],), None
+            if one_row:  # a run of the reduced axis (inner) or of the kept axis (outer)
+                counts, strides, pitch = (self.pro_n,), ((rs if inner else ks)[-1],), None
             elif inner:  # rows of K x cols of R, dense (cols == Ri whenever rows > 1)
                 counts, strides, pitch = (k_cnt, r_cnt), (ks[-1], rs[-1]), None
             else:  # rows of R x cols of K, row pitch = the tile's column count
@@ -387,7 +397,7 @@ class _Emitter:
             step.append(isa.CopyIn(self.loads[k], isa.Ref(args[k], off), counts, strides, pitch))
         step += [isa.SetFlag("MTE2", "V", pp), isa.WaitFlag("MTE2", "V", pp)]
         step += self.pro_body
-        step += self._fold(geo, self.pro_n if one_row else r_cnt, k_cnt, r_idx, r0, r)
+        step += self._fold(geo, self.pro_n if (one_row and inner) else r_cnt, k_cnt, r_idx, r0, r)
         step.append(isa.SetFlag("V", "MTE2", pp))
         return isa.Loop(st, start, stop, 1, tuple(step))
 
@@ -409,7 +419,7 @@ class _Emitter:
             out.append(isa.CopyIn(self.epi_loads[k], isa.Ref(args[n_in + k], off), (k_cnt,),
                                   (s[-1],)))  # fmt: skip
         out += [isa.SetFlag("MTE2", "V", 2), isa.WaitFlag("MTE2", "V", 2),
-                isa.WaitFlag("MTE3", "V", 2)]  # fmt: skip
+                isa.WaitFlag("MTE3", "V", 2), isa.Let(self.epi_n, k_cnt)]  # fmt: skip
         out += self.epi_body
         out += [isa.SetFlag("V", "MTE2", 2), isa.SetFlag("V", "MTE3", 2),
                 isa.WaitFlag("V", "MTE3", 2)]  # fmt: skip
@@ -423,9 +433,10 @@ class _Emitter:
 
     def _init_acc(self) -> list:
         ir = self.ir
-        out = [isa.VDup(self.acc, identity(ir.op, self.acc_dt), self.tile)]
+        k_t = self.geo["k_t"]
+        out = [isa.VDup(self.acc, identity(ir.op, self.acc_dt), k_t)]
         if self.arg:
-            out.append(isa.VDup(self.acc_idx, 0, self.tile))
+            out.append(isa.VDup(self.acc_idx, 0, k_t))
         return out
 
     def _fold(self, geo, r_cnt, k_cnt, r_idx, r0, r) -> list:
@@ -447,9 +458,18 @@ class _Emitter:
             return out
         # outer: every reduced row of the tile is one vector op into the accumulator tile
         cols_t = geo["cols_t"]
+        n = self.pro_n if geo["rows_t"] == 1 else tile
         if not self.arg and self.pro_dt != self.acc_dt:
-            out.append(isa.VConv(self.conv, val, tile, "trunc"))
+            out.append(isa.VConv(self.conv, val, n, "trunc"))
             val = self.conv
+        if geo["rows_t"] == 1:  # one row per step: straight-line, fuses with the copy
+            if not self.arg:
+                out.append(isa.VBinary(_VBIN[ir.op], self.acc, self.acc, val, n))
+            else:
+                base = isa.add(isa.mul(_flat(r_idx, geo["r_outer"]), geo["Ri"]), r0)
+                out.append(isa.VDup(self.cur_idx, base, n))
+                out += self._arg_update(val, n)
+            return out
         row = isa.Ref(val.buf, isa.add(val.off, isa.mul(r, cols_t)))
         if not self.arg:
             body = (isa.VBinary(_VBIN[ir.op], self.acc, self.acc, row, cols_t),)
