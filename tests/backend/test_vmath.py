@@ -98,7 +98,7 @@ def test_accuracy_table_float32(capsys):
         for name, vs_np, vs_cr, count in rows:
             print(f"  {name:8s}  {vs_np:8d}  {vs_cr:5d}  {count}")
     for name, vs_np, vs_cr, _ in rows:
-        assert vs_np <= 4, name
+        assert vs_np <= (3 if name in ("exp", "log") else 4), name
         assert vs_cr <= (2 if name == "sigmoid" else 1), name
 
 
