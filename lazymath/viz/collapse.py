@@ -21,22 +21,31 @@ from .model import VEdge, VGraph, VNode
 CHAIN_MIN = 5  # shortest chain that collapses
 MAX_NODES = 400  # above this, collapse more aggressively (dot slows down past a few hundred)
 _FOLDABLE = frozenset({"op", "chain", "region"})
+_BY_LINE = frozenset({"kernel", "input", "const", "op", "chain", "region", "group", "output"})
 
 
 def collapse(vg: VGraph, chain_min: int = CHAIN_MIN, max_nodes: int = MAX_NODES) -> VGraph:
     """A smaller picture of `vg` (or `vg` itself when nothing needs folding)."""
     if chain_min and chain_min > 1:
         vg = merge(vg, chains(vg, chain_min), _chain_node)
-    if len(vg.nodes) > max_nodes:
-        vg = merge(vg, regions(vg), _region_node)
-    if len(vg.nodes) > max_nodes:
-        if vg.clusters:
-            vg = merge(vg, by_cluster(vg), _kernel_node)
-        else:
-            vg = merge(vg, by_line(vg, roles=_FOLDABLE), _line_node)
-    if len(vg.nodes) > max_nodes:
-        vg = merge(vg, by_line(vg, roles=frozenset(("kernel", "input", "const", "op", "chain",
-                                                    "region", "group"))), _line_node)  # fmt: skip
+    steps = [
+        ("connected elementwise ops of a kernel", lambda g: merge(g, regions(g), _region_node))
+    ]
+    if vg.clusters:
+        steps.append(("each kernel", lambda g: merge(g, by_cluster(g), _kernel_node)))
+    else:
+        steps.append(("ops created on the same source line",
+                      lambda g: merge(g, by_line(g, roles=_FOLDABLE), _line_node)))  # fmt: skip
+    steps.append(("nodes of one kind created on the same source line",
+                  lambda g: merge(g, by_line(g, roles=_BY_LINE), _line_node)))  # fmt: skip
+    for what, step in steps:
+        if len(vg.nodes) <= max_nodes:
+            break
+        before = len(vg.nodes)
+        vg = step(vg)
+        if len(vg.nodes) < before:
+            vg.notes.append(f"{before} nodes are more than {max_nodes}: folded {what} into one "
+                            f"node ({len(vg.nodes)} left)")  # fmt: skip
     return vg
 
 
@@ -137,8 +146,9 @@ def merge(vg: VGraph, groups: list[list[str]],
         return vg
     alias: dict[str, str] = {}
     first: dict[str, VNode] = {}
+    pos = {v: i for i, v in enumerate(vg.nodes)}
     for gi, group in enumerate(groups):
-        members = sorted((vg.nodes[v] for v in group), key=_position(vg))
+        members = [vg.nodes[v] for v in sorted(group, key=pos.__getitem__)]
         node = make(vg, members, gi)
         first[members[0].id] = node
         for m in members:
@@ -164,11 +174,6 @@ def merge(vg: VGraph, groups: list[list[str]],
     folded = sum(len(g) for g in groups)
     out.collapsed = vg.collapsed + folded - len(groups)
     return out
-
-
-def _position(vg: VGraph):
-    pos = {v: i for i, v in enumerate(vg.nodes)}
-    return lambda n: pos[n.id]
 
 
 def _members(nodes: list[VNode]):
@@ -219,9 +224,12 @@ def _kernel_node(vg: VGraph, nodes: list[VNode], gi: int) -> VNode:
 def _line_node(vg: VGraph, nodes: list[VNode], gi: int) -> VNode:
     ms = _members(nodes)
     role = nodes[0].role
-    what = {"input": "inputs", "const": "constants", "kernel": "kernels"}.get(role, "nodes")
-    return VNode(f"line{gi}_{nodes[0].id}", "group",
-                 (f"{len(nodes)} {what}, {len(ms)} ops" if what != "inputs"
-                  else f"{len(nodes)} inputs", _histogram([m.op for m in ms]),
-                  nodes[0].tooltip.rsplit("/", 1)[-1]),
+    what = {"input": "inputs", "const": "constants", "kernel": "kernels",
+            "output": "outputs"}.get(role, "nodes")  # fmt: skip
+    head = f"{len(nodes)} {what}"
+    if what not in ("inputs", "outputs", "constants"):
+        head += f", {len(ms)} ops"
+    where = nodes[0].tooltip.rsplit("/", 1)[-1]
+    return VNode(f"line{gi}_{nodes[0].id}", "output" if role == "output" else "group",
+                 (head, _histogram([m.op for m in ms]), where),
                  nodes[0].tooltip, None, False, ms)  # fmt: skip

@@ -111,9 +111,20 @@ def fmt_shape(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+_DTYPE_NAMES: dict = {}
+
+
+def dtype_name(dt) -> str:
+    """`dt.name`, cached (numpy computes it on every access, ~20 us)."""
+    name = _DTYPE_NAMES.get(dt)
+    if name is None:
+        name = _DTYPE_NAMES[dt] = dt.name
+    return name
+
+
 def fmt_value(n: Node) -> str:
     """'(64, 32) float16': what an edge carries and a node's second label line."""
-    return f"{fmt_shape(n.shape)} {n.dtype.name}"
+    return f"{fmt_shape(n.shape)} {dtype_name(n.dtype)}"
 
 
 def fmt_bytes(n: int) -> str:
