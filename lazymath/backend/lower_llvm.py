@@ -1139,52 +1139,71 @@ def _vreduce(ctx: LowerCtx, i: isa.VReduce) -> None:
     ctx.for_range(0, i.rows, 1, row)
 
 
+ARG_CHUNK = 64  # argmax/argmin: vectorized max of a chunk first, scalar scan only if it wins
+
+
 @register(isa.VArgReduce)
 def _vargreduce(ctx: LowerCtx, i: isa.VArgReduce) -> None:
-    """First-occurrence arg max/min, NaN wins (first NaN), like numpy.argmax/argmin."""
+    """First-occurrence arg max/min, NaN wins (first NaN), like numpy.argmax/argmin.
+
+    Per row: for each 64-element chunk a vectorized (NaN-propagating) max/min; only when the
+    chunk beats the running best is it scanned for its first winning index. The tail is scanned.
+    """
     b = ctx.builder
     sd, vd, idt = i.src.buf.dtype, i.dst_val.buf.dtype, i.dst_idx.buf.dtype
+    if sd != vd:
+        raise NotImplementedError(f"{isa.format_instr(i)}: value dtype must match source")
     sp, vp, ip = ctx.ptr(i.src), ctx.ptr(i.dst_val), ctx.ptr(i.dst_idx)
     n, base = ctx.int(i.n), ctx.int(i.base)
     k = kind(vd)
+    ct = ctx.compute_type(vd)
+    cmp = ">" if i.op == "vargmax" else "<"
+    red_op = "vcmax" if i.op == "vargmax" else "vcmin"
+    with b.goto_entry_block():
+        bv_slot = b.alloca(ct)
+        bj_slot = b.alloca(I64)
+    W = ir.Constant(I64, ARG_CHUNK)
+
+    def better(x, best):
+        if k == "f":
+            nan_wins = b.and_(_isnan(b, x), b.fcmp_ordered("ord", best, best))
+            return b.or_(b.fcmp_ordered(cmp, x, best), nan_wins)
+        return _icmp(b, k, cmp, x, best)
+
+    def scan(first, c0, cnt):
+        def one(j):
+            x = ctx.load(sp, sd, b.add(first, j))
+            best = b.load(bv_slot)
+            win = better(x, best)
+            b.store(b.select(win, x, best), bv_slot)
+            b.store(b.select(win, b.add(base, b.add(c0, j)), b.load(bj_slot)), bj_slot)
+
+        ctx.for_range(0, cnt, 1, one)
 
     def row(r):
         start = b.mul(r, n)
-        v0, j0 = ctx.load(vp, vd, r), ctx.load(ip, idt, r)
-        pre = b.block
-        ctx._nblocks += 1
-        q = ctx._nblocks
-        head = ctx.func.append_basic_block(f"arg{q}")
-        body = ctx.func.append_basic_block(f"argbody{q}")
-        done = ctx.func.append_basic_block(f"argdone{q}")
-        b.branch(head)
-        b.position_at_end(head)
-        c = b.phi(I64)
-        bv = b.phi(v0.type)
-        bj = b.phi(I64)
-        c.add_incoming(ir.Constant(I64, 0), pre)
-        bv.add_incoming(v0, pre)
-        bj.add_incoming(j0 if j0.type == I64 else b.sext(j0, I64), pre)
-        b.cbranch(b.icmp_signed("<", c, n), body, done)
-        b.position_at_end(body)
-        x = ctx.load(sp, sd, b.add(start, c))
-        if sd != vd:
-            raise NotImplementedError(f"{isa.format_instr(i)}: value dtype must match source")
-        cmp = ">" if i.op == "vargmax" else "<"
-        if k == "f":
-            better = b.or_(b.fcmp_ordered(cmp, x, bv),
-                           b.and_(_isnan(b, x), b.fcmp_ordered("ord", bv, bv)))  # fmt: skip
-        else:
-            better = _icmp(b, k, cmp, x, bv)
-        c.add_incoming(b.add(c, ir.Constant(I64, 1)), b.block)
-        bv.add_incoming(b.select(better, x, bv), b.block)
-        bj.add_incoming(b.select(better, b.add(base, c), bj), b.block)
-        b.branch(head)
-        b.position_at_end(done)
-        ctx.store(vp, vd, r, bv)
-        ctx.store(
-            ip, idt, r, bj if ctx.storage_type(idt) == I64 else b.trunc(bj, ctx.storage_type(idt))
-        )
+        b.store(ctx.load(vp, vd, r), bv_slot)
+        j0 = ctx.load(ip, idt, r)
+        b.store(j0 if j0.type == I64 else b.sext(j0, I64), bj_slot)
+        nfull = b.mul(b.sdiv(n, W), W)
+
+        def chunk(c0):
+            first = b.add(start, c0)
+
+            def fold(j, acc):
+                return [_combine(ctx, red_op, vd, acc, ctx.load(sp, sd, b.add(first, j)))]
+
+            (cm,) = ctx._loop(0, W, 1, fold, parallel=True,
+                              carry=[_reduce_identity(ctx, red_op, vd)])  # fmt: skip
+            with b.if_then(better(cm, b.load(bv_slot))):
+                scan(first, c0, W)
+
+        ctx.for_range(0, nfull, ARG_CHUNK, chunk)
+        scan(b.add(start, nfull), nfull, b.sub(n, nfull))
+        ctx.store(vp, vd, r, b.load(bv_slot))
+        bj = b.load(bj_slot)
+        it = ctx.storage_type(idt)
+        ctx.store(ip, idt, r, bj if it == I64 else b.trunc(bj, it))
 
     ctx.for_range(0, i.rows, 1, row)
 
