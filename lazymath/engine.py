@@ -241,7 +241,9 @@ class Program:
 def _argv(ck, arrays, addrs, slot_ids):
     """Native kernels take raw addresses (cached per buffer, no numpy ctypes objects); the
     interpreter, AI CPU and irref kernels take the arrays themselves."""
-    if getattr(ck, "_cfunc", None) is not None and not ck.program.workspace:
+    if getattr(ck, "_cfunc", None) is not None:
+        if ck.program.workspace:
+            return ck.argv_from_addresses([addrs[j] for j in slot_ids])
         return (ctypes.c_void_p * len(slot_ids))(*[addrs[j] for j in slot_ids])
     return ck.make_argv([arrays[j] for j in slot_ids])
 
