@@ -17,6 +17,19 @@ def custom_op(A, B, scale):
     return lm.mul(lm.relu(lm.matmul(A, B)), scale)
 
 
+@pytest.fixture(autouse=True)
+def _default_device():
+    """Pictures, names and streams are asserted for the default preset: switch to it if an
+    earlier test left another one current, and put that one back afterwards."""
+    from lazymath.runtime.api import current_device, set_device
+
+    prev = current_device()
+    if prev.spec.name != SPEC:
+        lm.init_device(0, spec=SPEC)
+    yield
+    set_device(prev)
+
+
 @pytest.fixture
 def custom_op_graph():
     """(out, line) for mul(relu(matmul(A, B)), 0.5) on float16; `line` is the file:line that
