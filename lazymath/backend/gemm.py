@@ -29,9 +29,11 @@ constants) so the same emitters serve the ISA lowering (``lower_cube``) and the 
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+import llvmlite.binding as llvm
 from llvmlite import ir
 
 MR = 6  # microkernel rows (broadcast A scalars)
@@ -161,28 +163,123 @@ def fma8(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
     return b.call(fn, [x, y, z])
 
 
+# ----------------------------------------------------------------------------- thread workspace
+# Packed panels that outlive one L1 tile (the memoised B panel of a whole K range, several MiB)
+# do not belong on a block's stack: host threads have 8 MiB stacks and the panel grows with K.
+# Each host thread instead owns one heap buffer, found through a pthread key whose destructor
+# frees it when the thread exits; a kernel asks for `bytes` and the buffer grows when needed, so
+# after the first call no allocation or page fault happens. The key lives in process memory and
+# reaches the JIT code as a data symbol (resolved at load, so cached object code stays valid).
+
+WS_KEY_SYMBOL = "lazymath_gemm_ws_key"
+WS_HEADER = 64  # bytes before the data: the capacity, and 64-byte alignment of the data
+_WS_KEY = ctypes.c_uint(0)
+
+
+def _register_ws_key() -> None:
+    libc = ctypes.CDLL(None)
+    free = ctypes.cast(libc.free, ctypes.c_void_p)
+    if libc.pthread_key_create(ctypes.byref(_WS_KEY), free) != 0:
+        raise OSError("pthread_key_create failed: no per-thread GEMM workspace")
+    llvm.add_symbol(WS_KEY_SYMBOL, ctypes.addressof(_WS_KEY))
+
+
+_register_ws_key()
+
+
+def get_thread_workspace(mod: ir.Module) -> ir.Function:
+    """``ptr lm_thread_ws(i64 bytes)``: this thread's 64-byte aligned scratch of >= `bytes`.
+
+    The contents are undefined (callers fill before they read) and stay valid until the same
+    thread asks again with a larger size.
+    """
+    name = "lm_thread_ws"
+    if name in mod.globals:
+        return mod.globals[name]
+    key = mod.globals.get(WS_KEY_SYMBOL)
+    if key is None:
+        key = ir.GlobalVariable(mod, I32, name=WS_KEY_SYMBOL)
+    getspec = get_intrinsic(mod, "pthread_getspecific", PTR, [I32])
+    setspec = get_intrinsic(mod, "pthread_setspecific", I32, [I32, PTR])
+    alloc = get_intrinsic(mod, "aligned_alloc", PTR, [I64, I64])
+    free = get_intrinsic(mod, "free", ir.VoidType(), [PTR])
+    abort = get_intrinsic(mod, "abort", ir.VoidType(), [])
+    fn = ir.Function(mod, ir.FunctionType(PTR, [I64]), name=name)
+    fn.linkage = "internal"
+    (nbytes,) = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    k = b.load(key, typ=I32)
+    have = b.call(getspec, [k])
+    check = fn.append_basic_block("check")
+    grow = fn.append_basic_block("grow")
+    done = fn.append_basic_block("done")
+    b.cbranch(b.icmp_unsigned("==", have, ir.Constant(PTR, None)), grow, check)
+    b.position_at_end(check)
+    cap = b.load(have, typ=I64)
+    b.cbranch(b.icmp_unsigned(">=", cap, nbytes), done, grow)
+    b.position_at_end(grow)
+    b.call(setspec, [k, ir.Constant(PTR, None)])
+    b.call(free, [have])  # free(NULL) is a no-op
+    size = b.and_(b.add(nbytes, c64(WS_HEADER + 63)), c64(-64))  # aligned_alloc: size % 64 == 0
+    new = b.call(alloc, [c64(64), size])
+    fail = fn.append_basic_block("fail")
+    ok = fn.append_basic_block("ok")
+    b.cbranch(b.icmp_unsigned("==", new, ir.Constant(PTR, None)), fail, ok)
+    b.position_at_end(fail)
+    b.call(abort, [])
+    b.unreachable()
+    b.position_at_end(ok)
+    b.store(nbytes, new)
+    b.call(setspec, [k, new])
+    b.branch(done)
+    b.position_at_end(done)
+    hdr = b.phi(PTR)
+    hdr.add_incoming(have, check)
+    hdr.add_incoming(new, ok)
+    b.ret(b.gep(hdr, [c64(WS_HEADER)], inbounds=True, source_etype=I8))
+    return fn
+
+
 # ----------------------------------------------------------------------------- microkernel
 
 
-def get_ukernel(mod: ir.Module) -> ir.Function:
-    """``ukernel(a, b, c, nfc, a_fc_stride, accumulate)``: C(6x16) (+)= A(6 x 16*nfc) B.
+def prefetch(b: ir.IRBuilder, p: ir.Value, locality: int) -> None:
+    """Read prefetch of the cache line at `p` (locality 3 = into L1, 2 = into L2)."""
+    fn = get_intrinsic(b.module, "llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+    b.call(fn, [p, ir.Constant(I32, 0), ir.Constant(I32, locality), ir.Constant(I32, 1)])
+
+
+LINE = 16  # floats per 64-byte cache line
+
+
+def get_ukernel(mod: ir.Module, pf_lines: int = 1) -> ir.Function:
+    """``ukernel(a, b, c, nfc, a_fc_stride, accumulate, pf_b, pf_c)``: C(6x16) (+)= A(6x16*nfc) B.
 
     `a` points at row 0 of a 6-row A micro-panel in NZ (row stride 16 floats, next fractal column
-    `a_fc_stride` floats further), `b` at a contiguous NZ B micro-panel (16 floats per k), `c` at a
-    contiguous 6x16 NZ L0C micro-tile. The k loop is unrolled over one fractal column (16 steps):
-    per step 2 B vector loads, 6 broadcasts and 12 FMAs on 12 live ymm accumulators.
+    `a_fc_stride` floats further), `b` at a contiguous NZ B micro-panel (16 floats = one cache
+    line per k), `c` at a contiguous 6x16 NZ L0C micro-tile. The k loop is unrolled over one
+    fractal column (16 steps): per step 2 B vector loads, 6 broadcasts and 12 FMAs on 12 live ymm
+    accumulators.
+
+    Software prefetch (the B panel lives in L3 when its K range is long, and the hardware
+    prefetchers start too late on a 10-16 KiB micro-panel): `pf_b` walks the *next* B
+    micro-panel, `pf_lines` lines per fractal column, so the calls that share one B micro-panel
+    together pull the next one into L2; `pf_c` (the next L0C micro-tile) goes to L1 up front.
     """
-    name = "lm_ukernel_6x16"
+    name = f"lm_ukernel_6x16_pf{pf_lines}"
     if name in mod.globals:
         return mod.globals[name]
     fp = PTR
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, fp, fp, I64, I64, I32]), name=name)
+    fnty = ir.FunctionType(ir.VoidType(), [fp, fp, fp, I64, I64, I32, fp, fp])
+    fn = ir.Function(mod, fnty, name=name)
     fn.linkage = "internal"
     for i in range(3):
         fn.args[i].add_attribute("noalias")
-    a, bp, c, nfc, astride, accf = fn.args
+    a, bp, c, nfc, astride, accf, pfb, pfc = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     zero = ir.Constant(V8F, [0.0] * VW)
+    for r in range(MR):
+        prefetch(b, gep(b, pfc, r * NR), 3)
     # initial accumulators: zero or loaded from L0C
     do_load = b.icmp_signed("!=", accf, ir.Constant(I32, 0))
     entry = b.block
@@ -209,16 +306,20 @@ def get_ukernel(mod: ir.Module) -> ir.Function:
     kv = b.phi(I64, name="fc")
     pa = b.phi(fp, name="pa")
     pb = b.phi(fp, name="pb")
+    ppf = b.phi(fp, name="ppf")
     accs = [b.phi(V8F, name=f"c{i}") for i in range(2 * MR)]
     kv.add_incoming(c64(0), pre)
     pa.add_incoming(a, pre)
     pb.add_incoming(bp, pre)
+    ppf.add_incoming(pfb, pre)
     for p, v in zip(accs, init):
         p.add_incoming(v, pre)
     b.cbranch(b.icmp_signed("<", kv, nfc), body, end)
     b.position_at_end(body)
     cur = list(accs)
     for kk in range(C0):
+        if kk < pf_lines:
+            prefetch(b, gep(b, ppf, kk * LINE), 2)
         b0 = vload(b, gep(b, pb, kk * NR), V8F, 32)
         b1 = vload(b, gep(b, pb, kk * NR + VW), V8F, 32)
         for r in range(MR):
@@ -229,10 +330,12 @@ def get_ukernel(mod: ir.Module) -> ir.Function:
     nk = b.add(kv, c64(1))
     npa = gep(b, pa, astride)
     npb = gep(b, pb, C0 * NR)
+    nppf = gep(b, ppf, C0 * NR)
     blk = b.block
     kv.add_incoming(nk, blk)
     pa.add_incoming(npa, blk)
     pb.add_incoming(npb, blk)
+    ppf.add_incoming(nppf, blk)
     for p, v in zip(accs, cur):
         p.add_incoming(v, blk)
     b.branch(head)
@@ -261,21 +364,28 @@ def emit_mmad(
 
     `c_rows`/`a_rows`/`b_rows` are the padded row counts (Rp) of the three NZ layouts; m is rounded
     up to MR, n to NR, k to C0 (the packers zero-padded those). Loops: B micro-panels outer (one
-    stays in the host L1d), A micro-panels inner (the L0A block stays in L2).
+    stays in the host L1d), A micro-panels inner (the L0A block stays in L2). Call `ir` of a B
+    micro-panel prefetches its share (lines ``ir*q .. ir*q+q-1`` of every fractal column, q =
+    ceil(16 / A micro-panels)) of the next B micro-panel.
     """
-    uk = get_ukernel(b.module)
+    n_ir = -(-(m if isinstance(m, int) else a_rows) // MR)
+    q = min(C0, max(1, -(-C0 // max(n_ir, 1))))
+    uk = get_ukernel(b.module, q)
     acc = (
         b.zext(accumulate, I32) if not isinstance(accumulate, int) else ir.Constant(I32, accumulate)
     )
     nfc = ceil_div(b, k, C0)
     with for_range(b, 0, ceil_div(b, n, NR), name="jr") as jr:
         pb = gep(b, bmat, b.mul(jr, c64(b_rows * C0)))
+        pb_next = gep(b, pb, b_rows * C0)
         pc_col = gep(b, c, b.mul(jr, c64(c_rows * C0)))
         with for_range(b, 0, ceil_div(b, m, MR), name="ir") as ir_:
             off = b.mul(ir_, c64(MR * C0))
-            b.call(
-                uk, [gep(b, a, off), pb, gep(b, pc_col, off), as_i64(nfc), c64(a_rows * C0), acc]
-            )
+            pc = gep(b, pc_col, off)
+            line = b.and_(b.mul(ir_, c64(q)), c64(C0 - 1))
+            pf_b = gep(b, pb_next, b.mul(line, c64(LINE)))
+            b.call(uk, [gep(b, a, off), pb, pc, as_i64(nfc), c64(a_rows * C0), acc, pf_b,
+                        gep(b, pc, MR * NR)])  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- element conversion

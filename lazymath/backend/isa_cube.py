@@ -41,7 +41,7 @@ class LoadNz:
     expression applied on the way in (``load`` 0 = the raw element), evaluated in its own dtypes.
 
     `memo` (host hint, optional): this load's source does not depend on the inner loops, so the
-    host may keep the packed panel in a per-block workspace slot `memo` and repack only when
+    host may keep the packed panel in slot `memo` of its thread workspace and repack only when
     `memo_fill` is non-zero (the Goto/BLIS "pack B once per panel"). The NPU and the interpreter
     ignore it and always copy, as a real MTE2 does (the L2 cache catches the re-read).
     """

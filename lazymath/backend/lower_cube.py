@@ -8,7 +8,8 @@ relu / cast / epilogue.
 Host shadow storage: L1/L0A/L0B buffers are declared with the NPU operand dtype (float16 counts
 2 bytes for the capacity check) but the host keeps them as float32, so each gets an fp32 alloca
 of its element count. L0A/L0B refs are redirected to the L1 panel they were loaded from, and a
-memoised LoadNz redirects its L1 panel to the block's workspace slot.
+memoised LoadNz redirects its L1 panel to a slot of the host thread's heap workspace
+(``gemm.get_thread_workspace``: MiB-sized panels do not belong on an 8 MiB thread stack).
 
 Interpreter: exact numpy semantics of the same instructions on the declared buffers (NZ
 layouts, float16 buffers round like the NPU's).
@@ -42,6 +43,26 @@ class _CubeState:
         a.type = gemm.PTR
         a.align = 64
         return a
+
+    def memo_base(self, name: str) -> ir.Value:
+        """fp32 memo panel of L1 buffer `name` inside this thread's heap workspace.
+
+        One ``lm_thread_ws`` call at function entry sizes the workspace for every memoised
+        LoadNz of the program (each destination buffer gets its own region)."""
+        if not self.workspace:
+            offsets: dict[str, int] = {}
+            total = 0
+            for instr in self.ctx.program.instructions():
+                if isinstance(instr, cube.LoadNz) and instr.memo is not None:
+                    if instr.dst.buf.name not in offsets:
+                        offsets[instr.dst.buf.name] = total
+                        total += -(-instr.memo_slots * instr.memo_slot_elems // 16) * 16
+            b = ir.IRBuilder(self.ctx.entry)
+            b.position_at_start(self.ctx.entry)
+            ws = b.call(gemm.get_thread_workspace(b.module), [gemm.c64(4 * total)], name="ws")
+            for nm, off in offsets.items():
+                self.workspace[nm] = gemm.gep(b, ws, off) if off else ws
+        return self.workspace[name]
 
     def base(self, buf: isa.Buffer) -> ir.Value:
         if buf.dtype == "float32":
@@ -212,10 +233,9 @@ def _load_nz(ctx: lower_llvm.LowerCtx, i: cube.LoadNz) -> None:
     if i.memo is None:
         pack(st.ptr(i.dst))
         return
-    key = f"{i.dst.buf.name}.ws"
-    if key not in st.workspace:
-        st.workspace[key] = st.entry_alloca(i.memo_slots * i.memo_slot_elems, key)
-    slot = gemm.gep(b, st.workspace[key], b.mul(ctx.int(i.memo), gemm.c64(i.memo_slot_elems)))
+    slot = gemm.gep(
+        b, st.memo_base(i.dst.buf.name), b.mul(ctx.int(i.memo), gemm.c64(i.memo_slot_elems))
+    )
     fill = ctx.int(i.memo_fill)
     with b.if_then(b.icmp_signed("!=", fill, gemm.c64(0))):
         pack(slot)

@@ -110,3 +110,41 @@ def test_fixpipe_relu_cast_strided(dtype):
     np.testing.assert_array_equal(out.T, expect)
     if dtype == "float16":
         assert "vcvtps2ph" in get_jit().assembly(text)
+
+
+def test_thread_workspace_is_per_thread_aligned_and_grows():
+    """Memoised panels live in a per-thread heap buffer (not on the 8 MiB stack): each host
+    thread gets its own 64-byte aligned buffer, reused while large enough, grown when asked."""
+    import threading
+
+    def build(b, args):
+        ws = b.call(G.get_thread_workspace(b.module), [b.load(args[0], typ=G.I64)])
+        b.store(ws, args[1])
+
+    f, _ = _compile(build, 2)
+
+    def ask(nbytes: int) -> int:
+        req = np.array([nbytes], np.int64)
+        out = np.zeros(1, np.uint64)
+        f(req.ctypes.data, out.ctypes.data)
+        return int(out[0])
+
+    small, again, big = ask(1000), ask(500), ask(64 << 20)
+    assert small % 64 == 0 and again == small and big % 64 == 0
+    ctypes.memset(big, 1, 64 << 20)  # the whole grown buffer is writable
+    other: list[int] = []
+    t = threading.Thread(target=lambda: other.append(ask(1000)))
+    t.start()
+    t.join()
+    assert other[0] not in (0, small, big)
+
+
+def test_microkernel_prefetches_next_b_panel():
+    """The Mmad lowering prefetches the next B micro-panel (L2) and the next L0C tile (L1)."""
+
+    def build(b, args):
+        G.emit_mmad(b, args[0], 96, args[1], 96, args[2], 160, 96, 32, 160, 1)
+
+    _, text = _compile(build, 3)
+    asm = get_jit().assembly(text)
+    assert "llvm.prefetch" in text and "prefetcht1" in asm and "prefetcht0" in asm

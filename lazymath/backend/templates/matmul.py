@@ -30,7 +30,7 @@ from lazymath.backend.gemm import MR
 from lazymath.backend.kernel_ir import Expr, MatmulKernel
 from lazymath.backend.templates import common as C
 
-WORKSPACE_CAP = 4 << 20  # bytes of per-block host workspace for memoised B panels (stack)
+WORKSPACE_CAP = 64 << 20  # bytes of per-thread host heap workspace for memoised B panels
 
 
 @dataclass(frozen=True)
