@@ -108,7 +108,8 @@ def _graph_section(name: str, prefix: str, vg: VGraph, pic: dict, hidden: bool =
     cls = "graph-view hidden" if hidden else "graph-view"
     head = f'<div class="{cls}" id="view-{name}" data-graph="{name}" data-prefix="{prefix}">'
     if pic["svg"] is not None:
-        body = f'<div class="svgbox" id="svg-{name}">{pic["svg"]}</div>'
+        body = (f'<button type="button" class="fit-toggle">fit to width</button>'
+                f'<div class="svgbox" id="svg-{name}">{pic["svg"]}</div>')  # fmt: skip
     else:
         body = (f'<p class="warn" id="no-graphviz-{name}">No picture: {escape(pic["error"])}</p>'
                 f'<details open><summary>DOT source ({len(vg.nodes)} nodes)</summary>'
@@ -146,11 +147,13 @@ def _kernel_table(sched) -> str:
         waits = ",".join(f"e{w}" for w in k.waits) or "-"
         rec = f"e{k.records}" if k.records is not None else "-"
         inten = "inf" if not k.bytes else f"{k.flops / k.bytes:.2f}"
-        cells = (str(i), k.name, k.unit, " ".join(k.ops), k.bound, f"{k.flops:,}",
+        cells = (str(i), k.name, k.unit, _ops_text(k.ops), k.bound, f"{k.flops:,}",
                  f"{k.bytes:,}", inten, str(k.stream), waits, rec, k.source_loc)  # fmt: skip
         tds = []
         for j, c in enumerate(cells):
-            if j == 2:
+            if j == 3 and len(k.ops) > 8:
+                tds.append(f'<td title="{escape(" ".join(k.ops))}">{escape(c)}</td>')
+            elif j == 2:
                 tds.append(f'<td><span class="chip" style="background:{unit_color(c)}">'
                            f"{escape(c)}</span></td>")  # fmt: skip
             else:
@@ -163,6 +166,16 @@ def _kernel_table(sched) -> str:
             + "\n".join(rows) + "</tbody></table>"
             + f'<details><summary>lm.explain text</summary><pre>{escape(str(sched))}</pre>'
             "</details>")  # fmt: skip
+
+
+def _ops_text(ops: list[str]) -> str:
+    """Short kernels list their ops; long ones count them ("mul×30 sin×30 sum")."""
+    if len(ops) <= 8:
+        return " ".join(ops)
+    counts: dict[str, int] = {}
+    for op in ops:
+        counts[op] = counts.get(op, 0) + 1
+    return " ".join(f"{op}×{c}" if c > 1 else op for op, c in counts.items()) + f" ({len(ops)})"
 
 
 def _fusion_log(sched) -> str:
@@ -358,6 +371,14 @@ _JS = """
       body.innerHTML = '<div class="d-head">' + esc(el.getAttribute('data-info')) + '</div>';
     });
   });
+  document.querySelectorAll('.fit-toggle').forEach(function (btn) {
+    btn.addEventListener('click', function () {
+      var box = btn.nextElementSibling;
+      var fit = !box.classList.contains('fit');
+      box.classList.toggle('fit', fit);
+      btn.textContent = fit ? 'actual size' : 'fit to width';
+    });
+  });
   var toggle = document.getElementById('toggle-expanded');
   if (toggle) {
     toggle.addEventListener('click', function () {
@@ -377,6 +398,8 @@ _JS = """
     var coll = document.querySelector('.graph-view g.collapsible');
     if (coll) { coll.dispatchEvent(new MouseEvent('click', {bubbles: true, cancelable: true})); }
     if (toggle) { toggle.click(); toggle.click(); }
+    var fitButton = document.querySelector('.fit-toggle');
+    if (fitButton) { fitButton.click(); fitButton.click(); }
     var bar = document.querySelector('[data-info]');
     if (bar) { bar.dispatchEvent(new MouseEvent('mouseenter')); }
     document.body.setAttribute('data-selftest', 'done');
@@ -409,6 +432,7 @@ nav a { margin-right: 10px; }
 .d-note { color: #d62828; margin: 4px 0; }
 .svgbox { overflow: auto; max-height: 85vh; border: 1px solid #dee2e6; padding: 4px; }
 .svgbox svg { max-width: none; }
+.svgbox.fit svg { width: 100%; height: auto; }
 .graph-view.hidden, .hidden { display: none; }
 g.collapsible { cursor: pointer; }
 g.node:hover polygon, g.node:hover path, g.node:hover ellipse { stroke-width: 2.5; }

@@ -7,6 +7,7 @@ when it is missing the error says how to install it and that `.dot` output needs
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -60,6 +61,8 @@ def write(dot_src: str, path: str) -> str:
     suffix = os.path.splitext(path)[1].lower()
     fmt = FORMATS[suffix]
     data = render(dot_src, fmt, target=path, dpi=110 if fmt == "png" else None)
+    if fmt == "svg":
+        data = raise_cluster_titles(data.decode("utf-8")).encode("utf-8")
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -69,7 +72,37 @@ def write(dot_src: str, path: str) -> str:
 
 def svg_inline(svg: bytes | str) -> str:
     """The `<svg ...>...</svg>` element of dot's SVG output (no XML prolog or DOCTYPE), ready
-    to sit inside an HTML page."""
+    to sit inside an HTML page, cluster titles repainted on top."""
     text = svg.decode("utf-8") if isinstance(svg, bytes) else svg
     start = text.find("<svg")
-    return text[start:].strip() if start >= 0 else text
+    return raise_cluster_titles(text[start:].strip() if start >= 0 else text)
+
+
+_CLUSTER = re.compile(r'<g id="([^"]*)" class="cluster">(.*?)</g>\n</g>', re.S)
+_TEXT = re.compile(r"<text [^>]*>.*?</text>", re.S)
+_FILL = re.compile(r'<(?:path|polygon) fill="([^"]+)"')
+
+
+def raise_cluster_titles(svg: str) -> str:
+    """Repaint each cluster's title on top of the picture, with a halo in the cluster's colour.
+
+    Graphviz paints clusters first and edges last, so an edge entering a kernel crosses its
+    title ("k0_matmul_relu_mul | compute | stream 0") and hides part of it. The copies are
+    appended at the end of the graph group (painted last) and marked aria-hidden; the original
+    titles stay where they are."""
+    overlay = []
+    for m in _CLUSTER.finditer(svg):
+        fill = _FILL.search(m.group(2))
+        halo = fill.group(1) if fill else "#ffffff"
+        for t in _TEXT.findall(m.group(2)):
+            t = t.replace("<text ", f'<text style="paint-order:stroke;stroke:{halo};'
+                          'stroke-width:3px;stroke-linejoin:round" ', 1)  # fmt: skip
+            overlay.append(t)
+    if not overlay:
+        return svg
+    end = svg.rfind("</g>\n</svg>")
+    if end < 0:
+        return svg
+    block = ('<g class="cluster-titles" aria-hidden="true" pointer-events="none">\n'
+             + "\n".join(overlay) + "\n</g>\n")  # fmt: skip
+    return svg[:end] + block + svg[end:]
