@@ -6,7 +6,7 @@ project's compile path is importable, through `compile_kernel` on the llvm and i
 
 Errors are counted in ulps as representable-float distance: 0 = same bits, 1 = neighbours.
 "CR" is the correctly rounded result (the float64 function rounded to float32). numpy's own
-float32 results are up to 3 (log), 2 (exp) and 1 (sin, cos, tan, tanh) ulp from CR.
+float32 results are up to 4 (log), 2 (exp) and 1-2 (sin, cos, tan, tanh) ulp from CR.
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def test_accuracy_table_float32(capsys):
         for name, vs_np, vs_cr, count in rows:
             print(f"  {name:8s}  {vs_np:8d}  {vs_cr:5d}  {count}")
     for name, vs_np, vs_cr, _ in rows:
-        assert vs_np <= (3 if name in ("exp", "log") else 4), name
-        assert vs_cr <= (2 if name == "sigmoid" else 1), name
+        assert vs_np <= 4, name  # numpy's float32 log alone is up to 4 ulp from CR
+        assert vs_cr <= (2 if name == "sigmoid" else 0 if name == "log" else 1), name
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
