@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import networkx as nx
 import numpy as np
 
 from ..backend.kernel_ir import (
@@ -457,27 +456,39 @@ class Planner:
         return [g for g in groups if g.kind != "elementwise" or id(g) in keep]
 
     def _toposort_groups(self, groups: list[Group]) -> list[Group]:
-        """Launch order: the kernel DAG (networkx, cache-miss path only) sorted topologically,
-        ties broken by where each kernel's first output appears in the user's program."""
+        """Launch order: the kernel DAG sorted topologically (Kahn), ties broken by where each
+        kernel's first output appears in the user's program."""
+        import heapq
+
         produced = {}
         for g in groups:
             for r in g.roots + g.epi_roots:
                 produced[id(r)] = g
             if g.core is not None:
                 produced[id(g.core)] = g
-        dag = nx.DiGraph()
         first = {id(g): min(self.pos[id(r)] for r in g.roots) for g in groups}
-        by_id = {id(g): g for g in groups}
-        dag.add_nodes_from(by_id)
+        succ: dict[int, set[int]] = {id(g): set() for g in groups}
+        indeg = {id(g): 0 for g in groups}
         for g in groups:
             for b in self._boundary(g):
                 p = produced.get(id(b))
-                if p is not None and p is not g:
-                    dag.add_edge(id(p), id(g))
-        if not nx.is_directed_acyclic_graph(dag):  # pragma: no cover - merges keep it a DAG
-            raise RuntimeError("cycle between kernels: " + str(nx.find_cycle(dag)))
-        order = nx.lexicographical_topological_sort(dag, key=lambda gid: first[gid])
-        return [by_id[gid] for gid in order]
+                if p is not None and p is not g and id(g) not in succ[id(p)]:
+                    succ[id(p)].add(id(g))
+                    indeg[id(g)] += 1
+        by_id = {id(g): g for g in groups}
+        ready = [(first[i], i) for i, d in indeg.items() if d == 0]
+        heapq.heapify(ready)
+        out = []
+        while ready:
+            _, i = heapq.heappop(ready)
+            out.append(by_id[i])
+            for j in succ[i]:
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    heapq.heappush(ready, (first[j], j))
+        if len(out) != len(groups):  # pragma: no cover - merges keep the kernel graph a DAG
+            raise RuntimeError("cycle between kernels")
+        return out
 
     # ------------------------------------------------------------------ IR
     def written(self, g: Group) -> list[Node]:
