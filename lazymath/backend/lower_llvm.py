@@ -257,7 +257,7 @@ class LowerCtx:
         md.operands = tuple(ops_fn(md))
         return md
 
-    def _loop(self, start, stop, step, body, parallel: bool, carry=()):
+    def _loop(self, start, stop, step, body, parallel: bool, carry=(), no_unroll=False):
         """Counted loop; `body(i)` emits into the loop body. step must be > 0 (or static).
 
         With `carry` (initial values), `body(i, *values)` returns the next values (loop-carried
@@ -293,6 +293,10 @@ class LowerCtx:
         for ph, v in zip(phis, nxt_vals or ()):
             ph.add_incoming(v, b.block)
         br = b.branch(head)
+        if no_unroll and not parallel:
+            mod = self.module
+            dis = mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.unroll.disable")])
+            br.set_metadata("llvm.loop", self._distinct(lambda md: [md, dis]))
         if parallel:
             ag = self._access_group
             mod = self.module
@@ -301,7 +305,12 @@ class LowerCtx:
                 # parallel_accesses (not vectorize.enable): legal without alias checks, and the
                 # vectorizer still decides profitability (no warnings for libm-call loops)
                 par = ir.MetaDataString(mod, "llvm.loop.parallel_accesses")
-                return [md, mod.add_metadata([par, ag])]
+                extra = []
+                if no_unroll:
+                    extra.append(
+                        mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.unroll.disable")])
+                    )
+                return [md, mod.add_metadata([par, ag]), *extra]
 
             br.set_metadata("llvm.loop", self._distinct(ops))
         self._access_group = saved
@@ -312,8 +321,8 @@ class LowerCtx:
         """for i in start..n with independent iterations: vectorizable, no alias checks."""
         self._loop(start, n, 1, body, parallel=True)
 
-    def for_range(self, start, stop, step, body: Callable[[ir.Value], None]) -> None:
-        self._loop(start, stop, step, body, parallel=False)
+    def for_range(self, start, stop, step, body: Callable[[ir.Value], None], no_unroll=False):
+        self._loop(start, stop, step, body, parallel=False, no_unroll=no_unroll)
 
     def map(self, dst: isa.Ref, srcs: tuple, n, fn: Callable, dtypes=None) -> None:
         """dst[i] = fn(*[src[i] for src in srcs]) for i < n, values in compute types."""
@@ -1178,7 +1187,7 @@ def _vargreduce(ctx: LowerCtx, i: isa.VArgReduce) -> None:
             b.store(b.select(win, x, best), bv_slot)
             b.store(b.select(win, b.add(base, b.add(c0, j)), b.load(bj_slot)), bj_slot)
 
-        ctx.for_range(0, cnt, 1, one)
+        ctx.for_range(0, cnt, 1, one, no_unroll=True)
 
     def row(r):
         start = b.mul(r, n)
@@ -1193,19 +1202,20 @@ def _vargreduce(ctx: LowerCtx, i: isa.VArgReduce) -> None:
             def fold(j, acc):
                 return [_combine(ctx, red_op, vd, acc, ctx.load(sp, sd, b.add(first, j)))]
 
-            (cm,) = ctx._loop(0, W, 1, fold, parallel=True,
+            # unroll.disable: LLVM 22's unroller + vectorizer loop forever on this reduction
+            (cm,) = ctx._loop(0, W, 1, fold, parallel=True, no_unroll=True,
                               carry=[_reduce_identity(ctx, red_op, vd)])  # fmt: skip
             with b.if_then(better(cm, b.load(bv_slot))):
                 scan(first, c0, W)
 
-        ctx.for_range(0, nfull, ARG_CHUNK, chunk)
+        ctx.for_range(0, nfull, ARG_CHUNK, chunk, no_unroll=True)
         scan(b.add(start, nfull), nfull, b.sub(n, nfull))
         ctx.store(vp, vd, r, b.load(bv_slot))
         bj = b.load(bj_slot)
         it = ctx.storage_type(idt)
         ctx.store(ip, idt, r, bj if it == I64 else b.trunc(bj, it))
 
-    ctx.for_range(0, i.rows, 1, row)
+    ctx.for_range(0, i.rows, 1, row, no_unroll=True)
 
 
 # ============================================================================= movers
