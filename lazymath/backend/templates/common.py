@@ -221,11 +221,15 @@ COMPOSITE = ("sin", "cos", "tan", "tanh", "sigmoid", "pow", "floor_divide", "rem
 
 
 class ExprEmitter:
-    """Emit vector instructions for a fused expression over whole tiles (n = tile).
+    """Emit vector instructions for a fused expression over the first `n` elements of tiles.
 
+    `n` may be dynamic (a tail tile, or a Var bound per step); buffers are `pool.tile` long.
     `loads[k]` is the tile Ref holding input k, `acc` the accumulator tile (epilogues) and
     `dests[j]` optional preferred destination tiles for result j (the output queues). Returns the
-    Ref (or `Const`) of every result. Temporaries come from `pool`.
+    Ref (or `Const`) of every result. Temporaries come from `pool`; constants used as whole
+    operands become tiles filled once (`hoisted`, emitted before the tile loop); composites go to
+    `vmath.emit_composite` (scratch from the pool), or to a host libm instruction if vmath
+    cannot expand them.
     """
 
     def __init__(self, b: isa.Builder, pool: TilePool, n: isa.IntExpr):
