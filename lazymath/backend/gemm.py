@@ -158,6 +158,23 @@ def splat(b: ir.IRBuilder, s: ir.Value, width: int = VW) -> ir.Value:
     )
 
 
+def transpose8(b: ir.IRBuilder, vs: Sequence[ir.Value]) -> list[ir.Value]:
+    """8x8 float transpose, out[i][j] = vs[j][i]: unpck*ps, shufps, vperm2f128 as shuffles."""
+
+    def shuf(x: ir.Value, y: ir.Value, mask: Sequence[int]) -> ir.Value:
+        return b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, VW), list(mask)))
+
+    lo, hi = (0, 8, 1, 9, 4, 12, 5, 13), (2, 10, 3, 11, 6, 14, 7, 15)
+    t = [shuf(vs[j], vs[j + 1], m) for j in range(0, VW, 2) for m in (lo, hi)]
+    even, odd = (0, 1, 8, 9, 4, 5, 12, 13), (2, 3, 10, 11, 6, 7, 14, 15)
+    # s[q + p] holds rows (p, p + 4) of v0..v3 (q = 0) or v4..v7 (q = 4), one per 128-bit lane
+    s = [shuf(t[q + h], t[q + h + 2], m) for q in (0, 4) for h in (0, 1) for m in (even, odd)]
+    low, high = (0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15)
+    return [shuf(s[i], s[i + 4], low) for i in range(4)] + [
+        shuf(s[i], s[i + 4], high) for i in range(4)
+    ]
+
+
 def fma8(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
     fn = get_intrinsic(b.module, "llvm.fma.v8f32", V8F, [V8F, V8F, V8F])
     return b.call(fn, [x, y, z])
@@ -478,26 +495,39 @@ def emit_pack_nz(
         with for_range(b, rows, rows_p, name="pz") as r:
             with for_range(b, 0, full_cb, name="pcb") as cb:
                 store16(dst_row(cb, r), zero16)
+    elif sr == 1:
+        # columns are contiguous (a transposed view): 8 columns x 8 rows are loaded as 8 vectors
+        # along the rows, transposed in registers and stored as 8 half fractal rows
+        rows8 = b.and_(as_i64(rows), c64(-8))
+        with for_range(b, 0, full_cb, name="pcb") as cb:
+            for c8 in (0, VW):
+                cbase = sgep(base, b.mul(b.add(b.mul(cb, c64(C0)), c64(c8)), c64(sc)))
+                with for_range(b, 0, rows8, 8, name="pr8") as r8:
+                    at = sgep(cbase, r8)
+                    vs = [load_as_f32(b, sgep(at, j * sc), src_dtype, VW) for j in range(VW)]
+                    vs = [pro(b, v) for v in vs]
+                    for i, row in enumerate(transpose8(b, vs)):
+                        b.store(row, gep(b, dst_row(cb, b.add(r8, c64(i))), c8), align=32)
+            with for_range(b, rows8, rows, name="prt") as r:
+                drow = dst_row(cb, r)
+                with for_range(b, 0, C0, name="pc") as c:
+                    col = b.add(b.mul(cb, c64(C0)), c)
+                    v = pro(b, sload(sgep(base, b.add(r, b.mul(col, c64(sc))))))
+                    b.store(v, gep(b, drow, c))
+            with for_range(b, rows, rows_p, name="pz") as r:
+                store16(dst_row(cb, r), zero16)
     else:
-        # general strides: element loops, the contiguous source axis innermost when there is one
+        # general strides (neither axis contiguous): element loops
         with for_range(b, 0, full_cb, name="pcb") as cb:
             with for_range(b, 0, rows_p, name="pz") as r:
                 store16(dst_row(cb, r), zero16)
-            if sr == 1:
+            with for_range(b, 0, rows, name="pr") as r:
+                rbase = sgep(base, b.mul(r, c64(sr)))
+                drow = dst_row(cb, r)
                 with for_range(b, 0, C0, name="pc") as c:
                     col = b.add(b.mul(cb, c64(C0)), c)
-                    cbase = sgep(base, b.mul(col, c64(sc)))
-                    with for_range(b, 0, rows, name="pr") as r:
-                        v = pro(b, sload(sgep(cbase, r)))
-                        b.store(v, gep(b, dst_row(cb, r), c))
-            else:
-                with for_range(b, 0, rows, name="pr") as r:
-                    rbase = sgep(base, b.mul(r, c64(sr)))
-                    drow = dst_row(cb, r)
-                    with for_range(b, 0, C0, name="pc") as c:
-                        col = b.add(b.mul(cb, c64(C0)), c)
-                        v = pro(b, sload(sgep(rbase, b.mul(col, c64(sc)))))
-                        b.store(v, gep(b, drow, c))
+                    v = pro(b, sload(sgep(rbase, b.mul(col, c64(sc)))))
+                    b.store(v, gep(b, drow, c))
     # partial last fractal column: zero it, then scalar copy of the valid part
     tail = (
         iadd(b, cols, imul(b, full_cb, -C0))

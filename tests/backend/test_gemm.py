@@ -42,7 +42,7 @@ def _nz_to_dense(buf: np.ndarray, rows: int, cols: int, rows_p: int) -> np.ndarr
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("transpose", [False, True])
 def test_pack_nz_pads_and_absorbs_strides(dtype, transpose):
-    rows, cols, rows_p, pad = 13, 37, 18, 6
+    rows, cols, rows_p, pad = 29, 37, 30, 6  # 3 blocks of 8 rows + a tail of 5
     src = np.random.default_rng(0).uniform(-1, 1, (cols, rows) if transpose else (rows, cols))
     src = src.astype(dtype)
     sr, sc = (1, rows) if transpose else (cols, 1)
@@ -57,7 +57,7 @@ def test_pack_nz_pads_and_absorbs_strides(dtype, transpose):
     f(dst.ctypes.data, src.ctypes.data)
     dense = src.T if transpose else src
     np.testing.assert_array_equal(_nz_to_dense(dst, rows, cols, rows_p), dense.astype(np.float32))
-    padded = _nz_to_dense(dst, 18, 48, rows_p)  # rows padded to 6, cols to 16: zeros
+    padded = _nz_to_dense(dst, rows_p, 48, rows_p)  # rows padded to 6, cols to 16: zeros
     assert np.all(padded[rows:, :] == 0) and np.all(padded[:, cols:] == 0)
 
 

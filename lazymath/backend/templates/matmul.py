@@ -30,6 +30,8 @@ from lazymath.backend.gemm import MR
 from lazymath.backend.kernel_ir import Expr, MatmulKernel
 from lazymath.backend.templates import common as C
 
+TM_MAX = 96  # L0C tile rows: 16 host micro-panels share each B micro-panel
+TN_MAX = 256  # L0C tile cols = one work item's B panel width
 WORKSPACE_CAP = 64 << 20  # bytes of per-thread host heap workspace for memoised B panels
 
 
@@ -78,8 +80,8 @@ def tile_matmul(k: MatmulKernel, spec, workers: int | None = None) -> MatmulTili
     workers = workers or os.cpu_count() or 1
     eb = 4 if k.in_dtype == "float32" else 2  # NPU operand bytes
     m, n, kk = max(k.m, 1), max(k.n, 1), max(k.k, 1)
-    tn = min(256, _round_up(n, 16))
-    tm = min(96, _round_up(m, MR))
+    tn = min(TN_MAX, _round_up(n, 16))
+    tm = min(TM_MAX, _round_up(m, MR))
     while tm * tn * 4 > spec.l0c_bytes:
         if tn > 64:
             tn //= 2
