@@ -21,6 +21,7 @@ the same sizes are cache-friendly (L1 panels ~ L2, a 16-column micro-panel of L1
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -80,11 +81,12 @@ def tile_matmul(k: MatmulKernel, spec, workers: int | None = None) -> MatmulTili
     workers = workers or os.cpu_count() or 1
     eb = 4 if k.in_dtype == "float32" else 2  # NPU operand bytes
     m, n, kk = max(k.m, 1), max(k.n, 1), max(k.k, 1)
-    tn = min(TN_MAX, _round_up(n, 16))
+    # N panels of (nearly) equal width, so the work items of a launch are equally long
+    tn = _round_up(-(-n // -(-n // TN_MAX)), 16)
     tm = min(TM_MAX, _round_up(m, MR))
     while tm * tn * 4 > spec.l0c_bytes:
         if tn > 64:
-            tn //= 2
+            tn = _round_up(tn // 2, 16)
         else:
             tm = max(MR, tm - 2 * MR)
     kc = min(256, _round_up(kk, 16))
@@ -97,16 +99,17 @@ def tile_matmul(k: MatmulKernel, spec, workers: int | None = None) -> MatmulTili
     l1_bufs = 2 if fits(kc, 2) else 1
     if not fits(kc, l1_bufs):
         raise ValueError(f"matmul tile {tm}x{tn}x{kc} does not fit {spec.name}")
-    n0 = tn
-    while n0 > 16 and kc * n0 * eb * 2 > spec.l0b_bytes:
-        n0 //= 2
+    # L0B slice: the widest multiple of 16 columns that double-buffers in L0B
+    n0 = min(tn, max(16, spec.l0b_bytes // (kc * eb * 2) // 16 * 16))
     l0b_bufs = 2 if kc * n0 * eb * 2 <= spec.l0b_bytes else 1
     batch = C.prod(k.batch)
     n_panels = -(-n // tn)
     panels = batch * n_panels
+    # split M too when the panels do not divide evenly over the workers (3 panels on 2 threads
+    # would leave one idle a third of the time); B is then packed once per M group
     m_groups = 1
-    if panels < 4 * workers and panels % workers:
-        m_groups = workers
+    if panels % workers and panels < 16 * workers:
+        m_groups = workers // math.gcd(panels, workers)
     m_groups = max(1, min(m_groups, -(-m // MR)))
     mg_rows = _round_up(-(-m // m_groups), MR)
     m_groups = -(-m // mg_rows)
