@@ -9,12 +9,19 @@ the matmul template, the Cube ISA and the LLVM host lowering, with the program c
 (steady state). Timings are medians of interleaved repetitions (numpy and lazymath alternate so
 machine noise hits both). numpy float16 matmul has no BLAS kernel and is very slow: it is timed
 once, at 1024.
+
+On a shared machine wall-clock ratios move with the load (OpenBLAS' spinning threads suffer more
+than lazymath's blocking pool), so the load average is printed with the results, and
+`--single-thread` adds a load-robust view: per-thread CPU time of OpenBLAS limited to one thread
+against every block of the lazymath kernel run on the calling thread (best and median).
 """
 
 # ruff: noqa: B023  (the lambdas are timed immediately, inside their loop iteration)
 from __future__ import annotations
 
 import argparse
+import ctypes
+import glob
 import os
 import sys
 import time
@@ -88,6 +95,76 @@ def bench_numpy_f16(rounds: int) -> None:
           f"{2.0 * n**3 / t / 1e9:.2f} GFLOPS")  # fmt: skip
 
 
+def _openblas_set_threads():
+    """numpy's bundled OpenBLAS `set_num_threads` (None when it cannot be found)."""
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*"))
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for name in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                     "openblas_set_num_threads64_", "openblas_set_num_threads"):  # fmt: skip
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                return fn
+    return None
+
+
+def bench_single_thread(sizes, rounds: int) -> None:
+    """CPU time on one thread: OpenBLAS with 1 thread vs all blocks of the lazymath kernel."""
+    from lazymath.backend.compile import compile_kernel
+    from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
+    from lazymath.runtime.device import get_spec
+
+    set_threads = _openblas_set_threads()
+    if set_threads is None:
+        print("single-thread: numpy's OpenBLAS thread control not found, skipped")
+        return
+    spec = get_spec("ascend910")
+    rng = np.random.default_rng(3)
+    print(f"single thread, CPU time (best / median of {rounds}), OpenBLAS 1 thread vs lazymath "
+          "kernel blocks on one thread:")  # fmt: skip
+    print(f"{'n':>5} {'dtype':>8} {'numpy 1t':>15} {'lazymath 1t':>15} {'ratio':>11}")
+    set_threads(1)
+    try:
+        for n in sizes:
+            a32 = rng.random((n, n), dtype=np.float32)
+            b32 = rng.random((n, n), dtype=np.float32)
+            flops = 2.0 * n**3
+            for dt in ("float32", "float16"):
+                v = ArgView(dt, (n, n), (n, 1))
+                out = ArgView("float32", (n, n), (n, 1))
+                ir = MatmulKernel((), n, n, n, v, v, None, None, dt, (), (SOp("acc", "float32"),),
+                                  (0,), (out,))  # fmt: skip
+                k = compile_kernel(ir, spec)
+                a, b = a32.astype(dt), b32.astype(dt)
+                c = np.empty((n, n), np.float32)
+                argv = k.make_argv([a.reshape(-1), b.reshape(-1), c.reshape(-1)])
+
+                def lm_run():
+                    for i in range(k.blocks):
+                        k.run_block(argv, i, k.blocks)
+
+                ts: dict = {"np": [], "lm": []}
+                for _ in range(rounds):
+                    for key, fn in (("np", lambda: a32 @ b32), ("lm", lm_run)):
+                        t = time.thread_time()
+                        fn()
+                        ts[key].append(time.thread_time() - t)
+                best = {key: flops / min(v) / 1e9 for key, v in ts.items()}
+                med = {key: flops / sorted(v)[len(v) // 2] / 1e9 for key, v in ts.items()}
+                print(f"{n:5d} {dt:>8} {best['np']:6.1f} / {med['np']:6.1f} "
+                      f"{best['lm']:6.1f} / {med['lm']:6.1f} {best['lm'] / best['np']:5.2f} / "
+                      f"{med['lm'] / med['np']:4.2f}", flush=True)  # fmt: skip
+    finally:
+        set_threads(os.cpu_count() or 1)
+
+
+def _load() -> str:
+    try:
+        return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "load average unknown"
+
+
 def bench_composite(rounds: int, n: int = 2048) -> None:
     """relu(A @ B) * scale: one fused Cube kernel vs numpy's three steps."""
     rng = np.random.default_rng(2)
@@ -114,16 +191,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds, sizes up to 2048")
     ap.add_argument("--sizes", type=str, default="")
+    ap.add_argument(
+        "--single-thread",
+        action="store_true",
+        help="also compare single-thread CPU time (robust on a shared machine)",
+    )
     args = ap.parse_args()
     rounds = 3 if args.quick else 7
     sizes = [256, 512, 1024, 2048] if args.quick else [256, 512, 1024, 2048, 4096]
     if args.sizes:
         sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"threads: host cores; rounds={rounds} (medians); torch: "
-          f"{'yes' if _torch() else 'not installed'}")  # fmt: skip
+    print(f"threads: {os.cpu_count()} host cores; rounds={rounds} (medians); torch: "
+          f"{'yes' if _torch() else 'not installed'}; {_load()}")  # fmt: skip
     bench_square(sizes, rounds)
     bench_numpy_f16(rounds)
     bench_composite(rounds)
+    if args.single_thread:
+        bench_single_thread(sizes, rounds)
+    print(_load())
 
 
 if __name__ == "__main__":
