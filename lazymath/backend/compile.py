@@ -14,6 +14,7 @@ The matmul template belongs to the Cube work and is imported lazily.
 from __future__ import annotations
 
 import ctypes
+import math
 import dataclasses
 import importlib
 import os
@@ -237,12 +238,29 @@ def compile_kernel(ir, spec, backend: str | None = None, name: str | None = None
     return kernel
 
 
+TINY_KERNEL_ELEMENTS = 16384
+
+
+def _is_tiny(ir) -> bool:
+    """Vector kernels over fewer than TINY_KERNEL_ELEMENTS elements run in microseconds; their
+    compile time dominates, so they take the quick LLVM pipeline (tiered compilation)."""
+    if ir.kind == "elementwise":
+        work = math.prod(ir.shape)
+    elif ir.kind == "reduce":
+        work = math.prod(ir.in_shape)
+    else:
+        return False
+    return work < TINY_KERNEL_ELEMENTS
+
+
 def _compile_llvm(ir, spec, program: isa.Program, name: str) -> CompiledKernel:
     from lazymath.backend.jit import get_jit
     from lazymath.backend.lower_llvm import lower_program
 
     jit = get_jit()
-    key = kernel_cache.disk_key(repr((ir.kind, ir, spec.key())), jit.host_key)
+    quick = _is_tiny(ir)
+    key = kernel_cache.disk_key(repr((ir.kind, ir, spec.key(), "quick" if quick else "O3")),
+                                jit.host_key)  # fmt: skip
     symbol = f"lm_{ir.kind}_{key[:24]}"
     module_name = f"lmmod_{key[:24]}"
     cached = kernel_cache.disk_load(key)
@@ -257,7 +275,7 @@ def _compile_llvm(ir, spec, program: isa.Program, name: str) -> CompiledKernel:
             kernel_cache.count("disk_hits")
             return CompiledKernel(name, ir, program, spec, "llvm", addr, header["symbol"])
     text = str(lower_program(program, spec, symbol=symbol))
-    addr, obj = jit.compile(text, symbol, module_name)
+    addr, obj = jit.compile(text, symbol, module_name, quick)
     kernel_cache.count("compiled")
     if obj is not None:
         kernel_cache.disk_store(key, {"symbol": symbol, "kind": ir.kind, "name": name}, obj)
