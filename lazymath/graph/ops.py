@@ -20,8 +20,12 @@ import numpy as np
 
 
 def _sigmoid(x):
-    with np.errstate(over="ignore"):
-        return (1 / (1 + np.exp(-x))).astype(x.dtype, copy=False)
+    """Stable on both tails: exp(x)/(1+exp(x)) for x < 0 keeps denormal results that
+    1/(1+exp(-x)) would flush to zero."""
+    with np.errstate(over="ignore", under="ignore"):
+        e = np.exp(-np.abs(x))
+        out = np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    return np.asarray(out).astype(x.dtype, copy=False)
 
 
 def _relu(x):
