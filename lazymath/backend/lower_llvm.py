@@ -557,24 +557,43 @@ def _float_divmod(ctx, x, y, want: str):
 
 
 def _int_pow(ctx, k, x, y):
-    """x ** y for integers by branch-free square-and-multiply (wraps like numpy)."""
+    """x ** y for integers by square-and-multiply (wraps like numpy).
+
+    A small while loop over the exponent's bits (at most its width): cheap to compile and fast
+    for the small exponents integer powers use; its loop keeps the enclosing loop scalar.
+    """
     b = ctx.builder
     t = x.type
     one, zero = ir.Constant(t, 1), ir.Constant(t, 0)
-    r, base, e = one, x, y
-    for _ in range(t.width if k != "b" else 1):
-        bit = b.icmp_signed("!=", b.and_(e, one), zero)
-        r = b.select(bit, b.mul(r, base), r)
-        base = b.mul(base, base)
-        e = b.lshr(e, one)
+    pre = b.block
+    ctx._nblocks += 1
+    q = ctx._nblocks
+    head = ctx.func.append_basic_block(f"ipow{q}")
+    body = ctx.func.append_basic_block(f"ipowbody{q}")
+    done = ctx.func.append_basic_block(f"ipowdone{q}")
+    b.branch(head)
+    b.position_at_end(head)
+    r, base, e = b.phi(t), b.phi(t), b.phi(t)
+    r.add_incoming(one, pre)
+    base.add_incoming(x, pre)
+    e.add_incoming(y, pre)
+    b.cbranch(b.icmp_signed("!=", e, zero), body, done)
+    b.position_at_end(body)
+    bit = b.icmp_signed("!=", b.and_(e, one), zero)
+    r.add_incoming(b.select(bit, b.mul(r, base), r), body)
+    base.add_incoming(b.mul(base, base), body)
+    e.add_incoming(b.lshr(e, one), body)
+    b.branch(head)
+    b.position_at_end(done)
+    res = r
     if k == "i":  # negative exponents: numpy raises; give the integer truncation of x**y
         neg = b.icmp_signed("<", y, zero)
         m1 = ir.Constant(t, -1)
         odd = b.icmp_signed("!=", b.and_(y, one), zero)
         alt_m1 = b.select(b.icmp_signed("==", x, m1), b.select(odd, m1, one), zero)
         alt = b.select(b.icmp_signed("==", x, one), one, alt_m1)
-        r = b.select(neg, alt, r)
-    return r
+        res = b.select(neg, alt, res)
+    return res
 
 
 def _maxmin(ctx, k, op, x, y):
