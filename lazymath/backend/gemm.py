@@ -4,12 +4,15 @@ The emulated NPU moves matmul operands GM -> L1 (ND -> NZ) -> L0A/L0B -> Cube ->
 the host the same hierarchy *is* a cache-blocked GEMM:
 
 - L1 panels are the packing buffers (L2-cache sized), filled by `emit_pack_nz` (MTE2). Packing
-  absorbs strides (transposes, broadcast batch axes, negative strides), widens float16 to float32
-  (F16C) and applies an optional elementwise prologue, so the microkernel only sees fp32.
+  absorbs strides (transposes via 8x8 in-register transposes, broadcast batch axes, negative
+  strides), widens float16 to float32 (F16C) and applies an optional elementwise prologue, so
+  the microkernel only sees fp32. A B panel reused by many L0C tiles (the "memo" hint) lives in
+  the host thread's heap workspace (`get_thread_workspace`), packed once per work item.
 - L0A / L0B are micro-panels of those L1 panels (MTE1 is a pointer step on the host, the cache
   does the copy's job).
 - L0C is the fp32 accumulator tile; `emit_mmad` runs a register-blocked 6x16 microkernel
-  (12 ymm accumulators, explicit ``llvm.fma.v8f32``) over it.
+  (12 ymm accumulators, explicit ``llvm.fma.v8f32``) over it, prefetching the next B
+  micro-panel into L2 while the current one is reused from L1.
 - `emit_fixpipe` writes the tile out once, applying the fused epilogue (an SSA expression of
   ``kernel_ir.SOp``) and the output cast on the way.
 
@@ -24,7 +27,7 @@ Layouts (host, all fp32, C0 = 16):
 
 Everything here takes an ``ir.IRBuilder`` plus values (``ir.Value`` i64 or Python ints for
 constants) so the same emitters serve the ISA lowering (``lower_cube``) and the standalone
-`build_gemm` used by tests and benchmarks.
+kernels of ``tests/backend/test_gemm.py``.
 """
 
 from __future__ import annotations

@@ -17,6 +17,11 @@ Loop nest of one block (AscendC matmul, split into work items = (batch, N panel,
 The tiling function reads every capacity from the DeviceSpec and never exceeds one; on the host
 the same sizes are cache-friendly (L1 panels ~ L2, a 16-column micro-panel of L1B ~ L1d, the
 6x16 L0C micro-tile ~ 12 ymm registers).
+
+Work split (host threads = blocks): an item owns one N panel of equal width for a group of rows,
+so its B panel (K x tn, packed once into the thread's heap workspace) is read from GM exactly
+once per launch, and only A is re-packed once per N panel; M is split into groups only when the
+panels would not divide evenly over the workers, so every thread gets the same amount of work.
 """
 
 from __future__ import annotations
