@@ -193,18 +193,25 @@ def fma8(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
 
 WS_KEY_SYMBOL = "lazymath_gemm_ws_key"
 WS_HEADER = 64  # bytes before the data: the capacity, and 64-byte alignment of the data
-_WS_KEY = ctypes.c_uint(0)
 
 
-def _register_ws_key() -> None:
-    libc = ctypes.CDLL(None)
-    free = ctypes.cast(libc.free, ctypes.c_void_p)
-    if libc.pthread_key_create(ctypes.byref(_WS_KEY), free) != 0:
-        raise OSError("pthread_key_create failed: no per-thread GEMM workspace")
-    llvm.add_symbol(WS_KEY_SYMBOL, ctypes.addressof(_WS_KEY))
+def _register_ws_key() -> ctypes.c_uint:
+    """The process's workspace key, created once in malloc'ed memory that lives as long as the
+    process (compiled kernels hold its address; a module reload finds and reuses it)."""
+    addr = llvm.address_of_symbol(WS_KEY_SYMBOL)
+    if not addr:
+        libc = ctypes.CDLL(None)
+        libc.malloc.restype = ctypes.c_void_p
+        addr = libc.malloc(ctypes.sizeof(ctypes.c_uint))
+        key = ctypes.c_uint.from_address(addr)
+        free = ctypes.cast(libc.free, ctypes.c_void_p)
+        if not addr or libc.pthread_key_create(ctypes.byref(key), free) != 0:
+            raise OSError("pthread_key_create failed: no per-thread GEMM workspace")
+        llvm.add_symbol(WS_KEY_SYMBOL, addr)
+    return ctypes.c_uint.from_address(addr)
 
 
-_register_ws_key()
+_WS_KEY = _register_ws_key()
 
 
 def get_thread_workspace(mod: ir.Module) -> ir.Function:
