@@ -249,3 +249,18 @@ def test_cost_model_charges_the_worked_example():
     kc = estimate(prog, ASCEND910B, block_num=1)
     assert kc.pipes["Cube"] == 512
     assert not kc.unknown and kc.pipes["MTE2"] > 0 and kc.pipes["FixPipe"] > 0
+
+
+@pytest.mark.parametrize("n,workers", [(384, 2), (768, 2), (2304, 2), (1000, 4), (4096, 2)])
+def test_work_split_is_balanced(n, workers):
+    """Items (the unit of host-thread work) have equal size and divide over the workers, so no
+    thread idles while another finishes a larger share (384 used to be 256 + 128 columns)."""
+    a = ArgView("float32", (n, n), (n, 1))
+    ir = MatmulKernel((), n, n, n, a, a, None, None, "float32", (), (SOp("acc", "float32"),),
+                      (0,), (ArgView("float32", (n, n), (n, 1)),))  # fmt: skip
+    t = T.tile_matmul(ir, ASCEND910, workers)
+    widths = [min(t.tn, n - p * t.tn) for p in range(t.n_panels)]
+    # panels are 16-column aligned, so only the last can be narrower: by < 16 per panel
+    assert max(widths) - min(widths) < 16 * t.n_panels and t.tn % 16 == 0
+    assert t.items % workers == 0 and t.items == t.n_panels * t.m_groups
+    assert t.n0 % 16 == 0 and t.n0 <= t.tn
