@@ -98,7 +98,7 @@ class AicpuKernel:
         for n, srcs in self.steps:
             args = [vals[k] if t == "v" else (k if t == "c" else ins[k]) for t, k in srcs]
             vals.append(reference.evaluate(n, args))
-        for out, k, (shape, dtype) in zip(argv[n_in:], self.out_steps, self.shapes):
+        for out, k, (_shape, dtype) in zip(argv[n_in:], self.out_steps, self.shapes):
             out.reshape(-1)[:] = np.asarray(vals[k], dtype=dtype).reshape(-1)
 
     def __call__(self, *arrays):
@@ -413,7 +413,7 @@ def _debug_print(prog: Program, hit: bool, level: int, t0: float) -> None:
     chunks = [line]
     if level >= 2:
         chunks.append(str(sched))
-    for sk, ck, _ in prog.kernels:
+    for sk, _ck, _ in prog.kernels:
         if level >= 3:
             chunks.append(f"--- ISA {sk.name}\n{sk.isa}")
         if level >= 4:

@@ -14,9 +14,9 @@ The matmul template belongs to the Cube work and is imported lazily.
 from __future__ import annotations
 
 import ctypes
-import math
 import dataclasses
 import importlib
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor

@@ -69,7 +69,7 @@ def run(ir, arrays: list[np.ndarray]) -> None:
         n_in = len(ir.inputs)
         loads = [view_of(a, v) for a, v in zip(arrays, ir.inputs)]
         vals = eval_expr(ir.expr, loads, ir.shape)
-        for out, v, r in zip(arrays[n_in:], ir.outputs, ir.results):
+        for out, r in zip(arrays[n_in:], ir.results):
             out.reshape(-1)[: int(np.prod(ir.shape))] = np.broadcast_to(vals[r], ir.shape).reshape(
                 -1
             )
