@@ -148,8 +148,6 @@ def test_unsupported_inputs_raise_type_error():
 
 @pytest.mark.parametrize("shape", [(), 0, 5, (0, 3), (7, 13), [2, 3, 1]], ids=repr)
 def test_zeros_ones_full_empty(backend, check, shape, known_compiled_bug):
-    if shape not in ((), 0, (0, 3)):
-        known_compiled_bug(CONST_BUG)
     check(lm.zeros(shape), np.zeros(shape, np.float32))
     check(lm.ones(shape), np.ones(shape, np.float32))
     check(lm.zeros(shape, dtype="int8"), np.zeros(shape, np.int8))
@@ -166,7 +164,6 @@ def test_zeros_ones_full_empty(backend, check, shape, known_compiled_bug):
 
 
 def test_like_functions(backend, check, data, known_compiled_bug):
-    known_compiled_bug(CONST_BUG)
     for dtype in ("float16", "int32", "bool"):
         a = data.rand((4, 3), dtype)
         t = lm.tensor(a)
@@ -204,7 +201,6 @@ def test_linspace(backend, check):
 
 def test_broadcast_constant_realizes(backend, check, known_compiled_bug):
     """Minimal repro: a constant broadcast to a shape, realized with no buffer input."""
-    known_compiled_bug(CONST_BUG)
     check(lm.zeros((3,)), np.zeros(3, np.float32))
 
 

@@ -212,7 +212,6 @@ def test_cse_same_expression_same_node(x):
 
 
 def test_constant_folding(backend, known_compiled_bug):
-    known_compiled_bug("realizing a broadcast constant (no buffer input) fails, see test_creation")
     t = lm.full((), 2.0) * 3 + 1
     assert t.node.op == "const"
     assert t.item() == 7.0 and t.dtype == np.float64

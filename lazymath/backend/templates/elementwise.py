@@ -102,7 +102,38 @@ def _emit(ir: ElementwiseKernel, args, used, tile: int, pp: isa.Var, n: isa.IntE
     em.emit(ir.expr, ir.results, loads, None, dests)
     buffers = [*pool.buffers, *b.buffers]
     invariant, body = C.hoist_invariant_dups(b.body)
-    return [*em.hoisted, *invariant], buffers, body, queues
+    # only fills of tile-independent buffers may leave the loop; a fill addressed through the
+    # ping-pong half (e.g. a constant written straight into an output tile) must stay inside
+    keep = [i for i in invariant if _mentions(i, half)]
+    invariant = [i for i in invariant if not _mentions(i, half)]
+    hoisted = [i for i in em.hoisted if not _mentions(i, half)]
+    body = [*keep, *[i for i in em.hoisted if _mentions(i, half)], *body]
+    return [*hoisted, *invariant], buffers, body, queues
+
+
+def _mentions(instr, expr) -> bool:
+    """Does `instr` (a dataclass) use `expr` or any variable inside it in an address?"""
+    names = set()
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, isa.Var):
+            names.add(e.name)
+        elif isinstance(e, isa.BinInt):
+            stack += [e.a, e.b]
+    if not names:
+        return False
+    stack = [instr]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, isa.Var):
+            if x.name in names:
+                return True
+        elif isinstance(x, (isa.BinInt, isa.Ref)) or hasattr(x, "__dataclass_fields__"):
+            stack += [getattr(x, f) for f in x.__dataclass_fields__]
+        elif isinstance(x, (tuple, list)):
+            stack += list(x)
+    return False
 
 
 def _program_body(ir, args, strides, used, tile, geo):
