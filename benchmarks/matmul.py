@@ -7,7 +7,9 @@ Run with OpenBLAS' environment overrides removed, so numpy gets its best kernel:
 lazymath goes through the public API (`lm.tensor`, `(a @ b).realize()`), i.e. the graph, fusion,
 the matmul template, the Cube ISA and the LLVM host lowering, with the program cache warm
 (steady state). Timings are medians of interleaved repetitions (numpy and lazymath alternate so
-machine noise hits both). numpy float16 matmul has no BLAS kernel and is very slow: it is timed
+machine noise hits both), each segment started after a short pause (see SETTLE_S: OpenBLAS'
+spinning idle threads would otherwise steal a core from whatever is timed right after numpy).
+numpy float16 matmul has no BLAS kernel and is very slow: it is timed
 once, at 1024.
 
 On a shared machine wall-clock ratios move with the load (OpenBLAS' spinning threads suffer more
@@ -42,11 +44,21 @@ def _median_time(fn, reps: int, rounds: int) -> float:
     return sorted(ts)[len(ts) // 2]
 
 
+# OpenBLAS' idle worker threads busy-wait for ~0.1 s (2^28 TSC ticks) after each call before they
+# sleep: a segment timed right after numpy shares a core with a spinning thread and loses ~20-30%
+# at 2048 (measured on the quiet machine: 99-110 GFLOPS right after numpy, 130+ after 0.15 s).
+# Each timed segment therefore starts after this pause; numpy's own back-to-back reps inside its
+# segment keep the spinning that helps it (timing it after an idle pause changed nothing).
+SETTLE_S = 0.3
+
+
 def _interleaved(fns: dict, reps: int, rounds: int) -> dict:
-    """Median seconds per call of each fn, alternating the fns round by round."""
+    """Median seconds per call of each fn, alternating the fns round by round, each segment
+    started SETTLE_S after the previous one ended."""
     times: dict = {k: [] for k in fns}
     for _ in range(rounds):
         for k, fn in fns.items():
+            time.sleep(SETTLE_S)
             t = time.perf_counter()
             for _ in range(reps):
                 fn()

@@ -38,6 +38,7 @@ from lazymath.backend.templates import common as C
 
 TM_MAX = 96  # L0C tile rows: 16 host micro-panels share each B micro-panel
 TN_MAX = 256  # L0C tile cols = one work item's B panel width
+MIN_FLOPS_PER_WORKER = 4_000_000  # ~50 us of microkernel work per extra host thread
 WORKSPACE_CAP = 64 << 20  # bytes of per-thread host heap workspace for memoised B panels
 
 
@@ -84,6 +85,9 @@ def _fixpipe_chain(expr: Expr, result: int) -> tuple[bool, bool]:
 def tile_matmul(k: MatmulKernel, spec, workers: int | None = None) -> MatmulTiling:
     """Pick L0C/L1/L0 tiles from the spec's capacities and split the output over blocks."""
     workers = workers or os.cpu_count() or 1
+    # a host thread hand-off costs tens of microseconds: tiny products stay on one block
+    flops = 2 * C.prod(k.batch) * max(k.m, 1) * max(k.n, 1) * max(k.k, 1)
+    workers = max(1, min(workers, flops // MIN_FLOPS_PER_WORKER))
     eb = 4 if k.in_dtype == "float32" else 2  # NPU operand bytes
     m, n, kk = max(k.m, 1), max(k.n, 1), max(k.k, 1)
     # N panels of (nearly) equal width, so the work items of a launch are equally long
