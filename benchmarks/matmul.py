@@ -47,18 +47,21 @@ def _median_time(fn, reps: int, rounds: int) -> float:
 # OpenBLAS' idle worker threads busy-wait for ~0.1 s (2^28 TSC ticks) after each call before they
 # sleep: a segment timed right after numpy shares a core with a spinning thread and loses ~20-30%
 # at 2048 (measured on the quiet machine: 99-110 GFLOPS right after numpy, 130+ after 0.15 s).
-# Each timed segment therefore starts after this pause; numpy's own back-to-back reps inside its
-# segment keep the spinning that helps it (timing it after an idle pause changed nothing).
+# Each timed segment therefore starts after this pause, then one untimed warm-up call (after an
+# idle pause the first call runs on cold caches and sleeping cores, up to 2x slower at 512, for
+# numpy and lazymath alike); numpy's back-to-back reps inside its segment keep the spinning that
+# helps it.
 SETTLE_S = 0.3
 
 
 def _interleaved(fns: dict, reps: int, rounds: int) -> dict:
-    """Median seconds per call of each fn, alternating the fns round by round, each segment
-    started SETTLE_S after the previous one ended."""
+    """Median seconds per call of each fn, alternating the fns round by round; each segment
+    starts SETTLE_S after the previous one ended, with one untimed warm-up call."""
     times: dict = {k: [] for k in fns}
     for _ in range(rounds):
         for k, fn in fns.items():
             time.sleep(SETTLE_S)
+            fn()
             t = time.perf_counter()
             for _ in range(reps):
                 fn()
