@@ -16,8 +16,10 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import importlib
+import io
 import math
 import os
+import pickle
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -96,6 +98,7 @@ class CompiledKernel:
         if self._llvm_ir is None:
             from lazymath.backend.lower_llvm import lower_program
 
+            _register_template(self.ir.kind)
             self._llvm_ir = str(lower_program(self.program, self.spec, symbol=self.symbol))
         return self._llvm_ir
 
@@ -116,6 +119,7 @@ class CompiledKernel:
         if self._cost is None:
             from lazymath.backend.cost import estimate
 
+            _register_template(self.ir.kind)
             self._cost = estimate(self.program, self.spec)
         return self._cost
 
@@ -205,6 +209,15 @@ class CompiledKernel:
         return f"<CompiledKernel {self.name} {self.ir.kind} blocks={self.blocks} {self.backend}>"
 
 
+def _register_template(kind: str) -> None:
+    """Import the template module of `kind`: it registers its instructions' lowerings, costs
+    and interpreter rules. A kernel loaded from the disk cache did not run its template, so its
+    lazy reports (llvm_ir, cost) import it here, on demand."""
+    modname = TEMPLATES.get(kind)
+    if modname is not None:
+        importlib.import_module(modname)
+
+
 def build_program(ir, spec, name: str) -> isa.Program:
     """Run the template for `ir.kind` and check the program against `spec`."""
     try:
@@ -228,12 +241,12 @@ def compile_kernel(ir, spec, backend: str | None = None, name: str | None = None
     hit = kernel_cache.memory_get(sig)
     if hit is not None:
         return hit if hit.name == name else hit.renamed(name)
-    program = build_program(ir, spec, name)
     if backend == "interp":
+        program = build_program(ir, spec, name)
         kernel = CompiledKernel(name, ir, program, spec, backend)
         kernel_cache.count("compiled")
     else:
-        kernel = _compile_llvm(ir, spec, program, name)
+        kernel = _compile_llvm(ir, spec, name)
     kernel_cache.memory_put(sig, kernel)
     return kernel
 
@@ -253,30 +266,85 @@ def _is_tiny(ir) -> bool:
     return work < TINY_KERNEL_ELEMENTS
 
 
-def _compile_llvm(ir, spec, program: isa.Program, name: str) -> CompiledKernel:
+# Globals a cached program's pickle may name: classes of lazymath's backend (ISA instructions,
+# kernel IR, vmath's table references) and plain containers. Functions and anything outside
+# (os.system, eval, ...) are refused, so a cache file can at worst describe a wrong program,
+# never run arbitrary Python code while being read.
+_PICKLE_BUILTINS = frozenset(("tuple", "list", "dict", "set", "frozenset", "slice", "complex"))
+
+
+class _ProgramUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if module == "builtins" and name in _PICKLE_BUILTINS:
+            return super().find_class(module, name)
+        if module.startswith("lazymath.backend.") and module != "lazymath.backend.gemm":
+            obj = super().find_class(module, name)
+            if isinstance(obj, type):
+                return obj
+        raise pickle.UnpicklingError(f"cached program names {module}.{name}: not allowed")
+
+
+def _load_program(blob: bytes | None, name: str) -> isa.Program:
+    """The ISA program stored with a cached kernel, renamed to `name`."""
+    if not blob:
+        raise ValueError("cache entry has no program")
+    program = _ProgramUnpickler(io.BytesIO(blob)).load()
+    if not isinstance(program, isa.Program) or program.blocks < 1:
+        raise ValueError("cache entry's program is not an isa.Program")
+    return program if program.name == name else dataclasses.replace(program, name=name)
+
+
+def _disk_key(ir, spec) -> tuple[str, bool]:
+    """(disk-cache key, quick pipeline?) -- computed without LLVM (see jit.host_key)."""
+    from lazymath.backend.jit import host_key
+
+    quick = _is_tiny(ir)
+    sig = repr((ir.kind, ir, spec.key(), "quick" if quick else "O3"))
+    return kernel_cache.disk_key(sig, host_key()), quick
+
+
+def _load_llvm(ir, spec, name: str, key: str) -> CompiledKernel | None:
+    """The kernel from its disk-cache file, or None (no file, or a file that cannot be used:
+    counted as rejected and deleted, never executed). Needs neither the template nor LLVM:
+    the program is stored with the object code, which `jit.load_cached` maps with elfload."""
+    from lazymath.backend import elfload, jit
+
+    cached = kernel_cache.disk_load(key)
+    if cached is None:
+        return None
+    try:
+        program = _load_program(cached.parts.get("program"), name)
+        symbol = cached.header["symbol"]
+        addr, how = jit.load_cached(cached.obj, symbol, f"lmmod_{key[:24]}")
+    except (elfload.ElfLoadError, pickle.UnpicklingError, ValueError, KeyError, TypeError,
+            AttributeError, EOFError, RuntimeError):  # fmt: skip
+        kernel_cache.reject(key)  # recompiled and replaced by the caller
+        return None
+    kernel_cache.count("disk_hits")
+    if how != "memory":
+        kernel_cache.count("elf_loads" if how == "elf" else "mcjit_loads")
+    return CompiledKernel(name, ir, program, spec, "llvm", addr, symbol)
+
+
+def _compile_llvm(ir, spec, name: str) -> CompiledKernel:
+    """Disk-cache hit (no LLVM) or compile: template -> ISA -> LLVM IR -> MCJIT, then store the
+    object code and the program for the next process."""
+    key, quick = _disk_key(ir, spec)
+    kernel = _load_llvm(ir, spec, name, key)
+    if kernel is not None:
+        return kernel
     from lazymath.backend.jit import get_jit
+
+    jit = get_jit()  # loads LLVM: the first compile miss of the process
     from lazymath.backend.lower_llvm import lower_program
 
-    jit = get_jit()
-    quick = _is_tiny(ir)
-    key = kernel_cache.disk_key(repr((ir.kind, ir, spec.key(), "quick" if quick else "O3")),
-                                jit.host_key)  # fmt: skip
+    program = build_program(ir, spec, name)
     symbol = f"lm_{ir.kind}_{key[:24]}"
-    module_name = f"lmmod_{key[:24]}"
-    cached = kernel_cache.disk_load(key)
-    if cached is not None:
-        header, obj = cached
-        try:
-            addr = jit.load_object(obj, header["symbol"], module_name)
-        except Exception:  # a valid checksum but unloadable object: recompile and replace
-            kernel_cache.count("disk_rejected")
-            cached = None
-        else:
-            kernel_cache.count("disk_hits")
-            return CompiledKernel(name, ir, program, spec, "llvm", addr, header["symbol"])
     text = str(lower_program(program, spec, symbol=symbol))
-    addr, obj = jit.compile(text, symbol, module_name, quick)
+    addr, obj = jit.compile(text, symbol, f"lmmod_{key[:24]}", quick)
     kernel_cache.count("compiled")
     if obj is not None:
-        kernel_cache.disk_store(key, {"symbol": symbol, "kind": ir.kind, "name": name}, obj)
+        blob = pickle.dumps(program, protocol=pickle.HIGHEST_PROTOCOL)
+        kernel_cache.disk_store(key, {"symbol": symbol, "kind": ir.kind, "name": name}, obj,
+                                {"program": blob})  # fmt: skip
     return CompiledKernel(name, ir, program, spec, "llvm", addr, symbol, text)

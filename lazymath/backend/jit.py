@@ -1,38 +1,220 @@
-"""One MCJIT engine per process: LLVM IR text -> optimized native code -> ctypes function.
+"""Native code for kernels: one MCJIT engine per process, and loading cached object code.
+
+Two ways code gets into the process:
+
+- `Jit` (one MCJIT engine, `get_jit()`): LLVM IR text -> O3 -> native code, used on a kernel
+  cache miss. Its object cache hook hands `kernel_cache` the object code MCJIT emitted, to
+  persist on disk.
+- `load_cached(obj, symbol, module_name)`: object code from the disk cache. By default it goes
+  through `elfload`, a small ELF relocatable-object loader, so a warm process whose kernels are
+  all cached never imports ``llvmlite.binding`` (~40 MiB of RSS for LLVM's relocated C++ data,
+  plus the engine). ``LAZYMATH_ELFLOAD=0`` sends it through MCJIT instead (debugging), and an
+  object the loader does not support (`ElfUnsupportedError`) falls back to MCJIT; a malformed
+  one (`ElfFormatError`) is reported to the caller, which recompiles and never executes it.
+
+Why keep MCJIT for fresh kernels: a miss has LLVM loaded anyway, MCJIT is the path LLVM tests,
+and the assembly/IR views need the same engine. Freshly compiled and cached kernels run the same
+bytes (the object MCJIT emitted is what is stored).
 
 Why one engine: MCJIT engines are heavy (a target machine, a memory manager) and every kernel
-of the process can live in the same one; symbols are unique per kernel signature.
+of the process can live in the same one; symbols are unique per kernel signature. Native code
+is produced at O3 for the host CPU name and features, with the new pass manager's loop and SLP
+vectorizers on. The engine's object cache hooks also fire for its empty backing module, so
+objects are keyed by module name and unknown names are ignored.
 
-Native code is produced at O3 for the host CPU name and features, with the new pass manager's
-loop and SLP vectorizers on. The engine's object cache hooks let `kernel_cache` persist the
-object code on disk and feed it back on the next run so a warm process never runs LLVM. The
-hooks also fire for the engine's empty backing module, so objects are keyed by module name and
-unknown names are ignored.
+Everything touching the engine is serialised by one lock: MCJIT is not thread safe. Compiled
+functions are plain C function pointers; calling them through ctypes releases the GIL.
 
-Everything here is serialised by one lock: MCJIT is not thread safe. Compiled functions are
-plain C function pointers; calling them through ctypes releases the GIL.
+`host_key()` -- what native code depends on besides the kernel -- is computed without LLVM: the
+llvmlite version and its shared library's size (which pin the LLVM build), the CPU model and
+flags from /proc/cpuinfo (which determine LLVM's host CPU name and features) and the core count
+(templates size their block split by it).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
+import platform
+import sys
 import threading
 
-import llvmlite
-import llvmlite.binding as llvm
+import llvmlite  # the package only: its version, no LLVM shared library
+
+from lazymath.backend import elfload
 
 KERNEL_CFUNC = ctypes.CFUNCTYPE(
     None, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)
 )
+
+llvm = None  # llvmlite.binding, imported by the first Jit (a compile miss)
+
+
+def _binding():
+    global llvm
+    if llvm is None:
+        import llvmlite.binding as binding
+
+        llvm = binding
+    return llvm
+
+
+# ----------------------------------------------------------------------------- host key
+
+_host_key: tuple | None = None
+
+
+def _cpu_identity() -> tuple:
+    """Vendor, family, model, stepping and flags of the first CPU (Linux), else platform's
+    processor string: everything LLVM's host CPU name and feature detection look at."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read().split("\n\n", 1)[0]
+    except OSError:
+        return (platform.processor(),)
+    fields = {}
+    for line in text.splitlines():
+        k, _, v = line.partition(":")
+        fields[k.strip()] = v.strip()
+    keep = ("vendor_id", "cpu family", "model", "stepping", "flags", "CPU implementer",
+            "CPU architecture", "CPU variant", "CPU part", "Features")  # fmt: skip
+    ident = tuple((k, fields[k]) for k in keep if k in fields)
+    return ident or (platform.processor(),)
+
+
+def _llvm_build() -> tuple:
+    """llvmlite's shared library size and mtime: a rebuilt llvmlite against another LLVM with
+    the same version string still changes the key (stat only, the library is not loaded)."""
+    root = os.path.dirname(llvmlite.__file__)
+    for name in ("libllvmlite.so", "libllvmlite.dylib", "llvmlite.dll"):
+        try:
+            st = os.stat(os.path.join(root, "binding", name))
+        except OSError:
+            continue
+        return (name, st.st_size, int(st.st_mtime))
+    return ()
+
+
+def host_key() -> tuple:
+    """What native code depends on besides the kernel (no llvmlite.binding import)."""
+    global _host_key
+    if _host_key is None:
+        _host_key = (llvmlite.__version__, _llvm_build(), sys.platform, platform.machine(),
+                     _cpu_identity(), os.cpu_count())  # fmt: skip
+    return _host_key
+
+
+# ----------------------------------------------------------------------------- runtime symbols
+# Data the kernels link against that lives in this process rather than in a library. The GEMM
+# workspace key mirrors gemm._register_ws_key (gemm imports llvmlite.binding, so a warm process
+# cannot import it): one pthread key in malloc'ed memory whose destructor frees each thread's
+# workspace. Whoever runs first creates it and registers it with LLVM when LLVM is loaded, so
+# MCJIT code, code loaded here and gemm's own lookup all share one key.
+
+WS_KEY_SYMBOL = "lazymath_gemm_ws_key"  # == gemm.WS_KEY_SYMBOL (a test checks it)
+
+
+def _make_ws_key() -> int:
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    addr = libc.malloc(ctypes.sizeof(ctypes.c_uint))
+    if not addr:
+        raise MemoryError("malloc failed for the GEMM workspace key")
+    key = ctypes.c_uint.from_address(addr)
+    free = ctypes.cast(libc.free, ctypes.c_void_p)
+    if libc.pthread_key_create(ctypes.byref(key), free) != 0:
+        raise OSError("pthread_key_create failed: no per-thread GEMM workspace")
+    return addr
+
+
+RUNTIME_SYMBOLS = {WS_KEY_SYMBOL: _make_ws_key}  # name -> maker of its address
+_runtime: dict[str, int] = {}
+_runtime_lock = threading.Lock()
+
+
+def runtime_symbol(name: str) -> int | None:
+    """Address of a process-local symbol kernels reference (None if `name` is not one): the one
+    LLVM knows if it is loaded and has it, else ours (created on first use)."""
+    with _runtime_lock:
+        addr = _runtime.get(name)
+        if addr:
+            return addr
+        binding = sys.modules.get("llvmlite.binding")
+        if binding is not None:
+            addr = binding.address_of_symbol(name)
+        if not addr:
+            maker = RUNTIME_SYMBOLS.get(name)
+            if maker is None:
+                return None
+            addr = maker()
+            if binding is not None:
+                binding.add_symbol(name, addr)
+        _runtime[name] = addr
+        return addr
+
+
+def _publish_runtime_symbols() -> None:
+    """Make every runtime symbol known to LLVM (called when the Jit loads LLVM)."""
+    binding = _binding()
+    for name in RUNTIME_SYMBOLS:
+        addr = runtime_symbol(name)
+        if addr and binding.address_of_symbol(name) != addr:
+            binding.add_symbol(name, addr)
+
+
+# ----------------------------------------------------------------------------- loaded code
+
+_native_lock = threading.RLock()
+_native: dict[str, tuple[int, bytes | None]] = {}  # symbol -> (address, object code)
+_elf_objects: list[elfload.LoadedObject] = []  # code mapped by elfload (never unmapped)
+
+
+def elfload_enabled() -> bool:
+    return os.environ.get("LAZYMATH_ELFLOAD", "1") not in ("0", "false", "off", "no")
+
+
+def loaded_address(symbol: str) -> int | None:
+    with _native_lock:
+        hit = _native.get(symbol)
+        return hit[0] if hit else None
+
+
+def load_cached(obj: bytes, symbol: str, module_name: str) -> tuple[int, str]:
+    """Load cached object code; returns (address of `symbol`, "elf" | "mcjit" | "memory").
+
+    Raises elfload.ElfFormatError for bytes that are not a sane object (never executed), and
+    whatever MCJIT raises on the fallback path.
+    """
+    with _native_lock:
+        hit = _native.get(symbol)
+        if hit is not None:
+            return hit[0], "memory"
+        if elfload_enabled():
+            try:
+                lo = elfload.load(obj, resolve=runtime_symbol, entry=symbol)
+            except elfload.ElfUnsupportedError:
+                pass  # MCJIT below
+            else:
+                _elf_objects.append(lo)
+                addr = lo.address(symbol)
+                _native[symbol] = (addr, obj)
+                return addr, "elf"
+        else:
+            elfload.parse(obj)  # the same format check as the loader: garbage never reaches LLVM
+        addr = get_jit().load_object(obj, symbol, module_name)
+        return addr, "mcjit"
 
 
 class Jit:
     """The process-wide MCJIT engine (use `get_jit()`)."""
 
     def __init__(self) -> None:
+        llvm = _binding()
+        _publish_runtime_symbols()
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        self.lock = threading.RLock()
+        self.lock = _native_lock  # one lock for the engine and the table of loaded code
         self.cpu_name = llvm.get_host_cpu_name()
         self.cpu_features = llvm.get_host_cpu_features().flatten()
         target = llvm.Target.from_default_triple()
@@ -60,15 +242,12 @@ class Jit:
         quick.loop_vectorization = True
         quick.slp_vectorization = True
         self._pb_quick = llvm.create_pass_builder(self.target_machine, quick)
-        self._loaded: dict[str, int] = {}  # symbol -> address (code stays for the process)
-        self._objects: dict[str, bytes] = {}  # symbol -> object code (to re-store on disk)
         self._modules: list = []  # keep modules alive: their code is referenced by callers
 
     @property
     def host_key(self) -> tuple:
-        """What native code depends on besides the kernel: versions and the host CPU."""
-        return (llvmlite.__version__, llvm.llvm_version_info, self.triple, self.cpu_name,
-                self.cpu_features)  # fmt: skip
+        """The module-level `host_key()` (kept as an attribute for older callers)."""
+        return host_key()
 
     def _notify(self, module, buffer: bytes) -> None:
         self._emitted[module.name] = bytes(buffer)
@@ -79,7 +258,7 @@ class Jit:
     def optimize(self, ir_text: str, module_name: str, quick: bool = False):
         """Parse, verify and run the O3 pipeline (speed level 1 when `quick`); returns the
         llvm ModuleRef."""
-        mod = llvm.parse_assembly(ir_text)
+        mod = _binding().parse_assembly(ir_text)
         mod.name = module_name
         mod.triple = self.triple
         mod.data_layout = self.data_layout
@@ -92,39 +271,39 @@ class Jit:
                 quick: bool = False) -> tuple[int, bytes | None]:  # fmt: skip
         """Compile IR text; return (address of `symbol`, object code for the disk cache)."""
         with self.lock:
-            if symbol in self._loaded:
-                return self._loaded[symbol], self._objects.get(symbol)
+            if symbol in _native:
+                return _native[symbol]
             mod = self.optimize(ir_text, module_name, quick)
             return self._add(mod, symbol, module_name)
 
     def load_object(self, obj: bytes, symbol: str, module_name: str) -> int:
         """Load cached object code (no LLVM optimisation or codegen runs)."""
         with self.lock:
-            if symbol in self._loaded:
-                return self._loaded[symbol]
-            stub = llvm.parse_assembly("")
+            if symbol in _native:
+                return _native[symbol][0]
+            stub = _binding().parse_assembly("")
             stub.name = module_name
             stub.triple = self.triple
             stub.data_layout = self.data_layout
             self._inject[module_name] = obj
-            self._objects[symbol] = obj
             try:
-                addr, _ = self._add(stub, symbol, module_name)
+                addr, _ = self._add(stub, symbol, module_name, obj)
             finally:
                 self._inject.pop(module_name, None)
             return addr
 
-    def _add(self, mod, symbol: str, module_name: str) -> tuple[int, bytes | None]:
+    def _add(self, mod, symbol: str, module_name: str,
+             obj: bytes | None = None) -> tuple[int, bytes | None]:  # fmt: skip
         self.engine.add_module(mod)
         self.engine.finalize_object()
         self._modules.append(mod)
         addr = self.engine.get_function_address(symbol)
         if not addr:
             raise RuntimeError(f"JIT: symbol {symbol} not found after loading {module_name}")
-        self._loaded[symbol] = addr
-        obj = self._emitted.pop(module_name, None)
-        if obj is not None:
-            self._objects[symbol] = obj
+        emitted = self._emitted.pop(module_name, None)
+        obj = emitted if emitted is not None else obj
+        with _native_lock:
+            _native[symbol] = (addr, obj)
         return addr, obj
 
     def assembly(self, ir_text: str) -> str:

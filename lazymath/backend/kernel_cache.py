@@ -3,11 +3,17 @@
 Memory level: a dict from the kernel signature (template kind, the frozen KernelIR itself,
 device spec key, backend) to the CompiledKernel. Disk level: one file per signature under
 ``$LAZYMATH_CACHE_DIR`` (default ``~/.cache/lazymath`` or ``$XDG_CACHE_HOME/lazymath``) holding
-the object code MCJIT produced, so a later process loads it instead of running LLVM.
+the object code MCJIT produced plus named extra parts (the pickled ISA program), so a later
+process loads it instead of running the template, LLVM or even importing llvmlite.binding.
 
 The file name is the sha256 of the signature's repr plus everything the machine code depends
-on: llvmlite and LLVM versions, host CPU name and features, the lazymath version and a hash of
-the backend's own source (a code change invalidates old files instead of loading stale code).
+on (`jit.host_key()`: llvmlite version and build, host CPU model and flags, core count), the
+lazymath version and a hash of the backend's own source (a code change invalidates old files
+instead of loading stale code).
+
+File layout (format 2): MAGIC, u32 header length, u32 payload length, JSON header, payload,
+sha256 of everything before it. The payload is the object code followed by the parts the
+header's ``"parts"`` list names with their lengths.
 
 Trust: a cache file is machine code that gets executed. The directory is created 0700, files
 are written to a private temp file and renamed into place (atomic), and a load checks the magic,
@@ -25,15 +31,17 @@ import struct
 import tempfile
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 MAGIC = b"LMKCACHE"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 SUFFIX = ".lmk"
 
 _lock = threading.RLock()
 _memory: dict = {}
+# elf_loads / mcjit_loads: how disk hits got into memory (elfload, or MCJIT as fallback/forced)
 _stats = {"compiled": 0, "memory_hits": 0, "disk_hits": 0, "disk_writes": 0, "disk_rejected": 0,
-          "disk_errors": 0}  # fmt: skip
+          "disk_errors": 0, "elf_loads": 0, "mcjit_loads": 0}  # fmt: skip
 _code_version: str | None = None
 
 
@@ -109,8 +117,16 @@ def _path(key: str) -> Path:
     return cache_dir() / (key + SUFFIX)
 
 
-def disk_load(key: str) -> tuple[dict, bytes] | None:
-    """(header, object code) if a valid file exists for `key`; None (and counted) otherwise."""
+class CacheEntry(NamedTuple):
+    """One valid disk file: its JSON header, the object code and the named extra parts."""
+
+    header: dict
+    obj: bytes
+    parts: dict[str, bytes]
+
+
+def disk_load(key: str) -> CacheEntry | None:
+    """The entry if a valid file exists for `key`; None (and counted) otherwise."""
     if not disk_enabled():
         return None
     p = _path(key)
@@ -123,16 +139,22 @@ def disk_load(key: str) -> tuple[dict, bytes] | None:
         return None
     parsed = _parse(data, key)
     if parsed is None:
-        count("disk_rejected")
-        try:
-            p.unlink()
-        except OSError:
-            pass
+        reject(key)
         return None
     return parsed
 
 
-def _parse(data: bytes, key: str) -> tuple[dict, bytes] | None:
+def reject(key: str) -> None:
+    """Count and delete the file of `key` (its contents cannot be used; the caller
+    recompiles and stores a fresh one)."""
+    count("disk_rejected")
+    try:
+        _path(key).unlink()
+    except OSError:
+        pass
+
+
+def _parse(data: bytes, key: str) -> CacheEntry | None:
     """Validate magic, lengths, checksum and that the header names `key`."""
     n_magic = len(MAGIC)
     if len(data) < n_magic + 8 + 32 or data[:n_magic] != MAGIC:
@@ -148,24 +170,49 @@ def _parse(data: bytes, key: str) -> tuple[dict, bytes] | None:
         header = json.loads(body[:hlen].decode())
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
-    if header.get("key") != key or header.get("format") != FORMAT_VERSION:
+    if not isinstance(header, dict) or header.get("key") != key:
         return None
-    return header, body[hlen:]
+    if header.get("format") != FORMAT_VERSION:
+        return None
+    payload = body[hlen:]
+    spec = header.get("parts", [])
+    try:
+        sizes = [(str(n), int(k)) for n, k in spec]
+    except (TypeError, ValueError):
+        return None
+    extra = sum(k for _, k in sizes)
+    if (
+        any(k < 0 for _, k in sizes)
+        or extra > len(payload)
+        or len({n for n, _ in sizes}) != len(sizes)
+    ):
+        return None
+    obj_len = len(payload) - extra
+    parts, at = {}, obj_len
+    for name, k in sizes:
+        parts[name] = payload[at : at + k]
+        at += k
+    return CacheEntry(header, payload[:obj_len], parts)
 
 
-def disk_store(key: str, header: dict, obj: bytes) -> None:
-    """Write atomically: private temp file in the cache dir, then os.replace."""
+def disk_store(key: str, header: dict, obj: bytes, parts: dict[str, bytes] | None = None) -> None:
+    """Write atomically: private temp file in the cache dir, then os.replace. `parts` are
+    extra named byte strings stored after the object code."""
     if not disk_enabled():
         return
+    parts = parts or {}
     try:
         d = _ensure_dir()
-        hb = json.dumps({**header, "key": key, "format": FORMAT_VERSION}).encode()
-        head = MAGIC + struct.pack("<II", len(hb), len(obj))
-        digest = hashlib.sha256(head + hb + obj).digest()
+        meta = {**header, "key": key, "format": FORMAT_VERSION,
+                "parts": [[n, len(b)] for n, b in parts.items()]}  # fmt: skip
+        hb = json.dumps(meta).encode()
+        payload = obj + b"".join(parts.values())
+        head = MAGIC + struct.pack("<II", len(hb), len(payload))
+        digest = hashlib.sha256(head + hb + payload).digest()
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=d)  # mode 0600
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(head + hb + obj + digest)
+                f.write(head + hb + payload + digest)
             os.replace(tmp, _path(key))
         except BaseException:
             try:
