@@ -21,12 +21,15 @@ import math
 import os
 import pickle
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lazymath.backend import isa, kernel_cache
 from lazymath.backend.kernel_ir import ArgView, kernel_args
+
+if TYPE_CHECKING:  # concurrent.futures (+ logging) is imported only by the first __call__
+    from concurrent.futures import ThreadPoolExecutor
 
 TEMPLATES: dict[str, str] = {
     "elementwise": "lazymath.backend.templates.elementwise",
@@ -47,6 +50,8 @@ def default_backend() -> str:
 def _thread_pool() -> ThreadPoolExecutor:
     global _pool
     if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
         with _pool_lock:
             if _pool is None:
                 _pool = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="lm-block")

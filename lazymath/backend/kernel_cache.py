@@ -24,7 +24,6 @@ executed. ``LAZYMATH_CACHE=0`` disables the disk level.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -32,6 +31,14 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import NamedTuple
+
+try:  # CPython's builtin SHA-256; `hashlib` would load OpenSSL's libcrypto (3.5 MiB of RSS)
+    from _sha2 import sha256 as _sha256  # Python >= 3.12
+except ImportError:
+    try:
+        from _sha256 import sha256 as _sha256  # Python 3.11
+    except ImportError:
+        from hashlib import sha256 as _sha256
 
 MAGIC = b"LMKCACHE"
 FORMAT_VERSION = 2
@@ -62,23 +69,20 @@ def code_version() -> str:
     """Hash of the backend's source files: generated code depends on all of them."""
     global _code_version
     if _code_version is None:
-        h = hashlib.sha256()
+        h = _sha256()
         root = Path(__file__).resolve().parent
         for p in sorted(root.rglob("*.py")):
             h.update(p.relative_to(root).as_posix().encode())
             h.update(p.read_bytes())
-        try:
-            from importlib.metadata import version
+        from lazymath import __version__  # not importlib.metadata: 2 MiB of email/csv modules
 
-            h.update(version("lazymath").encode())
-        except Exception:  # not installed: the source hash covers it
-            pass
+        h.update(__version__.encode())
         _code_version = h.hexdigest()[:16]
     return _code_version
 
 
 def disk_key(signature_repr: str, host_key: tuple) -> str:
-    h = hashlib.sha256()
+    h = _sha256()
     h.update(repr((FORMAT_VERSION, signature_repr, host_key, code_version())).encode())
     return h.hexdigest()
 
@@ -164,7 +168,7 @@ def _parse(data: bytes, key: str) -> CacheEntry | None:
     if len(data) != start + hlen + plen + 32:
         return None
     body = data[start : start + hlen + plen]
-    if hashlib.sha256(data[:start] + body).digest() != data[start + hlen + plen :]:
+    if _sha256(data[:start] + body).digest() != data[start + hlen + plen :]:
         return None
     try:
         header = json.loads(body[:hlen].decode())
@@ -208,7 +212,7 @@ def disk_store(key: str, header: dict, obj: bytes, parts: dict[str, bytes] | Non
         hb = json.dumps(meta).encode()
         payload = obj + b"".join(parts.values())
         head = MAGIC + struct.pack("<II", len(hb), len(payload))
-        digest = hashlib.sha256(head + hb + payload).digest()
+        digest = _sha256(head + hb + payload).digest()
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=d)  # mode 0600
         try:
             with os.fdopen(fd, "wb") as f:
