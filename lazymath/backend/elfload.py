@@ -65,12 +65,20 @@ RELOC_NAMES: dict[int, str] = {
     24: "R_X86_64_PC64",
     25: "R_X86_64_GOTOFF64",
     26: "R_X86_64_GOTPC32",
+    27: "R_X86_64_GOT64",
+    28: "R_X86_64_GOTPCREL64",
+    29: "R_X86_64_GOTPC64",
+    31: "R_X86_64_PLTOFF64",
     41: "R_X86_64_GOTPCRELX",
     42: "R_X86_64_REX_GOTPCRELX",
 }
 R_NONE, R_64, R_PC32, R_PLT32, R_GOTPCREL, R_32, R_32S = 0, 1, 2, 4, 9, 10, 11
 R_PC64, R_GOTOFF64, R_GOTPC32, R_GOTPCRELX, R_REX_GOTPCRELX = 24, 25, 26, 41, 42
-GOT_RELOCS = frozenset((R_GOTPCREL, R_GOTPCRELX, R_REX_GOTPCRELX))
+R_GOT64, R_GOTPCREL64, R_GOTPC64, R_PLTOFF64 = 27, 28, 29, 31
+GOT_RELOCS = frozenset((R_GOTPCREL, R_GOTPCRELX, R_REX_GOTPCRELX))  # 32-bit PC-relative slot
+GOT_SLOT_RELOCS = GOT_RELOCS | {R_GOT64, R_GOTPCREL64}  # relocations that need a GOT slot
+GOT_BASE_RELOCS = frozenset((R_GOTOFF64, R_GOTPC32, R_GOTPC64, R_PLTOFF64))  # need the base
+GOT_SYMBOL = "_GLOBAL_OFFSET_TABLE_"  # the medium/large PIC models name the GOT base
 
 # Sections whose presence means code must run at load time (constructors): never loaded.
 INIT_SECTION_TYPES = frozenset((SHT_INIT_ARRAY, SHT_FINI_ARRAY, SHT_PREINIT_ARRAY))
@@ -244,7 +252,7 @@ def _parse_symbols(data: bytes, sections: list[Section], symtab: Section) -> tup
 
 def _reloc_width(rtype: int) -> int:
     """Bytes a relocation patches (0 for NONE); unknown types are 0 here and refused later."""
-    if rtype in (R_64, R_PC64, R_GOTOFF64):
+    if rtype in (R_64, R_PC64, R_GOTOFF64, R_GOT64, R_GOTPCREL64, R_GOTPC64, R_PLTOFF64):
         return 8
     if rtype in (R_PC32, R_PLT32, R_32, R_32S, R_GOTPC32) or rtype in GOT_RELOCS:
         return 4
@@ -326,6 +334,7 @@ class _Plan:
     sec_off: dict[int, int] = field(default_factory=dict)
     got: dict[int, int] = field(default_factory=dict)  # symbol index -> slot offset
     plt: dict[int, int] = field(default_factory=dict)  # symbol index -> stub offset
+    need_got: bool = False  # the GOT base is referenced even if it holds no slot
     got_base: int = 0
     groups: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, prot)
     size: int = 0
@@ -356,7 +365,10 @@ def _plan(obj: ElfObject, loaded: list[Section]) -> _Plan:
         if shndx not in loaded_idx:
             continue
         for r in rows:
-            if r.type in GOT_RELOCS:
+            sym = obj.symbols[r.sym]
+            if r.type in GOT_BASE_RELOCS or (sym.name == GOT_SYMBOL and sym.shndx == SHN_UNDEF):
+                p.need_got = True
+            if r.type in GOT_SLOT_RELOCS:
                 p.got.setdefault(r.sym, len(p.got) * 8)
             elif r.type == R_PLT32 and obj.symbols[r.sym].shndx == SHN_UNDEF:
                 p.plt.setdefault(r.sym, len(p.plt) * PLT_STUB)
@@ -377,11 +389,11 @@ def _plan(obj: ElfObject, loaded: list[Section]) -> _Plan:
             cur = _align(cur, PLT_STUB)
             p.plt = {k: cur + v for k, v in p.plt.items()}
             cur += PLT_STUB * len(p.plt)
-        if g == 1 and p.got:
+        if g == 1 and (p.got or p.need_got):
             cur = _align(cur, 8)
             p.got_base = cur
             p.got = {k: cur + v for k, v in p.got.items()}
-            cur += 8 * len(p.got)
+            cur += 8 * max(1, len(p.got))
         cur = _align(cur, PAGE)
         if cur > start:
             p.groups.append((start, cur, prot))
@@ -389,16 +401,17 @@ def _plan(obj: ElfObject, loaded: list[Section]) -> _Plan:
     return p
 
 
-def _check_entry(obj: ElfObject, loaded: list[Section], entry: str) -> None:
-    code = {s.index for s in loaded if s.flags & SHF_EXECINSTR}
+def validate(data: bytes, entry: str | None = None) -> ElfObject:
+    """`parse`, plus: `entry` (if given) is a global function defined in an allocated code
+    section. The check a caller runs before handing bytes to any loader (MCJIT included)."""
+    obj = parse(data)
+    if entry is None:
+        return obj
+    code = {s.index for s in obj.sections if s.flags & SHF_EXECINSTR and s.flags & SHF_ALLOC}
     for sym in obj.symbols:
-        if (
-            sym.name == entry
-            and sym.shndx in code
-            and sym.type == STT_FUNC
-            and sym.bind in (STB_GLOBAL, STB_WEAK)
-        ):
-            return
+        if (sym.name == entry and sym.shndx in code and sym.type == STT_FUNC
+                and sym.bind in (STB_GLOBAL, STB_WEAK)):  # fmt: skip
+            return obj
     raise ElfFormatError(f"no global function {entry!r} in the object's code sections")
 
 
@@ -417,10 +430,8 @@ def load(data: bytes, resolve: Callable[[str], int | None] | None = None,
     section (checked before anything is mapped). Raises ElfFormatError / ElfUnsupportedError
     before anything executes; on an error after the mapping exists, the mapping is released.
     """
-    obj = parse(data)
+    obj = validate(data, entry)
     loaded = _loadable(obj)
-    if entry is not None:
-        _check_entry(obj, loaded, entry)
     plan = _plan(obj, loaded)
     base = _mmap(None, plan.size, mmap.PROT_READ | mmap.PROT_WRITE,
                  mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)  # fmt: skip
@@ -491,6 +502,8 @@ def _symbol_address(obj: ElfObject, plan: _Plan, base: int, sym: Symbol, i: int,
         return sym.value
     if sym.shndx == SHN_COMMON:
         raise ElfUnsupportedError(f"COMMON symbol {sym.name!r}")
+    if sym.shndx == SHN_UNDEF and sym.name == GOT_SYMBOL:
+        return base + plan.got_base
     if sym.shndx == SHN_UNDEF:
         addr = resolve(sym.name) if resolve is not None else None
         if not addr:
@@ -525,8 +538,18 @@ def _apply(obj: ElfObject, plan: _Plan, base: int, image: bytearray, off: int, r
     if t not in RELOC_NAMES:
         raise ElfUnsupportedError(f"relocation type {t} at {off:#x} is not implemented")
     place = base + off
+    got = base + plan.got_base
+    if t == R_GOT64:
+        struct.pack_into("<q", image, off, plan.got[r.sym] - plan.got_base + r.addend)
+        return
+    if t == R_GOTPCREL64:
+        struct.pack_into("<q", image, off, base + plan.got[r.sym] + r.addend - place)
+        return
+    if t == R_GOTPC64:
+        struct.pack_into("<q", image, off, got + r.addend - place)
+        return
     if t == R_GOTPC32:
-        v = base + plan.got_base + r.addend - place
+        v = got + r.addend - place
         if not _fits(v, True):
             raise ElfUnsupportedError("GOTPC32 distance does not fit 32 bits")
         struct.pack_into("<i", image, off, v)
@@ -542,8 +565,8 @@ def _apply(obj: ElfObject, plan: _Plan, base: int, image: bytearray, off: int, r
         struct.pack_into("<Q", image, off, (s + r.addend) & 0xFFFFFFFFFFFFFFFF)
     elif t == R_PC64:
         struct.pack_into("<q", image, off, s + r.addend - place)
-    elif t == R_GOTOFF64:
-        struct.pack_into("<q", image, off, s + r.addend - (base + plan.got_base))
+    elif t in (R_GOTOFF64, R_PLTOFF64):  # PLTOFF64: a 64-bit offset reaches the symbol itself
+        struct.pack_into("<q", image, off, s + r.addend - got)
     elif t in (R_PC32, R_PLT32):
         v = s + r.addend - place
         if not _fits(v, True) and t == R_PLT32 and r.sym in plan.plt:

@@ -201,7 +201,7 @@ def load_cached(obj: bytes, symbol: str, module_name: str) -> tuple[int, str]:
                 _native[symbol] = (addr, obj)
                 return addr, "elf"
         else:
-            elfload.parse(obj)  # the same format check as the loader: garbage never reaches LLVM
+            elfload.validate(obj, symbol)  # the loader's format checks: garbage never reaches LLVM
         addr = get_jit().load_object(obj, symbol, module_name)
         return addr, "mcjit"
 

@@ -133,7 +133,8 @@ _CHILD = textwrap.dedent(
     compile_kernel(ew, get_spec("ascend910"))(x, o)
     compile_kernel(red, get_spec("ascend910"))(x, s)
     ok = bool(np.allclose(o, np.sin(x), atol=1e-6) and np.isclose(s[0], x.sum(), atol=1e-3))
-    print(json.dumps({**kernel_cache.cache_info(), "ok": ok}))
+    print(json.dumps({**kernel_cache.cache_info(), "ok": ok,
+                      "binding": "llvmlite.binding" in sys.modules}))
     """
 )
 
@@ -152,11 +153,12 @@ def test_second_process_compiles_nothing_and_survives_corruption(tmp_path):
     assert first["ok"] and first["compiled"] == 2 and first["disk_writes"] == 2
     second = _child(cache)
     assert second["ok"] and second["compiled"] == 0 and second["disk_hits"] == 2
+    assert second["elf_loads"] == 2 and second["binding"] is False  # no LLVM when warm
     files = sorted(cache.glob("*" + kernel_cache.SUFFIX))
     assert len(files) == 2
     files[0].write_bytes(files[0].read_bytes()[:-7])  # truncated file
     third = _child(cache)
     assert third["ok"] and third["disk_rejected"] == 1 and third["compiled"] == 1
-    assert third["disk_hits"] == 1
+    assert third["disk_hits"] == 1 and third["binding"] is True  # the recompile loads LLVM
     fourth = _child(cache)
     assert fourth["ok"] and fourth["compiled"] == 0 and fourth["disk_hits"] == 2
