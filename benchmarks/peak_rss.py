@@ -12,8 +12,10 @@ the imports (the libraries' baseline). The parent also reads each child's peak t
 `os.wait4`, which works for a child it had to kill.
 
 Cases:
-For lazymath the child first realizes the same composite on 64x64 (which loads LLVM, the JIT
-and the runtime: a fixed cost independent of n) and reports the RSS after it too.
+For lazymath the child first realizes the same composite on 64x64 (the fixed cost independent
+of n: the runtime, and the kernel's native code -- LLVM and MCJIT on a cold cache, only the
+small ELF loader on a warm one) and reports the RSS after it too, plus the RSS once the inputs
+exist and whether `llvmlite.binding` was ever imported (a warm process must not load LLVM).
 
 - lazymath (cold): float16 inputs, `lm.mul(lm.relu(lm.matmul(A, B)), scale).realize()`, with
   an empty kernel cache directory, so the process also compiles the kernel with LLVM;
@@ -73,6 +75,8 @@ def child(case: str, n: int) -> None:
     """Run one case and print a JSON line with its measurements."""
     import numpy as np
 
+    numpy_kib = _rss_now_kib()
+
     if case.startswith("lazymath"):
         sys.path.insert(0, ROOT)
         import lazymath as lm
@@ -98,12 +102,15 @@ def child(case: str, n: int) -> None:
         B = lm.tensor(b)
         del b
         scale = lm.tensor(np.float16(SCALE))
+        inputs_kib = _rss_now_kib()
         t1 = time.perf_counter()
         out = lm.mul(lm.relu(lm.matmul(A, B)), scale).realize()
         t2 = time.perf_counter()
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         err = _check(out.numpy(), check_rows, B.numpy(), SCALE)  # .numpy(): no copy
-        info = {"kernels": lm.cache_info().get("compiled", None)}
+        ci = lm.cache_info()
+        info = {"kernels": ci.get("compiled"), "elf_loads": ci.get("elf_loads"),
+                "binding": "llvmlite.binding" in sys.modules, "inputs_kib": inputs_kib}  # fmt: skip
     else:
         dtype = np.float32 if case == "numpy-f32" else np.float16
         a = np.empty((n, n), dtype)
@@ -117,7 +124,7 @@ def child(case: str, n: int) -> None:
         err = _check(result, a[:8], b, SCALE)
         info = {}
     report = {"case": case, "peak_kib": peak_kib, "base_kib": base_kib, "jit_kib": jit_kib,
-              "inputs_s": t1 - t0}  # fmt: skip
+              "numpy_kib": numpy_kib, "inputs_s": t1 - t0}  # fmt: skip
     print(json.dumps({**report, "compute_s": t2 - t1, "rel_err": err, **info}))
 
 
@@ -199,9 +206,13 @@ def main() -> int:
             print(f"{case:14} peak {mib(r['peak_kib']):8.1f} MiB  above imports {above} MiB  "
                   f"compute {comp}  rel err {err}{note}", flush=True)  # fmt: skip
             if r.get("jit_kib"):
-                print(f"{'':14}   (RSS with LLVM/JIT loaded, before the inputs: "
-                      f"{mib(r['jit_kib']):.1f} MiB; peak above that: "
-                      f"{mib(r['peak_kib'] - r['jit_kib']):.1f} MiB)")  # fmt: skip
+                llvm = "LLVM loaded" if r.get("binding") else "no LLVM (elfload)"
+                print(f"{'':14}   RSS: python+numpy {mib(r['numpy_kib']):.1f} MiB, + lazymath "
+                      f"runtime {mib(r['base_kib']):.1f}, after the 64x64 warm-up "
+                      f"{mib(r['jit_kib']):.1f} [{llvm}, {r.get('kernels')} compiled, "
+                      f"{r.get('elf_loads')} elf-loaded], with the inputs "
+                      f"{mib(r['inputs_kib']):.1f}; peak above the inputs "
+                      f"{mib(r['peak_kib'] - r['inputs_kib']):.1f} MiB")  # fmt: skip
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
