@@ -37,7 +37,7 @@ import ctypes
 import mmap
 import struct
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # ----------------------------------------------------------------------------- ELF constants
@@ -102,6 +102,14 @@ class ElfFormatError(ElfLoadError):
 
 class ElfUnsupportedError(ElfLoadError):
     """Well formed, but uses something this loader does not implement (MCJIT may load it)."""
+
+
+class ElfUnresolvedSymbolError(ElfUnsupportedError):
+    """An undefined symbol neither the resolver nor the process defines (`symbol` names it)."""
+
+    def __init__(self, symbol: str) -> None:
+        super().__init__(f"undefined symbol {symbol!r} is not in the process")
+        self.symbol = symbol
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -350,6 +358,8 @@ def _loadable(obj: ElfObject) -> list[Section]:
             continue
         if s.flags & SHF_TLS:
             raise ElfUnsupportedError(f"{s.name}: thread-local storage is not supported")
+        if s.flags & SHF_WRITE and s.flags & SHF_EXECINSTR:
+            raise ElfUnsupportedError(f"{s.name}: writable code (W^X)")
         if s.type == SHT_X86_64_UNWIND or s.name == ".eh_frame":
             continue  # unwind tables: nothing unwinds through kernels
         if s.type not in (SHT_PROGBITS, SHT_NOBITS):
@@ -439,7 +449,7 @@ def load(data: bytes, resolve: Callable[[str], int | None] | None = None,
         raise MemoryError(f"mmap of {plan.size} bytes failed (errno {ctypes.get_errno()})")
     try:
         image, symbols = _link(obj, loaded, plan, base, resolve)
-        ctypes.memmove(base, bytes(image), len(image))
+        ctypes.memmove(base, (ctypes.c_char * len(image)).from_buffer(image), len(image))
         code = (base, 0)
         for start, end, prot in plan.groups:
             if _mprotect(base + start, end - start, prot) != 0:
@@ -511,7 +521,7 @@ def _symbol_address(obj: ElfObject, plan: _Plan, base: int, sym: Symbol, i: int,
         if not addr:
             if sym.bind == STB_WEAK:
                 return 0
-            raise ElfUnsupportedError(f"undefined symbol {sym.name!r} is not in the process")
+            raise ElfUnresolvedSymbolError(sym.name)
         return addr
     if sym.shndx not in plan.sec_off:
         return None  # defined in a section that is not loaded: only an error if referenced
@@ -582,6 +592,8 @@ def _apply(obj: ElfObject, plan: _Plan, base: int, image: bytearray, off: int, r
         struct.pack_into("<i" if t == R_32S else "<I", image, off, v)
 
 
-def undefined_symbols(data: bytes) -> Iterable[str]:
-    """Names of the symbols an object needs from outside (for diagnostics)."""
-    return scan(data)["undefined"]
+def undefined_names(obj: ElfObject) -> list[str]:
+    """Undefined non-weak symbols (weak ones may stay 0): what some library must define."""
+    return [s.name for s in obj.symbols[1:]
+            if s.shndx == SHN_UNDEF and s.name and s.bind != STB_WEAK
+            and s.name != GOT_SYMBOL]  # fmt: skip

@@ -183,27 +183,32 @@ def loaded_address(symbol: str) -> int | None:
 def load_cached(obj: bytes, symbol: str, module_name: str) -> tuple[int, str]:
     """Load cached object code; returns (address of `symbol`, "elf" | "mcjit" | "memory").
 
-    Raises elfload.ElfFormatError for bytes that are not a sane object (never executed), and
-    whatever MCJIT raises on the fallback path.
+    Raises elfload.ElfFormatError for bytes that are not a sane object defining `symbol`, or
+    that need a symbol nobody defines (never executed, and never handed to MCJIT, which would
+    abort the process on it), and whatever MCJIT raises on the fallback path.
     """
     with _native_lock:
         hit = _native.get(symbol)
         if hit is not None:
             return hit[0], "memory"
+        parsed = elfload.validate(obj, symbol)
         if elfload_enabled():
             try:
                 lo = elfload.load(obj, resolve=runtime_symbol, entry=symbol)
             except elfload.ElfUnsupportedError:
-                pass  # MCJIT below
+                pass  # MCJIT below (after the symbol check)
             else:
                 _elf_objects.append(lo)
                 addr = lo.address(symbol)
                 _native[symbol] = (addr, obj)
                 return addr, "elf"
-        else:
-            elfload.validate(obj, symbol)  # the loader's format checks: garbage never reaches LLVM
-        addr = get_jit().load_object(obj, symbol, module_name)
-        return addr, "mcjit"
+        jit = get_jit()
+        binding = _binding()
+        for name in elfload.undefined_names(parsed):
+            if not (runtime_symbol(name) or elfload.process_symbol(name)
+                    or binding.address_of_symbol(name)):  # fmt: skip
+                raise elfload.ElfFormatError(f"undefined symbol {name!r} is defined nowhere")
+        return jit.load_object(obj, symbol, module_name), "mcjit"
 
 
 class Jit:

@@ -366,6 +366,36 @@ def test_bad_entry_is_recompiled_never_executed(fresh_cache, monkeypatch, damage
     assert kernel_cache.disk_load(key).obj[:4] == b"\x7fELF"  # replaced by the real kernel
 
 
+@pytest.mark.parametrize("elfload_env", ["1", "0"])
+def test_unresolvable_symbol_is_recompiled_not_handed_to_mcjit(fresh_cache, monkeypatch,
+                                                              elfload_env):  # fmt: skip
+    """A well-formed object needing a symbol nobody defines: MCJIT would abort the process on
+    it, so both paths refuse it and the kernel is recompiled."""
+    monkeypatch.setenv("LAZYMATH_ELFLOAD", elfload_env)
+    x_ir = _unary_all("float32", 1041 + int(elfload_env))
+    y_ir = _unary_all("float32", 1051 + int(elfload_env))
+    kx = compile_kernel(x_ir, get_spec("ascend910"), "llvm")
+    obj = bytearray(_cached_object(x_ir, "ascend910")[1].obj)
+    key_y, _ = bc._disk_key(y_ir, get_spec("ascend910"))
+    sym_y = f"lm_elementwise_{key_y[:24]}".encode()
+    i = obj.index(kx.symbol.encode() + b"\0")
+    obj[i : i + len(sym_y)] = sym_y  # X's code under Y's symbol (same length)
+    name = elfload.scan(bytes(obj))["undefined"][0].encode()
+    j = obj.index(b"\0" + name + b"\0") + 1
+    obj[j : j + 1] = b"Z"  # memcpy -> Zemcpy
+    _plant(y_ir, "ascend910", bytes(obj))
+    before = kernel_cache.cache_info()
+    k = compile_kernel(y_ir, get_spec("ascend910"), "llvm")
+    after = kernel_cache.cache_info()
+    assert after["disk_rejected"] - before["disk_rejected"] == 1
+    assert after["compiled"] - before["compiled"] == 1
+    a = _arrays(y_ir)
+    ref = [x.copy() for x in a]
+    _run_serial(k, a)
+    reference_run(y_ir, ref)
+    np.testing.assert_allclose(a[-1], ref[-1], rtol=2e-4, atol=2e-4, equal_nan=True)
+
+
 def test_forced_mcjit_loads_the_same_kernel(fresh_cache, monkeypatch):
     """LAZYMATH_ELFLOAD=0: a disk hit goes through MCJIT (counted as such)."""
     make, spec = KERNELS["reduce_argmax_f16"]
