@@ -56,7 +56,7 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
-from lazymath.backend import isa
+from lazymath.backend import isa, vmath
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -1333,6 +1333,17 @@ def _if(ctx: LowerCtx, i: isa.If) -> None:
     with b.if_then(cond):
         ctx.lower_body(i.body)
     ctx.env = saved  # names bound inside the branch do not dominate what follows
+
+
+@register(vmath.GetValue)
+def _get_value(ctx: LowerCtx, i: vmath.GetValue) -> None:
+    """A UB element into a scalar (i64) the following Ifs branch on."""
+    b = ctx.builder
+    dt = i.src.buf.dtype
+    v = b.load(ctx.ptr(i.src), typ=ctx.storage_type(dt))
+    if v.type != I64:
+        v = b.zext(v, I64) if kind(dt) == "u" else b.sext(v, I64)
+    ctx.env[i.var] = v
 
 
 @register(isa.AtomicAdd)

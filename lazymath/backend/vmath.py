@@ -44,13 +44,15 @@ from __future__ import annotations
 import itertools
 import math
 import struct
+from dataclasses import dataclass
 
 from llvmlite import ir
 
-from lazymath.backend import isa
+from lazymath.backend import cost, interp, isa
 
 __all__ = [
     "COMPOSITE_OPS",
+    "GetValue",
     "NATIVE_OPS",
     "composite_instructions",
     "composite_scratch_bytes",
@@ -307,6 +309,14 @@ _QUARTER_F1 = (-3.935735335036497e-17, 1.0760572810738749e-19, -5.43418410774375
                2.471138875912043e-29, 1.668286766860824e-34, 2.5184173833409495e-39,
                -6.347906989929515e-44)  # fmt: skip
 
+# Small arguments, |x| < 2^17 (TRIG_SMALL): unit = A + B + C with A, B of 28 significant bits,
+# so x*A and x*B are exact in float64 for any float32 x; C carries the next 53 bits. No table
+# and no gather: the reduction is five float64 instructions. A chunk takes this path when the
+# largest |x| in it (one vcmax) is below the bound; otherwise the table reduction above.
+_HALF_ABC = (0.3183098863810301, -1.972394114355125e-10, 2.7064329855079464e-19)
+_QUARTER_ABC = (0.6366197727620602, -3.94478822871025e-10, 5.412865971015893e-19)
+TRIG_SMALL_BITS = 0x48000000  # float32 bits of 2^17: |x| below it has table group < 9
+
 
 def _signed_table(f0s: tuple, f1s: tuple) -> tuple:
     """32 gather entries at g + 8, g = (bits(x) << 1) >> 28 (arithmetic shift) in [-8, 7]:
@@ -320,6 +330,34 @@ def _signed_table(f0s: tuple, f1s: tuple) -> tuple:
 
 
 _UID = itertools.count()  # names of the rare out-of-pool table buffers
+
+
+# ---------------------------------------------------------------------------- GetValue
+@dataclass(frozen=True, slots=True)
+class GetValue:
+    """var = src[0]: one integer UB element (int32, uint32, int64) into a scalar register (AscendC's
+    ``LocalTensor::GetValue``). Lets the Scalar unit branch on vector results (an ``If`` on
+    var), e.g. a range test of a whole chunk. Precede it with set/wait_flag V->S."""
+
+    var: isa.Var
+    src: isa.Ref
+
+
+isa.register_instr(GetValue, "Scalar", lambda i: f"{i.var} = get_value {i.src}")
+
+
+@interp.register(GetValue)
+def _interp_get_value(m, i: GetValue) -> None:
+    if i.src.buf.dtype not in ("int32", "int64", "uint32"):
+        raise TypeError(f"get_value reads int32/int64/uint32 elements, not {i.src.buf.dtype}")
+    m.env[i.var] = int(m.view(i.src, 1)[0])
+
+
+@cost.register(GetValue)
+def _cost_get_value(ctx, i: GetValue):
+    # the model has no data: assume the common case (small arguments, the fast branch)
+    ctx.env[i.var] = 0
+    return "Scalar", 1, 0.0
 
 
 class _Seq:
@@ -340,6 +378,7 @@ class _Seq:
         self.pre: list = []
         self.body: list = []
         self.free: dict[str, list[isa.Ref]] = {}
+        self.consts: dict = {}  # (dtype, value) -> chunk of that constant (vmla operands)
 
     # ---- buffers
     def tmp(self, dt: str) -> isa.Ref:
@@ -361,6 +400,20 @@ class _Seq:
             r = self.b.scratch(dt, self.chunk)
         for i, v in enumerate(values):
             self.pre.append(isa.VDup(r + i, v, 1))
+        return r
+
+    def const(self, dt: str, value: float) -> isa.Ref:
+        """A chunk filled with `value` (an operand of vmla, which takes no scalar).
+
+        Its own uniquely named buffer, never a recycled pool tile, filled once before the
+        chunk loop: the template then hoists the fill out of the tile loop, which is only
+        safe for a buffer that nothing else writes."""
+        key = (dt, float(value))
+        r = self.consts.get(key)
+        if r is None:
+            r = isa.Builder.scratch(self.b, dt, self.chunk, prefix=f"vmc{next(_UID)}_")
+            self.pre.append(isa.VDup(r, value, self.chunk))
+            self.consts[key] = r
         return r
 
     # ---- instructions (each returns a fresh buffer unless `out` is given)
@@ -411,6 +464,14 @@ class _Seq:
         d = self._out(out, table.buf.dtype)
         self.body.append(isa.VGather(d, table, idx, self.n))
         return d
+
+    def horner_fma(self, z: isa.Ref, coeffs: tuple, out=None) -> isa.Ref:
+        """coeffs[0] + z*(coeffs[1] + ...) with one vmla per step (coefficient chunks)."""
+        k = [self.const(z.buf.dtype, c) for c in coeffs]
+        p = self.fma(z, k[-1], k[-2], out=out)
+        for kc in reversed(k[:-2]):
+            self.fma(p, z, kc, out=p)
+        return p
 
     def horner(self, z: isa.Ref, coeffs: tuple, out=None) -> isa.Ref:
         """coeffs[0] + z*(coeffs[1] + ...) as vmuls/vadds then vmul/vadds pairs (out != z)."""
@@ -481,24 +542,62 @@ def composite_scratch_bytes(op: str, dtype: str, cap: int) -> int:
 
 
 def composite_instructions(op: str, dtype: str = "float32") -> int:
-    """Vector instructions per chunk of `op` (the constant set-up before the loop excluded)."""
+    """Instructions per chunk of `op` on its common path (the constant set-up before the loop
+    excluded; of a range branch only the first, small-argument, body is counted)."""
     chunk = CHUNK
     s = _Seq(isa.Builder(tile=chunk), chunk)
     src = isa.Ref(isa.Buffer("x", "UB", dtype, chunk))
     _emit_chunk(s, op, src, (src,) * _ARITY.get(op, 1), dtype)
-    return len(s.body)
+    ifs = [i for i in s.body if isinstance(i, isa.If)]
+    rest = [i for i in s.body if not isinstance(i, isa.If)]
+    return len(rest) + (len(ifs[0].body) if ifs else 0)
 
 
 def _emit_chunk(s: _Seq, op: str, dst: isa.Ref, srcs: tuple, dtype: str) -> None:
-    """One chunk: float16 goes through float32 scratch; others write dst directly."""
+    """One chunk: float16 goes through float32 scratch; others write dst directly.
+
+    sin/cos/tan of float32 branch per chunk on its largest |x| (see `_trig_by_range`);
+    float16 arguments are always below the small-argument bound (|x| <= 65504 < 2^17)."""
     if dtype != "float16":
+        if op in _TRIG:
+            _trig_by_range(s, op, dst, srcs[0])
+            return
         _OPS[op](s, dst, srcs, dtype)
         return
     wide = tuple(s.conv(r, "float32") for r in srcs)
     out = s.tmp("float32")
-    _OPS[op](s, out, wide, "float32")
+    if op in _TRIG:
+        _TRIG[op](s, out, wide[0], True)
+    else:
+        _OPS[op](s, out, wide, "float32")
     s.conv(out, "float16", out=dst)
     s.done(out, *wide)
+
+
+def _trig_by_range(s: _Seq, op: str, dst: isa.Ref, x: isa.Ref) -> None:
+    """if max|x| of the chunk < 2^17: table-free reduction, else the exact table reduction.
+
+    One fused pass (vabs + vcmax) finds the largest |x| (NaN propagates, so inf/nan chunks go
+    to the exact path), the Scalar unit reads its bits (GetValue) and branches. Each branch
+    gets its own scratch buffers, so neither keeps the other's temporaries in UB (the lowering
+    drops stores to buffers nothing else reads: both branches stay in registers).
+    """
+    mx = s.tmp("uint32")
+    s.body.append(isa.VDup(mx, 0, 1))  # first: the n=1 fill would split the fused pass below
+    bits = s.conv(x, "uint32", "bits")
+    s.sc("vshl", bits, 1, out=bits)  # |x| bits << 1: unsigned order = order of |x|, nan last
+    s.body.append(isa.VReduce("vcmax", mx, bits, s.n))
+    var = isa.Var(f"vmax{next(_UID)}")
+    s.body += [isa.SetFlag("V", "S", 0), isa.WaitFlag("V", "S", 0), GetValue(var, mx)]
+    fast = _Seq(s.b, s.chunk)
+    fast.n, fast.consts = s.n, s.consts
+    _TRIG[op](fast, dst, x, True)
+    slow = _Seq(s.b, s.chunk)
+    slow.n, slow.consts = s.n, s.consts
+    _TRIG[op](slow, dst, x, False)
+    s.pre += fast.pre + slow.pre
+    s.body += [isa.If(var, "<", 2 * TRIG_SMALL_BITS, tuple(fast.body)),
+               isa.If(var, ">=", 2 * TRIG_SMALL_BITS, tuple(slow.body))]  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- trigonometry
@@ -529,6 +628,43 @@ def _reduce(s: _Seq, x: isa.Ref, f0s: tuple, f1s: tuple) -> tuple[isa.Ref, isa.R
     return hi, w
 
 
+def _reduce_qv(s: _Seq, x: isa.Ref, unit: str, small: bool, shift: bool = False):
+    """q = rint(x*unit [+ 1/2]) and v = x*unit - q [+ 1/2] (float64) for float32 x.
+
+    `small` (every |x| < 2^17, or inf/nan): unit = A + B + C, hi = x*A exact; then
+    y = fma(x, B, hi) (q = rint(y)), d = hi - q exact, v = fma(x, C, fma(x, B, d)): each fma
+    rounds once relative to v, so v keeps ~2^-52 relative accuracy even for the float32
+    closest to a multiple of pi (|v| > 2^-31 below 2^17). Otherwise the table reduction
+    `_reduce`. `shift` (cos): q = rint(x*unit + 1/2), v = x*unit - (q - 1/2).
+    """
+    if not small:
+        f0s, f1s = (_HALF_F0, _HALF_F1) if unit == "half" else (_QUARTER_F0, _QUARTER_F1)
+        hi, w = _reduce(s, x, f0s, f1s)
+        q = s.bin("vadd", hi, w)
+    else:
+        a, bb, c = _HALF_ABC if unit == "half" else _QUARTER_ABC
+        xd = s.conv(x, "float64")
+        hi = s.sc("vmuls", xd, a)
+        kb = s.const("float64", bb)
+        q = s.fma(xd, kb, hi)
+    if shift:
+        s.sc("vadds", q, 0.5, out=q)
+    s.un("vrint", q, out=q)
+    if shift:
+        qm = s.sc("vadds", q, -0.5)
+        v = s.bin("vsub", hi, qm, out=qm)
+    else:
+        v = s.bin("vsub", hi, q)
+    if not small:
+        s.bin("vadd", v, w, out=v)
+        s.done(hi, w)
+        return q, v
+    s.fma(xd, kb, v, out=v)
+    s.fma(xd, s.const("float64", c), v, out=v)
+    s.done(hi, xd)
+    return q, v
+
+
 def _odd(s: _Seq, q: isa.Ref) -> isa.Ref:
     """Mask of odd integers q (float64, |q| < 2^52): q/2 is not an integer."""
     t = s.sc("vmuls", q, 0.5)
@@ -541,12 +677,12 @@ def _odd(s: _Seq, q: isa.Ref) -> isa.Ref:
 def _sinpi(s: _Seq, v: isa.Ref, out=None) -> isa.Ref:
     """sin(pi*v) for |v| <= 1/2 in float64 with float32 accuracy: v * P(v^2)."""
     z = s.bin("vmul", v, v)
-    p = s.horner(z, SINPI5)
+    p = s.horner_fma(z, SINPI5)
     s.done(z)
     return s.bin("vmul", v, p, out=p if out is None else out)
 
 
-def _sincos32(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str) -> None:
+def _sincos32(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str, small: bool = False) -> None:
     """sin / cos of float32 x: exact half-turn reduction and polynomial in float64.
 
     x/pi = q + v with q = rint(x/pi), |v| <= 1/2: sin(x) = (-1)^q sin(pi*v).
@@ -554,19 +690,9 @@ def _sincos32(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str) -> None:
     One rounding to float32 at the end (faithful, mostly correctly rounded); the sign (-1)^q
     is applied to the float32 result. sin(+-0) = +-0 by a final select (the reduction's
     additions would turn -0 into +0); denormals are exact in float64; inf and nan give nan.
+    `small`: every |x| < 2^17 (or inf/nan), reduced without the table.
     """
-    hi, w = _reduce(s, x, _HALF_F0, _HALF_F1)
-    q = s.bin("vadd", hi, w)
-    if op == "cos":
-        s.sc("vadds", q, 0.5, out=q)
-    s.un("vrint", q, out=q)
-    if op == "cos":
-        qm = s.sc("vadds", q, -0.5)
-        v = s.bin("vsub", hi, qm, out=qm)
-    else:
-        v = s.bin("vsub", hi, q)
-    s.bin("vadd", v, w, out=v)
-    s.done(hi, w)
+    q, v = _reduce_qv(s, x, "half", small, shift=op == "cos")
     flip = _odd(s, q)
     s.done(q)
     res = _sinpi(s, v, out=v)
@@ -583,18 +709,13 @@ def _sincos32(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str) -> None:
     s.done(nr, rf, flip)
 
 
-def _tan32(s: _Seq, dst: isa.Ref, x: isa.Ref) -> None:
+def _tan32(s: _Seq, dst: isa.Ref, x: isa.Ref, small: bool = False) -> None:
     """tan of float32 x: quarter-turn reduction x*2/pi = q + v, y = pi/2 * v.
 
     tan(y) = sin(pi*h)/cos(pi*h) with h = v/2, cos(pi*h) = sin(pi*(1/2 - |h|)) (exact
     argument); odd q gives -cot(y) = -cos/sin. All in float64, one rounding at the end.
     """
-    hi, w = _reduce(s, x, _QUARTER_F0, _QUARTER_F1)
-    q = s.bin("vadd", hi, w)
-    s.un("vrint", q, out=q)
-    h = s.bin("vsub", hi, q)
-    s.bin("vadd", h, w, out=h)
-    s.done(hi, w)
+    q, h = _reduce_qv(s, x, "quarter", small)
     s.sc("vmuls", h, 0.5, out=h)
     sn = _sinpi(s, h)
     c = s.un("vabs", h)
@@ -628,6 +749,14 @@ def _op_cos(s, dst, srcs, dt):
 
 def _op_tan(s, dst, srcs, dt):
     _tan32(s, dst, srcs[0])
+
+
+# float32 trigonometry by argument range: fn(s, dst, x, small)
+_TRIG = {
+    "sin": lambda s, d, x, small: _sincos32(s, d, x, "sin", small),
+    "cos": lambda s, d, x, small: _sincos32(s, d, x, "cos", small),
+    "tan": _tan32,
+}
 
 
 # ---------------------------------------------------------------------------- tanh, sigmoid

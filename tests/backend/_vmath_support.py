@@ -233,7 +233,7 @@ def _wide(x: np.ndarray) -> np.ndarray:
 
 
 def run_instrs(body, mem: Memory, env: dict | None = None) -> None:
-    """Execute vector instructions (and Loop/Let) with numpy, float semantics of the ISA."""
+    """Execute vector instructions (and Loop/Let/If/GetValue) with numpy, ISA float semantics."""
     env = {} if env is None else env
     with np.errstate(all="ignore"):
         for ins in body:
@@ -244,6 +244,22 @@ def run_instrs(body, mem: Memory, env: dict | None = None) -> None:
                 continue
             if isinstance(ins, isa.Let):
                 env[ins.var] = _ieval(ins.value, env)
+                continue
+            if isinstance(ins, isa.If):
+                if isa.CMP_OPS[ins.cmp](_ieval(ins.a, env), _ieval(ins.b, env)):
+                    run_instrs(ins.body, mem, env)
+                continue
+            if isinstance(ins, vmath.GetValue):
+                env[ins.var] = int(mem.get(ins.src, 1, env)[0])
+                continue
+            if isinstance(ins, (isa.SetFlag, isa.WaitFlag)):
+                continue
+            if isinstance(ins, isa.VReduce):  # single row: dst[0] = op(dst[0], reduce(src))
+                n = _ieval(ins.n, env)
+                src, acc = _wide(mem.get(ins.src, n, env)), mem.get(ins.dst, 1, env)
+                red = {"vcmax": np.max, "vcmin": np.min, "vcadd": np.sum}[ins.op]
+                both = np.concatenate([acc.astype(src.dtype), src])
+                mem.put(ins.dst, 1, env, [red(both)])
                 continue
             n = _ieval(ins.n, env)
             g = lambda r, n=n: _wide(mem.get(r, n, env))  # noqa: E731

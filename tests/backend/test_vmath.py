@@ -287,12 +287,43 @@ def test_sequences_are_native_instructions_only():
         vmath.emit_composite(b, op, y, srcs, 4096, "float32")
     kinds = {type(i) for i, _ in isa.walk(b.body)}
     allowed = {isa.VBinary, isa.VScalar, isa.VUnary, isa.VFma, isa.VConv, isa.VCmp,
-               isa.VCmpS, isa.VSel, isa.VDup, isa.VGather, isa.Loop}  # fmt: skip
+               isa.VCmpS, isa.VSel, isa.VDup, isa.VGather, isa.VReduce, isa.Loop,
+               isa.If, isa.SetFlag, isa.WaitFlag, vmath.GetValue}  # fmt: skip
     assert kinds <= allowed
-    # the common path of sin stays short: about 30 vector instructions per chunk
+    # the common (small-argument) path of sin stays short and has no gather
     assert vmath.composite_instructions("sin") <= 36
-    # no chunk-wide constant fills (only n=1 table entries) that a hoister could mix up
-    assert all(i.n == 1 for i, _ in isa.walk(b.body) if isinstance(i, isa.VDup))
+    # chunk-wide constant fills (vmla coefficients) only go to buffers nothing else writes,
+    # never to recycled tiles, so a template hoisting them cannot mix them up
+    writers: dict = {}
+    for i, _ in isa.walk(b.body):
+        if isinstance(getattr(i, "dst", None), isa.Ref):
+            writers.setdefault(i.dst.buf.name, []).append(i)
+    for i, _ in isa.walk(b.body):
+        if isinstance(i, isa.VDup) and i.n != 1:
+            assert i.dst.buf.name.startswith("vmc") and len(writers[i.dst.buf.name]) == 1
+
+
+def test_trig_branches_on_chunk_range():
+    """sin/cos/tan test max|x| per chunk: the gather-free path below 2^17, the table path
+    for chunks holding a larger |x|, inf or nan; both agree with CR within 1 ulp."""
+    fast = [i for i, _ in isa.walk(_trig_body("sin")) if isinstance(i, isa.If)]
+    assert len(fast) == 2
+    assert not any(isinstance(i, isa.VGather) for i, _ in isa.walk(fast[0].body))
+    assert any(isinstance(i, isa.VGather) for i, _ in isa.walk(fast[1].body))
+    x = RNG.uniform(-131071, 131071, 6000).astype(np.float32)
+    x[4100] = np.float32(2.0**17)  # the second 4096-chunk takes the table path
+    x[5000:5003] = (np.inf, np.nan, -1e30)
+    for name in ("sin", "cos", "tan"):
+        got = run_composite(name, x, cap=4096)
+        ref = correctly_rounded(getattr(np, name), x)
+        assert ulp_dist(got, ref).max() <= 1, name
+
+
+def _trig_body(name: str) -> list:
+    b = isa.Builder(tile=256)
+    x = b.scratch("float32", 256)
+    vmath.emit_composite(b, name, x, (x,), 256, "float32")
+    return b.body
 
 
 def test_two_composites_in_one_tiny_kernel():
