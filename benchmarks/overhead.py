@@ -84,9 +84,12 @@ def interleaved_us(fns: dict, reps: int, rounds: int) -> dict:
 def capture_argvs(prog: engine.Program, run) -> list:
     """Run `run()` once (a replay of `prog`), recording the argv each kernel receives.
 
-    Wraps `run_block` on the kernel instances, whatever path (device streams, host pool) the
-    engine launches them through."""
+    Spies on both launch primitives of a kernel instance (`run_block`, used by the stream and
+    pool paths, and the native `_cfunc` the replay path calls directly). `run` must return the
+    realized tensors: they are kept alive for the whole benchmark, because the recorded argvs
+    point at their memory."""
     seen: dict[int, object] = {}
+    cfuncs = {}
     for _, ck, _ in prog.kernels:
         original = ck.run_block
 
@@ -95,12 +98,27 @@ def capture_argvs(prog: engine.Program, run) -> list:
             return _orig(argv, block_idx, block_num)
 
         ck.run_block = spy
+        cf = getattr(ck, "_cfunc", None)
+        if cf is not None:
+
+            def cspy(block_idx, block_num, argv, _ck=ck, _cf=cf):
+                # a private copy: the replay path rewrites its argvs on the next call
+                seen.setdefault(id(_ck), (type(argv))(*argv))
+                return _cf(block_idx, block_num, argv)
+
+            cfuncs[id(ck)] = cf
+            ck._cfunc = cspy
     try:
-        run()
+        _KEEP.append(run())
     finally:
         for _, ck, _ in prog.kernels:
             del ck.run_block
+            if id(ck) in cfuncs:
+                ck._cfunc = cfuncs[id(ck)]
     return [(ck, seen[id(ck)]) for _, ck, _ in prog.kernels]
+
+
+_KEEP: list = []  # outputs whose memory recorded argvs point at
 
 
 class kernels_disabled:
@@ -108,14 +126,21 @@ class kernels_disabled:
 
     def __init__(self, prog: engine.Program):
         self.prog = prog
+        self.saved: list = []
 
     def __enter__(self):
         for _, ck, _ in self.prog.kernels:
             ck.run_block = lambda argv, block_idx=0, block_num=1: None
+            cf = getattr(ck, "_cfunc", None)
+            self.saved.append(cf)
+            if cf is not None:
+                ck._cfunc = lambda block_idx, block_num, argv: None
 
     def __exit__(self, *exc):
-        for _, ck, _ in self.prog.kernels:
+        for (_, ck, _), cf in zip(self.prog.kernels, self.saved):
             del ck.run_block
+            if cf is not None:
+                ck._cfunc = cf
 
 
 def native_us(ck, argv, reps: int, rounds: int) -> float:
@@ -190,7 +215,12 @@ def main() -> int:
         engine.signature([o._node for o in outs])
 
     # each kernel alone, on the argv the program gave it
-    launches = capture_argvs(prog, realize5)
+    def realize5_keep():
+        outs = prog5(x)
+        lm.realize(*outs)
+        return outs
+
+    launches = capture_argvs(prog, realize5_keep)
     native = [native_us(ck, argv, reps, rounds) for ck, argv in launches]
 
     t = interleaved_us(
@@ -235,7 +265,13 @@ def main() -> int:
         prog3(x, y).realize()
 
     prog3_ = program_of([prog3(x, y)])
-    ((ck3, argv3),) = capture_argvs(prog3_, realize3)
+
+    def realize3_keep():
+        out = prog3(x, y)
+        out.realize()
+        return out
+
+    ((ck3, argv3),) = capture_argvs(prog3_, realize3_keep)
     native3 = native_us(ck3, argv3, reps, rounds)
     t3 = interleaved_us({"lazymath": realize3, "numpy": lambda: np_prog3(xn, yn)}, reps, rounds)
     print(f"\n3-op graph relu(x * 2 + y), {n} elements ({k3.name}, 1 kernel):")

@@ -23,6 +23,9 @@ from .graph import node as gn
 from .graph import reference
 from .graph.ops import ELEMENTWISE
 from .realize import backend_name, commit, live_outputs
+from .runtime import api as _rt_api
+from .runtime import profiler as rprof
+from .runtime.pool import _aligned
 
 # ----------------------------------------------------------------------------- signature
 
@@ -39,14 +42,18 @@ def signature(outputs: list[gn.Node], order: list[gn.Node] | None = None) -> tup
     for i, n in enumerate(order):
         index[id(n)] = i
         if n.op == "const":
-            parts.append(("c", n.dtype.str, n.arg))
+            parts.append(("c", n.dtype, n.arg))
         elif n.realized is not None:
             a = n.realized
-            parts.append(("L", a.dtype.str, a.shape, a.strides))
+            parts.append(("L", a.dtype, a.shape, a.strides))
             leaves.append(n)
         else:
-            parts.append((n.op, n.dtype.str, n.shape, n.arg, tuple(index[id(s)] for s in n.srcs)))
-    outs = tuple(index[id(o)] for o in outputs)
+            srcs = n.srcs
+            if len(srcs) == 1:  # an int, not a 1-tuple: unambiguous, and the common case
+                parts.append((n.op, n.dtype, n.shape, n.arg, index[id(srcs[0])]))
+            else:
+                parts.append((n.op, n.dtype, n.shape, n.arg, tuple([index[id(s)] for s in srcs])))
+    outs = tuple([index[id(o)] for o in outputs])
     return (tuple(parts), outs), leaves, order
 
 
@@ -178,14 +185,19 @@ class Program:
     label: str = ""
     _events: list | None = None
     inline: bool = False  # single stream, no events: launch on the caller's thread
+    _replay: tuple | None = None  # fast-path plan (`_replay_plan`), built on first use
+    _contexts: list = field(default_factory=list)  # idle replay contexts (arena + argvs)
 
     def run(self, leaves: list[np.ndarray], validate: bool = False, hit: bool = False):
         """Bind inputs, allocate the arena and outputs from the device pool, launch every
         kernel on its stream (events order cross-stream work) and wait for the results."""
-        from .runtime import current_device
-        from .runtime import profiler as rprof
-
-        dev = current_device()
+        dev = _rt_api._CURRENT or _rt_api.current_device()
+        if self.inline and not validate and rprof.active() is None:
+            plan = self._replay
+            if plan is None:
+                plan = self._replay = _replay_plan(self)
+            if plan:
+                return self._run_replay(plan, leaves, dev)
         arena = dev.malloc(self.arena_bytes) if self.arena_bytes else None
         n = len(self.slots)
         arrays: list = [None] * n
@@ -202,7 +214,7 @@ class Program:
                 arrays[i] = arena.raw[s.index : s.index + size].view(s.dtype).reshape(s.shape)
                 addrs[i] = arena.address + s.index
             else:
-                arrays[i], addrs[i] = _device_array(dev, s)
+                arrays[i], addrs[i] = _output_array(dev, s)
         try:
             if validate:
                 for sk, ck, slot_ids in self.kernels:
@@ -227,8 +239,9 @@ class Program:
                         st = dev.stream(sk.stream)
                         for w in sk.waits:
                             st.wait_event(events[w])
-                        dev.launch_argv(ck, ck.blocks, _argv(ck, arrays, addrs, slot_ids), st,
-                                        unit=sk.unit, bound=sk.bound, source_loc=sk.source_loc)  # fmt: skip
+                        argv = _argv(ck, arrays, addrs, slot_ids)
+                        dev.launch_argv(ck, ck.blocks, argv, st, unit=sk.unit, bound=sk.bound,
+                                        source_loc=sk.source_loc)  # fmt: skip
                         if sk.records is not None:
                             events[sk.records].record(st)
                     dev.synchronize()
@@ -236,6 +249,122 @@ class Program:
             if arena is not None:
                 dev.free(arena)
         return [arrays[j] for j in self.outputs]
+
+    def _run_replay(self, plan: tuple, leaves: list[np.ndarray], dev) -> list[np.ndarray]:
+        """The replay of a cached single-stream program of native kernels, with as little
+        Python per kernel as possible: a context (arena + one ctypes argv per kernel with the
+        arena addresses filled in) is reused across calls, so a call only writes the input and
+        output addresses into the argvs and calls the kernels.
+
+        Contexts are taken from and returned to a list (atomic under the GIL), so threads
+        replaying the same program at once each get their own."""
+        leaf_slots, out_slots, calls = plan
+        try:
+            ctx = self._contexts.pop()
+        except IndexError:
+            ctx = _ReplayContext(self, dev)
+        try:
+            patches = ctx.patches
+            for slot, li, copy in leaf_slots:
+                a = leaves[li]
+                if copy:
+                    a = np.ascontiguousarray(a)
+                    ctx.keep.append(a)
+                addr = a.__array_interface__["data"][0]
+                for argv, pos in patches[slot]:
+                    argv[pos] = addr
+            outs = []
+            for slot, s in out_slots:
+                a, addr = _output_array(dev, s)
+                outs.append(a)
+                for argv, pos in patches[slot]:
+                    argv[pos] = addr
+            for (ck, blocks), argv in zip(calls, ctx.argvs):
+                if blocks <= 1:
+                    ck._cfunc(0, 1, argv)
+                else:
+                    _host_pool().run(ck.run_block, argv, blocks)
+        finally:
+            ctx.keep.clear()
+            if self.arena_bytes <= KEEP_ARENA_BYTES:
+                self._contexts.append(ctx)
+            # else: the context dies here and its arena goes back to the device pool; a big
+            # arena must not stay reserved for as long as the program is cached
+        return outs
+
+
+# Outputs smaller than this come from numpy's allocator: its small-block cache is several
+# times cheaper per call than the device pool plus a finalizer, and at these sizes the pool's
+# reuse saves nothing. Bigger outputs come from the device pool (accounted, reused warm).
+SMALL_OUTPUT_BYTES = 1 << 20
+KEEP_ARENA_BYTES = 1 << 20  # replay contexts keep arenas up to this size between calls
+
+
+def _output_array(dev, s: Slot) -> tuple[np.ndarray, int]:
+    if s.nbytes < SMALL_OUTPUT_BYTES:
+        a = np.empty(s.shape, s.dtype)
+        return a, a.__array_interface__["data"][0]
+    return _device_array(dev, s)
+
+
+def _replay_plan(prog: Program) -> tuple | None:
+    """What `_run_replay` needs, or () when the program does not qualify (a kernel that is not
+    native code, or one that takes a fresh workspace per launch)."""
+    for _sk, ck, _slots in prog.kernels:
+        if getattr(ck, "_cfunc", None) is None or ck.program.workspace:
+            return ()
+    leaf_slots = [(i, s.index, s.index in prog.copy_leaves)
+                  for i, s in enumerate(prog.slots) if s.kind == "leaf"]  # fmt: skip
+    out_slots = [(i, s) for i, s in enumerate(prog.slots) if s.kind == "out"]
+    order = {slot: k for k, slot in enumerate(prog.outputs)}
+    out_slots.sort(key=lambda t: order[t[0]])
+    if [i for i, _ in out_slots] != list(prog.outputs):  # an output slot listed twice
+        return ()
+    calls = [(ck, ck.blocks) for _sk, ck, _slots in prog.kernels]
+    return leaf_slots, out_slots, calls
+
+
+class _ReplayContext:
+    """One set of launch arguments for a program: the arena and a ctypes argv per kernel,
+    with the arena addresses already in place.
+
+    A small arena (up to KEEP_ARENA_BYTES) belongs to the context, like the program's code,
+    and lives as long as the program is cached; it does not count as device memory in use. A
+    bigger one comes from the device pool for one call and goes back after it."""
+
+    def __init__(self, prog: Program, dev) -> None:
+        self.dev = dev
+        self.arena = None
+        self.own = None
+        address = 0
+        if 0 < prog.arena_bytes <= KEEP_ARENA_BYTES:
+            self.own = _aligned(prog.arena_bytes)
+            address = self.own.__array_interface__["data"][0]
+        elif prog.arena_bytes:
+            self.arena = dev.malloc(prog.arena_bytes)
+            address = self.arena.address
+        self.keep: list = []  # contiguous copies of inputs, alive during one call
+        self.patches: dict[int, list] = {}
+        self.argvs = []
+        for _sk, _ck, slot_ids in prog.kernels:
+            argv = (ctypes.c_void_p * len(slot_ids))()
+            for pos, j in enumerate(slot_ids):
+                s = prog.slots[j]
+                if s.kind == "arena":
+                    argv[pos] = address + s.index
+                else:
+                    self.patches.setdefault(j, []).append((argv, pos))
+            self.argvs.append(argv)
+        for j in range(len(prog.slots)):
+            self.patches.setdefault(j, [])
+
+    def __del__(self) -> None:
+        arena = getattr(self, "arena", None)
+        if arena is not None:
+            try:
+                self.dev.free(arena)
+            except Exception:  # interpreter shutdown
+                pass
 
 
 def _argv(ck, arrays, addrs, slot_ids):
@@ -315,9 +444,7 @@ STATS = {"program_hits": 0, "program_misses": 0}
 
 
 def _device_spec():
-    from .runtime import current_device
-
-    return current_device().spec
+    return (_rt_api._CURRENT or _rt_api.current_device()).spec
 
 
 def _debug_level() -> int:
@@ -376,10 +503,12 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
                    copy_leaves=copy_leaves, label=label, inline=inline)  # fmt: skip
 
 
-def run_compiled(outputs: list[gn.Node], order: list[gn.Node] | None = None) -> None:
+def run_compiled(outputs: list[gn.Node], order: list[gn.Node] | None = None,
+                 backend: str | None = None) -> None:  # fmt: skip
     t0 = time.perf_counter()
     spec = _device_spec()
-    backend = backend_name()
+    if backend is None:
+        backend = backend_name()
     key, leaves, order = signature(outputs, order)
     key = (key, spec.key(), backend)
     prog = _programs.get(key)

@@ -73,7 +73,8 @@ def realize(*tensors) -> None:
     t0 = time.perf_counter()
     order = gn.toposort(roots)
     outputs = live_outputs(roots, order)
-    if backend_name() == "reference":
+    backend = backend_name()
+    if backend == "reference":
         values = reference.run(outputs)
         for n in outputs:
             commit(n, values[id(n)])
@@ -81,7 +82,7 @@ def realize(*tensors) -> None:
         return
     from .engine import run_compiled
 
-    run_compiled(outputs, order)
+    run_compiled(outputs, order, backend)
 
 
 def _debug_line(outputs, what: str, t0: float) -> None:

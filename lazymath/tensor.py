@@ -327,6 +327,9 @@ def _current_device():
 
 
 def _check_devices(op: str, tensors: Sequence[Tensor]) -> None:
+    d0 = tensors[0]._device
+    if builtins.all(t._device is d0 for t in tensors):
+        return
     devs = {id(t._device): t._device for t in tensors}
     if len(devs) > 1:
         names = ", ".join(str(d) for d in devs.values())
@@ -512,9 +515,23 @@ def broadcast_shapes(*shapes: tuple[int, ...], op: str = "broadcast") -> tuple[i
     return tuple(out)
 
 
+_CONST_EXPANDS: dict = {}  # (id(const), shape) -> (const, its expand): kept alive
+
+
 def _expand(node: gn.Node, shape: tuple[int, ...]) -> gn.Node:
     if node.shape == shape:
         return node
+    if node.op == "const":
+        # scalars broadcast to the same shapes in every call of a composite op: keeping these
+        # expand nodes alive saves re-creating (and re-interning) one node per scalar per call
+        hit = _CONST_EXPANDS.get((id(node), shape))
+        if hit is not None and hit[1].realized is None:
+            return hit[1]
+        out = gn.make("expand", node.dtype, shape, (node,))
+        if len(_CONST_EXPANDS) > 4096:
+            _CONST_EXPANDS.clear()
+        _CONST_EXPANDS[(id(node), shape)] = (node, out)
+        return out
     return gn.make("expand", node.dtype, shape, (node,))
 
 
@@ -536,11 +553,75 @@ def _peel_const(node: gn.Node):
     return node if node.op == "const" else None
 
 
+_FAST_OPERANDS = (float, int, bool)
+_EW_PLANS: dict = {}  # (op, arg, operand dtypes/shapes/scalar types) -> dtypes and shape
+
+
 def _elementwise(op: str, operands: Sequence, arg=None) -> Tensor:
     """Record an elementwise op with numpy's dtype rule and broadcasting."""
-    ops = [_as_tensor_or_scalar(x, op) for x in operands]
-    tensors = [x for x in ops if isinstance(x, Tensor)]
-    _check_devices(op, tensors)
+    ops = []
+    tensors = []
+    key = [op, arg]
+    for x in operands:
+        tx = type(x)
+        if tx is not Tensor and tx not in _FAST_OPERANDS:
+            x = _as_tensor_or_scalar(x, op)
+            tx = Tensor if isinstance(x, Tensor) else type(x)
+        if tx is Tensor:
+            tensors.append(x)
+            n = x._node
+            key.append(n.dtype)
+            key.append(n.shape)
+        else:
+            key.append(tx)
+        ops.append(x)
+    if len(tensors) > 1:
+        _check_devices(op, tensors)
+    # Every op of a composite is captured on each call: the dtype rule and broadcast result
+    # for this (op, operand kinds) are computed once and replayed.
+    try:
+        key = tuple(key)
+        plan = _EW_PLANS.get(key)
+    except TypeError:  # unhashable arg
+        key, plan = None, None
+    if plan is None:
+        plan = _ew_plan(op, ops, tensors)
+        if key is not None:
+            if len(_EW_PLANS) > 8192:
+                _EW_PLANS.clear()
+            _EW_PLANS[key] = plan
+    in_dtypes, out_dtype, shape = plan
+    nodes = []
+    all_const = True
+    for x, d in zip(ops, in_dtypes):
+        if type(x) is Tensor:
+            n = x._node
+            if n.dtype != d:
+                n = _cast(n, d)
+        else:
+            try:
+                n = gn.const_node(x, d)
+            except OverflowError as e:
+                raise OverflowError(f"{op}: scalar {x!r} does not fit dtype {d}: {e}") from None
+        if n.shape != shape:
+            n = _expand(n, shape)
+        if all_const and _peel_const(n) is None:
+            all_const = False
+        nodes.append(n)
+    if all_const:  # constant folding: every operand a (broadcast) constant -> one constant
+        from .graph.reference import fold
+
+        consts = [_peel_const(n) for n in nodes]
+        probe = gn.make(op, out_dtype, (), consts, arg)
+        value = fold(probe, [c.realized for c in consts])
+        c = gn.const_node(value.item(), out_dtype)
+        return _wrap(_expand(c, shape), tensors)
+    return Tensor(gn.make(op, out_dtype, shape, nodes, arg), tensors[0]._device)
+
+
+def _ew_plan(op: str, ops: list, tensors: list) -> tuple:
+    """(input dtypes, output dtype, output shape) of `op` on these operands, with the errors
+    a user should see (unsupported dtypes, shapes that do not broadcast)."""
     if op == "where":
         cond, a, b = ops
         kinds = tuple(x.dtype if isinstance(x, Tensor) else type(x) for x in (a, b))
@@ -565,26 +646,7 @@ def _elementwise(op: str, operands: Sequence, arg=None) -> Tensor:
     if out_dtype not in dt.SUPPORTED:
         raise TypeError(f"{op}: result dtype {out_dtype} is not supported by lazymath")
     shape = broadcast_shapes(*(t.shape for t in tensors), op=op)
-    nodes = []
-    for x, d in zip(ops, in_dtypes):
-        if isinstance(x, Tensor):
-            n = _cast(x._node, np.dtype(d))
-        else:
-            try:
-                n = gn.const_node(x, d)
-            except OverflowError as e:
-                raise OverflowError(f"{op}: scalar {x!r} does not fit dtype {d}: {e}") from None
-        nodes.append(_expand(n, shape))
-    # constant folding: every operand a (broadcast) constant -> one constant
-    consts = [_peel_const(n) for n in nodes]
-    if builtins.all(c is not None for c in consts):
-        from .graph.reference import fold
-
-        probe = gn.make(op, out_dtype, (), consts, arg)
-        value = fold(probe, [c.realized for c in consts])
-        c = gn.const_node(value.item(), out_dtype)
-        return _wrap(_expand(c, shape), tensors)
-    return _wrap(gn.make(op, out_dtype, shape, nodes, arg), tensors)
+    return tuple(np.dtype(d) for d in in_dtypes), np.dtype(out_dtype), shape
 
 
 def _axes(axis, ndim: int, op: str) -> tuple[int, ...]:
@@ -725,25 +787,55 @@ def astype(x: Tensor, dtype) -> Tensor:
 # ----------------------------------------------------------------------------- reductions
 
 
+_REDUCE_PLANS: dict = {}  # (op, dtype, shape, axis, keepdims) -> (axes, out dtype, out shape)
+
+
 def _reduce(op: str, x, axis, keepdims: bool) -> Tensor:
-    x = _as_tensor_or_scalar(x, op)
-    if not isinstance(x, Tensor):
-        x = tensor(x)
+    if type(x) is not Tensor:
+        x = _as_tensor_or_scalar(x, op)
+        if not isinstance(x, Tensor):
+            x = tensor(x)
+    node = x._node
+    try:
+        key = (op, node.dtype, node.shape, axis, keepdims)
+        plan = _REDUCE_PLANS.get(key)
+    except TypeError:  # unhashable axis (a list)
+        key, plan = None, None
+    if plan is None:
+        plan = _reduce_plan(op, x, axis)
+        if key is not None:
+            if len(_REDUCE_PLANS) > 8192:
+                _REDUCE_PLANS.clear()
+            _REDUCE_PLANS[key] = plan
+    axes, out_dtype, out_shape = plan
+    src = node if op in ("argmax", "argmin", "max", "min") else _cast(node, out_dtype)
+    if not axes:
+        if op in ("argmax", "argmin"):  # argmax of a 0-d tensor
+            out_node = gn.const_node(0, dt.int64)
+        else:
+            out_node = _cast(src, out_dtype)
+    else:
+        out_node = gn.make("reduce", out_dtype, out_shape, (src,), (op, axes))
+    out = Tensor(out_node, x._device)
+    if keepdims:
+        out = reshape(out, tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
+    return out
+
+
+def _reduce_plan(op: str, x: Tensor, axis) -> tuple:
+    """(axes, output dtype, output shape) of a reduction, with the user-facing errors."""
     axes = _axes(axis, x.ndim, op)
     if op in ("argmax", "argmin"):
         if axis is not None and not isinstance(axis, (int, np.integer)):
             raise TypeError(f"{op}: axis must be None or a single int, got {axis!r}")
         out_dtype = dt.int64
-        src = x._node
     elif op in ("sum", "prod"):
         if x.dtype == dt.bool_ or (dt.is_int(x.dtype) and x.dtype.itemsize < 8):
             out_dtype = dt.int64
         else:
             out_dtype = x.dtype
-        src = _cast(x._node, out_dtype)
     else:
         out_dtype = x.dtype
-        src = x._node
     if op in ("max", "min", "argmax", "argmin"):
         for a in axes:
             if x.shape[a] == 0:
@@ -751,18 +843,7 @@ def _reduce(op: str, x, axis, keepdims: bool) -> Tensor:
                     f"{op}: reduction over axis {a} of size 0 (shape {x.shape}) has no identity"
                 )
     out_shape = tuple(s for i, s in enumerate(x.shape) if i not in axes)
-    if not axes:
-        node = src if op not in ("argmax", "argmin") else None
-        if node is None:  # argmax of a 0-d tensor
-            node = gn.const_node(0, dt.int64)
-        else:
-            node = _cast(node, out_dtype)
-    else:
-        node = gn.make("reduce", out_dtype, out_shape, (src,), (op, axes))
-    out = _wrap(node, [x])
-    if keepdims:
-        out = reshape(out, tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
-    return out
+    return axes, np.dtype(out_dtype), out_shape
 
 
 def sum(x, axis=None, keepdims=False) -> Tensor:

@@ -29,7 +29,14 @@ _internal_code: dict = {}
 
 def user_location() -> str:
     """file:line of the innermost frame outside the lazymath package (the user's call site)."""
-    f = sys._getframe(1)
+    where = _user_frame()
+    return "<unknown>" if where is None else f"{where[0]}:{where[1]}"
+
+
+def _user_frame() -> tuple[str, int] | None:
+    """(file, line) of the user's call site, unformatted: nodes store this and format it only
+    when someone reads `loc` (formatting on every op cost more than the walk)."""
+    f = sys._getframe(2)
     internal = _internal_code
     while f is not None:
         code = f.f_code
@@ -37,16 +44,16 @@ def user_location() -> str:
         if inside is None:
             inside = internal[code] = code.co_filename.startswith(_PKG_DIR)
         if not inside:
-            return f"{code.co_filename}:{f.f_lineno}"
+            return (code.co_filename, f.f_lineno)
         f = f.f_back
-    return "<unknown>"
+    return None
 
 
 class Node:
     """One value in the lazy DAG. Create through `make`, never directly (interning)."""
 
-    __slots__ = ("op", "dtype", "shape", "arg", "srcs", "hash", "loc", "realized", "tensors",
-                 "__weakref__")  # fmt: skip
+    __slots__ = ("op", "dtype", "shape", "arg", "srcs", "hash", "_loc", "key", "realized",
+                 "tensors", "__weakref__")  # fmt: skip
 
     op: str
     dtype: np.dtype
@@ -54,8 +61,16 @@ class Node:
     arg: object
     srcs: tuple[Node, ...]
     hash: int
-    loc: str
+    key: tuple  # interning key (holds the sources' ids)
     realized: np.ndarray | None
+
+    @property
+    def loc(self) -> str:
+        """file:line of the user code that created this node."""
+        where = self._loc
+        if type(where) is tuple:
+            return f"{where[0]}:{where[1]}"
+        return "<unknown>" if where is None else where
 
     def __repr__(self) -> str:
         state = "realized" if self.realized is not None else "lazy"
@@ -81,17 +96,21 @@ class Node:
         return self.realized is not None or self.op in ("buffer", "const")
 
 
+class _Ref(weakref.ref):
+    """Weak reference that remembers its interning key, so one module-level callback can drop
+    the entry (cheaper than a closure per node: node creation is on every op's path)."""
+
+    __slots__ = ("key",)
+
+
 # key -> weak reference to the node; the callback drops the entry when the node dies.
 _interned: dict = {}
 
 
-def _drop(key):
-    def cb(_ref, key=key):
-        ref = _interned.get(key)
-        if ref is not None and ref() is None:
-            del _interned[key]
-
-    return cb
+def _gone(ref: _Ref) -> None:
+    key = ref.key
+    if _interned.get(key) is ref:
+        del _interned[key]
 
 
 def make(
@@ -103,12 +122,20 @@ def make(
     loc: str | None = None,
 ) -> Node:
     """Return the unique node with this structure, creating it if needed."""
-    srcs = tuple(srcs)
+    if type(srcs) is not tuple:
+        srcs = tuple(srcs)
     if type(shape) is not tuple:
         shape = tuple(int(s) for s in shape)
     if type(dtype) is not np.dtype or not isinstance(dtype, np.dtype):
         dtype = np.dtype(dtype)
-    key = (op, dtype.char, shape, arg, tuple([id(s) for s in srcs]))
+    char = dtype.char
+    # one source (the common case) is keyed by its id alone, several by a tuple of ids
+    if len(srcs) == 1:
+        s0 = srcs[0]
+        ids, hashes = id(s0), s0.hash
+    else:
+        ids, hashes = tuple([id(s) for s in srcs]), tuple([s.hash for s in srcs])
+    key = (op, char, shape, arg, ids)
     ref = _interned.get(key)
     if ref is not None:
         node = ref()
@@ -116,11 +143,14 @@ def make(
             return node
     node = Node()
     node.op, node.dtype, node.shape, node.arg, node.srcs = op, dtype, shape, arg, srcs
-    node.hash = hash((op, dtype.char, shape, arg, tuple([s.hash for s in srcs])))
-    node.loc = loc if loc is not None else user_location()
+    node.hash = hash((op, char, shape, arg, hashes))
+    node._loc = loc if loc is not None else _user_frame()
+    node.key = key
     node.realized = None
     node.tensors = 0
-    _interned[key] = weakref.ref(node, _drop(key))
+    ref = _Ref(node, _gone)
+    ref.key = key
+    _interned[key] = ref
     return node
 
 
@@ -195,7 +225,7 @@ def toposort(roots: Iterable[Node], stop_at_realized: bool = True) -> list[Node]
 def forget(node: Node) -> None:
     """Detach a node that has just been realized: drop its sources (freeing the graph behind
     it) and its interning entry (whose key holds the sources' ids, which may be reused)."""
-    key = (node.op, node.dtype.char, node.shape, node.arg, tuple([id(s) for s in node.srcs]))
+    key = node.key
     ref = _interned.get(key)
     if ref is not None and ref() is node:
         del _interned[key]

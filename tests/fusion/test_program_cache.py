@@ -487,3 +487,106 @@ def test_debug_0_prints_nothing(irref, monkeypatch, capsys):
     capsys.readouterr()
     _softmaxish(13).realize()
     assert capsys.readouterr().out == ""
+
+
+# ----------------------------------------------------------------------------- replay fast path
+
+
+def _softmax_and_l2(x):
+    e = lm.exp(x - x.max())
+    p = e / e.sum()
+    return p, (p * p).sum()
+
+
+def _np_softmax_and_l2(x):
+    e = np.exp(x - x.max())
+    p = e / e.sum()
+    return p, (p * p).sum()
+
+
+def test_replay_outputs_are_fresh_arrays(llvm):
+    """A replay reuses its argvs and arena, never its outputs: an earlier result survives."""
+    xs = [f32(37) for _ in range(4)]
+    results = []
+    for xn in xs:
+        p, l2 = _softmax_and_l2(lm.tensor(xn))
+        lm.realize(p, l2)
+        results.append((p.numpy(), l2.numpy()))
+    (prog,) = engine._programs.values()
+    assert prog.hits == 3 and prog._replay, "the hits took the replay path"
+    for xn, (p, l2) in zip(xs, results):
+        want_p, want_l = _np_softmax_and_l2(xn)
+        np.testing.assert_allclose(p, want_p, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(l2, want_l, rtol=1e-5)
+    assert len({id(p) for p, _ in results}) == 4
+
+
+def test_replay_from_several_threads_at_once(llvm):
+    """Threads replaying one program concurrently each take their own context (arena +
+    argvs): no thread sees another's inputs or intermediates."""
+    import threading
+
+    lm.realize(*_softmax_and_l2(lm.tensor(f32(257))))  # compile once
+    inputs = [[f32(257) for _ in range(25)] for _ in range(4)]
+    errors: list = []
+
+    def work(xs):
+        try:
+            for xn in xs:
+                p, l2 = _softmax_and_l2(lm.tensor(xn))
+                lm.realize(p, l2)
+                want_p, want_l = _np_softmax_and_l2(xn)
+                np.testing.assert_allclose(p.numpy(), want_p, rtol=1e-5, atol=1e-7)
+                np.testing.assert_allclose(l2.numpy(), want_l, rtol=1e-5)
+        except Exception as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(xs,)) for xs in inputs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    (prog,) = engine._programs.values()
+    assert prog.hits == 100
+    assert 1 <= len(prog._contexts) <= 4
+
+
+def test_replay_of_non_contiguous_and_negative_stride_inputs(llvm):
+    base = f32(9, 31)
+    t = lm.tensor(base)
+    for view, lazy in ((base[::2, 1:], t[::2, 1:]), (base[::-1, ::-3], t[::-1, ::-3]),
+                       (base.T, t.T)):  # fmt: skip
+        for _ in range(2):  # miss, then hit
+            got = (lm.exp(lazy) * 2.0 + 1.0).numpy()
+            np.testing.assert_allclose(got, np.exp(view) * 2 + 1, rtol=1e-6)
+
+
+def test_replay_of_a_big_arena_returns_it_to_the_pool(llvm):
+    """Arenas above KEEP_ARENA_BYTES come from the device pool per call and go back after it;
+    small ones belong to the cached program and are not device memory in use."""
+    n = engine.KEEP_ARENA_BYTES // 4 + 1000  # one float32 intermediate bigger than the limit
+    xn = f32(n)
+    for _ in range(3):
+        x = lm.tensor(xn)
+        m = lm.exp(x) * 2.0  # materialized: it has two consumers of different reductions
+        a, b = m.sum(), (m * m).max()
+        del m  # not live: an arena intermediate, not an output
+        before = lm.runtime.memory_stats().allocated
+        lm.realize(a, b)
+        assert lm.runtime.memory_stats().allocated == before
+        np.testing.assert_allclose(a.item(), (np.exp(xn) * 2).sum(), rtol=1e-4)
+        np.testing.assert_allclose(b.item(), ((np.exp(xn) * 2) ** 2).max(), rtol=1e-5)
+    (prog,) = engine._programs.values()
+    if prog.arena_bytes > engine.KEEP_ARENA_BYTES:
+        assert prog._contexts == []
+
+
+def test_small_outputs_do_not_hold_device_memory(llvm):
+    x = lm.tensor(f32(100))
+    before = lm.runtime.memory_stats().allocated
+    outs = [lm.sin(x) + float(i) for i in range(3)]
+    lm.realize(*outs)
+    assert lm.runtime.memory_stats().allocated == before
+    for i, o in enumerate(outs):
+        np.testing.assert_allclose(o.numpy(), np.sin(x.numpy()) + i, rtol=1e-6, atol=3e-7)
