@@ -110,8 +110,15 @@ class Planner:
                 if id(s) in self.aicpu and self.aicpu[id(s)] != self.aicpu[id(n)]:
                     if id(s) not in M:
                         M.add(id(s))
-                        self.log.append(LogEntry("materialize", (describe(s), describe(n)),
-                                                 rules.FUSE[("elementwise", "aicpu")][1], s, n))  # fmt: skip
+                        self.log.append(
+                            LogEntry(
+                                "materialize",
+                                (describe(s), describe(n)),
+                                rules.FUSE[("elementwise", "aicpu")][1],
+                                s,
+                                n,
+                            )
+                        )
         if not self.spec.coupled:
             self._fixpipe_chains(M)
         self._operand_prologues(M)
@@ -271,9 +278,15 @@ class Planner:
                     M.add(id(n))
                     roots[id(n)] = frozenset((id(n),))
                     why = "an expensive op" if expensive[id(n)] else f"{ops[id(n)]} ops"
-                    self.log.append(LogEntry("materialize", (describe(n),),
-                        f"consumed by {len(r)} kernels and its cone has {why} (recompute limit "
-                        f"{rules.RECOMPUTE_MAX_OPS} cheap ops): computed once, written to GM", n))  # fmt: skip
+                    self.log.append(
+                        LogEntry(
+                            "materialize",
+                            (describe(n),),
+                            f"consumed by {len(r)} kernels and its cone has {why} (recompute limit "
+                            f"{rules.RECOMPUTE_MAX_OPS} cheap ops): computed once, written to GM",
+                            n,
+                        )
+                    )
                     continue
                 if n.op in ELEMENTWISE:
                     self.log.append(LogEntry("recompute", (describe(n),),
@@ -383,8 +396,15 @@ class Planner:
                     continue
                 core = host.core
                 if [d for d in e.shape if d != 1] != [d for d in core.shape if d != 1]:
-                    self.log.append(LogEntry("refuse", (describe(core), describe(e)),
-                        "consumer runs over a different (broadcast) iteration space", core, e))  # fmt: skip
+                    self.log.append(
+                        LogEntry(
+                            "refuse",
+                            (describe(core), describe(e)),
+                            "consumer runs over a different (broadcast) iteration space",
+                            core,
+                            e,
+                        )
+                    )
                     continue
                 if host.kind == "matmul" and not self.spec.coupled:
                     bad = {n.op for n in self._members_sorted(g) if n.op in ELEMENTWISE} - \
@@ -407,8 +427,15 @@ class Planner:
                                              ex.reason, core, e))  # fmt: skip
                     continue
                 except CapExceeded as ex:
-                    self.log.append(LogEntry("refuse", (describe(core), describe(e)),
-                                             f"fused kernel would exceed a cap: {ex}", core, e))  # fmt: skip
+                    self.log.append(
+                        LogEntry(
+                            "refuse",
+                            (describe(core), describe(e)),
+                            f"fused kernel would exceed a cap: {ex}",
+                            core,
+                            e,
+                        )
+                    )
                     continue
                 host.members = trial.members
                 host.epi_roots = trial.epi_roots
@@ -445,8 +472,13 @@ class Planner:
                 try:
                     self.build(trial)
                 except (NeedMaterialize, CapExceeded) as ex:
-                    self.log.append(LogEntry("refuse", (describe(g1.roots[0]), describe(g2.roots[0])),
-                                             f"multi-output merge refused: {ex}"))  # fmt: skip
+                    self.log.append(
+                        LogEntry(
+                            "refuse",
+                            (describe(g1.roots[0]), describe(g2.roots[0])),
+                            f"multi-output merge refused: {ex}",
+                        )
+                    )
                     continue
                 g1.roots, g1.members = trial.roots, trial.members
                 for r in g2.roots:
@@ -551,10 +583,20 @@ class Planner:
                 acc_dtype = core.dtype.name
             epi = ExprBuilder(core.shape, internal, acc=core, acc_dtype=acc_dtype)
             results = tuple(self._epi_value(epi, o, core) for o in g.outputs)
-            g.ir = ReduceKernel(src.shape, tuple(axes), op, tuple(pro.inputs), tuple(pro.ops),
-                                pres, acc_dtype, core.shape, tuple(epi.inputs), tuple(epi.ops),
-                                results,
-                                tuple(contiguous_view(o.dtype.name, core.shape) for o in g.outputs))  # fmt: skip
+            g.ir = ReduceKernel(
+                src.shape,
+                tuple(axes),
+                op,
+                tuple(pro.inputs),
+                tuple(pro.ops),
+                pres,
+                acc_dtype,
+                core.shape,
+                tuple(epi.inputs),
+                tuple(epi.ops),
+                results,
+                tuple(contiguous_view(o.dtype.name, core.shape) for o in g.outputs),
+            )
             g.inputs = list(pro.input_nodes) + list(epi.input_nodes)
             g.has_prologue = any(o.op not in ("load",) for o in pro.ops)
             return
@@ -576,9 +618,21 @@ class Planner:
         k = a_src.shape[-1]
         epi = ExprBuilder(core.shape, internal, acc=core, acc_dtype="float32")
         results = tuple(self._epi_value(epi, o, core) for o in g.outputs)
-        g.ir = MatmulKernel(batch, m, n, k, operands[0], operands[1], prologues[0], prologues[1],
-                            core.dtype.name, tuple(epi.inputs), tuple(epi.ops), results,
-                            tuple(contiguous_view(o.dtype.name, core.shape) for o in g.outputs))  # fmt: skip
+        g.ir = MatmulKernel(
+            batch,
+            m,
+            n,
+            k,
+            operands[0],
+            operands[1],
+            prologues[0],
+            prologues[1],
+            core.dtype.name,
+            tuple(epi.inputs),
+            tuple(epi.ops),
+            results,
+            tuple(contiguous_view(o.dtype.name, core.shape) for o in g.outputs),
+        )
         g.inputs = nodes + list(epi.input_nodes)
         g.has_prologue = any(p is not None for p in prologues)
 
@@ -620,8 +674,14 @@ def plan(outputs: list[Node], spec, max_restarts: int = 64):
             node = e.node
             if node.realized is not None:
                 node.realized = np.ascontiguousarray(node.realized)
-                forced_log.append(LogEntry("materialize", (describe(node),),
-                                           f"input copied to contiguous memory: {e.reason}", node))  # fmt: skip
+                forced_log.append(
+                    LogEntry(
+                        "materialize",
+                        (describe(node),),
+                        f"input copied to contiguous memory: {e.reason}",
+                        node,
+                    )
+                )
             else:
                 if id(node) in forced:
                     raise
