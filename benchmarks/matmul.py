@@ -16,6 +16,12 @@ On a shared machine wall-clock ratios move with the load (OpenBLAS' spinning thr
 than lazymath's blocking pool), so the load average is printed with the results, and
 `--single-thread` adds a load-robust view: per-thread CPU time of OpenBLAS limited to one thread
 against every block of the lazymath kernel run on the calling thread (best and median).
+
+`--breakdown` splits one steady-state `(a @ b).realize()` into its parts (medians, microseconds):
+the kernel's blocks run serially (CPU time), the kernel on the block pool alone (wall), the whole
+realize (wall); the time from the realize call to the first block's start (graph capture, cache
+lookup, launch), from the first to the last block start (the helper thread's wake-up) and from
+the last block's end to the realize's return.
 """
 
 # ruff: noqa: B023  (the lambdas are timed immediately, inside their loop iteration)
@@ -125,15 +131,10 @@ def _openblas_set_threads():
 
 def bench_single_thread(sizes, rounds: int) -> None:
     """CPU time on one thread: OpenBLAS with 1 thread vs all blocks of the lazymath kernel."""
-    from lazymath.backend.compile import compile_kernel
-    from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
-    from lazymath.runtime.device import get_spec
-
     set_threads = _openblas_set_threads()
     if set_threads is None:
         print("single-thread: numpy's OpenBLAS thread control not found, skipped")
         return
-    spec = get_spec("ascend910")
     rng = np.random.default_rng(3)
     print(f"single thread, CPU time (best / median of {rounds}), OpenBLAS 1 thread vs lazymath "
           "kernel blocks on one thread:")  # fmt: skip
@@ -145,11 +146,7 @@ def bench_single_thread(sizes, rounds: int) -> None:
             b32 = rng.random((n, n), dtype=np.float32)
             flops = 2.0 * n**3
             for dt in ("float32", "float16"):
-                v = ArgView(dt, (n, n), (n, 1))
-                out = ArgView("float32", (n, n), (n, 1))
-                ir = MatmulKernel((), n, n, n, v, v, None, None, dt, (), (SOp("acc", "float32"),),
-                                  (0,), (out,))  # fmt: skip
-                k = compile_kernel(ir, spec)
+                k = _matmul_kernel(n, dt)
                 a, b = a32.astype(dt), b32.astype(dt)
                 c = np.empty((n, n), np.float32)
                 argv = k.make_argv([a.reshape(-1), b.reshape(-1), c.reshape(-1)])
@@ -171,6 +168,97 @@ def bench_single_thread(sizes, rounds: int) -> None:
                       f"{med['lm'] / med['np']:4.2f}", flush=True)  # fmt: skip
     finally:
         set_threads(os.cpu_count() or 1)
+
+
+def _matmul_kernel(n: int, dt: str):
+    """The compiled square matmul kernel the realize path uses, and its argv over fresh arrays."""
+    from lazymath.backend.compile import compile_kernel
+    from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
+    from lazymath.runtime.device import get_spec
+
+    v = ArgView(dt, (n, n), (n, 1))
+    out = ArgView("float32", (n, n), (n, 1))
+    ir = MatmulKernel((), n, n, n, v, v, None, None, dt, (), (SOp("acc", "float32"),), (0,),
+                      (out,))  # fmt: skip
+    return compile_kernel(ir, get_spec("ascend910"))
+
+
+def bench_breakdown(sizes, rounds: int) -> None:
+    """Where one realize's time goes (see the module docstring)."""
+    from lazymath.backend import compile as lmc
+    from lazymath.runtime.pool import block_pool
+
+    pool = block_pool()
+    orig = lmc.CompiledKernel.run_block
+    marks: list = []
+
+    def traced(self, argv, i, nb):  # records (start, end) of every block of the realize
+        t = time.perf_counter()
+        orig(self, argv, i, nb)
+        marks.append((t, time.perf_counter()))
+
+    print(f"breakdown, medians of {rounds} x reps, us: serial = all blocks on one thread (CPU), "
+          "pool = kernel on the block pool (wall), realize = (a @ b).realize() (wall); "
+          "pre = realize call -> first block start, wake = first -> last block start, "
+          "post = last block end -> return")  # fmt: skip
+    print(f"{'n':>5} {'dtype':>8} {'blocks':>6} {'numpy':>8} {'serial':>8} {'pool':>8} "
+          f"{'realize':>8} {'pre':>6} {'wake':>6} {'post':>6}")  # fmt: skip
+    rng = np.random.default_rng(4)
+    for n in sizes:
+        a32 = rng.random((n, n), dtype=np.float32)
+        b32 = rng.random((n, n), dtype=np.float32)
+        reps = max(2, int(0.3e9 / (2.0 * n**3)))
+        for dt in ("float32", "float16"):
+            a, b = a32.astype(dt), b32.astype(dt)
+            k = _matmul_kernel(n, dt)
+            c = np.empty((n, n), np.float32)
+            argv = k.make_argv([a.reshape(-1), b.reshape(-1), c.reshape(-1)])
+            ta, tb = lm.tensor(a), lm.tensor(b)
+            (ta @ tb).realize()
+
+            def serial():
+                for i in range(k.blocks):
+                    k.run_block(argv, i, k.blocks)
+
+            res: dict = {"numpy": [], "serial": [], "pool": [], "realize": [], "pre": [],
+                         "wake": [], "post": []}  # fmt: skip
+            for _ in range(rounds):
+                time.sleep(SETTLE_S)
+                a32 @ b32
+                t = time.perf_counter()
+                for _ in range(reps):
+                    a32 @ b32
+                res["numpy"].append((time.perf_counter() - t) / reps)
+                t = time.thread_time()
+                for _ in range(reps):
+                    serial()
+                res["serial"].append((time.thread_time() - t) / reps)
+                time.sleep(SETTLE_S)
+                pool.run(k.run_block, argv, k.blocks)
+                t = time.perf_counter()
+                for _ in range(reps):
+                    pool.run(k.run_block, argv, k.blocks)
+                res["pool"].append((time.perf_counter() - t) / reps)
+                time.sleep(SETTLE_S)
+                (ta @ tb).realize()
+                lmc.CompiledKernel.run_block = traced
+                try:
+                    for _ in range(reps):
+                        marks.clear()
+                        t = time.perf_counter()
+                        (ta @ tb).realize()
+                        t1 = time.perf_counter()
+                        res["realize"].append(t1 - t)
+                        if marks:
+                            res["pre"].append(min(m[0] for m in marks) - t)
+                            res["wake"].append(max(m[0] for m in marks) - min(m[0] for m in marks))
+                            res["post"].append(t1 - max(m[1] for m in marks))
+                finally:
+                    lmc.CompiledKernel.run_block = orig
+            med = {key: sorted(v)[len(v) // 2] * 1e6 for key, v in res.items() if v}
+            print(f"{n:5d} {dt:>8} {k.blocks:6d} {med['numpy']:8.0f} {med['serial']:8.0f} "
+                  f"{med['pool']:8.0f} {med['realize']:8.0f} {med['pre']:6.0f} {med['wake']:6.0f} "
+                  f"{med['post']:6.0f}", flush=True)  # fmt: skip
 
 
 def _load() -> str:
@@ -207,6 +295,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer rounds, sizes up to 2048")
     ap.add_argument("--sizes", type=str, default="")
     ap.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="only split one realize into kernel, dispatch and overhead times (sizes <= 1024)",
+    )
+    ap.add_argument(
         "--single-thread",
         action="store_true",
         help="also compare single-thread CPU time (robust on a shared machine)",
@@ -218,6 +311,10 @@ def main() -> None:
         sizes = [int(s) for s in args.sizes.split(",")]
     print(f"threads: {os.cpu_count()} host cores; rounds={rounds} (medians); torch: "
           f"{'yes' if _torch() else 'not installed'}; {_load()}")  # fmt: skip
+    if args.breakdown:
+        bench_breakdown([n for n in sizes if n <= 1024], rounds)
+        print(_load())
+        return
     bench_square(sizes, rounds)
     bench_numpy_f16(rounds)
     bench_composite(rounds)
