@@ -170,7 +170,14 @@ _native: dict[str, tuple[int, bytes | None]] = {}  # symbol -> (address, object 
 _elf_objects: list[elfload.LoadedObject] = []  # code mapped by elfload (never unmapped)
 
 
+# elfload understands x86-64 ELF only; elsewhere MCJIT emits objects it must not judge
+ELF_HOST = sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64")
+
+
 def elfload_enabled() -> bool:
+    """elfload for disk-cache hits (``LAZYMATH_ELFLOAD=0`` forces MCJIT, for debugging)."""
+    if not ELF_HOST:
+        return False
     return os.environ.get("LAZYMATH_ELFLOAD", "1") not in ("0", "false", "off", "no")
 
 
@@ -191,6 +198,8 @@ def load_cached(obj: bytes, symbol: str, module_name: str) -> tuple[int, str]:
         hit = _native.get(symbol)
         if hit is not None:
             return hit[0], "memory"
+        if not ELF_HOST:  # Mach-O / COFF / other ELF machines: MCJIT as before
+            return get_jit().load_object(obj, symbol, module_name), "mcjit"
         parsed = elfload.validate(obj, symbol)
         if elfload_enabled():
             try:
