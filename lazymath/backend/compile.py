@@ -9,6 +9,11 @@
 
 Templates are a table by `ir.kind`; each module exposes ``build(ir, spec, name) -> Program``.
 The matmul template belongs to the Cube work and is imported lazily.
+
+A disk-cache hit runs neither the template nor LLVM: the file holds the ISA program (pickled,
+read back by an unpickler that only admits lazymath.backend classes) next to the object code,
+which `jit.load_cached` maps with `elfload`. The template module is imported only when a lazy
+report (`llvm_ir`, `asm`, `cost`) needs the lowerings/costs it registers.
 """
 
 from __future__ import annotations

@@ -13,8 +13,10 @@ What the kernels contain (scanned over every cached kernel kind, see ``scan``): 
 model, so ``.ltext`` with absolute ``R_X86_64_64`` relocations to ``.rodata.cst*`` constant pools
 and to external functions (memcpy, memset, sinf, tanhf, pthread_*, aligned_alloc, free, abort) and
 one external data symbol (the GEMM workspace key), plus ``.eh_frame`` with ``R_X86_64_PC64``.
-The small/medium-model forms (PC32, PLT32, GOTPCREL[X], 32, 32S, PC64, GOTOFF64, GOTPC32) are
-handled too, so a change of LLVM's code model does not silently lose the fast path.
+The small/medium/large-PIC forms (PC32, PLT32 -- through in-image stubs when libc is further
+than 2 GiB --, GOTPCREL[X], 32, 32S, PC64, GOTOFF64, GOTPC32/64, GOT64, GOTPCREL64, PLTOFF64,
+``_GLOBAL_OFFSET_TABLE_``) are handled too (tests load objects of every code model), so a change
+of LLVM's code model does not silently lose the fast path.
 
 Layout: one anonymous mapping, three page-aligned groups -- code (+ PLT stubs), read-only data
 (+ the GOT), writable data/.bss -- each section at its own alignment. The image is built and
@@ -27,8 +29,10 @@ function pointers to it are cached everywhere).
 Errors: ``ElfFormatError`` -- the bytes are not a well-formed x86-64 relocatable object (bounds,
 indices, sizes are all checked before anything is written); the caller must not hand them to
 anything that executes them. ``ElfUnsupportedError`` -- a well-formed object using something
-this loader does not implement (a relocation type, an unresolvable symbol, ``.init_array``, TLS,
-COMMON symbols, a PC-relative distance that does not fit); the caller may fall back to MCJIT.
+this loader does not implement (a relocation type, ``.init_array``, TLS, COMMON symbols, writable
+code, a 32-bit distance that does not fit); the caller may fall back to MCJIT. Its subclass
+``ElfUnresolvedSymbolError`` (an undefined symbol the resolver and ``dlsym`` do not know) names
+the symbol, so the caller can check whether MCJIT knows it before trusting MCJIT with the object.
 """
 
 from __future__ import annotations

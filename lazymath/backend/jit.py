@@ -11,6 +11,7 @@ Two ways code gets into the process:
   plus the engine). ``LAZYMATH_ELFLOAD=0`` sends it through MCJIT instead (debugging), and an
   object the loader does not support (`ElfUnsupportedError`) falls back to MCJIT; a malformed
   one (`ElfFormatError`) is reported to the caller, which recompiles and never executes it.
+  Off Linux x86-64 (other object formats) cached objects go to MCJIT as before.
 
 Why keep MCJIT for fresh kernels: a miss has LLVM loaded anyway, MCJIT is the path LLVM tests,
 and the assembly/IR views need the same engine. Freshly compiled and cached kernels run the same
