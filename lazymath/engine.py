@@ -274,8 +274,12 @@ class Program:
                 for argv, pos in patches[slot]:
                     argv[pos] = addr
             outs = []
-            for slot, s in out_slots:
-                a, addr = _output_array(dev, s)
+            for slot, s, small in out_slots:
+                if small:
+                    a = np.empty(s.shape, s.dtype)
+                    addr = a.__array_interface__["data"][0]
+                else:
+                    a, addr = _device_array(dev, s)
                 outs.append(a)
                 for argv, pos in patches[slot]:
                     argv[pos] = addr
@@ -315,10 +319,11 @@ def _replay_plan(prog: Program) -> tuple | None:
             return ()
     leaf_slots = [(i, s.index, s.index in prog.copy_leaves)
                   for i, s in enumerate(prog.slots) if s.kind == "leaf"]  # fmt: skip
-    out_slots = [(i, s) for i, s in enumerate(prog.slots) if s.kind == "out"]
+    out_slots = [(i, s, s.nbytes < SMALL_OUTPUT_BYTES)
+                 for i, s in enumerate(prog.slots) if s.kind == "out"]  # fmt: skip
     order = {slot: k for k, slot in enumerate(prog.outputs)}
     out_slots.sort(key=lambda t: order[t[0]])
-    if [i for i, _ in out_slots] != list(prog.outputs):  # an output slot listed twice
+    if [t[0] for t in out_slots] != list(prog.outputs):  # an output slot listed twice
         return ()
     calls = [(ck, ck.blocks) for _sk, ck, _slots in prog.kernels]
     return leaf_slots, out_slots, calls

@@ -27,13 +27,14 @@ def backend_name() -> str:
 
 
 def _nodes_of(tensors) -> list[gn.Node]:
-    from .tensor import Tensor
-
     nodes, seen = [], set()
     for t in tensors:
-        if not isinstance(t, Tensor):
+        try:
+            n = t._node
+        except AttributeError:
+            n = None
+        if type(n) is not gn.Node:
             raise TypeError(f"realize() takes lazymath Tensors, got {type(t).__name__}")
-        n = t._node
         if n.realized is None and id(n) not in seen:
             seen.add(id(n))
             nodes.append(n)
