@@ -628,49 +628,59 @@ def _reduce(s: _Seq, x: isa.Ref, f0s: tuple, f1s: tuple) -> tuple[isa.Ref, isa.R
     return hi, w
 
 
-def _reduce_qv(s: _Seq, x: isa.Ref, unit: str, small: bool, shift: bool = False):
-    """q = rint(x*unit [+ 1/2]) and v = x*unit - q [+ 1/2] (float64) for float32 x.
+_MAGIC = 1.5 * 2.0**52  # y + _MAGIC rounds y to an integer (|y| < 2^51); its last bit = parity
 
+
+def _reduce_qv(s: _Seq, x: isa.Ref, unit: str, small: bool, shift: bool = False):
+    """qb = q + 1.5*2^52 with q = rint(x*unit [+ 1/2]), and v = x*unit - q [+ 1/2] (float64).
+
+    The magic constant does the rounding (ties to even, like rint) and leaves q's parity in
+    the last mantissa bit of qb (`_parity_sign`, `_odd_bits`): no rint, no mask packing.
     `small` (every |x| < 2^17, or inf/nan): unit = A + B + C, hi = x*A exact; then
-    y = fma(x, B, hi) (q = rint(y)), d = hi - q exact, v = fma(x, C, fma(x, B, d)): each fma
-    rounds once relative to v, so v keeps ~2^-52 relative accuracy even for the float32
-    closest to a multiple of pi (|v| > 2^-31 below 2^17). Otherwise the table reduction
-    `_reduce`. `shift` (cos): q = rint(x*unit + 1/2), v = x*unit - (q - 1/2).
+    y = fma(x, B, hi), d = hi - q exact, v = fma(x, C, fma(x, B, d)): each fma rounds once
+    relative to v, so v keeps ~2^-52 relative accuracy even for the float32 closest to a
+    multiple of pi (|v| > 2^-31 below 2^17). Otherwise the table reduction `_reduce` (its
+    |y| < 2^40). `shift` (cos): q = rint(x*unit + 1/2), v = x*unit - (q - 1/2).
     """
     if not small:
         f0s, f1s = (_HALF_F0, _HALF_F1) if unit == "half" else (_QUARTER_F0, _QUARTER_F1)
         hi, w = _reduce(s, x, f0s, f1s)
-        q = s.bin("vadd", hi, w)
+        qb = s.bin("vadd", hi, w)
     else:
         a, bb, c = _HALF_ABC if unit == "half" else _QUARTER_ABC
         xd = s.conv(x, "float64")
         hi = s.sc("vmuls", xd, a)
         kb = s.const("float64", bb)
-        q = s.fma(xd, kb, hi)
+        qb = s.fma(xd, kb, hi)
     if shift:
-        s.sc("vadds", q, 0.5, out=q)
-    s.un("vrint", q, out=q)
+        s.sc("vadds", qb, 0.5, out=qb)
+    s.sc("vadds", qb, _MAGIC, out=qb)
+    q = s.sc("vadds", qb, -_MAGIC)
     if shift:
-        qm = s.sc("vadds", q, -0.5)
-        v = s.bin("vsub", hi, qm, out=qm)
-    else:
-        v = s.bin("vsub", hi, q)
+        s.sc("vadds", q, -0.5, out=q)
+    v = s.bin("vsub", hi, q, out=q)
     if not small:
         s.bin("vadd", v, w, out=v)
         s.done(hi, w)
-        return q, v
+        return qb, v
     s.fma(xd, kb, v, out=v)
     s.fma(xd, s.const("float64", c), v, out=v)
     s.done(hi, xd)
-    return q, v
+    return qb, v
 
 
-def _odd(s: _Seq, q: isa.Ref) -> isa.Ref:
-    """Mask of odd integers q (float64, |q| < 2^52): q/2 is not an integer."""
-    t = s.sc("vmuls", q, 0.5)
-    tr = s.un("vrint", t)
-    m = s.cmp("ne", t, tr)
-    s.done(t, tr)
+def _parity_sign(s: _Seq, qb: isa.Ref) -> isa.Ref:
+    """int64 with only the sign bit set where q (qb = q + 1.5*2^52) is odd."""
+    sb = s.conv(qb, "int64", "bits")
+    s.sc("vshl", sb, 63, out=sb)
+    return sb
+
+
+def _odd_bits(s: _Seq, qb: isa.Ref) -> isa.Ref:
+    """Mask of odd q from qb = q + 1.5*2^52."""
+    sb = _parity_sign(s, qb)
+    m = s.cmps("lt", sb, 0)
+    s.done(sb)
     return m
 
 
@@ -688,25 +698,27 @@ def _sincos32(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str, small: bool = False) -
     x/pi = q + v with q = rint(x/pi), |v| <= 1/2: sin(x) = (-1)^q sin(pi*v).
     cos(x) = sin(pi*(x/pi + 1/2)): q = rint(x/pi + 1/2), v = (hi - (q - 1/2)) + w.
     One rounding to float32 at the end (faithful, mostly correctly rounded); the sign (-1)^q
-    is applied to the float32 result. sin(+-0) = +-0 by a final select (the reduction's
-    additions would turn -0 into +0); denormals are exact in float64; inf and nan give nan.
+    flips v's sign bit (an xor) before the odd polynomial. sin(+-0) = +-0 by a final select
+    (the reduction's additions would turn -0 into +0); denormals are exact in float64; inf and
+    nan give nan.
     `small`: every |x| < 2^17 (or inf/nan), reduced without the table.
     """
-    q, v = _reduce_qv(s, x, "half", small, shift=op == "cos")
-    flip = _odd(s, q)
-    s.done(q)
+    qb, v = _reduce_qv(s, x, "half", small, shift=op == "cos")
+    sb = _parity_sign(s, qb)  # sin(pi*(-v)) = -sin(pi*v) exactly (odd polynomial)
+    s.done(qb)
+    vb = s.conv(v, "int64", "bits")
+    s.bin("vxor", vb, sb, out=vb)
+    s.conv(vb, "float64", "bits", out=v)
+    s.done(vb, sb)
     res = _sinpi(s, v, out=v)
-    rf = s.conv(res, "float32")
-    s.done(res)
-    nr = s.un("vneg", rf)
     if op == "sin":
-        s.sel(flip, nr, rf, out=rf)
+        rf = s.conv(res, "float32")
         zero = s.cmps("eq", x, 0.0)
         s.sel(zero, x, rf, out=dst)
-        s.done(zero)
+        s.done(zero, rf)
     else:
-        s.sel(flip, nr, rf, out=dst)
-    s.done(nr, rf, flip)
+        s.conv(res, "float32", out=dst)
+    s.done(res)
 
 
 def _tan32(s: _Seq, dst: isa.Ref, x: isa.Ref, small: bool = False) -> None:
@@ -715,7 +727,7 @@ def _tan32(s: _Seq, dst: isa.Ref, x: isa.Ref, small: bool = False) -> None:
     tan(y) = sin(pi*h)/cos(pi*h) with h = v/2, cos(pi*h) = sin(pi*(1/2 - |h|)) (exact
     argument); odd q gives -cot(y) = -cos/sin. All in float64, one rounding at the end.
     """
-    q, h = _reduce_qv(s, x, "quarter", small)
+    q, h = _reduce_qv(s, x, "quarter", small)  # q: the magic-shifted qb
     s.sc("vmuls", h, 0.5, out=h)
     sn = _sinpi(s, h)
     c = s.un("vabs", h)
@@ -723,7 +735,7 @@ def _tan32(s: _Seq, dst: isa.Ref, x: isa.Ref, small: bool = False) -> None:
     s.sc("vadds", c, 0.5, out=c)
     cs = _sinpi(s, c, out=c)
     s.done(h)
-    odd = _odd(s, q)
+    odd = _odd_bits(s, q)
     s.done(q)
     ncs = s.un("vneg", cs)
     num = s.sel(odd, ncs, sn)
