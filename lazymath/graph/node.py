@@ -53,7 +53,7 @@ class Node:
     """One value in the lazy DAG. Create through `make`, never directly (interning)."""
 
     __slots__ = ("op", "dtype", "shape", "arg", "srcs", "hash", "_loc", "key", "realized",
-                 "tensors", "__weakref__")  # fmt: skip
+                 "tensors", "addr", "__weakref__")  # fmt: skip
 
     op: str
     dtype: np.dtype
@@ -148,6 +148,7 @@ def make(
     node.key = key
     node.realized = None
     node.tensors = 0
+    node.addr = None  # (realized array, its data address), cached by the replay path
     ref = _Ref(node, _gone)
     ref.key = key
     _interned[key] = ref
