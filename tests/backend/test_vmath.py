@@ -417,6 +417,34 @@ def test_compiled_elementwise_kernel(backend, dtype, monkeypatch):
         assert ulp_dist(got, refs[name]).max() <= tol, (name, backend)
 
 
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_compiled_trig_takes_both_range_branches(backend, monkeypatch):
+    """Through compile_kernel: chunks of small arguments take the gather-free branch, a chunk
+    holding one huge |x| (or inf/nan) the table branch (GetValue + If lowered by llvm and
+    interpreted); every result within 1 ulp of CR on both backends, in float32 and float16."""
+    parts = _compile_path()
+    if parts is None:
+        pytest.skip("compile path not available")
+    compile_kernel, ElementwiseKernel, SOp, contiguous_view = parts
+    monkeypatch.setenv("LAZYMATH_CACHE", "0")
+    n = 3001
+    x = RNG.uniform(-1e5, 1e5, n).astype(np.float32)
+    x[300] = np.float32(3e9)  # second chunk: table branch
+    x[1000:1003] = (np.inf, np.nan, np.float32(2.0**17))
+    x[2000] = -0.0
+    names = ("sin", "cos", "tan")
+    for f, xs in (("float32", x), ("float16", np.clip(x, -6e4, 6e4).astype(np.float16))):
+        expr = (SOp("load", f, (), 0), *(SOp(nm, f, (0,)) for nm in names))
+        v = contiguous_view(f, (n,))
+        kir = ElementwiseKernel((n,), (v,), (v,) * 3, expr, (1, 2, 3))
+        outs = [np.empty(n, f) for _ in names]
+        compile_kernel(kir, "ascend910", backend=backend)(xs, *outs)
+        for name, got in zip(names, outs):
+            ref = correctly_rounded(getattr(np, name), xs)
+            assert ulp_dist(got, ref).max() <= 1, (name, f, backend)
+        assert np.signbit(outs[0][2000]) and np.signbit(outs[2][2000])  # sin/tan(-0) = -0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["exp", "log", "sin", "cos", "tan", "tanh"])
 def test_float32_bit_patterns_sampled(name):
