@@ -4,7 +4,12 @@ Run as
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/elementwise.py
 Every case runs all peers in this one process, interleaved, and prints medians and the ratio
 peer/lazymath (> 1 means lazymath is faster). Machines here are shared: trust ratios, not
-absolute times.
+absolute times, and read the load average printed before and after.
+
+`--cases three,chain` runs a subset (three, chain, chain16, sum, max, copy, small).
+`--single-thread` adds a load-robust view of the vector kernels: thread CPU time (best and
+median) of numpy against every block of the lazymath kernel run on the calling thread, so a
+busy second core or a slow helper-thread wake-up does not enter the comparison.
 """
 
 from __future__ import annotations
@@ -70,8 +75,10 @@ def case_three_outputs(n: int, reps: int) -> None:
         for th in (1, 2):
             ne.set_num_threads(th)
             res[f"numexpr {th}t"] = median_time(
-                lambda: (ne.evaluate("sin(x_np)", local_dict={"x_np": x_np}), ne.evaluate("exp(x_np)", local_dict={"x_np": x_np}),
-                         ne.evaluate("log(abs(x_np)+1e-10)", local_dict={"x_np": x_np})), reps)  # fmt: skip
+                lambda env={"x_np": x_np}: (ne.evaluate("sin(x_np)", local_dict=env),
+                                            ne.evaluate("exp(x_np)", local_dict=env),
+                                            ne.evaluate("log(abs(x_np)+1e-10)", local_dict=env)),
+                reps)  # fmt: skip
     if torch is not None:
         xt = torch.from_numpy(x_np)
         res["torch"] = median_time(lambda: (torch.sin(xt), torch.exp(xt),
@@ -96,7 +103,8 @@ def case_chain(n: int, dtype: str, reps: int) -> None:
         for th in (1, 2):
             ne.set_num_threads(th)
             res[f"numexpr {th}t"] = median_time(
-                lambda: ne.evaluate("exp(sin(x_np)*0.5+1.0)*x_np", local_dict={"x_np": x_np}), reps)  # fmt: skip
+                lambda env={"x_np": x_np}: ne.evaluate("exp(sin(x_np)*0.5+1.0)*x_np",
+                                                       local_dict=env), reps)  # fmt: skip
     if torch is not None:
         xt = torch.from_numpy(x_np)
         res["torch"] = median_time(lambda: torch.exp(torch.sin(xt) * 0.5 + 1.0) * xt, reps)
@@ -150,22 +158,103 @@ def case_small_overhead(reps: int) -> None:
           f"{t_build * 1e6:.1f} us; numpy eager {t_np * 1e6:.1f} us")  # fmt: skip
 
 
+def load_average() -> str:
+    try:
+        return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "load average unknown"
+
+
+def _one_kernel(outputs):
+    """(compiled kernel, its GM arrays) of a graph that fuses into one kernel reading the
+    input tensor(s) once: all blocks then run on the calling thread with run_block(argv, 0, 1)."""
+    from lazymath.backend import compile_kernel
+
+    sched = lm.schedule(*outputs)
+    if len(sched.kernels) != 1:
+        return None
+    ir = sched.kernels[0].group.ir
+    ck = compile_kernel(ir, lm.current_device().spec)
+    return ck, ir
+
+
+def _cpu_times(fn, reps: int) -> tuple[float, float]:
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.thread_time()
+        fn()
+        ts.append(time.thread_time() - t0)
+    return min(ts), statistics.median(ts)
+
+
+def case_single_thread(n_small: int, n_big: int, reps: int) -> None:
+    """Thread CPU time: numpy vs all blocks of the lazymath kernel on this thread."""
+    print(f"\nsingle thread, CPU time (best / median of {reps}): numpy vs the lazymath kernel's "
+          "blocks run one after another on this thread")  # fmt: skip
+    rng = np.random.default_rng(5)
+    cases = (
+        ("sin, exp, log(|x|+1e-10)", n_small, "float32",
+         lambda x: (lm.sin(x), lm.exp(x), lm.log(lm.abs(x) + 1e-10)),
+         lambda v: (np.sin(v), np.exp(v), np.log(np.abs(v) + 1e-10))),
+        ("exp(sin(x)*0.5+1)*x", n_big, "float32",
+         lambda x: (lm.exp(lm.sin(x) * 0.5 + 1.0) * x,),
+         lambda v: (np.exp(np.sin(v) * 0.5 + 1.0) * v,)),
+        ("exp(sin(x)*0.5+1)*x", n_big, "float16",
+         lambda x: (lm.exp(lm.sin(x) * 0.5 + 1.0) * x,),
+         lambda v: (np.exp(np.sin(v) * 0.5 + 1.0) * v,)),
+    )  # fmt: skip
+    for title, n, dt, lazy, ref in cases:
+        x_np = rng.standard_normal(n).astype(dt)
+        x = lm.tensor(x_np)
+        got = _one_kernel(lazy(x))
+        if got is None:
+            print(f"  {title}: more than one kernel, skipped")
+            continue
+        ck, ir = got
+        outs = [np.empty(v.shape, v.dtype) for v in ir.outputs]
+        argv = ck.make_argv([x_np, *outs])
+        t_lm = _cpu_times(lambda ck=ck, argv=argv: ck.run_block(argv, 0, 1), reps)
+        for o, want in zip(outs, ref(x_np)):  # the kernel computed the right thing
+            assert np.allclose(o, want, rtol=1e-2, atol=1e-2, equal_nan=True), title
+        t_np = _cpu_times(lambda ref=ref, x_np=x_np: ref(x_np), reps)
+        print(f"  {title}, {n:,} {dt}: numpy {t_np[0] * 1e3:8.3f} / {t_np[1] * 1e3:8.3f} ms, "
+              f"lazymath {t_lm[0] * 1e3:8.3f} / {t_lm[1] * 1e3:8.3f} ms "
+              f"({t_np[0] / t_lm[0]:.2f}x / {t_np[1] / t_lm[1]:.2f}x)")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
+    ap.add_argument("--cases", type=str, default="three,chain,chain16,sum,max,copy,small",
+                    help="comma-separated subset of the cases")  # fmt: skip
+    ap.add_argument("--single-thread", action="store_true",
+                    help="also compare thread CPU time (robust on a shared machine)")  # fmt: skip
     args = ap.parse_args()
     big = 1 << 20 if args.quick else 16 << 20
+    cases = set(args.cases.split(","))
     print(f"lazymath {lm.__version__}, numpy {np.__version__}, numexpr "
           f"{getattr(ne, '__version__', '-')}, torch {getattr(torch, '__version__', '-')}, "
           f"jax {getattr(jax, '__version__', '-')}, {os.cpu_count()} cores")  # fmt: skip
-    case_three_outputs(1 << 20, args.reps * 3)
-    case_chain(big, "float32", args.reps)
-    case_chain(big, "float16", max(3, args.reps // 3))
-    case_reduce(big, "sum", args.reps)
-    case_reduce(big, "max", args.reps)
-    case_copy_bandwidth(big, args.reps)
-    case_small_overhead(2000)
+    print(load_average())
+    if "three" in cases:
+        case_three_outputs(1 << 20, args.reps * 3)
+    if "chain" in cases:
+        case_chain(big, "float32", args.reps)
+    if "chain16" in cases:
+        case_chain(big, "float16", max(3, args.reps // 3))
+    if "sum" in cases:
+        case_reduce(big, "sum", args.reps)
+    if "max" in cases:
+        case_reduce(big, "max", args.reps)
+    if "copy" in cases:
+        case_copy_bandwidth(big, args.reps)
+    if "small" in cases:
+        case_small_overhead(2000)
+    if args.single_thread:
+        case_single_thread(1 << 20, big, max(5, args.reps))
+    print(load_average())
 
 
 if __name__ == "__main__":
