@@ -36,7 +36,6 @@ import ctypes
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-import llvmlite.binding as llvm
 from llvmlite import ir
 
 MR = 6  # microkernel rows (broadcast A scalars)
@@ -196,18 +195,15 @@ WS_HEADER = 64  # bytes before the data: the capacity, and 64-byte alignment of 
 
 
 def _register_ws_key() -> ctypes.c_uint:
-    """The process's workspace key, created once in malloc'ed memory that lives as long as the
-    process (compiled kernels hold its address; a module reload finds and reuses it)."""
-    addr = llvm.address_of_symbol(WS_KEY_SYMBOL)
+    """The process's workspace key. `jit.runtime_symbol` creates it once, in malloc'ed memory
+    that lives as long as the process (kernels hold its address; a module reload reuses it),
+    resolves it for cached objects loaded without LLVM and registers it with LLVM whenever LLVM
+    is loaded, so this module does not load LLVM (``llvmlite.binding``) itself."""
+    from lazymath.backend import jit
+
+    addr = jit.runtime_symbol(WS_KEY_SYMBOL)
     if not addr:
-        libc = ctypes.CDLL(None)
-        libc.malloc.restype = ctypes.c_void_p
-        addr = libc.malloc(ctypes.sizeof(ctypes.c_uint))
-        key = ctypes.c_uint.from_address(addr)
-        free = ctypes.cast(libc.free, ctypes.c_void_p)
-        if not addr or libc.pthread_key_create(ctypes.byref(key), free) != 0:
-            raise OSError("pthread_key_create failed: no per-thread GEMM workspace")
-        llvm.add_symbol(WS_KEY_SYMBOL, addr)
+        raise OSError("no per-thread GEMM workspace key")
     return ctypes.c_uint.from_address(addr)
 
 
