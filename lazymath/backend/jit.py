@@ -107,10 +107,10 @@ def host_key() -> tuple:
 
 # ----------------------------------------------------------------------------- runtime symbols
 # Data the kernels link against that lives in this process rather than in a library. The GEMM
-# workspace key mirrors gemm._register_ws_key (gemm imports llvmlite.binding, so a warm process
-# cannot import it): one pthread key in malloc'ed memory whose destructor frees each thread's
-# workspace. Whoever runs first creates it and registers it with LLVM when LLVM is loaded, so
-# MCJIT code, code loaded here and gemm's own lookup all share one key.
+# workspace key is created here (gemm._register_ws_key asks `runtime_symbol` for it): one
+# pthread key in malloc'ed memory whose destructor frees each thread's workspace. It is created
+# without LLVM and registered with LLVM when the Jit loads it, so MCJIT code, code loaded by
+# elfload and gemm all share one key.
 
 WS_KEY_SYMBOL = "lazymath_gemm_ws_key"  # == gemm.WS_KEY_SYMBOL (a test checks it)
 

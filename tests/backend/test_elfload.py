@@ -572,4 +572,5 @@ def test_runtime_symbol_is_the_gemm_key():
 
     jit.get_jit()
     assert jit.WS_KEY_SYMBOL == gemm.WS_KEY_SYMBOL
-    assert jit.runtime_symbol(jit.WS_KEY_SYMBOL) == llvm.address_of_symbol(gemm.WS_KEY_SYMBOL)
+    addr = jit.runtime_symbol(jit.WS_KEY_SYMBOL)
+    assert addr == llvm.address_of_symbol(gemm.WS_KEY_SYMBOL) == ctypes.addressof(gemm._WS_KEY)
