@@ -257,11 +257,13 @@ class LowerCtx:
         md.operands = tuple(ops_fn(md))
         return md
 
-    def _loop(self, start, stop, step, body, parallel: bool, carry=(), no_unroll=False):
+    def _loop(self, start, stop, step, body, parallel: bool, carry=(), no_unroll=False,
+              width: int | None = None):  # fmt: skip
         """Counted loop; `body(i)` emits into the loop body. step must be > 0 (or static).
 
         With `carry` (initial values), `body(i, *values)` returns the next values (loop-carried
-        phis, e.g. reduction accumulators) and the values after the loop are returned."""
+        phis, e.g. reduction accumulators) and the values after the loop are returned.
+        `width` (parallel loops) fixes the vectorization factor (llvm.loop.vectorize.width)."""
         b = self.builder
         start = start if isinstance(start, ir.Value) else self.int(start)
         stop = stop if isinstance(stop, ir.Value) else self.int(stop)
@@ -310,6 +312,9 @@ class LowerCtx:
                     extra.append(
                         mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.unroll.disable")])
                     )
+                if width:
+                    vw = ir.MetaDataString(mod, "llvm.loop.vectorize.width")
+                    extra.append(mod.add_metadata([vw, ir.Constant(I32, width)]))
                 return [md, mod.add_metadata([par, ag]), *extra]
 
             br.set_metadata("llvm.loop", self._distinct(ops))
@@ -317,9 +322,9 @@ class LowerCtx:
         b.position_at_end(done)
         return phis
 
-    def parallel_for(self, n, body: Callable[[ir.Value], None], start=0) -> None:
+    def parallel_for(self, n, body: Callable[[ir.Value], None], start=0, width=None) -> None:
         """for i in start..n with independent iterations: vectorizable, no alias checks."""
-        self._loop(start, n, 1, body, parallel=True)
+        self._loop(start, n, 1, body, parallel=True, width=width)
 
     def for_range(self, start, stop, step, body: Callable[[ir.Value], None], no_unroll=False):
         self._loop(start, stop, step, body, parallel=False, no_unroll=no_unroll)
@@ -1035,7 +1040,7 @@ def lower_elementwise(ctx: LowerCtx, elems: list, dead: frozenset = frozenset())
         return vals
 
     if red is None:
-        ctx.parallel_for(ctx.int(elems[0].n), body)
+        ctx.parallel_for(ctx.int(elems[0].n), body, width=_mixed_width(elems))
         return
     # a trailing vcadd/vcmax/...: the run's last value is folded into an accumulator phi, so a
     # copy -> prologue -> reduce step reads GM once and never writes UB
@@ -1062,6 +1067,23 @@ def lower_elementwise(ctx: LowerCtx, elems: list, dead: frozenset = frozenset())
         ir.Constant(I64, 0),
         _combine(ctx, i.op, dd, ctx.load(dp, dd, ir.Constant(I64, 0)), acc),
     )
+
+
+MIXED_WIDTH = 8  # float32 lanes of one AVX2 register
+
+
+def _mixed_width(elems: list) -> int | None:
+    """Vectorization factor for a run mixing float32/float16 and float64 values (vmath's
+    float32 functions computed in float64): LLVM sizes such a loop by its float64 values
+    (4 lanes), which leaves half of every float32 register idle and gives the out-of-order
+    core half the independent work per iteration; 8 lanes ran sin ~12% faster (1.19 vs 1.34
+    ns/element). Loops without float64 keep LLVM's choice."""
+    dts = set()
+    for e in elems:
+        dts.update(r.buf.dtype for r in (e.dst, *e.srcs))
+    if "float64" in dts and dts & {"float32", "float16"}:
+        return MIXED_WIDTH
+    return None
 
 
 @elementwise(isa.CopyIn)
