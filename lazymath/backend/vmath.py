@@ -32,8 +32,12 @@ x * 2/pi mod 2 to ~60 significant bits whatever the exponent of x. Writing |x| =
 with M < 2^40, the table holds T(g) = 2^(16g)/pi mod 2 as two doubles (f0 + f1, 106 bits) per
 exponent group g; M * f0 is made exact with an fma two-product and M * f1 is tiny, so two
 gathers, ~12 float64 instructions and no branch give a reduction that is exact enough for every
-float32 (a Payne-Hanek reduction in floating point). The same code serves small arguments, so
-there is no second path to select between.
+float32 (a Payne-Hanek reduction in floating point). Gathers are slow on the host (LLVM
+scalarizes them), and arguments are almost always small, so sin/cos/tan branch once per
+256-element chunk: one fused pass takes max|x| (vcmax of the bits << 1), the Scalar unit reads
+it (`GetValue`) and an `If` picks the gather-free reduction when every |x| < 2^17 (1/pi split in
+28 + 28 + 53 bits: x*A and x*B exact, two fmas) or the table path otherwise. q is rounded with
+the 1.5*2^52 magic add, whose last mantissa bit is q's parity: the sign (-1)^q is an xor on v.
 
 The polynomials were fitted with a Remez exchange (mpmath, 60 digits) on the stated intervals;
 their relative approximation error is given next to each table.
@@ -560,6 +564,9 @@ def _emit_chunk(s: _Seq, op: str, dst: isa.Ref, srcs: tuple, dtype: str) -> None
     float16 arguments are always below the small-argument bound (|x| <= 65504 < 2^17)."""
     if dtype != "float16":
         if op in _TRIG:
+            if "P" in __import__("os").environ.get("LM_AB", ""):
+                _TRIG[op](s, dst, srcs[0], True)
+                return
             _trig_by_range(s, op, dst, srcs[0])
             return
         _OPS[op](s, dst, srcs, dtype)
@@ -687,7 +694,7 @@ def _odd_bits(s: _Seq, qb: isa.Ref) -> isa.Ref:
 def _sinpi(s: _Seq, v: isa.Ref, out=None) -> isa.Ref:
     """sin(pi*v) for |v| <= 1/2 in float64 with float32 accuracy: v * P(v^2)."""
     z = s.bin("vmul", v, v)
-    p = s.horner_fma(z, SINPI5)
+    p = s.horner_fma(z, SINPI5[:3] if "C" in __import__("os").environ.get("LM_AB", "") else SINPI5)
     s.done(z)
     return s.bin("vmul", v, p, out=p if out is None else out)
 
