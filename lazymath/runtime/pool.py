@@ -256,14 +256,21 @@ class _Spinner:
 
     def __init__(self) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]  # fmt: skip
         libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        self._page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        self._page.write(_SPIN_CODE)
-        self._page.seek(_RDTSC_AT)
-        self._page.write(_RDTSC_CODE)
-        addr = ctypes.addressof(ctypes.c_char.from_buffer(self._page))
+        # a raw page that is never unmapped: a daemon helper may still be inside the spin while
+        # the interpreter tears down module globals at exit
+        size = mmap.PAGESIZE
+        rw = mmap.PROT_READ | mmap.PROT_WRITE
+        addr = libc.mmap(None, size, rw, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap failed for the pool's spin-wait")
+        ctypes.memmove(addr, _SPIN_CODE, len(_SPIN_CODE))
+        ctypes.memmove(addr + _RDTSC_AT, _RDTSC_CODE, len(_RDTSC_CODE))
         # W^X: the page becomes read + execute once the code is in
-        if libc.mprotect(addr, mmap.PAGESIZE, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
+        if libc.mprotect(addr, size, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
             raise OSError(ctypes.get_errno(), "mprotect failed for the pool's spin-wait")
         self.fn = _SPIN_FN(addr)
         rdtsc = ctypes.CFUNCTYPE(ctypes.c_uint64)(addr + _RDTSC_AT)
