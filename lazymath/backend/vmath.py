@@ -564,9 +564,6 @@ def _emit_chunk(s: _Seq, op: str, dst: isa.Ref, srcs: tuple, dtype: str) -> None
     float16 arguments are always below the small-argument bound (|x| <= 65504 < 2^17)."""
     if dtype != "float16":
         if op in _TRIG:
-            if "P" in __import__("os").environ.get("LM_AB", ""):
-                _TRIG[op](s, dst, srcs[0], True)
-                return
             _trig_by_range(s, op, dst, srcs[0])
             return
         _OPS[op](s, dst, srcs, dtype)
@@ -694,7 +691,7 @@ def _odd_bits(s: _Seq, qb: isa.Ref) -> isa.Ref:
 def _sinpi(s: _Seq, v: isa.Ref, out=None) -> isa.Ref:
     """sin(pi*v) for |v| <= 1/2 in float64 with float32 accuracy: v * P(v^2)."""
     z = s.bin("vmul", v, v)
-    p = s.horner_fma(z, SINPI5[:3] if "C" in __import__("os").environ.get("LM_AB", "") else SINPI5)
+    p = s.horner_fma(z, SINPI5)
     s.done(z)
     return s.bin("vmul", v, p, out=p if out is None else out)
 
@@ -708,8 +705,11 @@ def _sincos32(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str, small: bool = False) -
     flips v's sign bit (an xor) before the odd polynomial. sin(+-0) = +-0 by a final select
     (the reduction's additions would turn -0 into +0); denormals are exact in float64; inf and
     nan give nan.
-    `small`: every |x| < 2^17 (or inf/nan), reduced without the table.
+    `small`: every |x| < 2^17 (or inf/nan), reduced without the table (`_sincos_small`).
     """
+    if small:
+        _sincos_small(s, dst, x, op)
+        return
     qb, v = _reduce_qv(s, x, "half", small, shift=op == "cos")
     sb = _parity_sign(s, qb)  # sin(pi*(-v)) = -sin(pi*v) exactly (odd polynomial)
     s.done(qb)
@@ -726,6 +726,54 @@ def _sincos32(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str, small: bool = False) -
     else:
         s.conv(res, "float32", out=dst)
     s.done(res)
+
+
+_INVPI32 = _f32(1.0 / math.pi)
+_MAGIC32 = 1.5 * 2.0**23  # float32 twin of _MAGIC: rounds |t| < 2^22 to an integer
+
+
+def _sincos_small(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str) -> None:
+    """sin / cos for |x| < 2^17 (inf/nan give nan): q in float32, v exact in float64.
+
+    q = rint(x * float32(1/pi) [+ 1/2]) at 8 float32 lanes (magic add; its last bit is the
+    parity, applied as an xor on the float32 result). q may be the neighbour of the exact
+    rint(x/pi) when x/pi is within 2^-8.6 of a half-integer; v then reaches 1/2 + 2^-8.6, where
+    the polynomial's error grows to 2^-26.9 (still faithful after the float32 rounding). v is
+    exact whatever q: d = fma(x, A, -q [+ 1/2]) is representable (x*A has 52 bits, |d| < 0.51),
+    then v = fma(x, C, fma(x, B, d)) rounds twice relative to v (as in `_reduce_qv`).
+    """
+    t = s.sc("vmuls", x, _INVPI32)
+    if op == "cos":
+        s.sc("vadds", t, 0.5, out=t)
+    s.sc("vadds", t, _MAGIC32, out=t)
+    sign = s.conv(t, "int32", "bits")
+    s.sc("vshl", sign, 31, out=sign)  # (-1)^q as the float32 sign bit
+    s.sc("vmuls", t, -1.0, out=t)
+    s.sc("vadds", t, _MAGIC32, out=t)  # -q, exact
+    if op == "cos":
+        s.sc("vadds", t, 0.5, out=t)  # -(q - 1/2), exact
+    v = s.conv(t, "float64")
+    s.done(t)
+    xd = s.conv(x, "float64")
+    a, bb, c = _HALF_ABC
+    s.fma(xd, s.const("float64", a), v, out=v)
+    s.fma(xd, s.const("float64", bb), v, out=v)
+    s.fma(xd, s.const("float64", c), v, out=v)
+    s.done(xd)
+    res = _sinpi(s, v, out=v)
+    rb = s.conv(res, "float32")
+    s.done(res)
+    bits = s.conv(rb, "int32", "bits")
+    s.bin("vxor", bits, sign, out=bits)
+    s.done(sign)
+    if op == "sin":
+        s.conv(bits, "float32", "bits", out=rb)
+        zero = s.cmps("eq", x, 0.0)
+        s.sel(zero, x, rb, out=dst)
+        s.done(zero)
+    else:
+        s.conv(bits, "float32", "bits", out=dst)
+    s.done(bits, rb)
 
 
 def _tan32(s: _Seq, dst: isa.Ref, x: isa.Ref, small: bool = False) -> None:
