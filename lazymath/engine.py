@@ -22,7 +22,7 @@ from .backend import ir_reference
 from .graph import node as gn
 from .graph import reference
 from .graph.ops import ELEMENTWISE
-from .realize import backend_name, commit, live_outputs
+from .realize import backend_name, commit, env, live_outputs
 from .runtime import api as _rt_api
 from .runtime import profiler as rprof
 from .runtime.pool import _aligned
@@ -30,31 +30,88 @@ from .runtime.pool import _aligned
 # ----------------------------------------------------------------------------- signature
 
 
-def signature(outputs: list[gn.Node], order: list[gn.Node] | None = None) -> tuple:
-    """(key, leaf nodes in order, all walked nodes) of the pending graph behind `outputs`.
+def _walk(roots: list[gn.Node]) -> tuple:
+    """One iterative depth-first walk of the pending graph behind `roots`: (signature parts,
+    leaf nodes, nodes in topological order, node id -> position, pending nodes other than the
+    roots that a live tensor holds).
 
-    `order` may be a topological order of the same subgraph computed by the caller."""
-    if order is None:
-        order = gn.toposort(outputs)
+    This is the whole per-realize graph work on a program-cache hit, so it is one pass with
+    as little Python per node as possible (it replaced a toposort + a signature loop + a
+    live-tensor scan, which together cost ~130 bytecodes per node)."""
     index: dict[int, int] = {}
-    parts = []
-    leaves = []
-    for i, n in enumerate(order):
-        index[id(n)] = i
-        if n.op == "const":
-            parts.append(("c", n.dtype, n.arg))
-        elif n.realized is not None:
-            a = n.realized
-            parts.append(("L", a.dtype, a.shape, a.strides))
-            leaves.append(n)
-        else:
+    parts: list = []
+    leaves: list = []
+    order: list = []
+    live: list = []
+    for r in roots:
+        if id(r) in index:
+            continue
+        stack = [r]
+        while stack:
+            n = stack[-1]
+            if id(n) in index:
+                stack.pop()
+                continue
+            if n.realized is not None:  # a root that is already a buffer
+                stack.pop()
+                _walk_leaf(n, index, parts, leaves, order)
+                continue
             srcs = n.srcs
+            pushed = False
+            for s in srcs:
+                if id(s) not in index:
+                    if s.realized is not None:  # leaves are indexed on sight, never pushed
+                        index[id(s)] = len(order)
+                        order.append(s)
+                        if s.op == "const":
+                            parts.append(("c", s.dtype, s.arg))
+                        else:
+                            a = s.realized
+                            parts.append(("L", a.dtype, a.shape, a.strides))
+                            leaves.append(s)
+                    else:
+                        stack.append(s)
+                        pushed = True
+            if pushed:
+                continue
+            stack.pop()
             if len(srcs) == 1:  # an int, not a 1-tuple: unambiguous, and the common case
                 parts.append((n.op, n.dtype, n.shape, n.arg, index[id(srcs[0])]))
             else:
                 parts.append((n.op, n.dtype, n.shape, n.arg, tuple([index[id(s)] for s in srcs])))
-    outs = tuple([index[id(o)] for o in outputs])
-    return (tuple(parts), outs), leaves, order
+            if n.tensors > 0 and n not in roots:
+                live.append(n)
+            index[id(n)] = len(order)
+            order.append(n)
+    return parts, leaves, order, index, live
+
+
+def _walk_leaf(n: gn.Node, index: dict, parts: list, leaves: list, order: list) -> None:
+    index[id(n)] = len(order)
+    order.append(n)
+    if n.op == "const":
+        parts.append(("c", n.dtype, n.arg))
+    else:
+        a = n.realized
+        parts.append(("L", a.dtype, a.shape, a.strides))
+        leaves.append(n)
+
+
+def signature(outputs: list[gn.Node], order: list[gn.Node] | None = None) -> tuple:
+    """(key, leaf nodes in order, all walked nodes) of the pending graph behind `outputs`.
+
+    (`order` is accepted for compatibility and ignored: the walk computes its own.)"""
+    parts, leaves, order, index, _live = _walk(outputs)
+    return (tuple(parts), tuple([index[id(o)] for o in outputs])), leaves, order
+
+
+def _plan_outputs(roots: list[gn.Node]) -> tuple:
+    """(outputs, key, leaves, order) of a realize of `roots`: the outputs are the roots plus
+    every pending node a live tensor holds (they must become buffers too, or a later realize
+    of that tensor would recompute them)."""
+    parts, leaves, order, index, live = _walk(roots)
+    outputs = roots + live if live else roots
+    return outputs, (tuple(parts), tuple([index[id(o)] for o in outputs])), leaves, order
 
 
 # ----------------------------------------------------------------------------- programs
@@ -470,7 +527,7 @@ def _device_spec():
 
 def _debug_level() -> int:
     try:
-        return int(os.environ.get("LAZYMATH_DEBUG", "0") or 0)
+        return int(env("LAZYMATH_DEBUG", "0") or 0)
     except ValueError:
         return 0
 
@@ -524,13 +581,13 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
                    copy_leaves=copy_leaves, label=label, inline=inline)  # fmt: skip
 
 
-def run_compiled(outputs: list[gn.Node], order: list[gn.Node] | None = None,
-                 backend: str | None = None) -> None:  # fmt: skip
+def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
+    """Realize `roots` (pending nodes) through the program cache."""
     t0 = time.perf_counter()
     spec = _device_spec()
     if backend is None:
         backend = backend_name()
-    key, leaves, order = signature(outputs, order)
+    outputs, key, leaves, order = _plan_outputs(roots)
     key = (key, spec.key(), backend)
     prog = _programs.get(key)
     hit = prog is not None
@@ -542,7 +599,7 @@ def run_compiled(outputs: list[gn.Node], order: list[gn.Node] | None = None,
         prog = compile_program(outputs, leaves, order, spec, backend)
         _programs[key] = prog
         leaves = [n for n in leaves]  # planner may have made some contiguous
-    validate = os.environ.get("LAZYMATH_VALIDATE", "") not in ("", "0")
+    validate = env("LAZYMATH_VALIDATE", "") not in ("", "0")
     results = prog.run([n.realized for n in leaves], validate=validate, hit=hit,
                        leaf_nodes=leaves)  # fmt: skip
     for n, v in zip(outputs, results):
@@ -627,11 +684,11 @@ def precompile(fn, *example_inputs) -> int:
     outs = out if isinstance(out, (tuple, list)) else (out,)
     from .realize import _nodes_of
 
-    outputs = live_outputs(_nodes_of(outs))
-    if not outputs:
+    roots = _nodes_of(outs)
+    if not roots:
         return 0
     spec = _device_spec()
-    key, leaves, order = signature(outputs)
+    outputs, key, leaves, order = _plan_outputs(roots)
     prog = compile_program(outputs, leaves, order, spec, backend_name())
     _programs[(key, spec.key(), backend_name())] = prog
     return len(prog.kernels)

@@ -15,9 +15,37 @@ import numpy as np
 from .graph import node as gn
 from .graph import reference
 
+_ENV_DATA = getattr(os.environ, "_data", None)
+_ENV_KEYS = {}
+
+
+def env(name: str, default: str = "") -> str:
+    """os.environ.get without its cost on the realize path.
+
+    `os.environ.get` of an unset variable raises and catches a KeyError inside the Mapping
+    protocol (~1 us); every realize reads three settings, usually unset. CPython keeps the
+    live environment in `os.environ._data` (updated by every assignment to os.environ), keyed
+    by the encoded name, so one dict lookup answers; elsewhere fall back to os.environ."""
+    data = _ENV_DATA
+    if data is not None:
+        key = _ENV_KEYS.get(name)
+        if key is None:
+            key = _ENV_KEYS[name] = os.environ.encodekey(name)
+        value = data.get(key)
+        return default if value is None else os.environ.decodevalue(value)
+    return os.environ.get(name, default)
+
+
+if _ENV_DATA is not None:  # the layout assumed above; if this CPython differs, do not use it
+    try:
+        if env("PATH", "\0") != os.environ.get("PATH", "\0"):
+            _ENV_DATA = None
+    except Exception:
+        _ENV_DATA = None
+
 
 def backend_name() -> str:
-    name = os.environ.get("LAZYMATH_BACKEND", "llvm").lower()
+    name = env("LAZYMATH_BACKEND", "llvm").lower()
     if name not in ("llvm", "interp", "reference", "irref"):
         raise ValueError(
             f"LAZYMATH_BACKEND={name!r} is not a backend; use 'llvm' (default), 'interp' or "
@@ -71,23 +99,33 @@ def realize(*tensors) -> None:
     roots = _nodes_of(tensors)
     if not roots:
         return
-    t0 = time.perf_counter()
-    order = gn.toposort(roots)
-    outputs = live_outputs(roots, order)
     backend = backend_name()
     if backend == "reference":
+        t0 = time.perf_counter()
+        outputs = live_outputs(roots)
         values = reference.run(outputs)
         for n in outputs:
             commit(n, values[id(n)])
         _debug_line(outputs, "reference", t0)
         return
-    from .engine import run_compiled
+    _run_compiled()(roots, backend)
 
-    run_compiled(outputs, order, backend)
+
+_RUN_COMPILED = None
+
+
+def _run_compiled():
+    """engine.run_compiled, imported on first use (the engine pulls in the runtime)."""
+    global _RUN_COMPILED
+    if _RUN_COMPILED is None:
+        from .engine import run_compiled
+
+        _RUN_COMPILED = run_compiled
+    return _RUN_COMPILED
 
 
 def _debug_line(outputs, what: str, t0: float) -> None:
-    level = int(os.environ.get("LAZYMATH_DEBUG", "0") or 0)
+    level = int(env("LAZYMATH_DEBUG", "0") or 0)
     if level >= 1:
         dt_us = (time.perf_counter() - t0) * 1e6
         print(f"[lazymath] realize {len(outputs)} output(s) via {what} in {dt_us:.0f} us")

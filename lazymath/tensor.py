@@ -18,6 +18,7 @@ import numpy as np
 from . import dtypes as dt
 from .graph import node as gn
 from .graph.ops import ELEMENTWISE, LOGICAL, ufunc_dtypes
+from .realize import realize as _realize
 
 Scalar = int | float | bool
 
@@ -102,9 +103,7 @@ class Tensor:
 
     # -- realize points --
     def realize(self) -> Tensor:
-        from .realize import realize
-
-        realize(self)
+        _realize(self)
         return self
 
     def numpy(self) -> np.ndarray:

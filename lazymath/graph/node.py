@@ -40,10 +40,14 @@ def _user_frame() -> tuple[str, int] | None:
     internal = _internal_code
     while f is not None:
         code = f.f_code
-        inside = internal.get(code)
-        if inside is None:
-            inside = internal[code] = code.co_filename.startswith(_PKG_DIR)
-        if not inside:
+        # keyed by id: hashing a code object is slow (it hashes its constants); the entry
+        # holds the code object, so the id cannot be reused while it is in the table
+        hit = internal.get(id(code))
+        if hit is None or hit[0] is not code:
+            if len(internal) > 50_000:  # code made by exec/eval in a loop: do not hoard it
+                internal.clear()
+            hit = internal[id(code)] = (code, code.co_filename.startswith(_PKG_DIR))
+        if not hit[1]:
             return (code.co_filename, f.f_lineno)
         f = f.f_back
     return None
