@@ -557,6 +557,74 @@ _EW_PLANS: dict = {}  # (op, arg, operand dtypes/shapes/scalar types) -> dtypes 
 
 
 def _elementwise(op: str, operands: Sequence, arg=None) -> Tensor:
+    """Record an elementwise op with numpy's dtype rule and broadcasting.
+
+    Fast path first: a unary op on a tensor, or a binary op on two tensors or a tensor and a
+    Python scalar, whose plan is already known (every call of a composite op after the first).
+    Anything else, and every error, goes through `_elementwise_general`."""
+    try:
+        if len(operands) == 2:
+            a, b = operands
+            if type(a) is Tensor:
+                na = a._node
+                tb = type(b)
+                if tb is Tensor:
+                    nb = b._node
+                    if b._device is a._device:
+                        plan = _EW_PLANS.get((op, arg, na.dtype, na.shape, nb.dtype, nb.shape))
+                        if plan is not None:
+                            out = _fast_binary(op, arg, plan, na, nb, a._device)
+                            if out is not None:
+                                return out
+                elif tb is float or tb is int:
+                    plan = _EW_PLANS.get((op, arg, na.dtype, na.shape, tb))
+                    if plan is not None:
+                        nb = gn.const_node(b, plan[0][1])
+                        out = _fast_binary(op, arg, plan, na, nb, a._device)
+                        if out is not None:
+                            return out
+            elif type(b) is Tensor and (type(a) is float or type(a) is int):
+                nb = b._node
+                plan = _EW_PLANS.get((op, arg, type(a), nb.dtype, nb.shape))
+                if plan is not None:
+                    na = gn.const_node(a, plan[0][0])
+                    out = _fast_binary(op, arg, plan, na, nb, b._device)
+                    if out is not None:
+                        return out
+        elif len(operands) == 1:
+            (a,) = operands
+            if type(a) is Tensor:
+                na = a._node
+                plan = _EW_PLANS.get((op, arg, na.dtype, na.shape))
+                if plan is not None:
+                    (d,), out_dtype, shape = plan
+                    if na.dtype != d:
+                        na = _cast(na, d)
+                    if _peel_const(na) is None:
+                        return Tensor(gn.make(op, out_dtype, shape, (na,), arg), a._device)
+    except (TypeError, OverflowError):  # unhashable arg, scalar out of range: the slow path
+        pass  # raises the user-facing error
+    return _elementwise_general(op, operands, arg)
+
+
+def _fast_binary(op, arg, plan, na, nb, device):
+    """The node of a binary op with a known plan, or None to take the general path (constant
+    operands fold there)."""
+    (da, db), out_dtype, shape = plan
+    if na.dtype != da:
+        na = _cast(na, da)
+    if na.shape != shape:
+        na = _expand(na, shape)
+    if nb.dtype != db:
+        nb = _cast(nb, db)
+    if nb.shape != shape:
+        nb = _expand(nb, shape)
+    if _peel_const(na) is not None and _peel_const(nb) is not None:
+        return None
+    return Tensor(gn.make(op, out_dtype, shape, (na, nb), arg), device)
+
+
+def _elementwise_general(op: str, operands: Sequence, arg=None) -> Tensor:
     """Record an elementwise op with numpy's dtype rule and broadcasting."""
     ops = []
     tensors = []

@@ -24,7 +24,7 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _buffer_ids = itertools.count()
 
 
-_internal_code: dict = {}
+_internal_code: set[int] = set()  # ids of lazymath code objects
 
 
 def user_location() -> str:
@@ -40,16 +40,16 @@ def _user_frame() -> tuple[str, int] | None:
     internal = _internal_code
     while f is not None:
         code = f.f_code
-        # keyed by id: hashing a code object is slow (it hashes its constants); the entry
-        # holds the code object, so the id cannot be reused while it is in the table
-        hit = internal.get(id(code))
-        if hit is None or hit[0] is not code:
-            if len(internal) > 50_000:  # code made by exec/eval in a loop: do not hoard it
-                internal.clear()
-            hit = internal[id(code)] = (code, code.co_filename.startswith(_PKG_DIR))
-        if not hit[1]:
-            return (code.co_filename, f.f_lineno)
-        f = f.f_back
+        if id(code) in internal:
+            f = f.f_back
+            continue
+        if code.co_filename.startswith(_PKG_DIR):
+            # lazymath's own code objects live as long as the process, so their ids are
+            # stable keys (a set of ids: hashing a code object itself is slow)
+            internal.add(id(code))
+            f = f.f_back
+            continue
+        return (code.co_filename, f.f_lineno)
     return None
 
 
@@ -130,13 +130,17 @@ def make(
         srcs = tuple(srcs)
     if type(shape) is not tuple:
         shape = tuple(int(s) for s in shape)
-    if type(dtype) is not np.dtype or not isinstance(dtype, np.dtype):
+    if not isinstance(dtype, np.dtype):
         dtype = np.dtype(dtype)
     char = dtype.char
     # one source (the common case) is keyed by its id alone, several by a tuple of ids
-    if len(srcs) == 1:
+    nsrc = len(srcs)
+    if nsrc == 1:
         s0 = srcs[0]
         ids, hashes = id(s0), s0.hash
+    elif nsrc == 2:
+        s0, s1 = srcs
+        ids, hashes = (id(s0), id(s1)), (s0.hash, s1.hash)
     else:
         ids, hashes = tuple([id(s) for s in srcs]), tuple([s.hash for s in srcs])
     key = (op, char, shape, arg, ids)
