@@ -10,13 +10,13 @@ launch with `blocks > 1` publishes a `_BlockJob`; the launching thread (a stream
 blocks itself and pool threads help, each grabbing the next block index from an atomic counter.
 Kernel blocks are ctypes calls that release the GIL, so they run truly in parallel.
 
-A helper that finished a job spins for a short while (`SPIN_US`, native code without the GIL,
-yielding the CPU to any runnable thread on every poll) before it blocks again: launches come back
-to back (steady-state realizes ~0.1-0.5 ms apart), and waking a blocked helper costs 40-60 us on
-this host's VM (futex wake of an idle, halted vCPU), a fifth of a 256x256 matmul; the woken
-helper could also land on the launcher's CPU, where the two blocks took turns (measured: block 0
-wall 550 us for 260 us of CPU time). OpenBLAS' idle threads spin the same way (~0.1 s; here 1 ms,
-and only while launches keep coming: see SPARSE_SPINS).
+A helper that finished a job spins for a short while (`SPIN_US`, native code without the GIL;
+after `SPIN_HOT_US` it yields the CPU to any runnable thread on every poll) before it blocks
+again: launches come back to back (steady-state realizes ~0.1-0.5 ms apart), and waking a blocked
+helper costs 30-60 us on this host's VM (futex wake of an idle, halted vCPU), a fifth of a
+256x256 matmul; the woken helper could also land on the launcher's CPU, where the two blocks took
+turns (measured: block 0 wall 550 us for 260 us of CPU time). OpenBLAS' idle threads spin the
+same way (~0.1 s; here 1 ms, and only while launches keep coming: see SPARSE_SPINS).
 """
 
 from __future__ import annotations
@@ -228,27 +228,33 @@ def _aligned(nbytes: int) -> np.ndarray:
 # native spin-wait (the helpers' short busy wait between launches)
 
 SPIN_US = float(os.environ.get("LAZYMATH_POOL_SPIN_US", "1000"))  # 0 = always block
+SPIN_HOT_US = 300.0  # the first part of the spin keeps the CPU (no yielding)
 SPARSE_SPINS = 10  # a helper blocked longer than this many spin periods stops spinning
 
-# int64 spin_wait(const int64 *flag, int64 old, uint64 tsc_ticks): polls *flag until it differs
-# from `old` or `tsc_ticks` TSC ticks passed; returns *flag, or `old` on timeout. Each poll does
-# `pause` and a sched_yield syscall, so a runnable thread of this or another process gets the CPU
-# (the spin then only burns otherwise idle time). x86-64 Linux, SysV ABI, assembled from:
-#   mov %rdx,%r8; rdtsc; shl $32,%rdx; or %rdx,%rax; add %rax,%r8       # r8 = deadline
-#   1: mov (%rdi),%rax; cmp %rsi,%rax; jne 2f; pause
-#      mov $24,%eax; syscall                                          # sched_yield()
+# int64 spin_wait(const int64 *flag, int64 old, uint64 hot_ticks, uint64 total_ticks): polls
+# *flag until it differs from `old` or `total_ticks` TSC ticks passed; returns *flag, or `old` on
+# timeout. Polls `pause`; after `hot_ticks` each poll also calls sched_yield, so a runnable thread
+# of this or another process gets the CPU (the rest of the spin only burns otherwise idle time;
+# the hot part keeps the CPU, so a launch right after the previous one finds the helper running
+# even on a busy machine). x86-64 Linux, SysV ABI, assembled from:
+#   mov %rdx,%r8; mov %rcx,%r9; rdtsc; shl $32,%rdx; or %rdx,%rax
+#   add %rax,%r8; add %rax,%r9                                # hot and final deadlines
+#   1: mov (%rdi),%rax; cmp %rsi,%rax; jne 3f; pause
 #      rdtsc; shl $32,%rdx; or %rdx,%rax; cmp %r8,%rax; jb 1b
-#   mov %rsi,%rax; 2: ret
+#      cmp %r9,%rax; jae 2f; mov $24,%eax; syscall; jmp 1b   # sched_yield()
+#   2: mov %rsi,%rax; 3: ret
 # Hand-assembled rather than JIT-compiled: the runtime sits below the backend (no LLVM here) and
 # must work when every kernel comes from the disk cache without loading LLVM.
 _SPIN_CODE = bytes.fromhex(
-    "4989d00f3148c1e2204809d04901c0488b074839f0751af390b8180000000f050f3148c1e2204809d04c39c0"
-    "72e14889f0c3"
+    "4989d04989c90f3148c1e2204809d04901c04901c1488b074839f07521f3900f3148c1e2204809d04c39c0"
+    "72e84c39c87309b8180000000f05ebda4889f0c3"
 )
 # uint64 rdtsc(void): rdtsc; shl $32,%rdx; or %rdx,%rax; ret (calibrates the TSC rate)
 _RDTSC_CODE = bytes.fromhex("0f3148c1e2204809d0c3")
 _RDTSC_AT = 64  # its offset in the code page
-_SPIN_FN = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64)
+_SPIN_FN = ctypes.CFUNCTYPE(
+    ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint64
+)
 
 
 class _Spinner:
@@ -354,6 +360,7 @@ class BlockPool:
         # bumped after every publish; a spinning helper watches it (one aligned int64 store)
         self._seq = ctypes.c_int64(0)
         self.spin_us = SPIN_US if spin_us is None else spin_us
+        self._spinning = 0  # helpers inside the spin-wait now
 
     def _ensure_started(self) -> None:
         with self._start_lock:
@@ -369,7 +376,9 @@ class BlockPool:
         sp = _spinner() if self.spin_us > 0 else None
         seq = self._seq
         seq_addr = ctypes.addressof(seq)
-        ticks = int(self.spin_us * 1e-6 * sp.ticks_per_s) if sp is not None else 0
+        rate = sp.ticks_per_s * 1e-6 if sp is not None else 0.0
+        ticks = int(self.spin_us * rate)
+        hot = int(min(SPIN_HOT_US, self.spin_us) * rate)
         # spin only while launches come close together: after a blocking wait longer than
         # SPARSE_SPINS spins the helper stops spinning until a launch follows quickly again
         sparse_s = SPARSE_SPINS * self.spin_us * 1e-6
@@ -384,8 +393,19 @@ class BlockPool:
                 try:
                     job = get_nowait()
                 except queue.Empty:
-                    if sp.fn(seq_addr, s, ticks) != s:
-                        continue
+                    # at most n_threads - 1 spinners (a launch wakes that many helpers), so
+                    # spinning never takes the CPU the launching thread needs
+                    if self._spinning < self.n_threads - 1:
+                        self._spinning += 1
+                        try:
+                            changed = sp.fn(seq_addr, s, hot, ticks) != s
+                        finally:
+                            self._spinning -= 1
+                        if changed:
+                            try:
+                                job = get_nowait()
+                            except queue.Empty:
+                                pass  # another helper took it: block, never spin beside it
             if job is _NO_JOB:
                 t = clock()
                 job = get()
