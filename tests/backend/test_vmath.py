@@ -445,6 +445,25 @@ def test_compiled_trig_takes_both_range_branches(backend, monkeypatch):
         assert np.signbit(outs[0][2000]) and np.signbit(outs[2][2000])  # sin/tan(-0) = -0
 
 
+def test_mixed_precision_loops_vectorize_at_eight_lanes(monkeypatch):
+    """float32 sin computes in float64: its fused loops carry llvm.loop.vectorize.width 8
+    (LLVM would size them by the float64 values, 4 lanes); a float32-only loop (exp) keeps
+    LLVM's own choice."""
+    parts = _compile_path()
+    if parts is None:
+        pytest.skip("compile path not available")
+    compile_kernel, ElementwiseKernel, SOp, contiguous_view = parts
+    monkeypatch.setenv("LAZYMATH_CACHE", "0")
+    v = contiguous_view("float32", (20000,))
+    texts = {}
+    for name in ("sin", "exp"):
+        expr = (SOp("load", "float32", (), 0), SOp(name, "float32", (0,)))
+        k = compile_kernel(ElementwiseKernel((20000,), (v,), (v,), expr, (1,)), "ascend910")
+        texts[name] = k.llvm_ir
+    assert '!"llvm.loop.vectorize.width", i32 8' in texts["sin"]
+    assert "llvm.loop.vectorize.width" not in texts["exp"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["exp", "log", "sin", "cos", "tan", "tanh"])
 def test_float32_bit_patterns_sampled(name):
