@@ -319,6 +319,10 @@ _QUARTER_F1 = (-3.935735335036497e-17, 1.0760572810738749e-19, -5.43418410774375
 # largest |x| in it (one vcmax) is below the bound; otherwise the table reduction above.
 _HALF_ABC = (0.3183098863810301, -1.972394114355125e-10, 2.7064329855079464e-19)
 _QUARTER_ABC = (0.6366197727620602, -3.94478822871025e-10, 5.412865971015893e-19)
+# |x| < 2^17 with q from elsewhere: x*A - q is exact, so the rest of 1/pi fits one double
+# (B + C rounded, 2^-86 off: under 2^-69 absolute for |x| < 2^17, 2^-38 relative to the
+# smallest |v|): v = fma(x, BC, fma(x, A, -q)), two fmas.
+_HALF_BC = -1.972394111648692e-10
 TRIG_SMALL_BITS = 0x48000000  # float32 bits of 2^17: |x| below it has table group < 9
 
 
@@ -739,8 +743,8 @@ def _sincos_small(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str) -> None:
     parity, applied as an xor on the float32 result). q may be the neighbour of the exact
     rint(x/pi) when x/pi is within 2^-8.6 of a half-integer; v then reaches 1/2 + 2^-8.6, where
     the polynomial's error grows to 2^-26.9 (still faithful after the float32 rounding). v is
-    exact whatever q: d = fma(x, A, -q [+ 1/2]) is representable (x*A has 52 bits, |d| < 0.51),
-    then v = fma(x, C, fma(x, B, d)) rounds twice relative to v (as in `_reduce_qv`).
+    accurate whatever q: d = fma(x, A, -q [+ 1/2]) is exact (x*A has 52 bits, |d| < 0.51), then
+    v = fma(x, BC, d) rounds once relative to v (`_HALF_BC`).
     """
     t = s.sc("vmuls", x, _INVPI32)
     if op == "cos":
@@ -755,10 +759,8 @@ def _sincos_small(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str) -> None:
     v = s.conv(t, "float64")
     s.done(t)
     xd = s.conv(x, "float64")
-    a, bb, c = _HALF_ABC
-    s.fma(xd, s.const("float64", a), v, out=v)
-    s.fma(xd, s.const("float64", bb), v, out=v)
-    s.fma(xd, s.const("float64", c), v, out=v)
+    s.fma(xd, s.const("float64", _HALF_ABC[0]), v, out=v)  # x*A - q: exact
+    s.fma(xd, s.const("float64", _HALF_BC), v, out=v)
     s.done(xd)
     res = _sinpi(s, v, out=v)
     rb = s.conv(res, "float32")
