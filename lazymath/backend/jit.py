@@ -230,6 +230,8 @@ class Jit:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         self.lock = _native_lock  # one lock for the engine and the table of loaded code
+        self._swap_lock = threading.Lock()
+        self._retired: list = []  # optimizers whose contexts hold live modules
         self.cpu_name = llvm.get_host_cpu_name()
         self.cpu_features = llvm.get_host_cpu_features().flatten()
         target = llvm.Target.from_default_triple()
@@ -244,19 +246,7 @@ class Jit:
         self._inject: dict[str, bytes] = {}  # module name -> object code to load instead
         self._emitted: dict[str, bytes] = {}  # module name -> object code LLVM just produced
         self.engine.set_object_cache(self._notify, self._getbuffer)
-        pto = llvm.PipelineTuningOptions(speed_level=3)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_interleaving = True
-        pto.loop_unrolling = True
-        self._pto = pto
-        self._pb = llvm.create_pass_builder(self.target_machine, pto)
-        # Tiered compilation: tiny kernels run in microseconds, so their O3 compile dominates;
-        # they get the speed-level-1 pipeline (vectorizers still on), ~2x faster to build.
-        quick = llvm.PipelineTuningOptions(speed_level=1)
-        quick.loop_vectorization = True
-        quick.slp_vectorization = True
-        self._pb_quick = llvm.create_pass_builder(self.target_machine, quick)
+        self._optimizer = _Optimizer(self, context=None, vectorize=True)
         self._modules: list = []  # keep modules alive: their code is referenced by callers
 
     @property
@@ -272,23 +262,61 @@ class Jit:
 
     def optimize(self, ir_text: str, module_name: str, quick: bool = False):
         """Parse, verify and run the O3 pipeline (speed level 1 when `quick`); returns the
-        llvm ModuleRef."""
-        mod = _binding().parse_assembly(ir_text)
-        mod.name = module_name
-        mod.triple = self.triple
-        mod.data_layout = self.data_layout
-        mod.verify()
-        pb = self._pb_quick if quick else self._pb
-        pb.getModulePassManager().run(mod, pb)
+        llvm ModuleRef. Guarded by the compile watchdog (`_optimize_guarded`)."""
+        return self._optimize_guarded(ir_text, module_name, quick)
+
+    def _optimize_guarded(self, ir_text: str, module_name: str, quick: bool):
+        """Run the optimizer on a worker thread and wait at most LAZYMATH_COMPILE_TIMEOUT
+        seconds (default 300).
+
+        Why: LLVM 22's loop vectorizer has been seen to spin for good (deep recursion in
+        vputils::isSingleScalar) on rare kernels. A C call cannot be interrupted, so on a
+        timeout the stuck thread is abandoned (it keeps its optimizer: LLVM context, pass
+        builders and lock), the kernel is optimized again with the vectorizers off in a fresh
+        LLVM context, and later compiles use a fresh optimizer. The process keeps working; the
+        abandoned thread keeps a core busy, which the warning says."""
+        timeout = _compile_timeout()
+        opt = self._optimizer
+        mod = _run_with_timeout(lambda: opt.run(ir_text, module_name, quick), timeout)
+        if mod is not _TIMED_OUT:
+            return mod
+        import warnings
+
+        with self._swap_lock:
+            if self._optimizer is opt:  # replace the stuck optimizer (once per hang)
+                self._retired.append(opt)
+                self._optimizer = _Optimizer(self, context=_binding().create_context(),
+                                             vectorize=True)  # fmt: skip
+        warnings.warn(
+            f"lazymath: LLVM did not finish optimizing kernel {module_name} within {timeout:g} s "
+            "(a known LLVM loop-vectorizer hang); compiling it again with the vectorizers off. "
+            "The stuck compiler thread keeps one core busy until the process exits.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        safe = _Optimizer(self, context=_binding().create_context(), vectorize=False)
+        self._retired.append(safe)  # its context must outlive the module it makes
+        mod = _run_with_timeout(lambda: safe.run(ir_text, module_name, quick), timeout)
+        if mod is _TIMED_OUT:
+            raise RuntimeError(
+                f"lazymath: LLVM did not finish compiling kernel {module_name} within "
+                f"{timeout:g} s, even with the vectorizers off (LAZYMATH_COMPILE_TIMEOUT)"
+            )
         return mod
 
     def compile(self, ir_text: str, symbol: str, module_name: str,
                 quick: bool = False) -> tuple[int, bytes | None]:  # fmt: skip
-        """Compile IR text; return (address of `symbol`, object code for the disk cache)."""
+        """Compile IR text; return (address of `symbol`, object code for the disk cache).
+
+        The optimizer runs outside the engine lock (it has its own, see `_Optimizer`), so a
+        compile that hangs in LLVM cannot block loading or compiling other kernels."""
         with self.lock:
             if symbol in _native:
                 return _native[symbol]
-            mod = self.optimize(ir_text, module_name, quick)
+        mod = self._optimize_guarded(ir_text, module_name, quick)
+        with self.lock:
+            if symbol in _native:  # another thread compiled it meanwhile
+                return _native[symbol]
             return self._add(mod, symbol, module_name)
 
     def load_object(self, obj: bytes, symbol: str, module_name: str) -> int:
@@ -323,13 +351,80 @@ class Jit:
 
     def assembly(self, ir_text: str) -> str:
         """Host assembly of the optimized module (debug output; computed on demand)."""
+        mod = self.optimize(ir_text, "asm_view")
         with self.lock:
-            mod = self.optimize(ir_text, "asm_view")
             return self.target_machine.emit_assembly(mod)
 
     def optimized_ir(self, ir_text: str) -> str:
+        return str(self.optimize(ir_text, "ir_view"))
+
+
+class _Optimizer:
+    """An LLVM context (None: the global one) with its own pass builders and lock.
+
+    LLVM contexts and pass builders (which hold analysis managers) are not thread safe, so
+    each optimizer serializes its runs; the compile watchdog replaces an optimizer whose run
+    never returned instead of waiting on its lock forever."""
+
+    def __init__(self, jit: Jit, context, vectorize: bool) -> None:
+        llvm = _binding()
+        self.jit = jit
+        self.context = context
+        self.lock = threading.Lock()
+        pto = llvm.PipelineTuningOptions(speed_level=3)
+        pto.loop_vectorization = vectorize
+        pto.slp_vectorization = vectorize
+        pto.loop_interleaving = True
+        pto.loop_unrolling = True
+        self.pb = llvm.create_pass_builder(jit.target_machine, pto)
+        # Tiered compilation: tiny kernels run in microseconds, so their O3 compile dominates;
+        # they get the speed-level-1 pipeline (vectorizers still on), ~2x faster to build.
+        quick = llvm.PipelineTuningOptions(speed_level=1)
+        quick.loop_vectorization = vectorize
+        quick.slp_vectorization = vectorize
+        self.pb_quick = llvm.create_pass_builder(jit.target_machine, quick)
+
+    def run(self, ir_text: str, module_name: str, quick: bool):
         with self.lock:
-            return str(self.optimize(ir_text, "ir_view"))
+            mod = _binding().parse_assembly(ir_text, context=self.context)
+            mod.name = module_name
+            mod.triple = self.jit.triple
+            mod.data_layout = self.jit.data_layout
+            mod.verify()
+            pb = self.pb_quick if quick else self.pb
+            pb.getModulePassManager().run(mod, pb)
+            return mod
+
+
+_TIMED_OUT = object()
+
+
+def _compile_timeout() -> float:
+    try:
+        return float(os.environ.get("LAZYMATH_COMPILE_TIMEOUT", "300") or 300)
+    except ValueError:
+        return 300.0
+
+
+def _run_with_timeout(fn, timeout: float):
+    """fn() on a daemon thread; its result, or _TIMED_OUT. Exceptions propagate."""
+    box: list = []
+
+    def work() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as e:  # re-raised on the caller's thread
+            box.append((False, e))
+
+    t = threading.Thread(target=work, name="lazymath-llvm-opt", daemon=True)
+    t.start()
+    t.join(timeout)
+    if not box:
+        return _TIMED_OUT
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
 
 
 _JIT: Jit | None = None

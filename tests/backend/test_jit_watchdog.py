@@ -1,0 +1,66 @@
+"""The compile watchdog: an LLVM optimization that never returns (LLVM 22's loop vectorizer has
+spun forever on rare kernels) is abandoned after LAZYMATH_COMPILE_TIMEOUT seconds; the kernel is
+compiled again with the vectorizers off in a fresh LLVM context, with a warning, and the process
+keeps compiling later kernels normally.
+
+Runs in a subprocess: the simulated hang leaves an abandoned thread and a replaced optimizer.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("llvmlite.binding")
+
+_CHILD = r"""
+import os, threading, warnings
+import numpy as np
+import lazymath as lm
+from lazymath.backend import jit
+
+release = threading.Event()
+orig = jit._Optimizer.run
+hung = []
+
+
+def run(self, ir, name, quick):
+    if not hung and self.context is None:  # the first run on the global context "hangs"
+        hung.append(name)
+        with self.lock:
+            release.wait()
+    return orig(self, ir, name, quick)
+
+
+jit._Optimizer.run = run
+x = np.linspace(-3, 3, 1001).astype(np.float32)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    got = (lm.exp(lm.tensor(x)) * 2.0).numpy()
+msgs = [str(m.message) for m in caught]
+assert hung, "the simulated hang did not happen"
+assert any("did not finish optimizing" in m and "vectorizers off" in m for m in msgs), msgs
+np.testing.assert_allclose(got, np.exp(x) * 2, rtol=1e-6)
+j = jit.get_jit()
+assert j._optimizer.context is not None, "later compiles use a fresh optimizer"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    got2 = (lm.sin(lm.tensor(x)) + 1.0).numpy()
+assert not [m for m in caught if "did not finish" in str(m.message)]
+np.testing.assert_allclose(got2, np.sin(x) + 1, rtol=1e-5, atol=1e-6)
+release.set()
+print("ok")
+"""
+
+
+def test_a_hung_llvm_optimization_is_abandoned_and_retried(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root, LAZYMATH_BACKEND="llvm", LAZYMATH_CACHE="0",
+               LAZYMATH_CACHE_DIR=str(tmp_path), LAZYMATH_COMPILE_TIMEOUT="2")  # fmt: skip
+    env.pop("LAZYMATH_DEBUG", None)
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
