@@ -9,28 +9,15 @@ Threads: `BlockPool` is one shared pool of daemon threads sized to the machine's
 launch with `blocks > 1` publishes a `_BlockJob`; the launching thread (a stream worker) runs
 blocks itself and pool threads help, each grabbing the next block index from an atomic counter.
 Kernel blocks are ctypes calls that release the GIL, so they run truly in parallel.
-
-A helper that finished a job spins for a short while (`SPIN_US`, native code without the GIL;
-after `SPIN_HOT_US` it yields the CPU to any runnable thread on every poll) before it blocks
-again: launches come back to back (steady-state realizes ~0.1-0.5 ms apart), and waking a blocked
-helper costs 30-60 us on this host's VM (futex wake of an idle, halted vCPU), a fifth of a
-256x256 matmul; the woken helper could also land on the launcher's CPU, where the two blocks took
-turns (measured: block 0 wall 550 us for 260 us of CPU time). OpenBLAS' idle threads spin the
-same way (~0.1 s; here 1 ms, and only while launches keep coming: see SPARSE_SPINS).
 """
 
 from __future__ import annotations
 
 import bisect
-import ctypes
 import itertools
-import mmap
 import os
-import platform
 import queue
-import sys
 import threading
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -225,87 +212,6 @@ def _aligned(nbytes: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# native spin-wait (the helpers' short busy wait between launches)
-
-SPIN_US = float(os.environ.get("LAZYMATH_POOL_SPIN_US", "1000"))  # 0 = always block
-SPIN_HOT_US = 300.0  # the first part of the spin keeps the CPU (no yielding)
-SPARSE_SPINS = 10  # a helper blocked longer than this many spin periods stops spinning
-
-# int64 spin_wait(const int64 *flag, int64 old, uint64 hot_ticks, uint64 total_ticks): polls
-# *flag until it differs from `old` or `total_ticks` TSC ticks passed; returns *flag, or `old` on
-# timeout. Polls `pause`; after `hot_ticks` each poll also calls sched_yield, so a runnable thread
-# of this or another process gets the CPU (the rest of the spin only burns otherwise idle time;
-# the hot part keeps the CPU, so a launch right after the previous one finds the helper running
-# even on a busy machine). x86-64 Linux, SysV ABI, assembled from:
-#   mov %rdx,%r8; mov %rcx,%r9; rdtsc; shl $32,%rdx; or %rdx,%rax
-#   add %rax,%r8; add %rax,%r9                                # hot and final deadlines
-#   1: mov (%rdi),%rax; cmp %rsi,%rax; jne 3f; pause
-#      rdtsc; shl $32,%rdx; or %rdx,%rax; cmp %r8,%rax; jb 1b
-#      cmp %r9,%rax; jae 2f; mov $24,%eax; syscall; jmp 1b   # sched_yield()
-#   2: mov %rsi,%rax; 3: ret
-# Hand-assembled rather than JIT-compiled: the runtime sits below the backend (no LLVM here) and
-# must work when every kernel comes from the disk cache without loading LLVM.
-_SPIN_CODE = bytes.fromhex(
-    "4989d04989c90f3148c1e2204809d04901c04901c1488b074839f07521f3900f3148c1e2204809d04c39c0"
-    "72e84c39c87309b8180000000f05ebda4889f0c3"
-)
-# uint64 rdtsc(void): rdtsc; shl $32,%rdx; or %rdx,%rax; ret (calibrates the TSC rate)
-_RDTSC_CODE = bytes.fromhex("0f3148c1e2204809d0c3")
-_RDTSC_AT = 64  # its offset in the code page
-_SPIN_FN = ctypes.CFUNCTYPE(
-    ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint64
-)
-
-
-class _Spinner:
-    """The native spin-wait plus the TSC rate it is bounded with (None where unsupported)."""
-
-    def __init__(self) -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                              ctypes.c_int, ctypes.c_long]  # fmt: skip
-        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        # a raw page that is never unmapped: a daemon helper may still be inside the spin while
-        # the interpreter tears down module globals at exit
-        size = mmap.PAGESIZE
-        rw = mmap.PROT_READ | mmap.PROT_WRITE
-        addr = libc.mmap(None, size, rw, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), "mmap failed for the pool's spin-wait")
-        ctypes.memmove(addr, _SPIN_CODE, len(_SPIN_CODE))
-        ctypes.memmove(addr + _RDTSC_AT, _RDTSC_CODE, len(_RDTSC_CODE))
-        # W^X: the page becomes read + execute once the code is in
-        if libc.mprotect(addr, size, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
-            raise OSError(ctypes.get_errno(), "mprotect failed for the pool's spin-wait")
-        self.fn = _SPIN_FN(addr)
-        rdtsc = ctypes.CFUNCTYPE(ctypes.c_uint64)(addr + _RDTSC_AT)
-        # TSC ticks per second over a 2 ms sleep (the TSC is constant-rate on hosts with
-        # `constant_tsc`; a rough rate is enough: it only bounds the spin)
-        t0, c0 = time.perf_counter(), rdtsc()
-        time.sleep(0.002)
-        t1, c1 = time.perf_counter(), rdtsc()
-        self.ticks_per_s = max((c1 - c0) / max(t1 - t0, 1e-6), 1e8)
-
-
-_SPINNER: _Spinner | None = None
-_SPINNER_FAILED = False
-
-
-def _spinner() -> _Spinner | None:
-    """The process's spin-wait, built on first use; None off x86-64 Linux or if disabled."""
-    global _SPINNER, _SPINNER_FAILED
-    if _SPINNER is None and not _SPINNER_FAILED:
-        ok = SPIN_US > 0 and platform.machine() == "x86_64" and sys.platform == "linux"
-        try:
-            _SPINNER = _Spinner() if ok else None
-        except (OSError, ValueError, TypeError):
-            _SPINNER = None
-        _SPINNER_FAILED = _SPINNER is None
-    return _SPINNER
-
-
-# ---------------------------------------------------------------------------------------------
 # host thread pool for kernel blocks
 
 
@@ -346,21 +252,14 @@ class _BlockJob:
         self._done.acquire()
 
 
-_NO_JOB = object()  # "nothing taken yet" (None is the shutdown sentinel)
-
-
 class BlockPool:
     """Shared daemon threads that help run the blocks of multi-block launches."""
 
-    def __init__(self, n_threads: int | None = None, spin_us: float | None = None) -> None:
+    def __init__(self, n_threads: int | None = None) -> None:
         self.n_threads = max(1, n_threads or os.cpu_count() or 1)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
-        # bumped after every publish; a spinning helper watches it (one aligned int64 store)
-        self._seq = ctypes.c_int64(0)
-        self.spin_us = SPIN_US if spin_us is None else spin_us
-        self._spinning = 0  # helpers inside the spin-wait now
 
     def _ensure_started(self) -> None:
         with self._start_lock:
@@ -372,44 +271,9 @@ class BlockPool:
                 self._threads.append(t)
 
     def _loop(self) -> None:
-        get, get_nowait = self._jobs.get, self._jobs.get_nowait
-        sp = _spinner() if self.spin_us > 0 else None
-        seq = self._seq
-        seq_addr = ctypes.addressof(seq)
-        rate = sp.ticks_per_s * 1e-6 if sp is not None else 0.0
-        ticks = int(self.spin_us * rate)
-        hot = int(min(SPIN_HOT_US, self.spin_us) * rate)
-        # spin only while launches come close together: after a blocking wait longer than
-        # SPARSE_SPINS spins the helper stops spinning until a launch follows quickly again
-        sparse_s = SPARSE_SPINS * self.spin_us * 1e-6
-        spin = sp is not None
-        clock = time.perf_counter
+        get = self._jobs.get
         while True:
-            job = _NO_JOB
-            if spin:
-                # read the sequence before looking at the queue: a job published after the
-                # look bumps it, so the spin sees it (no lost wake-up)
-                s = seq.value
-                try:
-                    job = get_nowait()
-                except queue.Empty:
-                    # at most n_threads - 1 spinners (a launch wakes that many helpers), so
-                    # spinning never takes the CPU the launching thread needs
-                    if self._spinning < self.n_threads - 1:
-                        self._spinning += 1
-                        try:
-                            changed = sp.fn(seq_addr, s, hot, ticks) != s
-                        finally:
-                            self._spinning -= 1
-                        if changed:
-                            try:
-                                job = get_nowait()
-                            except queue.Empty:
-                                pass  # another helper took it: block, never spin beside it
-            if job is _NO_JOB:
-                t = clock()
-                job = get()
-                spin = sp is not None and clock() - t < sparse_s
+            job = get()
             if job is None:
                 return
             job.work()
@@ -434,7 +298,6 @@ class BlockPool:
         put = self._jobs.put
         for _ in range(helpers):
             put(job)
-        self._seq.value += 1  # wakes spinning helpers (blocked ones were woken by put)
         job.work()
         job.wait()
         if job.error is not None:
@@ -443,7 +306,6 @@ class BlockPool:
     def shutdown(self) -> None:
         for _ in self._threads:
             self._jobs.put(None)
-        self._seq.value += 1
         for t in self._threads:
             t.join(timeout=1.0)
         self._threads.clear()

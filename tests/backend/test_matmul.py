@@ -264,34 +264,3 @@ def test_work_split_is_balanced(n, workers):
     assert max(widths) - min(widths) < 16 * t.n_panels and t.tn % 16 == 0
     assert t.items % workers == 0 and t.items == t.n_panels * t.m_groups
     assert t.n0 % 16 == 0 and t.n0 <= t.tn
-
-
-@pytest.mark.parametrize("spin_us", [0.0, 300.0])
-def test_blocks_on_the_block_pool_spinning_or_not(spin_us):
-    """The runtime's block pool runs every block of a multi-block matmul exactly once whether its
-    helpers block between launches or spin (native busy wait), with back-to-back launches and
-    pauses longer than the spin; shutdown also ends spinning helpers."""
-    import time
-
-    from lazymath.runtime.pool import BlockPool
-
-    a, abase = operand((150, 210), "float32")
-    b, bbase = operand((210, 190), "float32")
-    ir = MatmulKernel((), 150, 190, 210, view_of(a, abase), view_of(b, bbase), None, None,
-                      "float32", (), (SOp("acc", "float32"),), (0,),
-                      (ArgView("float32", (150, 190), (190, 1)),))  # fmt: skip
-    k = compile_kernel(ir, "ascend910", "llvm")
-    if k.blocks < 2:
-        pytest.skip("one host core: the matmul is a single block")
-    pool = BlockPool(2, spin_us=spin_us)
-    want = ref_mm(a, b)
-    try:
-        for rep in range(12):
-            c = np.full((150, 190), np.nan, np.float32)
-            pool.run(k.run_block, k.make_argv([abase, bbase, c.reshape(-1)]), k.blocks)
-            np.testing.assert_allclose(c, want, rtol=1e-5, atol=tol("float32", 210))
-            if rep % 4 == 3:
-                time.sleep(0.004)  # longer than SPARSE_SPINS spins: helpers go back to blocking
-    finally:
-        pool.shutdown()
-    assert not pool._threads
