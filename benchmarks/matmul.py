@@ -53,21 +53,35 @@ def _median_time(fn, reps: int, rounds: int) -> float:
 # OpenBLAS' idle worker threads busy-wait for ~0.1 s (2^28 TSC ticks) after each call before they
 # sleep: a segment timed right after numpy shares a core with a spinning thread and loses ~20-30%
 # at 2048 (measured on the quiet machine: 99-110 GFLOPS right after numpy, 130+ after 0.15 s).
-# Each timed segment therefore starts after this pause, then one untimed warm-up call (after an
-# idle pause the first call runs on cold caches and sleeping cores, up to 2x slower at 512, for
-# numpy and lazymath alike); numpy's back-to-back reps inside its segment keep the spinning that
-# helps it.
+# Each timed segment therefore starts after this pause, then untimed warm-up calls for WARM_S
+# (at least one): after an idle pause this VM's cores run slow for tens of milliseconds, so one
+# warm-up call left the timed calls at 256-1024 on cold cores. Measured on the quiet machine
+# (sleep 0.3 s, warm-up, 17 timed realizes at 256 / 2 at 512, medians of 7): lazymath 256 took
+# 654-707 us after one warm-up call, 535-697 us after 30 ms, 401-422 us after 0.1 s, 370-419 us
+# after 0.3 s (back to back: 376-414 us); numpy 256 took 330 us after one call and 258-275 us
+# after 30 ms or more (its spinning threads keep the cores busy); lazymath 512 swung to 4.3-4.9
+# ms after 30 ms and settled at 2.25-2.7 ms after 0.1-0.3 s. numpy's back-to-back reps inside
+# its segment keep the spinning that helps it.
 SETTLE_S = 0.3
+WARM_S = 0.2  # `--warm-s`; 0 = the single warm-up call of earlier runs
+
+
+def _warm(fn) -> None:
+    """Untimed calls for WARM_S seconds (at least one) after a settle pause."""
+    end = time.perf_counter() + WARM_S
+    fn()
+    while time.perf_counter() < end:
+        fn()
 
 
 def _interleaved(fns: dict, reps: int, rounds: int) -> dict:
     """Median seconds per call of each fn, alternating the fns round by round; each segment
-    starts SETTLE_S after the previous one ended, with one untimed warm-up call."""
+    starts SETTLE_S after the previous one ended, after WARM_S of untimed warm-up calls."""
     times: dict = {k: [] for k in fns}
     for _ in range(rounds):
         for k, fn in fns.items():
             time.sleep(SETTLE_S)
-            fn()
+            _warm(fn)
             t = time.perf_counter()
             for _ in range(reps):
                 fn()
@@ -224,7 +238,7 @@ def bench_breakdown(sizes, rounds: int) -> None:
                          "wake": [], "post": []}  # fmt: skip
             for _ in range(rounds):
                 time.sleep(SETTLE_S)
-                a32 @ b32
+                _warm(lambda: a32 @ b32)
                 t = time.perf_counter()
                 for _ in range(reps):
                     a32 @ b32
@@ -234,13 +248,13 @@ def bench_breakdown(sizes, rounds: int) -> None:
                     serial()
                 res["serial"].append((time.thread_time() - t) / reps)
                 time.sleep(SETTLE_S)
-                pool.run(k.run_block, argv, k.blocks)
+                _warm(lambda: pool.run(k.run_block, argv, k.blocks))
                 t = time.perf_counter()
                 for _ in range(reps):
                     pool.run(k.run_block, argv, k.blocks)
                 res["pool"].append((time.perf_counter() - t) / reps)
                 time.sleep(SETTLE_S)
-                (ta @ tb).realize()
+                _warm(lambda: (ta @ tb).realize())
                 lmc.CompiledKernel.run_block = traced
                 try:
                     for _ in range(reps):
@@ -291,9 +305,16 @@ def bench_composite(rounds: int, n: int = 2048) -> None:
 
 
 def main() -> None:
+    global WARM_S
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds, sizes up to 2048")
     ap.add_argument("--sizes", type=str, default="")
+    ap.add_argument(
+        "--warm-s",
+        type=float,
+        default=WARM_S,
+        help=f"untimed warm-up seconds after each settle pause (default {WARM_S}; 0 = one call)",
+    )
     ap.add_argument(
         "--breakdown",
         action="store_true",
@@ -305,12 +326,14 @@ def main() -> None:
         help="also compare single-thread CPU time (robust on a shared machine)",
     )
     args = ap.parse_args()
+    WARM_S = args.warm_s
     rounds = 3 if args.quick else 7
     sizes = [256, 512, 1024, 2048] if args.quick else [256, 512, 1024, 2048, 4096]
     if args.sizes:
         sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"threads: {os.cpu_count()} host cores; rounds={rounds} (medians); torch: "
-          f"{'yes' if _torch() else 'not installed'}; {_load()}")  # fmt: skip
+    print(f"threads: {os.cpu_count()} host cores; rounds={rounds} (medians); warm-up "
+          f"{WARM_S * 1e3:.0f} ms per segment; torch: {'yes' if _torch() else 'not installed'}; "
+          f"{_load()}")  # fmt: skip
     if args.breakdown:
         bench_breakdown([n for n in sizes if n <= 1024], rounds)
         print(_load())
