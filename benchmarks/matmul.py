@@ -20,8 +20,8 @@ against every block of the lazymath kernel run on the calling thread (best and m
 `--breakdown` splits one steady-state `(a @ b).realize()` into its parts (medians, microseconds):
 the kernel's blocks run serially (CPU time), the kernel on the block pool alone (wall), the whole
 realize (wall); the time from the realize call to the first block's start (graph capture, cache
-lookup, launch), from the first to the last block start (the helper thread's wake-up) and from
-the last block's end to the realize's return.
+lookup, output allocation, launch), from the first to the second block start (the helper
+thread's wake-up) and from the last block's end to the realize's return.
 """
 
 # ruff: noqa: B023  (the lambdas are timed immediately, inside their loop iteration)
@@ -213,7 +213,7 @@ def bench_breakdown(sizes, rounds: int) -> None:
 
     print(f"breakdown, medians of {rounds} x reps, us: serial = all blocks on one thread (CPU), "
           "pool = kernel on the block pool (wall), realize = (a @ b).realize() (wall); "
-          "pre = realize call -> first block start, wake = first -> last block start, "
+          "pre = realize call -> first block start, wake = first -> second block start, "
           "post = last block end -> return")  # fmt: skip
     print(f"{'n':>5} {'dtype':>8} {'blocks':>6} {'numpy':>8} {'serial':>8} {'pool':>8} "
           f"{'realize':>8} {'pre':>6} {'wake':>6} {'post':>6}")  # fmt: skip
@@ -264,12 +264,15 @@ def bench_breakdown(sizes, rounds: int) -> None:
                         t1 = time.perf_counter()
                         res["realize"].append(t1 - t)
                         if marks:
-                            res["pre"].append(min(m[0] for m in marks) - t)
-                            res["wake"].append(max(m[0] for m in marks) - min(m[0] for m in marks))
+                            starts = sorted(m[0] for m in marks)
+                            res["pre"].append(starts[0] - t)
+                            if len(starts) > 1:  # the second thread joins the launch
+                                res["wake"].append(starts[1] - starts[0])
                             res["post"].append(t1 - max(m[1] for m in marks))
                 finally:
                     lmc.CompiledKernel.run_block = orig
-            med = {key: sorted(v)[len(v) // 2] * 1e6 for key, v in res.items() if v}
+            nan = float("nan")
+            med = {key: sorted(v)[len(v) // 2] * 1e6 if v else nan for key, v in res.items()}
             print(f"{n:5d} {dt:>8} {k.blocks:6d} {med['numpy']:8.0f} {med['serial']:8.0f} "
                   f"{med['pool']:8.0f} {med['realize']:8.0f} {med['pre']:6.0f} {med['wake']:6.0f} "
                   f"{med['post']:6.0f}", flush=True)  # fmt: skip
