@@ -41,11 +41,12 @@ class DeviceBuffer:
 
     __slots__ = ("nbytes", "capacity", "address", "raw", "_views", "_pool", "freed", "__weakref__")
 
-    def __init__(self, raw: np.ndarray, nbytes: int, pool: MemoryPool | None) -> None:
+    def __init__(self, raw: np.ndarray, nbytes: int, pool: MemoryPool | None,
+                 address: int | None = None) -> None:  # fmt: skip
         self.raw = raw  # uint8 array of `capacity` bytes, 64-byte aligned
         self.nbytes = nbytes  # bytes requested
         self.capacity = raw.nbytes  # bytes reserved (rounded)
-        self.address = int(raw.ctypes.data)
+        self.address = raw.__array_interface__["data"][0] if address is None else address
         self._views: dict = {}
         self._pool = pool
         self.freed = False
@@ -113,7 +114,7 @@ class MemoryPool:
 
     def __init__(self, limit_bytes: int | None = None) -> None:
         self._lock = threading.Lock()
-        self._free: dict[int, list[np.ndarray]] = {}  # capacity -> raw arrays
+        self._free: dict[int, list[tuple]] = {}  # capacity -> (raw array, its address)
         self._sizes: list[int] = []  # sorted capacities that have free blocks
         self.limit_bytes = limit_bytes
         self._allocated = self._reserved = self._peak = self._peak_reserved = 0
@@ -125,8 +126,8 @@ class MemoryPool:
             raise ValueError(f"malloc of a negative size ({nbytes})")
         size = _round_up(nbytes)
         with self._lock:
-            raw = self._take(size)
-            if raw is None:
+            block = self._take(size)
+            if block is None:
                 self._misses += 1
                 if self.limit_bytes is not None and self._reserved + size > self.limit_bytes:
                     self._release_cached()
@@ -136,13 +137,14 @@ class MemoryPool:
                             f"reserved of a {self.limit_bytes} B limit"
                         )
                 raw = _aligned(size)
+                block = (raw, raw.__array_interface__["data"][0])
                 self._reserved += size
                 self._peak_reserved = max(self._peak_reserved, self._reserved)
             else:
                 self._hits += 1
-            self._allocated += raw.nbytes
+            self._allocated += block[0].nbytes
             self._peak = max(self._peak, self._allocated)
-        return DeviceBuffer(raw, nbytes, self)
+        return DeviceBuffer(block[0], nbytes, self, block[1])
 
     def free(self, buf: DeviceBuffer) -> None:
         """aclrtFree: the block goes back to its bin (not to the system)."""
@@ -160,9 +162,9 @@ class MemoryPool:
             if bin_ is None:
                 self._free[size] = bin_ = []
                 bisect.insort(self._sizes, size)
-            bin_.append(raw)
+            bin_.append((raw, buf.address))
 
-    def _take(self, size: int) -> np.ndarray | None:
+    def _take(self, size: int) -> tuple | None:
         i = bisect.bisect_left(self._sizes, size)
         if i == len(self._sizes) or self._sizes[i] > MAX_SLACK * size + ROUND:
             return None
