@@ -15,6 +15,7 @@ import sys
 import time
 import weakref
 from dataclasses import dataclass, field
+from sys import getrefcount as _getrefcount
 
 import numpy as np
 
@@ -38,18 +39,18 @@ def _walk(roots: list[gn.Node]) -> tuple:
     This is the whole per-realize graph work on a program-cache hit, so it is one pass with
     as little Python per node as possible (it replaced a toposort + a signature loop + a
     live-tensor scan, which together cost ~130 bytecodes per node)."""
-    index: dict[int, int] = {}
+    index: dict = {}  # node -> position (nodes hash by identity, in C: no id() calls)
     parts: list = []
     leaves: list = []
     order: list = []
     live: list = []
     for r in roots:
-        if id(r) in index:
+        if r in index:
             continue
         stack = [r]
         while stack:
             n = stack[-1]
-            if id(n) in index:
+            if n in index:
                 stack.pop()
                 continue
             if n.realized is not None:  # a root that is already a buffer
@@ -59,9 +60,9 @@ def _walk(roots: list[gn.Node]) -> tuple:
             srcs = n.srcs
             pushed = False
             for s in srcs:
-                if id(s) not in index:
+                if s not in index:
                     if s.realized is not None:  # leaves are indexed on sight, never pushed
-                        index[id(s)] = len(order)
+                        index[s] = len(order)
                         order.append(s)
                         if s.op == "const":
                             parts.append(("c", s.dtype, s.arg))
@@ -76,18 +77,18 @@ def _walk(roots: list[gn.Node]) -> tuple:
                 continue
             stack.pop()
             if len(srcs) == 1:  # an int, not a 1-tuple: unambiguous, and the common case
-                parts.append((n.op, n.dtype, n.shape, n.arg, index[id(srcs[0])]))
+                parts.append((n.op, n.dtype, n.shape, n.arg, index[srcs[0]]))
             else:
-                parts.append((n.op, n.dtype, n.shape, n.arg, tuple([index[id(s)] for s in srcs])))
+                parts.append((n.op, n.dtype, n.shape, n.arg, tuple([index[s] for s in srcs])))
             if n.tensors > 0 and n not in roots:
                 live.append(n)
-            index[id(n)] = len(order)
+            index[n] = len(order)
             order.append(n)
     return parts, leaves, order, index, live
 
 
 def _walk_leaf(n: gn.Node, index: dict, parts: list, leaves: list, order: list) -> None:
-    index[id(n)] = len(order)
+    index[n] = len(order)
     order.append(n)
     if n.op == "const":
         parts.append(("c", n.dtype, n.arg))
@@ -102,7 +103,7 @@ def signature(outputs: list[gn.Node], order: list[gn.Node] | None = None) -> tup
 
     (`order` is accepted for compatibility and ignored: the walk computes its own.)"""
     parts, leaves, order, index, _live = _walk(outputs)
-    return (tuple(parts), tuple([index[id(o)] for o in outputs])), leaves, order
+    return (tuple(parts), tuple([index[o] for o in outputs])), leaves, order
 
 
 def _plan_outputs(roots: list[gn.Node]) -> tuple:
@@ -111,7 +112,7 @@ def _plan_outputs(roots: list[gn.Node]) -> tuple:
     of that tensor would recompute them)."""
     parts, leaves, order, index, live = _walk(roots)
     outputs = roots + live if live else roots
-    return outputs, (tuple(parts), tuple([index[id(o)] for o in outputs])), leaves, order
+    return outputs, (tuple(parts), tuple([index[o] for o in outputs])), leaves, order
 
 
 # ----------------------------------------------------------------------------- programs
@@ -347,12 +348,24 @@ class Program:
                 for argv, pos in patches[slot]:
                     argv[pos] = addr
             outs = []
-            for slot, s, small in out_slots:
+            last, last_addr = ctx.outs, ctx.out_addrs
+            for k, (slot, s, small) in enumerate(out_slots):
                 if small:
-                    a = np.empty(s.shape, s.dtype)
-                    addr = a.__array_interface__["data"][0]
+                    # The previous call's output, if nobody but this context refers to it any
+                    # more (the references: ctx.outs, `a`, getrefcount's argument), is reused:
+                    # views, tensors and np.asarray results all hold references, so a live
+                    # result is never overwritten.
+                    a = last[k]
+                    if a is not None and _getrefcount(a) == 3:
+                        addr = last_addr[k]
+                    else:
+                        a = np.empty(s.shape, s.dtype)
+                        a.flags.writeable = False  # realized arrays are immutable
+                        addr = a.__array_interface__["data"][0]
+                        last[k], last_addr[k] = a, addr
                 else:
                     a, addr = _device_array(dev, s)
+                    a.flags.writeable = False
                 outs.append(a)
                 for argv, pos in patches[slot]:
                     argv[pos] = addr
@@ -422,6 +435,8 @@ class _ReplayContext:
             self.arena = dev.malloc(prog.arena_bytes)
             address = self.arena.address
         self.keep: list = []  # contiguous copies of inputs, alive during one call
+        self.outs: list = [None] * len(prog.outputs)  # last small outputs (reused when dropped)
+        self.out_addrs: list = [0] * len(prog.outputs)
         self.patches: dict[int, list] = {}
         self.argvs = []
         for _sk, _ck, slot_ids in prog.kernels:

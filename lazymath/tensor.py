@@ -598,7 +598,7 @@ def _elementwise(op: str, operands: Sequence, arg=None) -> Tensor:
                 plan = _EW_PLANS.get((op, arg, na.dtype, na.shape))
                 if plan is not None:
                     (d,), out_dtype, shape = plan
-                    if na.dtype != d:
+                    if na.dtype is not d and na.dtype != d:
                         na = _cast(na, d)
                     if _peel_const(na) is None:
                         return Tensor(gn.make(op, out_dtype, shape, (na,), arg), a._device)
@@ -611,11 +611,12 @@ def _fast_binary(op, arg, plan, na, nb, device):
     """The node of a binary op with a known plan, or None to take the general path (constant
     operands fold there)."""
     (da, db), out_dtype, shape = plan
-    if na.dtype != da:
+    # `is not` first: builtin dtypes are singletons, and numpy's dtype != is slow
+    if na.dtype is not da and na.dtype != da:
         na = _cast(na, da)
     if na.shape != shape:
         na = _expand(na, shape)
-    if nb.dtype != db:
+    if nb.dtype is not db and nb.dtype != db:
         nb = _cast(nb, db)
     if nb.shape != shape:
         nb = _expand(nb, shape)

@@ -54,7 +54,11 @@ def _user_frame() -> tuple[str, int] | None:
 
 
 class Node:
-    """One value in the lazy DAG. Create through `make`, never directly (interning)."""
+    """One value in the lazy DAG. Create through `make`, never directly (interning).
+
+    Nodes hash and compare by identity (Python's default, computed in C): interning makes
+    structural equality and identity the same thing, and the graph walks put nodes in dicts
+    and sets on every realize. `hash` (the attribute) is the structural hash cache keys use."""
 
     __slots__ = ("op", "dtype", "shape", "arg", "srcs", "hash", "_loc", "key", "realized",
                  "tensors", "addr", "__weakref__")  # fmt: skip
@@ -79,9 +83,6 @@ class Node:
     def __repr__(self) -> str:
         state = "realized" if self.realized is not None else "lazy"
         return f"<{self.op} {self.dtype} {self.shape} {state}>"
-
-    def __hash__(self) -> int:
-        return self.hash
 
     @property
     def size(self) -> int:

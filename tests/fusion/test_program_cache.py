@@ -590,3 +590,44 @@ def test_small_outputs_do_not_hold_device_memory(llvm):
     assert lm.runtime.memory_stats().allocated == before
     for i, o in enumerate(outs):
         np.testing.assert_allclose(o.numpy(), np.sin(x.numpy()) + i, rtol=1e-6, atol=3e-7)
+
+
+def test_replay_reuses_a_dropped_output_and_never_a_live_one(llvm):
+    """A small output nobody refers to any more is reused by the next replay; a result still
+    held (as a tensor, an array, or a view of it) is never written again."""
+    xs = [f32(64) for _ in range(6)]
+
+    def run(xn):
+        return lm.sin(lm.tensor(xn)) * 3.0 + 1.0
+
+    t = run(xs[0])
+    t.realize()  # compile
+    (prog,) = engine._programs.values()
+    del t
+    t1 = run(xs[1])
+    t1.realize()
+    first = t1.numpy()
+    np.testing.assert_allclose(first, np.sin(xs[1]) * 3 + 1, rtol=1e-5, atol=1e-6)
+    del t1
+    ctx = prog._contexts[-1]
+    assert ctx.outs[0] is first  # kept by the context for reuse
+    view = first[::2]  # a live view: the array must not be reused
+    del first
+    t2 = run(xs[2])
+    t2.realize()
+    assert t2.numpy() is not view.base
+    np.testing.assert_allclose(view, (np.sin(xs[1]) * 3 + 1)[::2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t2.numpy(), np.sin(xs[2]) * 3 + 1, rtol=1e-5, atol=1e-6)
+    arr2 = id(ctx.outs[0])  # (an id: holding the array would keep it from being reused)
+    del t2, view
+    t3 = run(xs[3])
+    t3.realize()
+    assert id(t3.numpy()) == arr2, "a dropped output is reused"
+    np.testing.assert_allclose(t3.numpy(), np.sin(xs[3]) * 3 + 1, rtol=1e-5, atol=1e-6)
+    assert not t3.numpy().flags.writeable
+    kept = [run(xn) for xn in xs[4:]]  # results held at once are distinct arrays
+    lm.realize(*kept)
+    assert kept[0].numpy() is not kept[1].numpy() and kept[0].numpy() is not t3.numpy()
+    for k, xn in zip(kept, xs[4:]):
+        np.testing.assert_allclose(k.numpy(), np.sin(xn) * 3 + 1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t3.numpy(), np.sin(xs[3]) * 3 + 1, rtol=1e-5, atol=1e-6)
