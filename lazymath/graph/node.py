@@ -1,11 +1,12 @@
 """Interned graph nodes.
 
 A node is (op, dtype, shape, arg, srcs). Structurally equal nodes are the same object (interning
-gives common-subexpression elimination for free and makes identity comparisons valid), and each
-carries a structural hash from which every cache key derives.
+gives common-subexpression elimination for free and makes identity comparisons valid). Cache
+keys derive from the structure by one walk at realize time (`engine._walk`), which numbers the
+nodes so that shared subgraphs and repeated inputs are part of the key.
 
 The structural part of a node never changes. Two things are attached beside it and take no part
-in the hash: the user's source line that first created it (for error messages and tooltips) and,
+in its identity: the user's source line that first created it (for error messages and tooltips) and,
 after a realize, the computed array (`realized`). Once realized, a node behaves like a buffer for
 every later graph that uses it, so live tensors pointing at it never recompute it.
 """
@@ -58,18 +59,17 @@ class Node:
 
     Nodes hash and compare by identity (Python's default, computed in C): interning makes
     structural equality and identity the same thing, and the graph walks put nodes in dicts
-    and sets on every realize. `hash` (the attribute) is the structural hash cache keys use."""
+    and sets on every realize."""
 
-    __slots__ = ("op", "dtype", "shape", "arg", "srcs", "hash", "_loc", "key", "realized",
-                 "tensors", "addr", "__weakref__")  # fmt: skip
+    __slots__ = ("op", "dtype", "shape", "arg", "srcs", "_loc", "key", "realized", "tensors",
+                 "addr", "__weakref__")  # fmt: skip
 
     op: str
     dtype: np.dtype
     shape: tuple[int, ...]
     arg: object
     srcs: tuple[Node, ...]
-    hash: int
-    key: tuple  # interning key (holds the sources' ids)
+    key: tuple | None  # interning key (holds the sources); None once forgotten
     realized: np.ndarray | None
 
     @property
@@ -114,7 +114,7 @@ _interned: dict = {}
 
 def _gone(ref: _Ref) -> None:
     key = ref.key
-    if _interned.get(key) is ref:
+    if key is not None and _interned.get(key) is ref:
         del _interned[key]
 
 
@@ -133,18 +133,10 @@ def make(
         shape = tuple(int(s) for s in shape)
     if not isinstance(dtype, np.dtype):
         dtype = np.dtype(dtype)
-    char = dtype.char
-    # one source (the common case) is keyed by its id alone, several by a tuple of ids
-    nsrc = len(srcs)
-    if nsrc == 1:
-        s0 = srcs[0]
-        ids, hashes = id(s0), s0.hash
-    elif nsrc == 2:
-        s0, s1 = srcs
-        ids, hashes = (id(s0), id(s1)), (s0.hash, s1.hash)
-    else:
-        ids, hashes = tuple([id(s) for s in srcs]), tuple([s.hash for s in srcs])
-    key = (op, char, shape, arg, ids)
+    # Sources are in the key themselves (nodes hash by identity, in C), one alone unwrapped.
+    # The key lives in the table entry and on the node; `forget` drops both, so a realized node
+    # no longer holds the graph behind it.
+    key = (op, dtype.char, shape, arg, srcs[0] if len(srcs) == 1 else srcs)
     ref = _interned.get(key)
     if ref is not None:
         node = ref()
@@ -152,7 +144,6 @@ def make(
             return node
     node = Node()
     node.op, node.dtype, node.shape, node.arg, node.srcs = op, dtype, shape, arg, srcs
-    node.hash = hash((op, char, shape, arg, hashes))
     node._loc = loc if loc is not None else _user_frame()
     node.key = key
     node.realized = None
@@ -236,7 +227,10 @@ def forget(node: Node) -> None:
     """Detach a node that has just been realized: drop its sources (freeing the graph behind
     it) and its interning entry (whose key holds the sources' ids, which may be reused)."""
     key = node.key
-    ref = _interned.get(key)
-    if ref is not None and ref() is node:
-        del _interned[key]
+    if key is not None:
+        ref = _interned.get(key)
+        if ref is not None and ref() is node:
+            del _interned[key]
+            ref.key = None
+        node.key = None
     node.srcs = ()
