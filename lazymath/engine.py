@@ -23,7 +23,7 @@ from .backend import ir_reference
 from .graph import node as gn
 from .graph import reference
 from .graph.ops import ELEMENTWISE
-from .realize import backend_name, commit, env, live_outputs
+from .realize import backend_name, commit, env
 from .runtime import api as _rt_api
 from .runtime import profiler as rprof
 from .runtime.pool import _aligned
@@ -62,14 +62,7 @@ def _walk(roots: list[gn.Node]) -> tuple:
             for s in srcs:
                 if s not in index:
                     if s.realized is not None:  # leaves are indexed on sight, never pushed
-                        index[s] = len(order)
-                        order.append(s)
-                        if s.op == "const":
-                            parts.append(("c", s.dtype, s.arg))
-                        else:
-                            a = s.realized
-                            parts.append(("L", a.dtype, a.shape, a.strides))
-                            leaves.append(s)
+                        _walk_leaf(s, index, parts, leaves, order)
                     else:
                         stack.append(s)
                         pushed = True
@@ -98,10 +91,8 @@ def _walk_leaf(n: gn.Node, index: dict, parts: list, leaves: list, order: list) 
         leaves.append(n)
 
 
-def signature(outputs: list[gn.Node], order: list[gn.Node] | None = None) -> tuple:
-    """(key, leaf nodes in order, all walked nodes) of the pending graph behind `outputs`.
-
-    (`order` is accepted for compatibility and ignored: the walk computes its own.)"""
+def signature(outputs: list[gn.Node]) -> tuple:
+    """(key, leaf nodes in order, all walked nodes) of the pending graph behind `outputs`."""
     parts, leaves, order, index, _live = _walk(outputs)
     return (tuple(parts), tuple([index[o] for o in outputs])), leaves, order
 
@@ -677,7 +668,7 @@ def schedule(*tensors, spec=None):
     from .runtime import get_spec
 
     roots = _nodes_of(tensors)
-    outputs = live_outputs(roots) if roots else []
+    outputs = _plan_outputs(roots)[0] if roots else []  # the outputs a realize would write
     sp = get_spec(spec) if spec is not None else _device_spec()
     from .fusion import make_schedule
 

@@ -69,14 +69,15 @@ def _nodes_of(tensors) -> list[gn.Node]:
     return nodes
 
 
-def live_outputs(roots: list[gn.Node], order: list[gn.Node] | None = None) -> list[gn.Node]:
+def live_outputs(roots: list[gn.Node]) -> list[gn.Node]:
     """The requested nodes plus every pending node of the subgraph that a live tensor holds.
 
     Those must become buffers too, or a later realize of that tensor would recompute them.
+    (The reference backend's version; compiled backends get the same set from `engine._walk`.)
     """
     out = list(roots)
     want = {id(n) for n in roots}
-    for n in order if order is not None else gn.toposort(roots):
+    for n in gn.toposort(roots):
         if n.tensors > 0 and n.realized is None and id(n) not in want:
             out.append(n)
             want.add(id(n))

@@ -552,6 +552,22 @@ def _peel_const(node: gn.Node):
     return node if node.op == "const" else None
 
 
+def _memo(table: dict, key: tuple, compute, *args):
+    """table[key], computed by compute(*args) on a miss. Plan tables are bounded (cleared when
+    full); a key that cannot be hashed (an unhashable arg or axis list) is computed each time.
+    Errors raised by compute are never stored, so a bad call raises on every attempt."""
+    try:
+        plan = table.get(key)
+    except TypeError:
+        return compute(*args)
+    if plan is None:
+        plan = compute(*args)
+        if len(table) > 8192:
+            table.clear()
+        table[key] = plan
+    return plan
+
+
 _FAST_OPERANDS = (float, int, bool)
 _EW_PLANS: dict = {}  # (op, arg, operand dtypes/shapes/scalar types) -> dtypes and shape
 
@@ -647,18 +663,7 @@ def _elementwise_general(op: str, operands: Sequence, arg=None) -> Tensor:
         _check_devices(op, tensors)
     # Every op of a composite is captured on each call: the dtype rule and broadcast result
     # for this (op, operand kinds) are computed once and replayed.
-    try:
-        key = tuple(key)
-        plan = _EW_PLANS.get(key)
-    except TypeError:  # unhashable arg
-        key, plan = None, None
-    if plan is None:
-        plan = _ew_plan(op, ops, tensors)
-        if key is not None:
-            if len(_EW_PLANS) > 8192:
-                _EW_PLANS.clear()
-            _EW_PLANS[key] = plan
-    in_dtypes, out_dtype, shape = plan
+    in_dtypes, out_dtype, shape = _memo(_EW_PLANS, tuple(key), _ew_plan, op, ops, tensors)
     nodes = []
     all_const = True
     for x, d in zip(ops, in_dtypes):
@@ -864,18 +869,8 @@ def _reduce(op: str, x, axis, keepdims: bool) -> Tensor:
         if not isinstance(x, Tensor):
             x = tensor(x)
     node = x._node
-    try:
-        key = (op, node.dtype, node.shape, axis, keepdims)
-        plan = _REDUCE_PLANS.get(key)
-    except TypeError:  # unhashable axis (a list)
-        key, plan = None, None
-    if plan is None:
-        plan = _reduce_plan(op, x, axis)
-        if key is not None:
-            if len(_REDUCE_PLANS) > 8192:
-                _REDUCE_PLANS.clear()
-            _REDUCE_PLANS[key] = plan
-    axes, out_dtype, out_shape = plan
+    key = (op, node.dtype, node.shape, axis, keepdims)
+    axes, out_dtype, out_shape = _memo(_REDUCE_PLANS, key, _reduce_plan, op, x, axis)
     src = node if op in ("argmax", "argmin", "max", "min") else _cast(node, out_dtype)
     if not axes:
         if op in ("argmax", "argmin"):  # argmax of a 0-d tensor
