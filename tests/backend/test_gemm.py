@@ -8,6 +8,7 @@ compiled code really uses AVX2 FMAs and F16C conversions.
 from __future__ import annotations
 
 import ctypes
+import re
 
 import numpy as np
 import pytest
@@ -91,7 +92,7 @@ def test_microkernel_tile_matches_numpy_and_uses_fma():
     np.testing.assert_allclose(got, 2 * (a.astype(np.float64) @ bm), rtol=1e-5, atol=1e-5)
     assert "llvm.fma.v8f32" in text
     asm = get_jit().assembly(text)
-    assert "vfmadd231ps" in asm and "ymm" in asm
+    assert "vfmadd231ps" in asm and re.search(r"%[yz]mm", asm)  # AVX2 or AVX-512 registers
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int32"])
@@ -109,7 +110,8 @@ def test_fixpipe_relu_cast_strided(dtype):
     expect = np.maximum(_nz_to_dense(l0c, rows, cols, rows_p), 0).astype(dtype)
     np.testing.assert_array_equal(out.T, expect)
     if dtype == "float16":
-        assert "vcvtps2ph" in get_jit().assembly(text)
+        # F16C (vcvtps2ph) or AVX512-FP16 (vcvtss2sh / vcvtps2phx), whichever the host has
+        assert re.search(r"vcvt(ps2ph|ss2sh)", get_jit().assembly(text))
 
 
 def test_thread_workspace_is_per_thread_aligned_and_grows():

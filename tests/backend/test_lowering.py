@@ -7,6 +7,7 @@ INT_MIN) over a length that is not a multiple of the vector width, through both 
 from __future__ import annotations
 
 import ctypes
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -357,4 +358,4 @@ def test_lowered_loops_are_vectorized_without_alias_checks():
     text = str(lower_llvm.lower_program(prog, symbol="vv"))
     assert "llvm.loop.parallel_accesses" in text
     asm = jit.get_jit().assembly(text)
-    assert "vaddps" in asm and "ymm" in asm
+    assert "vaddps" in asm and re.search(r"%[yz]mm", asm)  # AVX2 or AVX-512 registers
