@@ -228,14 +228,30 @@ def _register_template(kind: str) -> None:
         importlib.import_module(modname)
 
 
-def build_program(ir, spec, name: str) -> isa.Program:
-    """Run the template for `ir.kind` and check the program against `spec`."""
+def build_program(ir, spec, name: str, calls: bool | None = None) -> isa.Program:
+    """Run the template for `ir.kind` and check the program against `spec`. `calls`: call the
+    vector math library for composites instead of inlining them (default: `vmath.call_plan`)."""
     try:
         modname = TEMPLATES[ir.kind]
     except KeyError:
         raise NotImplementedError(f"no kernel template for kind {ir.kind!r}") from None
-    program = importlib.import_module(modname).build(ir, spec, name)
+    if calls is None:
+        calls = vmath_calls(ir)
+    from lazymath.backend.templates.common import CALLS
+
+    token = CALLS.set(bool(calls))
+    try:
+        program = importlib.import_module(modname).build(ir, spec, name)
+    finally:
+        CALLS.reset(token)
     return program.check(spec)
+
+
+def vmath_calls(ir) -> bool:
+    """Does the kernel call the vector math library (`vmath.call_plan`: the rule and reason)?"""
+    from lazymath.backend import vmlib
+
+    return vmlib.call_plan(ir)[0]
 
 
 def compile_kernel(ir, spec, backend: str | None = None, name: str | None = None) -> CompiledKernel:
@@ -247,16 +263,17 @@ def compile_kernel(ir, spec, backend: str | None = None, name: str | None = None
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
     name = name or f"k_{ir.kind}"
-    sig = (ir.kind, ir, spec.key(), backend)
+    calls = vmath_calls(ir)
+    sig = (ir.kind, ir, spec.key(), backend, calls)
     hit = kernel_cache.memory_get(sig)
     if hit is not None:
         return hit if hit.name == name else hit.renamed(name)
     if backend == "interp":
-        program = build_program(ir, spec, name)
+        program = build_program(ir, spec, name, calls)
         kernel = CompiledKernel(name, ir, program, spec, backend)
         kernel_cache.count("compiled")
     else:
-        kernel = _compile_llvm(ir, spec, name)
+        kernel = _compile_llvm(ir, spec, name, calls)
     kernel_cache.memory_put(sig, kernel)
     return kernel
 
@@ -304,12 +321,14 @@ def _load_program(blob: bytes | None, name: str) -> isa.Program:
     return program if program.name == name else dataclasses.replace(program, name=name)
 
 
-def _disk_key(ir, spec) -> tuple[str, bool]:
+def _disk_key(ir, spec, calls: bool | None = None) -> tuple[str, bool]:
     """(disk-cache key, quick pipeline?) -- computed without LLVM (see jit.host_key)."""
     from lazymath.backend.jit import host_key
 
+    if calls is None:
+        calls = vmath_calls(ir)
     quick = _is_tiny(ir)
-    sig = repr((ir.kind, ir, spec.key(), "quick" if quick else "O3"))
+    sig = repr((ir.kind, ir, spec.key(), "quick" if quick else "O3", "vmcalls" if calls else ""))
     return kernel_cache.disk_key(sig, host_key()), quick
 
 
@@ -336,10 +355,10 @@ def _load_llvm(ir, spec, name: str, key: str) -> CompiledKernel | None:
     return CompiledKernel(name, ir, program, spec, "llvm", addr, symbol)
 
 
-def _compile_llvm(ir, spec, name: str) -> CompiledKernel:
+def _compile_llvm(ir, spec, name: str, calls: bool = False) -> CompiledKernel:
     """Disk-cache hit (no LLVM) or compile: template -> ISA -> LLVM IR -> MCJIT, then store the
     object code and the program for the next process."""
-    key, quick = _disk_key(ir, spec)
+    key, quick = _disk_key(ir, spec, calls)
     kernel = _load_llvm(ir, spec, name, key)
     if kernel is not None:
         return kernel
@@ -348,7 +367,11 @@ def _compile_llvm(ir, spec, name: str) -> CompiledKernel:
     jit = get_jit()  # loads LLVM: the first compile miss of the process
     from lazymath.backend.lower_llvm import lower_program
 
-    program = build_program(ir, spec, name)
+    program = build_program(ir, spec, name, calls)
+    if calls:
+        from lazymath.backend import vmlib
+
+        vmlib.ensure(program)  # the library functions it calls, known to MCJIT before linking
     symbol = f"lm_{ir.kind}_{key[:24]}"
     text = str(lower_program(program, spec, symbol=symbol))
     addr, obj = jit.compile(text, symbol, f"lmmod_{key[:24]}", quick)

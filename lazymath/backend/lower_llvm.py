@@ -1368,6 +1368,17 @@ def _get_value(ctx: LowerCtx, i: vmath.GetValue) -> None:
     ctx.env[i.var] = v
 
 
+@register(vmath.VMathCall)
+def _vmath_call(ctx: LowerCtx, i: vmath.VMathCall) -> None:
+    """A call into the vector math runtime library (`vmlib`): the composite runs out of line
+    over the tile, ``void lazymath_vm_<op>_<dtype>(dst, src0, src1, n)``."""
+    name = vmath.call_symbol(i.op, i.dtype)
+    fn = ctx.intrinsic(name, ir.VoidType(), [PTR, PTR, PTR, I64])
+    srcs = [ctx.ptr(r) for r in i.srcs]
+    srcs += [srcs[0]] * (2 - len(srcs))
+    ctx.builder.call(fn, [ctx.ptr(i.dst), *srcs, ctx.int(i.n)])
+
+
 @register(isa.AtomicAdd)
 def _atomic_add(ctx: LowerCtx, i: isa.AtomicAdd) -> None:
     if i.dst.buf.dtype != "int64":

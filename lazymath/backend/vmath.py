@@ -419,8 +419,15 @@ class _Seq:
         key = (dt, float(value))
         r = self.consts.get(key)
         if r is None:
-            r = isa.Builder.scratch(self.b, dt, self.chunk, prefix=f"vmc{next(_UID)}_")
-            self.pre.append(isa.VDup(r, value, self.chunk))
+            # shared with the earlier composites of the kernel's expression (`shared_consts`
+            # of a template's builder): already filled, before this composite runs
+            shared = getattr(self.b, "shared_consts", None)
+            r = shared.get((key, self.chunk)) if shared is not None else None
+            if r is None:
+                r = isa.Builder.scratch(self.b, dt, self.chunk, prefix=f"vmc{next(_UID)}_")
+                self.pre.append(isa.VDup(r, value, self.chunk))
+                if shared is not None:
+                    shared[(key, self.chunk)] = r
             self.consts[key] = r
         return r
 
@@ -1077,3 +1084,116 @@ _OPS = {
     "floor_divide": _op_floor_divide,
     "remainder": _op_remainder,
 }
+
+
+# ============================================================================ part 3: calls
+# Out-of-line composites. A fused kernel with many transcendental ops would otherwise hand
+# LLVM one copy of every composite (dozens of blocks per op: the optimizer's time grows much
+# faster than the kernel). Instead `VMathCall` asks a vector subroutine of the runtime library
+# (`vmlib`: one function per (op, dtype), compiled once per host and kept in the disk cache like
+# a kernel) to run the composite over the tile: the kernel costs the optimizer one call per op.
+#
+# Semantics: a VMathCall is exactly `emit_composite(op, dst, srcs, n, dtype)` with chunks of
+# CHUNK elements counted from the tile start (the inlined expansion strip-mines the same way:
+# chunk = min(tile, CHUNK) and a tile shorter than CHUNK is a single chunk either way), so the
+# per-chunk range branch of sin/cos/tan sees the same elements and results are bit-identical
+# to the inlined form on every backend. The subroutine's scratch stays declared in the calling
+# kernel (`call_footprint`): the UB footprint, and so the tiling, is the inlined one. Which
+# kernels call the library and which inline: `vmlib.call_plan`.
+CALL_CAP = 1 << 30  # static bound of a call's n: any tile (chunks of CHUNK, strip-mined)
+
+
+@dataclass(frozen=True, slots=True)
+class VMathCall:
+    """dst[:n] = op(*srcs)[:n] in `dtype` by the runtime library's vector subroutine."""
+
+    op: str
+    dtype: str
+    dst: isa.Ref
+    srcs: tuple
+    n: isa.IntExpr
+
+
+isa.register_instr(
+    VMathCall,
+    "Vector",
+    lambda i: f"vmath.{i.op}.{i.dtype} {i.dst}, {', '.join(map(str, i.srcs))}, n={i.n}",
+)
+
+
+def call_symbol(op: str, dtype: str) -> str:
+    """The library's C symbol of (op, dtype): void f(ptr dst, ptr src0, ptr src1, i64 n)."""
+    return f"lazymath_vm_{op}_{dtype}"
+
+
+_EXPANSIONS: dict = {}
+
+
+def expand_call(i: VMathCall, prefix: str = "vmx") -> tuple[list, list]:
+    """(instructions, scratch buffers) equal to the call: the composite strip-mined in CHUNKs.
+    Scratch buffers are named `prefix`<k> (the interpreter gives each its own memory).
+    Memoized per instruction (the interpreter and the cost model expand every tile's call)."""
+    key = (i, prefix)
+    hit = _EXPANSIONS.get(key)
+    if hit is None:
+        b = isa.Builder(tile=CALL_CAP, prefix=prefix)
+        emit_composite(b, i.op, i.dst, tuple(i.srcs), i.n, i.dtype, cap=CALL_CAP)
+        hit = (b.body, b.buffers)
+        if len(_EXPANSIONS) > 4096:
+            _EXPANSIONS.clear()
+        _EXPANSIONS[key] = hit
+    return hit
+
+
+_FOOTPRINT: dict = {}
+
+
+def call_footprint(op: str, dtype: str, tile: int, arity: int) -> tuple[tuple, tuple]:
+    """What the inlined composite would take from a template's tile pool, recorded once:
+    ((dtype, size) of each pooled scratch, in borrowing order), ((dtype, size, key) of each
+    buffer outside the pool; key: the coefficient chunk it holds, shared per expression).
+    Raises NotImplementedError like `emit_composite` for what it cannot expand. The caller
+    borrows (and returns) the same pool tiles and declares the others, so a kernel calling the
+    library has the UB footprint, the tile and the chunking of the kernel that inlines it."""
+    key = (op, dtype, tile, arity)
+    hit = _FOOTPRINT.get(key)
+    if hit is not None:
+        return hit
+    from lazymath.backend.templates.common import TileBuilder, TilePool
+
+    pool = TilePool(tile)
+    tb = TileBuilder(pool)
+    tb.shared_consts = {}
+    src = pool.get(dtype)
+    dst = pool.get(dtype)
+    emit_composite(tb, op, dst, (src,) * arity, tile, dtype)
+    pooled = tuple((r.buf.dtype, r.buf.size) for r in tb.borrowed)
+    const_of = {r.buf.name: k for k, r in tb.shared_consts.items()}
+    other = tuple((buf.dtype, buf.size, const_of.get(buf.name)) for buf in tb.buffers)
+    _FOOTPRINT[key] = (pooled, other)
+    return _FOOTPRINT[key]
+
+
+@interp.register(VMathCall)
+def _interp_vmath_call(m, i: VMathCall) -> None:
+    import numpy as np
+
+    body, bufs = expand_call(i, prefix=f"vmx_{i.op}_{i.dtype}_")
+    for buf in bufs:
+        have = m.mem.get(buf.name)
+        if have is None or have.size != buf.size or have.dtype != np.dtype(buf.dtype):
+            m.mem[buf.name] = np.zeros(buf.size, dtype=buf.dtype)
+    saved = dict(m.env)
+    try:
+        m.run(body)
+    finally:
+        m.env = saved
+
+
+@cost.register(VMathCall)
+def _cost_vmath_call(ctx, i: VMathCall):
+    body, _ = expand_call(i)
+    saved = dict(ctx.env)
+    ctx.run(body)
+    ctx.env = saved
+    return "Scalar", 1, 0.0

@@ -160,7 +160,26 @@ class Schedule:
         if self.fusion_log:
             lines.append("fusion log:")
             lines.extend(f"  {e}" for e in self.fusion_log)
+        vm = self.vmath_plan()
+        if vm:
+            lines.append("vector math (composites inlined or called from the runtime library):")
+            lines.extend(f"  {name}: {why}" for name, why in vm)
         return "\n".join(lines)
+
+    def vmath_plan(self) -> list[tuple[str, str]]:
+        """(kernel name, reason) for every kernel with vmath composites: inlined into the
+        kernel, or calls into the vector math runtime library (`backend.vmlib.call_plan`)."""
+        from lazymath.backend.vmlib import call_plan
+
+        out = []
+        for sk in self.kernels:
+            ir = getattr(sk.group, "ir", None)
+            if ir is None:
+                continue
+            why = call_plan(ir)[1]
+            if why:
+                out.append((sk.name, why))
+        return out
 
     def __repr__(self) -> str:
         return f"<Schedule {len(self.kernels)} kernels on {self.spec.name}>"

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import math
 import os
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
 
 from lazymath.backend import isa
 from lazymath.backend.kernel_ir import ArgView, Expr, SOp
+
+# Set by backend.compile while it builds a kernel that calls the vector math library for its
+# composites instead of inlining them (vmath.call_plan decides per kernel).
+CALLS: ContextVar[bool] = ContextVar("lazymath_vmath_calls", default=False)
 
 SMALL_WORK = 32 * 1024  # elements: below this one block keeps latency low
 TILE_ALIGN = 32  # elements: 32-byte aligned tiles for every dtype up to 8 bytes (NPU: 32 B)
@@ -153,6 +158,7 @@ class TileBuilder(isa.Builder):
         super().__init__(tile=pool.tile, prefix="tmp")
         self.pool = pool
         self.borrowed: list[isa.Ref] = []
+        self.shared_consts: dict | None = None  # see ExprEmitter.vm_consts
 
     def scratch(self, dtype, size=None, scope="UB", prefix=None):
         if scope != "UB" or (size is not None and size > self.pool.tile):
@@ -238,6 +244,10 @@ class ExprEmitter:
         self.n = n
         self.const_tiles: dict = {}
         self.hoisted: list = []  # VDup of constant tiles, emitted once before the tile loop
+        # vmath's coefficient chunks, shared by the composites of this expression (each is
+        # filled by the first composite that needs it, before any reader, and never written
+        # again): the UB footprint stays flat in the number of composites
+        self.vm_consts: dict = {}
 
     # ---------------------------------------------------------------- helpers
     def const_tile(self, value, dtype: str) -> isa.Ref:
@@ -417,8 +427,11 @@ class ExprEmitter:
         except ImportError:
             vmath = None
         fn = getattr(vmath, "emit_composite", None) if vmath is not None else None
+        if fn is not None and CALLS.get() and self._call(vmath, name, dst, srcs, dt):
+            return True
         if fn is not None:
             tb = TileBuilder(self.pool)
+            tb.shared_consts = self.vm_consts
             try:
                 fn(tb, name, dst, tuple(srcs), self.n, dt)
             except (NotImplementedError, KeyError, ValueError):
@@ -434,6 +447,26 @@ class ExprEmitter:
         if name in ("floor_divide", "remainder", "pow"):
             return False  # native vfloordiv / vmod / vpow handle floats too
         self.b.emit(isa.VHostMath(name, dst, tuple(srcs), self.n))
+        return True
+
+    def _call(self, vmath, name: str, dst: isa.Ref, srcs: tuple, dt: str) -> bool:
+        """`name` as a call into the vector math library (`vmath.VMathCall`); False if vmath
+        has no composite for it. The inlined composite's scratch is borrowed from the pool
+        and declared all the same, so the tile (and the chunking) is the inlined kernel's."""
+        try:
+            pooled, other = vmath.call_footprint(name, dt, self.pool.tile, len(srcs))
+        except (NotImplementedError, KeyError, ValueError):
+            return False
+        borrowed = [self.pool.get(d, size) for d, size in pooled]
+        for d, size, key in other:
+            if key is not None and key in self.vm_consts:
+                continue
+            r = isa.Builder.scratch(self.b, d, size, prefix=f"vmcall{len(self.b.buffers)}_")
+            if key is not None:
+                self.vm_consts[key] = r
+        self.b.emit(vmath.VMathCall(name, dt, dst, tuple(srcs), self.n))
+        for r in borrowed:
+            self.pool.put(r)
         return True
 
     def _as_bool(self, v, dtype: str):
