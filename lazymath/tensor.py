@@ -17,7 +17,7 @@ import numpy as np
 
 from . import dtypes as dt
 from .graph import node as gn
-from .graph.ops import ELEMENTWISE, LOGICAL, ufunc_dtypes
+from .graph.ops import ELEMENTWISE, ufunc_dtypes
 from .realize import realize as _realize
 
 Scalar = int | float | bool
@@ -711,10 +711,11 @@ def _ew_plan(op: str, ops: list, tensors: list) -> tuple:
         except Exception:
             shown = ", ".join(k.name if isinstance(k, np.dtype) else k.__name__ for k in kinds)
             raise TypeError(f"{op}: not supported for operand dtypes ({shown})") from None
-        if op in ("sigmoid", "leaky_relu", "rsqrt", "reciprocal") and out_dtype.kind not in "fc":
+        rule = ELEMENTWISE[op].info.dtypes
+        if rule.float_result and out_dtype.kind not in "fc":
             out_dtype = dt.float64
             in_dtypes = (dt.float64,)
-        if op in LOGICAL:
+        if rule.bool_inputs:
             in_dtypes = tuple(dt.bool_ for _ in in_dtypes)
     if out_dtype not in dt.SUPPORTED:
         raise TypeError(f"{op}: result dtype {out_dtype} is not supported by lazymath")

@@ -43,7 +43,7 @@ def _scalar(op: SOp, srcs: list[np.ndarray]):
     dtype = np.dtype(op.dtype)
     if op.op == "cast":
         return srcs[0].astype(dtype)
-    fn = ELEMENTWISE[op.op][1]
+    fn = ELEMENTWISE[op.op].info.ref
     out = fn(*srcs, op.arg) if op.op == "leaky_relu" else fn(*srcs)
     return np.asarray(out).astype(dtype, copy=False)
 

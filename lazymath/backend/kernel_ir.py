@@ -19,29 +19,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Scalar op vocabulary: name -> arity. ``arg`` carries the extra parameter where noted.
+from ..graph.ops import ELEMENTWISE
+from ..graph.ops import REDUCE_OPS as REDUCE_OPS  # the reduce ops a ReduceKernel takes
+
+# Scalar op vocabulary: name -> arity, the op registry's elementwise ops (`graph.ops.Op`) plus
+# three leaves. ``arg`` carries the extra parameter where the op record says so (leaky_relu's
+# slope); ``cast`` converts to the op's dtype; ``where(cond: bool, a, b)``.
 SCALAR_OPS: dict[str, int] = {
-    # leaves
     "load": 0,  # arg = input index
     "const": 0,  # arg = python scalar (already of the op's dtype)
     "acc": 0,  # the accumulator value (reduce/matmul epilogues only)
-    # unary
-    "neg": 1, "abs": 1, "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "reciprocal": 1,
-    "sin": 1, "cos": 1, "tan": 1, "tanh": 1, "sigmoid": 1, "relu": 1,
-    "leaky_relu": 1,  # arg = negative slope (float)
-    "sign": 1, "floor": 1, "ceil": 1, "round": 1,  # round = half to even, like numpy
-    "logical_not": 1,
-    "cast": 1,  # to the op's dtype; float->int truncates toward zero, ->bool is != 0
-    # binary
-    "add": 2, "sub": 2, "mul": 2, "div": 2, "floor_divide": 2, "remainder": 2, "pow": 2,
-    "maximum": 2, "minimum": 2,
-    "eq": 2, "ne": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2,
-    "logical_and": 2, "logical_or": 2,
-    # ternary
-    "where": 3,  # where(cond: bool, a, b)
-}  # fmt: skip
-
-REDUCE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin")
+    **{name: op.arity for name, op in ELEMENTWISE.items()},
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ stream assignment in `streams`, the printable result in `schedule`.
 from __future__ import annotations
 
 from ..graph.node import Node
-from ..graph.ops import ELEMENTWISE
+from ..graph.ops import ELEMENTWISE, VIEWS
 from .grouping import plan
 from .memory import plan_memory
 from .schedule import Schedule, ScheduledKernel, kernel_cost_class, ridge_point
@@ -30,7 +30,7 @@ def _ops(g) -> list[str]:
             ops.append(n.op)
         elif n.op == "reduce":
             ops.append(n.arg[0])
-        elif n.op not in ("reshape", "permute", "expand", "slice"):
+        elif n.op not in VIEWS:
             ops.append(n.op)
     return ops or ["copy"]
 

@@ -7,6 +7,8 @@ fuse?".
 
 from __future__ import annotations
 
+from ..graph.ops import ELEMENTWISE
+
 # (producer kind, consumer kind): (fuses?, reason when it does not)
 FUSE: dict[tuple[str, str], tuple[bool, str]] = {
     ("elementwise", "elementwise"): (True, ""),
@@ -23,13 +25,14 @@ FUSE: dict[tuple[str, str], tuple[bool, str]] = {
     ("elementwise", "aicpu"): (False, "AI CPU kernels run separately from AI Core kernels"),
 }
 
-# Ops the 910B FixPipe applies on the way L0C -> GM. A split-architecture Cube core has no UB,
-# so any other epilogue op runs in a separate Vector kernel that meets it in GM.
-FIXPIPE_OPS = frozenset({"relu", "cast"})
+# Ops the 910B FixPipe applies on the way L0C -> GM (relu, cast). A split-architecture Cube core
+# has no UB, so any other epilogue op runs in a separate Vector kernel that meets it in GM.
+# From the op records (`graph.ops`, trait `fixpipe`).
+FIXPIPE_OPS = frozenset(k for k, m in ELEMENTWISE.items() if m.info.fixpipe)
 
-# Ops whose recomputation is not cheap (several native instructions or a divide).
-EXPENSIVE_OPS = frozenset({"exp", "log", "sin", "cos", "tan", "tanh", "sigmoid", "pow", "sqrt",
-                           "rsqrt", "div", "reciprocal", "floor_divide", "remainder"})  # fmt: skip
+# Ops whose recomputation is not cheap (a divide, a square root or a transcendental): the op
+# records' cost class (`OpInfo.expensive`).
+EXPENSIVE_OPS = frozenset(k for k, m in ELEMENTWISE.items() if m.info.expensive)
 
 # A node with consumers in several kernels is recomputed in each of them when the work it would
 # duplicate is at most this many ops and none is expensive: kernels here are memory bound, and a

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..graph.node import Node
+from ..graph.ops import VIEWS
 
-VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice"})
+VIEW_OPS = VIEWS  # reshape, permute, expand, slice: the op records of kind view
 
 
 @dataclass(frozen=True, slots=True)

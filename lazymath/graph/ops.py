@@ -1,22 +1,165 @@
-"""The graph's op vocabulary, as tables.
+"""The op registry: one record per op. Every other table of ops is derived from it.
 
-ELEMENTWISE maps each elementwise op to the numpy ufunc whose type resolution defines its dtype
-rule (so promotion is numpy's by construction) and to its reference implementation. The names are
-the same as the backend's scalar ops (`backend.kernel_ir.SCALAR_OPS`), so fusion translates a
-node into an SOp by name.
+`Op` has one member per op of the graph. Its value is an `OpInfo` record: arity, kind, dtype
+rule, numpy reference, cost class, fusion traits and lowering. `Op` members are `str`s equal to
+their lowercase names (``Op.EXP == "exp"``), so a node's ``op`` (a plain string: it is a key in
+hot paths) and a member compare, hash and look up interchangeably; ``Op("exp")`` or
+``OPS["exp"]`` gives the member of a name.
 
-Other node kinds:
+What derives from the records (nothing restates the vocabulary):
+- here: `ELEMENTWISE`, `UNARY`, `BINARY`, `COMPARISONS`, `LOGICAL`, `VIEWS`, `REDUCE_OPS`,
+  `kind()` and the dtype rule `ufunc_dtypes()`;
+- the tensor bindings (`lazymath.add`, `lazymath.exp`, ...) for simple unary and binary ops;
+- the fusion rule sets (`fusion.rules.FIXPIPE_OPS`, `EXPENSIVE_OPS`) and `fusion.views.VIEW_OPS`;
+- the kernel IR's scalar vocabulary (`backend.kernel_ir.SCALAR_OPS`, `REDUCE_OPS`);
+- the lowering tables of the Vector templates, the Cube epilogue and vmath's composites: the
+  record names its lowering as data (`Native("vexp")`, `Composite("sin")`, `AiCpu()`) and the
+  backend resolves it (graph/ never imports backend/).
+
+Node ops that are not elementwise:
   buffer, const                    leaves
   reshape, permute, expand, slice  views (zero-copy; `slice` also covers flip via step -1)
-  reduce                           arg = (op, axes); output drops the reduced axes
+  reduce                           arg = (op, axes), op one of `REDUCE_OPS`; drops the axes
   matmul                           srcs (a, b) with equal batch dims: (..., m, k) @ (..., k, n)
   pad, concat                      copies, arg = (widths, value) / axis
   conv1d, fft                      arg = parameters; reference numpy paths (AI CPU kernels)
+
+How to add an elementwise op: add one member below (the numpy ufunc that defines its dtype rule,
+its reference, cost, traits and lowering). If the lowering is a native instruction or a vmath
+composite that exists, that is all: the binding `lazymath.<name>`, fusion, the kernel IR, both
+backends and the tests' op tables pick it up. A new composite also needs its expansion in
+`backend/vmath.py` (and a host fallback in `lower_llvm._vhostmath` / `interp._HOST` for the
+dtypes vmath leaves out).
 """
 
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
+
 import numpy as np
+
+# ============================================================================ record parts
+
+
+class Kind(str, enum.Enum):
+    """Coarse class of a node op: what fusion rules and visualization key on."""
+
+    ELEMENTWISE = "elementwise"
+    REDUCE = "reduce"
+    VIEW = "view"
+    LEAF = "leaf"
+    MATMUL = "matmul"
+    PAD = "pad"
+    CONCAT = "concat"
+    CONV1D = "conv1d"
+    FFT = "fft"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+class Cost(enum.IntEnum):
+    """Work per element, as the fusion planner weighs recomputation."""
+
+    FREE = 0  # no instruction: views, leaves
+    CHEAP = 1  # one simple vector instruction (add, max, compare, select, ...)
+    DIVIDE = 2  # a divide or square root: many cycles per repeat
+    TRANSCENDENTAL = 3  # exp/log (native) or a composite polynomial sequence
+
+
+@dataclass(frozen=True, slots=True)
+class Ufunc:
+    """dtype rule: numpy's type resolution of `ufunc` (promotion is numpy's by construction).
+
+    `float_result`: an integer or bool result becomes float64 (numpy's rule for the ufunc would
+    give an integer); `bool_inputs`: the operands are cast to bool first (logical ops)."""
+
+    ufunc: np.ufunc
+    float_result: bool = False
+    bool_inputs: bool = False
+
+
+# Lowerings: what the backend turns an op into. Plain data; `backend/` resolves them.
+@dataclass(frozen=True, slots=True)
+class Native:
+    """One native vector instruction per tile (`isa.VUnary` / `VBinary` op name)."""
+
+    instr: str
+
+
+@dataclass(frozen=True, slots=True)
+class Composite:
+    """A vmath composite (native instructions: range reduction + polynomial) for floats.
+
+    `fallback`: the native instruction used where vmath does not expand the dtype (integers,
+    float64 for some ops); None means the host libm (`isa.VHostMath`)."""
+
+    fn: str
+    fallback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Emitted:
+    """A short hand-written instruction sequence in the templates' expression emitter
+    (compare, select, cast, sign, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceInstr:
+    """A reduction: `instr` reduces a tile into the accumulator, `combine` merges two partial
+    results (None: arg-reductions carry an index and have their own merge)."""
+
+    instr: str
+    combine: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Cube:
+    """A Cube-unit template (matmul)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AiCpu:
+    """No AI Core template: the AI CPU runs the numpy reference."""
+
+
+@dataclass(frozen=True, slots=True)
+class NoCode:
+    """Nothing to run: leaves, and views (strides read in place)."""
+
+
+Lowering = Native | Composite | Emitted | ReduceInstr | Cube | AiCpu | NoCode
+
+
+@dataclass(frozen=True, slots=True)
+class OpInfo:
+    """One op, everything the layers need to know about it.
+
+    arity: operands (node sources); kind: `Kind`; dtypes: the dtype rule (None: the binding
+    computes it: where, cast, non-elementwise ops); ref: numpy reference (None: structural, the
+    reference executor handles the node kind); cost: `Cost`; fixpipe: the 910B FixPipe applies
+    it on the way L0C -> GM (a Cube epilogue op that needs no Vector kernel); inplace: computed
+    by one instruction that may write over its operand's tile; lower: the `Lowering`.
+    """
+
+    name: str
+    arity: int
+    kind: Kind
+    dtypes: Ufunc | None
+    ref: object
+    cost: Cost
+    lower: Lowering
+    fixpipe: bool = False
+    inplace: bool = False
+
+    @property
+    def expensive(self) -> bool:
+        """Not cheap to recompute in every consumer kernel (fusion materializes it once)."""
+        return self.cost >= Cost.DIVIDE
+
+
+# ============================================================================ references
 
 
 def _sigmoid(x):
@@ -44,65 +187,149 @@ def _reciprocal(x):
     return (1 / x).astype(x.dtype, copy=False)
 
 
-# name -> (ufunc used for dtype resolution, reference implementation)
-ELEMENTWISE: dict[str, tuple] = {
-    "neg": (np.negative, np.negative),
-    "abs": (np.absolute, np.absolute),
-    "exp": (np.exp, np.exp),
-    "log": (np.log, np.log),
-    "sqrt": (np.sqrt, np.sqrt),
-    "rsqrt": (np.sqrt, _rsqrt),
-    "reciprocal": (np.sqrt, _reciprocal),  # float result like sqrt (numpy's is integer-valued)
-    "sin": (np.sin, np.sin),
-    "cos": (np.cos, np.cos),
-    "tan": (np.tan, np.tan),
-    "tanh": (np.tanh, np.tanh),
-    "sigmoid": (np.exp, _sigmoid),
-    "relu": (np.positive, _relu),
-    "leaky_relu": (np.sqrt, _leaky_relu),
-    "sign": (np.sign, np.sign),
-    "floor": (np.floor, np.floor),
-    "ceil": (np.ceil, np.ceil),
-    "round": (np.rint, np.rint),
-    "logical_not": (np.logical_not, np.logical_not),
-    "add": (np.add, np.add),
-    "sub": (np.subtract, np.subtract),
-    "mul": (np.multiply, np.multiply),
-    "div": (np.true_divide, np.true_divide),
-    "floor_divide": (np.floor_divide, np.floor_divide),
-    "remainder": (np.remainder, np.remainder),
-    "pow": (np.power, np.power),
-    "maximum": (np.maximum, np.maximum),
-    "minimum": (np.minimum, np.minimum),
-    "eq": (np.equal, np.equal),
-    "ne": (np.not_equal, np.not_equal),
-    "lt": (np.less, np.less),
-    "le": (np.less_equal, np.less_equal),
-    "gt": (np.greater, np.greater),
-    "ge": (np.greater_equal, np.greater_equal),
-    "logical_and": (np.logical_and, np.logical_and),
-    "logical_or": (np.logical_or, np.logical_or),
-    "where": (None, np.where),
-    "cast": (None, None),
-}
+# ============================================================================ the registry
 
-UNARY = frozenset(k for k, (u, _) in ELEMENTWISE.items() if u is not None and u.nin == 1)
-BINARY = frozenset(k for k, (u, _) in ELEMENTWISE.items() if u is not None and u.nin == 2)
-COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
-LOGICAL = frozenset({"logical_and", "logical_or", "logical_not"})
-VIEWS = frozenset({"reshape", "permute", "expand", "slice"})
-REDUCE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin")
+EW, RED, VIEW, LEAF = Kind.ELEMENTWISE, Kind.REDUCE, Kind.VIEW, Kind.LEAF
+FREE, CHEAP, DIVIDE, TRANSC = Cost.FREE, Cost.CHEAP, Cost.DIVIDE, Cost.TRANSCENDENTAL
+U = Ufunc
+
+
+class Op(str, enum.Enum):
+    """Every op of the graph, one record each (see the module docstring)."""
+
+    # --- elementwise, unary
+    NEG = OpInfo("neg", 1, EW, U(np.negative), np.negative, CHEAP, Native("vneg"), inplace=True)
+    ABS = OpInfo("abs", 1, EW, U(np.absolute), np.absolute, CHEAP, Native("vabs"), inplace=True)
+    EXP = OpInfo("exp", 1, EW, U(np.exp), np.exp, TRANSC, Native("vexp"), inplace=True)
+    LOG = OpInfo("log", 1, EW, U(np.log), np.log, TRANSC, Native("vln"), inplace=True)
+    SQRT = OpInfo("sqrt", 1, EW, U(np.sqrt), np.sqrt, DIVIDE, Native("vsqrt"), inplace=True)
+    RSQRT = OpInfo("rsqrt", 1, EW, U(np.sqrt, float_result=True), _rsqrt, DIVIDE,
+                   Native("vrsqrt"), inplace=True)  # fmt: skip
+    # float result like sqrt (numpy's reciprocal of an integer is integer-valued)
+    RECIPROCAL = OpInfo("reciprocal", 1, EW, U(np.sqrt, float_result=True), _reciprocal, DIVIDE,
+                        Native("vrec"), inplace=True)  # fmt: skip
+    SIN = OpInfo("sin", 1, EW, U(np.sin), np.sin, TRANSC, Composite("sin"))
+    COS = OpInfo("cos", 1, EW, U(np.cos), np.cos, TRANSC, Composite("cos"))
+    TAN = OpInfo("tan", 1, EW, U(np.tan), np.tan, TRANSC, Composite("tan"))
+    TANH = OpInfo("tanh", 1, EW, U(np.tanh), np.tanh, TRANSC, Composite("tanh"))
+    SIGMOID = OpInfo("sigmoid", 1, EW, U(np.exp, float_result=True), _sigmoid, TRANSC,
+                     Composite("sigmoid"))  # fmt: skip
+    RELU = OpInfo("relu", 1, EW, U(np.positive), _relu, CHEAP, Native("vrelu"), fixpipe=True,
+                  inplace=True)  # fmt: skip
+    # arg = negative slope (float)
+    LEAKY_RELU = OpInfo("leaky_relu", 1, EW, U(np.sqrt, float_result=True), _leaky_relu, CHEAP,
+                        Emitted())  # fmt: skip
+    SIGN = OpInfo("sign", 1, EW, U(np.sign), np.sign, CHEAP, Emitted())
+    FLOOR = OpInfo("floor", 1, EW, U(np.floor), np.floor, CHEAP, Native("vfloor"), inplace=True)
+    CEIL = OpInfo("ceil", 1, EW, U(np.ceil), np.ceil, CHEAP, Native("vceil"), inplace=True)
+    # half to even, like numpy
+    ROUND = OpInfo("round", 1, EW, U(np.rint), np.rint, CHEAP, Native("vrint"), inplace=True)
+    LOGICAL_NOT = OpInfo("logical_not", 1, EW, U(np.logical_not, bool_inputs=True),
+                         np.logical_not, CHEAP, Emitted(), inplace=True)  # fmt: skip
+
+    # --- elementwise, binary
+    ADD = OpInfo("add", 2, EW, U(np.add), np.add, CHEAP, Native("vadd"), inplace=True)
+    SUB = OpInfo("sub", 2, EW, U(np.subtract), np.subtract, CHEAP, Native("vsub"), inplace=True)
+    MUL = OpInfo("mul", 2, EW, U(np.multiply), np.multiply, CHEAP, Native("vmul"), inplace=True)
+    DIV = OpInfo("div", 2, EW, U(np.true_divide), np.true_divide, DIVIDE, Native("vdiv"),
+                 inplace=True)  # fmt: skip
+    FLOOR_DIVIDE = OpInfo("floor_divide", 2, EW, U(np.floor_divide), np.floor_divide, DIVIDE,
+                          Composite("floor_divide", fallback="vfloordiv"))  # fmt: skip
+    REMAINDER = OpInfo("remainder", 2, EW, U(np.remainder), np.remainder, DIVIDE,
+                       Composite("remainder", fallback="vmod"))  # fmt: skip
+    POW = OpInfo("pow", 2, EW, U(np.power), np.power, TRANSC, Composite("pow", fallback="vpow"))
+    MAXIMUM = OpInfo("maximum", 2, EW, U(np.maximum), np.maximum, CHEAP, Native("vmax"),
+                     inplace=True)  # fmt: skip
+    MINIMUM = OpInfo("minimum", 2, EW, U(np.minimum), np.minimum, CHEAP, Native("vmin"),
+                     inplace=True)  # fmt: skip
+    EQ = OpInfo("eq", 2, EW, U(np.equal), np.equal, CHEAP, Emitted())
+    NE = OpInfo("ne", 2, EW, U(np.not_equal), np.not_equal, CHEAP, Emitted())
+    LT = OpInfo("lt", 2, EW, U(np.less), np.less, CHEAP, Emitted())
+    LE = OpInfo("le", 2, EW, U(np.less_equal), np.less_equal, CHEAP, Emitted())
+    GT = OpInfo("gt", 2, EW, U(np.greater), np.greater, CHEAP, Emitted())
+    GE = OpInfo("ge", 2, EW, U(np.greater_equal), np.greater_equal, CHEAP, Emitted())
+    LOGICAL_AND = OpInfo("logical_and", 2, EW, U(np.logical_and, bool_inputs=True),
+                         np.logical_and, CHEAP, Emitted())  # fmt: skip
+    LOGICAL_OR = OpInfo("logical_or", 2, EW, U(np.logical_or, bool_inputs=True),
+                        np.logical_or, CHEAP, Emitted())  # fmt: skip
+
+    # --- elementwise, other (dtype rule in the binding): where(cond: bool, a, b), cast
+    WHERE = OpInfo("where", 3, EW, None, np.where, CHEAP, Emitted())
+    # to the node's dtype; float->int truncates toward zero, ->bool is != 0
+    CAST = OpInfo("cast", 1, EW, None, None, CHEAP, Emitted(), fixpipe=True, inplace=True)
+
+    # --- reductions: the op of a `reduce` node (arg[0]); dtype rule in the binding
+    SUM = OpInfo("sum", 1, RED, None, np.sum, CHEAP, ReduceInstr("vcadd", "vadd"))
+    PROD = OpInfo("prod", 1, RED, None, np.prod, CHEAP, ReduceInstr("vcmul", "vmul"))
+    MAX = OpInfo("max", 1, RED, None, np.max, CHEAP, ReduceInstr("vcmax", "vmax"))
+    MIN = OpInfo("min", 1, RED, None, np.min, CHEAP, ReduceInstr("vcmin", "vmin"))
+    ARGMAX = OpInfo("argmax", 1, RED, None, np.argmax, CHEAP, ReduceInstr("vargmax", None))
+    ARGMIN = OpInfo("argmin", 1, RED, None, np.argmin, CHEAP, ReduceInstr("vargmin", None))
+
+    # --- structural node ops (the reference executor and the templates handle each kind)
+    BUFFER = OpInfo("buffer", 0, LEAF, None, None, FREE, NoCode())
+    CONST = OpInfo("const", 0, LEAF, None, None, FREE, NoCode())
+    RESHAPE = OpInfo("reshape", 1, VIEW, None, None, FREE, NoCode())
+    PERMUTE = OpInfo("permute", 1, VIEW, None, None, FREE, NoCode())
+    EXPAND = OpInfo("expand", 1, VIEW, None, None, FREE, NoCode())
+    SLICE = OpInfo("slice", 1, VIEW, None, None, FREE, NoCode())
+    REDUCE = OpInfo("reduce", 1, RED, None, None, CHEAP, NoCode())  # the node; arg[0] says which
+    MATMUL = OpInfo("matmul", 2, Kind.MATMUL, None, None, CHEAP, Cube())
+    PAD = OpInfo("pad", 1, Kind.PAD, None, None, CHEAP, AiCpu())
+    CONCAT = OpInfo("concat", -1, Kind.CONCAT, None, None, CHEAP, AiCpu())  # any number of srcs
+    CONV1D = OpInfo("conv1d", -1, Kind.CONV1D, None, None, CHEAP, AiCpu())  # x, w[, bias]
+    FFT = OpInfo("fft", 1, Kind.FFT, None, None, CHEAP, AiCpu())
+
+    def __new__(cls, info: OpInfo):
+        obj = str.__new__(cls, info.name)
+        obj._value_ = info.name
+        obj.info = info
+        return obj
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    # shortcuts to the record
+    arity = property(lambda self: self.info.arity)
+    kind = property(lambda self: self.info.kind)
+    lowering = property(lambda self: self.info.lower)  # not `lower`: str.lower stays a method
+    ref = property(lambda self: self.info.ref)
+
+
+del EW, RED, VIEW, LEAF, FREE, CHEAP, DIVIDE, TRANSC, U
+
+for _m in Op:
+    if _m.name.lower() != _m.value:
+        raise AssertionError(f"Op.{_m.name}: record name {_m.value!r} is not the member name")
+
+
+def ufunc_bool(ufunc: np.ufunc) -> bool:
+    """True when every loop of `ufunc` returns bool (a comparison)."""
+    return all(t.endswith("->?") for t in ufunc.types if "O" not in t)
+
+
+# ============================================================================ derived tables
+# Keys are plain `str` (node ops are plain strings; exact-str dict lookups are the fast ones).
+
+OPS: dict[str, Op] = {m.value: m for m in Op}
+ELEMENTWISE: dict[str, Op] = {m.value: m for m in Op if m.kind is Kind.ELEMENTWISE}
+UNARY = frozenset(k for k, m in ELEMENTWISE.items() if m.arity == 1 and m.info.dtypes)
+BINARY = frozenset(k for k, m in ELEMENTWISE.items() if m.arity == 2)
+LOGICAL = frozenset(
+    k for k, m in ELEMENTWISE.items() if m.info.dtypes and m.info.dtypes.bool_inputs
+)
+# binary ops whose result is bool for any operands (and whose inputs are not cast to bool)
+COMPARISONS = frozenset(k for k in BINARY - LOGICAL
+                        if ufunc_bool(ELEMENTWISE[k].info.dtypes.ufunc))  # fmt: skip
+VIEWS = frozenset(m.value for m in Op if m.kind is Kind.VIEW)
+REDUCE_OPS = tuple(m.value for m in Op if m.kind is Kind.REDUCE and m is not Op.REDUCE)
+_KIND: dict[str, str] = {m.value: m.kind.value for m in Op}
 
 
 def kind(op: str) -> str:
-    """Coarse class of a node op, used by fusion rules and visualization."""
-    if op in ELEMENTWISE:
-        return "elementwise"
-    if op in VIEWS:
-        return "view"
-    if op in ("buffer", "const"):
-        return "leaf"
-    return op  # reduce, matmul, pad, concat, conv1d, fft
+    """Coarse class of a node op, used by fusion rules and visualization (a plain string:
+    elementwise, view, leaf, reduce, matmul, pad, concat, conv1d, fft)."""
+    return _KIND.get(op, op)
 
 
 def ufunc_dtypes(op: str, operands: tuple) -> tuple[tuple[np.dtype, ...], np.dtype]:
@@ -110,7 +337,7 @@ def ufunc_dtypes(op: str, operands: tuple) -> tuple[tuple[np.dtype, ...], np.dty
 
     Operands are dtypes (tensors) or Python scalar types (weak, as in NEP 50).
     """
-    ufunc = ELEMENTWISE[op][0]
+    ufunc = ELEMENTWISE[op].info.dtypes.ufunc
     # a Python bool is not weak in NEP 50 (it is the lowest kind already): numpy's
     # resolve_dtypes only takes the weak types int/float/complex, so pass bool as np.bool_
     operands = tuple(_BOOL if o is bool else o for o in operands)

@@ -101,7 +101,7 @@ def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
         if op in ELEMENTWISE:
             if op == "cast":
                 return srcs[0].astype(node.dtype)
-            fn = ELEMENTWISE[op][1]
+            fn = ELEMENTWISE[op].info.ref
             out = fn(*srcs, arg) if op == "leaky_relu" else fn(*srcs)
             return np.asarray(out).astype(node.dtype, copy=False)
         if op == "reshape":
