@@ -23,6 +23,7 @@ from llvmlite import ir
 from lazymath.backend import cost, gemm, interp, isa, lower_llvm
 from lazymath.backend import isa_cube as cube
 from lazymath.backend.kernel_ir import Expr
+from lazymath.graph.ops import COMPARISONS, ELEMENTWISE, LOGICAL, Native
 
 # ============================================================================= LLVM
 
@@ -94,12 +95,13 @@ def _val(ctx: lower_llvm.LowerCtx, e: isa.IntExpr) -> gemm.Val:
 
 
 # ----------------------------------------------------------------------------- scalar expressions
-_BIN = {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "maximum": "vmax",
-        "minimum": "vmin", "floor_divide": "vfloordiv", "remainder": "vmod",
-        "pow": "vpow"}  # fmt: skip
-_UN = {"neg": "vneg", "abs": "vabs", "exp": "vexp", "log": "vln", "sqrt": "vsqrt",
-       "rsqrt": "vrsqrt", "reciprocal": "vrec", "relu": "vrelu", "floor": "vfloor",
-       "ceil": "vceil", "round": "vrint"}  # fmt: skip
+# From the op records (`graph.ops.Op`): ops that are one native instruction per element, and
+# the binary composites by their native fallback (a scalar epilogue has no vmath sequence).
+_BIN = {k: m.lowering.instr if isinstance(m.lowering, Native) else m.lowering.fallback
+        for k, m in ELEMENTWISE.items() if m.arity == 2
+        and (isinstance(m.lowering, Native) or getattr(m.lowering, "fallback", None))}  # fmt: skip
+_UN = {k: m.lowering.instr for k, m in ELEMENTWISE.items()
+       if m.arity == 1 and isinstance(m.lowering, Native)}  # fmt: skip
 
 
 def _round16(ctx: lower_llvm.LowerCtx, dtype: str, v: ir.Value) -> ir.Value:
@@ -138,12 +140,12 @@ def emit_scalar_expr(
             v = lower_llvm.binary_op(ctx, _BIN[name], dt, *srcs)
         elif name in _UN:
             v = lower_llvm.unary_op(ctx, _UN[name], dt, srcs[0])
-        elif name in ("eq", "ne", "lt", "le", "gt", "ge"):
+        elif name in COMPARISONS:
             v = lower_llvm.compare(ctx, name, sdt[0], *srcs)
         elif name == "where":
             c = b.icmp_unsigned("!=", srcs[0], ir.Constant(srcs[0].type, 0))
             v = b.select(c, srcs[1], srcs[2])
-        elif name in ("logical_and", "logical_or", "logical_not"):
+        elif name in LOGICAL:
             bits = [b.icmp_unsigned("!=", s, ir.Constant(s.type, 0)) for s in srcs]
             r = (
                 (b.and_ if name == "logical_and" else b.or_)(*bits)

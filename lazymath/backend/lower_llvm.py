@@ -394,7 +394,7 @@ class LowerCtx:
         k = 0
         while k < len(body):
             instr = body[k]
-            if type(instr) in ELEMENTWISE:
+            if type(instr) in ELEMENTWISE_INSTRS:
                 run, end = _fusible_run(self, body, k)
                 if run:
                     if body_refs is None:
@@ -817,16 +817,17 @@ class Elem:
     dst_stride: object = 1
 
 
-# Elementwise instruction types -> Elem builder. Consecutive instructions of these types over the
+# Elementwise *instruction types* (isa.VBinary, VUnary, ...; not graph ops, whose table is
+# `graph.ops.ELEMENTWISE`) -> Elem builder. Consecutive instructions of these types over the
 # same n are lowered as ONE vectorized loop (see `lower_elementwise`).
-ELEMENTWISE: dict[type, Callable] = {}
+ELEMENTWISE_INSTRS: dict[type, Callable] = {}
 
 
 def elementwise(cls):
     """Register an elementwise instruction: `fn(ctx, instr) -> Elem` (fusible with others)."""
 
     def deco(fn):
-        ELEMENTWISE[cls] = fn
+        ELEMENTWISE_INSTRS[cls] = fn
         LOWER[cls] = lambda ctx, i: lower_elementwise(ctx, [fn(ctx, i)])
         return fn
 
@@ -929,9 +930,9 @@ def _fusible_run(ctx: LowerCtx, body, start: int) -> tuple[list, int]:
         if t in (isa.SetFlag, isa.WaitFlag) and elems:
             k += 1
             continue
-        if t not in ELEMENTWISE:
+        if t not in ELEMENTWISE_INSTRS:
             break
-        e = ELEMENTWISE[t](ctx, instr)
+        e = ELEMENTWISE_INSTRS[t](ctx, instr)
         if e is None or (elems and not _same_n(e.n, elems[0].n)):
             break
         strides = e.src_strides or (1,) * len(e.srcs)

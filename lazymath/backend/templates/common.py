@@ -19,6 +19,7 @@ import numpy as np
 
 from lazymath.backend import isa
 from lazymath.backend.kernel_ir import ArgView, Expr, SOp
+from lazymath.graph.ops import COMPARISONS, ELEMENTWISE, Composite, Native
 
 # Set by backend.compile while it builds a kernel that calls the vector math library for its
 # composites instead of inlining them (vmath.call_plan decides per kernel).
@@ -217,13 +218,15 @@ def _last_uses(expr: Expr, results: tuple[int, ...]) -> list[int]:
     return last
 
 
-# ops that compute with one native instruction per element and may run in place
-_INPLACE_OK = {
-    "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "relu", "floor", "ceil", "round",
-    "add", "sub", "mul", "div", "maximum", "minimum", "logical_not", "cast",
-}  # fmt: skip
-
-COMPOSITE = ("sin", "cos", "tan", "tanh", "sigmoid", "pow", "floor_divide", "remainder")
+# From the op records (`graph.ops.Op`): ops that compute with one instruction per element and
+# may run in place (trait `inplace`), and the vmath composites (lowering `Composite`: sin, cos,
+# tan, tanh, sigmoid, pow, floor_divide, remainder; a `fallback` is the native instruction used
+# where vmath does not expand the dtype, else the host libm)
+_INPLACE_OK = frozenset(k for k, m in ELEMENTWISE.items() if m.info.inplace)
+_COMPOSITE: dict[str, Composite] = {
+    k: m.lowering for k, m in ELEMENTWISE.items() if isinstance(m.lowering, Composite)
+}
+COMPOSITE = tuple(_COMPOSITE)
 
 
 class ExprEmitter:
@@ -360,17 +363,11 @@ class ExprEmitter:
             x, y = t(srcs[0], src_dtypes[0]), t(srcs[1], src_dtypes[1])
             b.emit(isa.VBinary(_binary_native(name, k), dst, x, y, n))
             return
-        if name in ("floor_divide", "remainder"):
+        if name in _COMPOSITE and _COMPOSITE[name].fallback:  # floor_divide, remainder, pow
             x, y = t(srcs[0], src_dtypes[0]), t(srcs[1], src_dtypes[1])
             if k == "f" and self._composite(name, dst, (x, y), dt):
                 return
-            b.emit(isa.VBinary("vfloordiv" if name == "floor_divide" else "vmod", dst, x, y, n))
-            return
-        if name == "pow":
-            x, y = t(srcs[0], src_dtypes[0]), t(srcs[1], src_dtypes[1])
-            if k == "f" and self._composite(name, dst, (x, y), dt):
-                return
-            b.emit(isa.VBinary("vpow", dst, x, y, n))
+            b.emit(isa.VBinary(_COMPOSITE[name].fallback, dst, x, y, n))
             return
         if name in _CMPS:
             a, c = srcs
@@ -412,7 +409,7 @@ class ExprEmitter:
             return
         if name == "sign":
             return self._sign(dst, srcs[0], dt)
-        if name in COMPOSITE and k == "f":
+        if name in _COMPOSITE and k == "f":
             x = t(srcs[0], src_dtypes[0])
             if self._composite(name, dst, (x,), dt):
                 return
@@ -444,7 +441,7 @@ class ExprEmitter:
                 for r in tb.borrowed:
                     self.pool.put(r)
                 return True
-        if name in ("floor_divide", "remainder", "pow"):
+        if getattr(_COMPOSITE.get(name), "fallback", None):
             return False  # native vfloordiv / vmod / vpow handle floats too
         self.b.emit(isa.VHostMath(name, dst, tuple(srcs), self.n))
         return True
@@ -514,23 +511,21 @@ class ExprEmitter:
             self.pool.put(r)
 
 
-_UNARY_NATIVE = {
-    "neg": "vneg", "abs": "vabs", "exp": "vexp", "log": "vln", "sqrt": "vsqrt",
-    "rsqrt": "vrsqrt", "reciprocal": "vrec", "relu": "vrelu", "floor": "vfloor",
-    "ceil": "vceil", "round": "vrint",
-}  # fmt: skip
-_BINARY_NATIVE = {"add", "sub", "mul", "div", "maximum", "minimum"}
+# ops lowered to one native instruction (op records' lowering `Native`): name -> instruction
+_UNARY_NATIVE = {k: m.lowering.instr for k, m in ELEMENTWISE.items()
+                 if m.arity == 1 and isinstance(m.lowering, Native)}  # fmt: skip
+_BINARY_NATIVE = {k: m.lowering.instr for k, m in ELEMENTWISE.items()
+                  if m.arity == 2 and isinstance(m.lowering, Native)}  # fmt: skip
 _COMMUTATIVE_SCALAR = {"add": "vadds", "mul": "vmuls", "maximum": "vmaxs", "minimum": "vmins"}
-_CMPS = {"eq", "ne", "lt", "le", "gt", "ge"}
+_CMPS = COMPARISONS
 _SWAP = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 
 
 def _binary_native(name: str, kind: str) -> str:
-    if kind == "b":
+    if kind == "b":  # bool: the logical instruction with the same truth table
         return {"add": "vor", "mul": "vand", "maximum": "vor", "minimum": "vand",
                 "sub": "vxor", "div": "vdiv"}[name]  # fmt: skip
-    return {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "maximum": "vmax",
-            "minimum": "vmin"}[name]  # fmt: skip
+    return _BINARY_NATIVE[name]
 
 
 def _wrap_neg(val, dtype: str):

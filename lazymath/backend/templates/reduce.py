@@ -31,9 +31,12 @@ import numpy as np
 from lazymath.backend import isa
 from lazymath.backend.kernel_ir import ReduceKernel
 from lazymath.backend.templates import common as C
+from lazymath.graph.ops import OPS, REDUCE_OPS, ReduceInstr
 
-_VRED = {"sum": "vcadd", "prod": "vcmul", "max": "vcmax", "min": "vcmin"}
-_VBIN = {"sum": "vadd", "prod": "vmul", "max": "vmax", "min": "vmin"}
+# sum/prod/max/min: the tile reduction and the merge of partials, from the op records
+_VRED = {k: OPS[k].lowering.instr for k in REDUCE_OPS if OPS[k].lowering.combine}
+_VBIN = {k: OPS[k].lowering.combine for k in REDUCE_OPS if OPS[k].lowering.combine}
+assert all(isinstance(OPS[k].lowering, ReduceInstr) for k in REDUCE_OPS)
 SPLIT_MAX_OUT = 1024  # outputs: up to this many, a long reduction is split over blocks
 
 
@@ -82,7 +85,7 @@ def _plan(ir: ReduceKernel, spec, name: str):
     keep = [d for d in range(len(ir.in_shape)) if d not in axes]
     out_size = C.prod(ir.out_shape)
     red_size = C.prod(ir.in_shape[d] for d in axes)
-    if ir.op not in ("sum", "prod", "max", "min", "argmax", "argmin"):
+    if ir.op not in REDUCE_OPS:
         raise NotImplementedError(f"reduce op {ir.op!r}")
     if out_size == 0:
         return isa.Program(name, args, (), (), 1, 1), {"mode": "empty"}
