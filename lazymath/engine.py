@@ -668,6 +668,12 @@ def schedule(*tensors, spec=None):
     from .runtime import get_spec
 
     roots = _nodes_of(tensors)
+    from .realize import sharded_hook
+
+    if roots and sharded_hook() is not None:  # sharded inputs: the distributed plan
+        plan = sharded_hook().schedule(roots)
+        if plan is not None:
+            return plan
     outputs = _plan_outputs(roots)[0] if roots else []  # the outputs a realize would write
     sp = get_spec(spec) if spec is not None else _device_spec()
     from .fusion import make_schedule

@@ -95,10 +95,28 @@ def commit(node: gn.Node, value: np.ndarray) -> None:
     gn.forget(node)
 
 
+# lazymath.distributed installs an object here when the first sharded tensor is made; graphs
+# that read sharded data then realize on the Dask cluster (`SHARDED.realize(roots)` is True)
+SHARDED = None
+
+
+def sharded_hook():
+    """The installed distributed hook (or None). `lazymath.realize` the attribute is this
+    module's `realize` function, so other modules read the hook through this function."""
+    return SHARDED
+
+
+def install_sharded_hook(hook) -> None:
+    global SHARDED
+    SHARDED = hook
+
+
 def realize(*tensors) -> None:
     """Compute every given tensor; shared work is computed once."""
     roots = _nodes_of(tensors)
     if not roots:
+        return
+    if SHARDED is not None and SHARDED.realize(roots):
         return
     backend = backend_name()
     if backend == "reference":

@@ -95,6 +95,13 @@ def visualize(*tensors, filename: str | os.PathLike | None = None, stage: str = 
 
 
 def _dot_of(tensors, stage, chain_min, max_nodes, spec) -> str:
+    from ..realize import sharded_hook
+
+    hook = sharded_hook()
+    if hook is not None and stage == "kernels":  # sharded inputs: the distributed plan
+        src = hook.dot(_nodes(tensors))
+        if src is not None:
+            return src
     vg = collapse(build(*tensors, stage=stage, spec=spec), chain_min, max_nodes)
     return to_dot(vg, title=_title(vg))
 
