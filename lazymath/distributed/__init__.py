@@ -29,6 +29,7 @@ from .api import (
 from .cluster import SCHEDULER_ENV, close, get_client
 from .explain import to_dot
 from .plan import Plan, PlanError
+from .simulate import placeholder, scaling, scaling_table, simulate
 from .worker import ShardError
 
 __all__ = [
@@ -43,9 +44,13 @@ __all__ = [
     "gather",
     "is_sharded",
     "get_client",
+    "placeholder",
     "plan",
+    "scaling",
+    "scaling_table",
     "shard",
     "shards",
+    "simulate",
     "to_dask",
     "to_dot",
     "worker_stats",

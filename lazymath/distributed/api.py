@@ -60,6 +60,8 @@ class Source:
             raise RuntimeError(
                 "this sharded result lives on another (or a closed) Dask client; compute it again"
             )
+        if self.kind == "virtual":
+            raise RuntimeError("a placeholder (ld.placeholder) has no data: plan or simulate it")
         nm = g.name(f"{self.kind}-shards")
         keys = []
         spans = bounds(self.sizes)
@@ -301,17 +303,13 @@ def to_dask(t: Tensor):
         for i, key in enumerate(k):
             idx = [0] * len(node.shape)
             idx[a] = i
-            g.dsk[(name, *idx)] = key if not _is_key(key) else (_identity, key)
+            g.dsk[(name, *idx)] = (_identity, key)
         chunks = tuple(d.place.sizes if j == a else (s,) for j, s in enumerate(node.shape))
     else:
         g.dsk[(name,) + (0,) * len(node.shape)] = (_identity, k)
         chunks = tuple((s,) for s in node.shape)
     hlg = HighLevelGraph.from_collections(name, g.dsk, dependencies=[])
     return da.Array(hlg, name, chunks, dtype=node.dtype)
-
-
-def _is_key(k) -> bool:
-    return isinstance(k, tuple) and k and isinstance(k[0], str)
 
 
 def _identity(x):

@@ -187,6 +187,23 @@ def _line_of(text: str) -> int:
     raise AssertionError(text)
 
 
+def test_scheduler_address_from_the_environment(client, monkeypatch):
+    from lazymath.distributed import cluster
+
+    monkeypatch.setenv("LAZYMATH_DASK_SCHEDULER", client.scheduler.address)
+    saved = cluster._state["client"]
+    cluster._state["client"] = None
+    try:
+        x = ld.shard(_rand((8, 4), seed=15), n=2)
+        y = ld.compute(x * 3.0)  # no client given: the address from the environment
+        c = ld.get_client()
+        assert c is not client and c.scheduler.address == client.scheduler.address
+        np.testing.assert_allclose(y.numpy(), _rand((8, 4), seed=15) * 3.0, rtol=1e-6)
+        c.close()
+    finally:
+        cluster._state["client"] = saved
+
+
 def test_killed_worker_loses_nothing(client):
     a = _rand((8 * 128, 256), seed=12)
     b = _rand((256, 256), seed=13)
