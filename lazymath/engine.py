@@ -19,11 +19,12 @@ from sys import getrefcount as _getrefcount
 
 import numpy as np
 
+from . import settings
 from .backend import ir_reference
 from .graph import node as gn
 from .graph import reference
 from .graph.ops import ELEMENTWISE
-from .realize import backend_name, commit, env
+from .realize import backend_name, commit
 from .runtime import api as _rt_api
 from .runtime import profiler as rprof
 from .runtime.pool import _aligned
@@ -539,6 +540,8 @@ def _run_validated(sk, ck, args) -> None:
 # ----------------------------------------------------------------------------- caches
 
 _programs: dict = {}
+_DEBUG = settings.DEBUG
+_VALIDATE = settings.VALIDATE
 STATS = {"program_hits": 0, "program_misses": 0}
 
 
@@ -547,10 +550,7 @@ def _device_spec():
 
 
 def _debug_level() -> int:
-    try:
-        return int(env("LAZYMATH_DEBUG", "0") or 0)
-    except ValueError:
-        return 0
+    return _DEBUG.get()
 
 
 def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, backend: str):
@@ -620,7 +620,7 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
         prog = compile_program(outputs, leaves, order, spec, backend)
         _programs[key] = prog
         leaves = [n for n in leaves]  # planner may have made some contiguous
-    validate = env("LAZYMATH_VALIDATE", "") not in ("", "0")
+    validate = _VALIDATE.get()
     results = prog.run([n.realized for n in leaves], validate=validate, hit=hit,
                        leaf_nodes=leaves)  # fmt: skip
     for n, v in zip(outputs, results):
@@ -638,7 +638,7 @@ def _debug_print(prog: Program, hit: bool, level: int, t0: float) -> None:
     line = (f"[lazymath] realize: {len(sched.kernels)} kernel(s), program cache "
             f"{'hit' if hit else 'miss'}, planned peak {fmt_bytes(sched.planned_peak_bytes)}, "
             f"{dt_us:.0f} us")  # fmt: skip
-    out_dir = os.environ.get("LAZYMATH_DEBUG_DIR")
+    out_dir = settings.DEBUG_DIR.get()
     chunks = [line]
     if level >= 2:
         chunks.append(str(sched))

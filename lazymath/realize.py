@@ -7,51 +7,21 @@ node by node with numpy.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
+from . import settings
 from .graph import node as gn
 from .graph import reference
 
-_ENV_DATA = getattr(os.environ, "_data", None)
-_ENV_KEYS = {}
-
-
-def env(name: str, default: str = "") -> str:
-    """os.environ.get without its cost on the realize path.
-
-    `os.environ.get` of an unset variable raises and catches a KeyError inside the Mapping
-    protocol (~1 us); every realize reads three settings, usually unset. CPython keeps the
-    live environment in `os.environ._data` (updated by every assignment to os.environ), keyed
-    by the encoded name, so one dict lookup answers; elsewhere fall back to os.environ."""
-    data = _ENV_DATA
-    if data is not None:
-        key = _ENV_KEYS.get(name)
-        if key is None:
-            key = _ENV_KEYS[name] = os.environ.encodekey(name)
-        value = data.get(key)
-        return default if value is None else os.environ.decodevalue(value)
-    return os.environ.get(name, default)
-
-
-if _ENV_DATA is not None:  # the layout assumed above; if this CPython differs, do not use it
-    try:
-        if env("PATH", "\0") != os.environ.get("PATH", "\0"):
-            _ENV_DATA = None
-    except Exception:
-        _ENV_DATA = None
+_BACKEND = settings.BACKEND
+_DEBUG = settings.DEBUG
 
 
 def backend_name() -> str:
-    name = env("LAZYMATH_BACKEND", "llvm").lower()
-    if name not in ("llvm", "interp", "reference", "irref"):
-        raise ValueError(
-            f"LAZYMATH_BACKEND={name!r} is not a backend; use 'llvm' (default), 'interp' or "
-            f"'reference'"
-        )
-    return name
+    """$LAZYMATH_BACKEND: "llvm" (default), "interp", "reference" or "irref"."""
+    return _BACKEND.get()
 
 
 def _nodes_of(tensors) -> list[gn.Node]:
@@ -118,7 +88,7 @@ def realize(*tensors) -> None:
         return
     if SHARDED is not None and SHARDED.realize(roots):
         return
-    backend = backend_name()
+    backend = _BACKEND.get()
     if backend == "reference":
         t0 = time.perf_counter()
         outputs = live_outputs(roots)
@@ -144,7 +114,7 @@ def _run_compiled():
 
 
 def _debug_line(outputs, what: str, t0: float) -> None:
-    level = int(env("LAZYMATH_DEBUG", "0") or 0)
+    level = _DEBUG.get()
     if level >= 1:
         dt_us = (time.perf_counter() - t0) * 1e6
         print(f"[lazymath] realize {len(outputs)} output(s) via {what} in {dt_us:.0f} us")

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lazymath import settings
 from lazymath.backend import isa, kernel_cache
 from lazymath.backend.kernel_ir import ArgView, kernel_args
 
@@ -48,7 +49,9 @@ _pool_lock = threading.Lock()
 
 
 def default_backend() -> str:
-    b = os.environ.get("LAZYMATH_BACKEND", "llvm")
+    """$LAZYMATH_BACKEND if it compiles kernels ("llvm" or "interp"), else "llvm" (the
+    "reference" and "irref" backends never compile; a kernel compiled under them is native)."""
+    b = settings.BACKEND.get()
     return b if b in BACKENDS else "llvm"
 
 

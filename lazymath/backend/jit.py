@@ -42,6 +42,7 @@ import threading
 
 import llvmlite  # the package only: its version, no LLVM shared library
 
+from lazymath import settings
 from lazymath.backend import elfload
 
 KERNEL_CFUNC = ctypes.CFUNCTYPE(
@@ -184,7 +185,7 @@ def elfload_enabled() -> bool:
     """elfload for disk-cache hits (``LAZYMATH_ELFLOAD=0`` forces MCJIT, for debugging)."""
     if not ELF_HOST:
         return False
-    return os.environ.get("LAZYMATH_ELFLOAD", "1") not in ("0", "false", "off", "no")
+    return settings.ELFLOAD.get()
 
 
 def loaded_address(symbol: str) -> int | None:
@@ -405,10 +406,7 @@ _TIMED_OUT = object()
 
 
 def _compile_timeout() -> float:
-    try:
-        return float(os.environ.get("LAZYMATH_COMPILE_TIMEOUT", "300") or 300)
-    except ValueError:
-        return 300.0
+    return settings.COMPILE_TIMEOUT.get()
 
 
 def _run_with_timeout(fn, timeout: float):

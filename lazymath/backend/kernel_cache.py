@@ -32,6 +32,8 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
+from lazymath import settings
+
 try:  # CPython's builtin SHA-256; `hashlib` would load OpenSSL's libcrypto (3.5 MiB of RSS)
     from _sha2 import sha256 as _sha256  # Python >= 3.12
 except ImportError:
@@ -53,7 +55,7 @@ _code_version: str | None = None
 
 
 def cache_dir() -> Path:
-    d = os.environ.get("LAZYMATH_CACHE_DIR")
+    d = settings.CACHE_DIR.get()
     if d:
         return Path(d)
     xdg = os.environ.get("XDG_CACHE_HOME")
@@ -62,7 +64,7 @@ def cache_dir() -> Path:
 
 
 def disk_enabled() -> bool:
-    return os.environ.get("LAZYMATH_CACHE", "1") not in ("0", "false", "off", "no")
+    return settings.CACHE.get()
 
 
 def code_version() -> str:

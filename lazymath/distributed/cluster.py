@@ -12,6 +12,7 @@ import atexit
 import logging
 import os
 
+from .. import settings
 from . import worker as W
 
 SCHEDULER_ENV = "LAZYMATH_DASK_SCHEDULER"
@@ -21,12 +22,7 @@ _state: dict = {"client": None, "cluster": None, "prepared": set()}
 
 
 def _scheduler_address() -> str:
-    try:  # the settings module (r-core) when it is there
-        from .. import settings
-
-        return settings.get(SCHEDULER_ENV) or ""
-    except Exception:
-        return os.environ.get(SCHEDULER_ENV, "")
+    return settings.get(SCHEDULER_ENV) or ""
 
 
 def _worker_plugin():
@@ -41,7 +37,7 @@ def _worker_plugin():
         def setup(self, worker):
             from ..backend.kernel_cache import cache_dir
 
-            base = os.environ.get(CACHE_BASE_ENV)
+            base = settings.get(CACHE_BASE_ENV)
             if not base:
                 base = str(cache_dir())
                 os.environ[CACHE_BASE_ENV] = base

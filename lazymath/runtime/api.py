@@ -24,24 +24,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import settings
 from . import profiler as _prof
 from .device import DeviceSpec, get_spec
 from .pool import BlockPool, DeviceBuffer, MemoryPool, MemoryStats, block_pool, run_serial
 from .stream import _CALL, _KERNEL, Event, Stream, raise_pending
 
-SCHEDULER_ENV = "LAZYMATH_SCHEDULER"
-_SCHEDULERS = {"threads": "threads", "streams": "threads", "async": "threads", "sync": "sync"}
+_SCHEDULERS = settings.SCHEDULER.choices  # accepted names -> "threads" or "sync"
 
 
 def scheduler_from_env() -> str:
     """ "threads" (default) or "sync", from $LAZYMATH_SCHEDULER."""
-    raw = os.environ.get(SCHEDULER_ENV, "").strip().lower() or "threads"
-    try:
-        return _SCHEDULERS[raw]
-    except KeyError:
-        raise ValueError(
-            f"{SCHEDULER_ENV}={raw!r} is not a scheduler; use 'threads' (default) or 'sync'"
-        ) from None
+    return settings.SCHEDULER.get()
 
 
 class _SerialPool:

@@ -1,0 +1,245 @@
+"""Every LAZYMATH_* environment variable: one table, one parser, one boolean convention.
+
+Each setting is one `Setting` row in `SETTINGS` (name, kind, default, doc). Code reads a value
+with `settings.get("LAZYMATH_X")` or, on hot paths, through the row itself (`BACKEND.get()`).
+
+The environment is read on every `get` (tests and users change it at run time), but cheaply:
+one dict lookup of the raw value, and the parsed value is cached per raw value, so an unchanged
+variable is never parsed twice. An unset or empty variable means the default. A bad value raises
+`ValueError` naming the variable and what it accepts, on every read (it is never cached).
+
+Conventions:
+- booleans: 1/0, true/false, on/off, yes/no (case-insensitive);
+- choices: case-insensitive names from a fixed list (aliases allowed);
+- int and float: validated, with an optional lower bound.
+
+Adding a variable is one `Setting(...)` row below; then regenerate the README table with
+`python -m lazymath.settings --markdown` (a test checks that the README matches).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["Setting", "SETTINGS", "get", "markdown_table"]
+
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = ("0", "false", "off", "no")
+_BOOLS = {**dict.fromkeys(_TRUE, True), **dict.fromkeys(_FALSE, False)}
+
+_ENV_DATA = getattr(os.environ, "_data", None)
+_UNSET = object()
+
+
+class Setting:
+    """One environment variable: `kind` is "bool", "int", "float", "str", "path" or "choice".
+
+    For "choice", `choices` maps each accepted (lower-case) spelling to its value; `shown` lists
+    the spellings named in errors and docs (default: all of them). `minimum` bounds numbers."""
+
+    __slots__ = ("name", "kind", "default", "doc", "choices", "shown", "minimum", "_key", "_cache")
+
+    def __init__(self, name, kind, default, doc, choices=None, shown=None, minimum=None):
+        if kind not in ("bool", "int", "float", "str", "path", "choice"):
+            raise ValueError(f"setting {name}: unknown kind {kind!r}")
+        if kind == "choice" and not choices:
+            raise ValueError(f"setting {name}: a choice needs its choices")
+        self.name = name
+        self.kind = kind
+        self.default = default
+        self.doc = doc
+        self.choices = dict(choices) if choices else None
+        self.shown = tuple(shown) if shown else (tuple(self.choices) if choices else ())
+        self.minimum = minimum
+        self._key = os.environ.encodekey(name) if _ENV_DATA is not None else name
+        self._cache = (_UNSET, None)  # (raw value, parsed value): one tuple, swapped atomically
+
+    def raw(self):
+        """The variable's raw value in the environment (None if unset)."""
+        data = _ENV_DATA
+        if data is not None:
+            value = data.get(self._key)
+            return None if value is None else os.environ.decodevalue(value)
+        return os.environ.get(self.name)
+
+    def get(self):
+        """The parsed value (the default if unset or empty); ValueError on a bad value."""
+        data = _ENV_DATA
+        raw = data.get(self._key) if data is not None else os.environ.get(self.name)
+        cache = self._cache
+        if raw is cache[0]:  # the same object as last time: the environment did not change
+            return cache[1]
+        value = self.parse(raw if data is None or raw is None else os.environ.decodevalue(raw))
+        self._cache = (raw, value)
+        return value
+
+    def parse(self, text: str | None):
+        """The value `text` (a raw environment string, or None) stands for."""
+        if text is None:
+            return self.default
+        s = text.strip()
+        if not s:
+            return self.default
+        kind = self.kind
+        if kind == "str" or kind == "path":
+            return text  # a path may have meaningful spaces
+        if kind == "bool":
+            v = _BOOLS.get(s.lower())
+            if v is None:
+                raise self.error(text)
+            return v
+        if kind == "choice":
+            v = self.choices.get(s.lower(), _UNSET)
+            if v is _UNSET:
+                raise self.error(text)
+            return v
+        try:
+            v = int(s) if kind == "int" else float(s)
+        except ValueError:
+            raise self.error(text) from None
+        if v != v or (self.minimum is not None and v < self.minimum):  # NaN or below the bound
+            raise self.error(text)
+        return v
+
+    def accepted(self) -> str:
+        """What this variable accepts, in words (for errors and the README)."""
+        if self.kind == "bool":
+            return "a boolean: 1/0, true/false, on/off, yes/no"
+        if self.kind == "choice":
+            return "one of " + ", ".join(repr(c) for c in self.shown)
+        if self.kind in ("int", "float"):
+            what = "an integer" if self.kind == "int" else "a number"
+            return what if self.minimum is None else f"{what} >= {self.minimum:g}"
+        return "a directory path" if self.kind == "path" else "a string"
+
+    def error(self, text: str) -> ValueError:
+        return ValueError(f"{self.name}={text!r} is not valid: expected {self.accepted()}")
+
+    def __repr__(self) -> str:
+        return f"Setting({self.name!r}, {self.kind!r}, default={self.default!r})"
+
+
+# Backend names and what they are (the first is the default). Kept here so the error message and
+# the README name every backend; `backend.compile.BACKENDS` are the ones that compile kernels.
+BACKEND_NAMES = ("llvm", "interp", "reference", "irref")
+
+BACKEND = Setting(
+    "LAZYMATH_BACKEND", "choice", "llvm",
+    "`llvm` (default, native code), `interp` (numpy interpreter of the ISA, exact and slow), "
+    "`reference` (node-by-node numpy), `irref` (fused kernel IR on numpy, for debugging fusion)",
+    choices={b: b for b in BACKEND_NAMES},
+)  # fmt: skip
+SCHEDULER = Setting(
+    "LAZYMATH_SCHEDULER", "choice", "threads",
+    "`threads` (default: streams run on host worker threads); `sync` runs kernels in order on "
+    "the calling thread (no streams). Read when a device is created",
+    choices={"threads": "threads", "streams": "threads", "async": "threads", "sync": "sync"},
+    shown=("threads", "sync"),
+)  # fmt: skip
+CACHE_DIR = Setting(
+    "LAZYMATH_CACHE_DIR", "path", None,
+    "disk kernel cache directory (default: `$XDG_CACHE_HOME/lazymath`, else "
+    "`~/.cache/lazymath`)",
+)  # fmt: skip
+CACHE = Setting(
+    "LAZYMATH_CACHE", "bool", True,
+    "`0` disables the disk kernel cache (default on)",
+)  # fmt: skip
+DEBUG = Setting(
+    "LAZYMATH_DEBUG", "int", 0,
+    "`1` one line per realize; `2` kernel table and fusion log; `3` ISA listing; `4` LLVM IR; "
+    "`5` host assembly (default 0: silent)",
+    minimum=0,
+)  # fmt: skip
+DEBUG_DIR = Setting(
+    "LAZYMATH_DEBUG_DIR", "path", None,
+    "write the `LAZYMATH_DEBUG` output to numbered files in this directory instead of stdout",
+)  # fmt: skip
+VALIDATE = Setting(
+    "LAZYMATH_VALIDATE", "bool", False,
+    "`1` re-runs every kernel on the numpy oracle and raises on a mismatch, naming the kernel "
+    "and the line of your code that created it",
+)  # fmt: skip
+ELFLOAD = Setting(
+    "LAZYMATH_ELFLOAD", "bool", True,
+    "`0` loads disk-cached kernels through LLVM's MCJIT instead of lazymath's own ELF loader "
+    "(by default a process whose kernels are all cached never loads LLVM: ~50 MiB less RSS)",
+)  # fmt: skip
+COMPILE_TIMEOUT = Setting(
+    "LAZYMATH_COMPILE_TIMEOUT", "float", 300.0,
+    "seconds an LLVM optimization may take (default 300); past it the kernel is compiled again "
+    "with the vectorizers off, with a warning (guards against a rare LLVM loop-vectorizer hang)",
+    minimum=0,
+)  # fmt: skip
+DASK_SCHEDULER = Setting(
+    "LAZYMATH_DASK_SCHEDULER", "str", None,
+    "`tcp://host:port` of an existing Dask scheduler for `lazymath.distributed` (default: an "
+    "embedded LocalCluster, one worker per core)",
+)  # fmt: skip
+DASK_CACHE_BASE = Setting(
+    "LAZYMATH_DASK_CACHE_BASE", "path", None,
+    "internal, set on Dask workers by `lazymath.distributed`: the kernel cache directory under "
+    "which each worker gets its own",
+)  # fmt: skip
+
+SETTINGS: tuple[Setting, ...] = (
+    BACKEND,
+    SCHEDULER,
+    CACHE_DIR,
+    CACHE,
+    DEBUG,
+    DEBUG_DIR,
+    VALIDATE,
+    ELFLOAD,
+    COMPILE_TIMEOUT,
+    DASK_SCHEDULER,
+    DASK_CACHE_BASE,
+)
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def setting(name: str) -> Setting:
+    """The row of variable `name` (KeyError naming the known ones if there is none)."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"{name} is not a lazymath setting; known: {', '.join(_BY_NAME)}") from None
+
+
+def get(name: str):
+    """The parsed value of variable `name` (its default if unset or empty)."""
+    return setting(name).get()
+
+
+def check_all() -> dict:
+    """Parse every variable now: {name: value}; the first bad one raises."""
+    return {s.name: s.get() for s in SETTINGS}
+
+
+def markdown_table() -> str:
+    """The README's settings table, generated from `SETTINGS`."""
+    rows = ["| variable | accepts | meaning |", "|---|---|---|"]
+    for s in SETTINGS:
+        rows.append(f"| `{s.name}` | {s.accepted()} | {s.doc} |")
+    return "\n".join(rows)
+
+
+if _ENV_DATA is not None:  # the CPython layout `get` assumes; if this interpreter differs, don't
+    try:
+        _probe = os.environ.encodekey("PATH")
+        _v = _ENV_DATA.get(_probe)
+        if (None if _v is None else os.environ.decodevalue(_v)) != os.environ.get("PATH"):
+            raise ValueError
+    except Exception:
+        _ENV_DATA = None
+        for _s in SETTINGS:
+            _s._key = _s.name
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--markdown"]:
+        print(markdown_table())
+    else:
+        for _s in SETTINGS:
+            print(f"{_s.name}={_s.get()!r}")
