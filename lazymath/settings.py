@@ -182,6 +182,16 @@ DASK_CACHE_BASE = Setting(
     "internal, set on Dask workers by `lazymath.distributed`: the kernel cache directory under "
     "which each worker gets its own",
 )  # fmt: skip
+VMATH_CALLS = Setting(
+    "LAZYMATH_VMATH_CALLS", "choice", "auto",
+    "`auto` (default: a kernel with more than two vector-math composites calls them from the "
+    "runtime library, fewer are inlined), `always` (every composite is a library call), "
+    "`never` (every composite inlined)",
+    choices={**dict.fromkeys(("auto",), "auto"),
+             **dict.fromkeys(("always", "1", "on", "yes", "true", "call", "calls"), "always"),
+             **dict.fromkeys(("never", "0", "off", "no", "false", "inline"), "never")},
+    shown=("auto", "always", "never"),
+)  # fmt: skip
 
 SETTINGS: tuple[Setting, ...] = (
     BACKEND,
@@ -195,6 +205,7 @@ SETTINGS: tuple[Setting, ...] = (
     COMPILE_TIMEOUT,
     DASK_SCHEDULER,
     DASK_CACHE_BASE,
+    VMATH_CALLS,
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 

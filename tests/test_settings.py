@@ -34,6 +34,8 @@ GOOD = {
     "LAZYMATH_COMPILE_TIMEOUT": [("300", 300.0), ("2", 2.0), ("0.5", 0.5), ("1e3", 1000.0)],
     "LAZYMATH_DASK_SCHEDULER": [("tcp://10.0.0.1:8786", "tcp://10.0.0.1:8786")],
     "LAZYMATH_DASK_CACHE_BASE": [("/tmp/lm base", "/tmp/lm base")],
+    "LAZYMATH_VMATH_CALLS": [("auto", "auto"), ("Always", "always"), ("1", "always"),
+                             ("never", "never"), ("off", "never"), ("inline", "never")],
 }  # fmt: skip
 BAD = {
     "LAZYMATH_BACKEND": ["cuda", "llvm2", "1"],
@@ -43,6 +45,7 @@ BAD = {
     "LAZYMATH_VALIDATE": ["2", "y", "validate"],
     "LAZYMATH_ELFLOAD": ["2", "mcjit"],
     "LAZYMATH_COMPILE_TIMEOUT": ["-1", "soon", "nan"],
+    "LAZYMATH_VMATH_CALLS": ["sometimes", "2"],
 }
 # Variables whose every string is accepted (paths) have no bad values.
 NO_BAD = {

@@ -20,9 +20,9 @@ calls it is loaded. Kernels reference the symbol by name: elfload resolves it th
 
 from __future__ import annotations
 
-import os
 import threading
 
+from lazymath import settings
 from lazymath.backend import isa, kernel_cache
 
 PREFIX = "lazymath_vm_"
@@ -51,12 +51,7 @@ def _composites_in(ir) -> list[str]:
 def call_mode_setting() -> str:
     """LAZYMATH_VMATH_CALLS: auto (the rule of `call_plan`), always (every composite is a
     library call), never (every composite inlined)."""
-    v = (os.environ.get("LAZYMATH_VMATH_CALLS") or "auto").strip().lower()
-    if v in ("1", "always", "on", "yes", "true", "call", "calls"):
-        return "always"
-    if v in ("0", "never", "off", "no", "false", "inline"):
-        return "never"
-    return "auto"
+    return settings.VMATH_CALLS.get()
 
 
 def call_plan(ir, setting: str | None = None) -> tuple[bool, str]:
