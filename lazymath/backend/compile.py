@@ -66,6 +66,24 @@ def _thread_pool() -> ThreadPoolExecutor:
     return _pool
 
 
+MIN_FLOPS_PER_WORKER = 4_000_000  # ~50 us of host microkernel work per extra host thread
+
+
+def host_blocks(ir, program: isa.Program, workers: int | None = None) -> int:
+    """Host mapping: how many host threads run a program's blocks.
+
+    Cube programs carry the device's block count and take their items GetBlockIdx() style, so
+    any count is correct: at most one thread per host core and per device block, and one for a
+    tiny product (a host hand-off costs tens of microseconds). It changes neither the program
+    nor its simulated cost. Vector templates still choose their (host) block count themselves.
+    """
+    if program.unit != "cube" or getattr(ir, "kind", None) != "matmul":
+        return program.blocks
+    workers = workers or os.cpu_count() or 1
+    flops = 2 * math.prod(ir.batch) * max(ir.m, 1) * max(ir.n, 1) * max(ir.k, 1)
+    return max(1, min(workers, program.blocks, flops // MIN_FLOPS_PER_WORKER))
+
+
 def view_extent(v: ArgView) -> int:
     """Elements a flat buffer needs so every element of view `v` is in bounds."""
     if any(s == 0 for s in v.shape):
@@ -85,7 +103,7 @@ class CompiledKernel:
         self.program = program
         self.spec = spec
         self.backend = backend
-        self.blocks = program.blocks
+        self.blocks = host_blocks(ir, program)
         self.symbol = symbol
         self._addr = addr
         self._llvm_ir = llvm_ir

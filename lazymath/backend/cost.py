@@ -164,8 +164,14 @@ class CostCtx:
                 s.scalar += 1
             elif t is isa.WaitFlag:
                 s = self.state
-                q = s.flags.get((instr.src, instr.dst, self.int(instr.event)))
-                when = q.popleft() if q else 0.0
+                key = (instr.src, instr.dst, self.int(instr.event))
+                q = s.flags.get(key)
+                if not q:  # the NPU would wait forever: not a 1-cycle instruction
+                    raise ValueError(
+                        f"kernel {self.program.name}: wait_flag {key[0]}->{key[1]} {key[2]} "
+                        "with no pending set_flag (the NPU would deadlock)"
+                    )
+                when = q.popleft()
                 p = _FLAG_PIPE[instr.dst]
                 if p == "Scalar":
                     s.scalar = max(s.scalar, when)

@@ -275,7 +275,7 @@ def prefetch(b: ir.IRBuilder, p: ir.Value, locality: int) -> None:
 LINE = 16  # floats per 64-byte cache line
 
 
-def get_ukernel(mod: ir.Module, pf_lines: int = 1) -> ir.Function:
+def get_ukernel(mod: ir.Module, pf_lines: int = 1, rows: int = MR) -> ir.Function:
     """``ukernel(a, b, c, nfc, a_fc_stride, accumulate, pf_b, pf_c)``: C(6x16) (+)= A(6x16*nfc) B.
 
     `a` points at row 0 of a 6-row A micro-panel in NZ (row stride 16 floats, next fractal column
@@ -289,7 +289,7 @@ def get_ukernel(mod: ir.Module, pf_lines: int = 1) -> ir.Function:
     micro-panel, `pf_lines` lines per fractal column, so the calls that share one B micro-panel
     together pull the next one into L2; `pf_c` (the next L0C micro-tile) goes to L1 up front.
     """
-    name = f"lm_ukernel_6x16_pf{pf_lines}"
+    name = f"lm_ukernel_{rows}x16_pf{pf_lines}"  # rows < MR: the tail of a tile (emit_mmad)
     if name in mod.globals:
         return mod.globals[name]
     fp = PTR
@@ -301,7 +301,7 @@ def get_ukernel(mod: ir.Module, pf_lines: int = 1) -> ir.Function:
     a, bp, c, nfc, astride, accf, pfb, pfc = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     zero = ir.Constant(V8F, [0.0] * VW)
-    for r in range(MR):
+    for r in range(rows):
         prefetch(b, gep(b, pfc, r * NR), 3)
     # initial accumulators: zero or loaded from L0C
     do_load = b.icmp_signed("!=", accf, ir.Constant(I32, 0))
@@ -310,7 +310,7 @@ def get_ukernel(mod: ir.Module, pf_lines: int = 1) -> ir.Function:
     go = fn.append_basic_block("go")
     b.cbranch(do_load, ld, go)
     b.position_at_end(ld)
-    loaded = [vload(b, gep(b, c, r * NR + j * VW), V8F, 32) for r in range(MR) for j in range(2)]
+    loaded = [vload(b, gep(b, c, r * NR + j * VW), V8F, 32) for r in range(rows) for j in range(2)]
     b.branch(go)
     b.position_at_end(go)
     init = []
@@ -330,7 +330,7 @@ def get_ukernel(mod: ir.Module, pf_lines: int = 1) -> ir.Function:
     pa = b.phi(fp, name="pa")
     pb = b.phi(fp, name="pb")
     ppf = b.phi(fp, name="ppf")
-    accs = [b.phi(V8F, name=f"c{i}") for i in range(2 * MR)]
+    accs = [b.phi(V8F, name=f"c{i}") for i in range(2 * rows)]
     kv.add_incoming(c64(0), pre)
     pa.add_incoming(a, pre)
     pb.add_incoming(bp, pre)
@@ -345,7 +345,7 @@ def get_ukernel(mod: ir.Module, pf_lines: int = 1) -> ir.Function:
             prefetch(b, gep(b, ppf, kk * LINE), 2)
         b0 = vload(b, gep(b, pb, kk * NR), V8F, 32)
         b1 = vload(b, gep(b, pb, kk * NR + VW), V8F, 32)
-        for r in range(MR):
+        for r in range(rows):
             s = b.load(gep(b, pa, r * C0 + kk), typ=F32, align=4)
             v = splat(b, s)
             cur[2 * r] = fma8(b, v, b0, cur[2 * r])
@@ -363,7 +363,7 @@ def get_ukernel(mod: ir.Module, pf_lines: int = 1) -> ir.Function:
         p.add_incoming(v, blk)
     b.branch(head)
     b.position_at_end(end)
-    for r in range(MR):
+    for r in range(rows):
         for j in range(2):
             b.store(accs[2 * r + j], gep(b, c, r * NR + j * VW), align=32)
     b.ret_void()
@@ -398,17 +398,30 @@ def emit_mmad(
         b.zext(accumulate, I32) if not isinstance(accumulate, int) else ir.Constant(I32, accumulate)
     )
     nfc = ceil_div(b, k, C0)
+    # Micro-tiles of MR rows inside the C tile's padded rows; when that row count is not a
+    # multiple of MR (the NPU pads to 16, not to the host's MR), its last `tail` rows go through a
+    # `tail`-row microkernel: no row past the tile is read or written.
+    full = min(a_rows, c_rows) // MR  # m <= both (isa_cube.check_bounds)
+    tail = min(a_rows, c_rows) % MR
+    uk_tail = get_ukernel(b.module, q, tail) if tail else None
     with for_range(b, 0, ceil_div(b, n, NR), name="jr") as jr:
         pb = gep(b, bmat, b.mul(jr, c64(b_rows * C0)))
         pb_next = gep(b, pb, b_rows * C0)
         pc_col = gep(b, c, b.mul(jr, c64(c_rows * C0)))
-        with for_range(b, 0, ceil_div(b, m, MR), name="ir") as ir_:
+        groups = ceil_div(b, m, MR)
+        with for_range(b, 0, imin(b, groups, full), name="ir") as ir_:
             off = b.mul(ir_, c64(MR * C0))
             pc = gep(b, pc_col, off)
             line = b.and_(b.mul(ir_, c64(q)), c64(C0 - 1))
             pf_b = gep(b, pb_next, b.mul(line, c64(LINE)))
             b.call(uk, [gep(b, a, off), pb, pc, as_i64(nfc), c64(a_rows * C0), acc, pf_b,
                         gep(b, pc, MR * NR)])  # fmt: skip
+        if tail:
+            with b.if_then(b.icmp_signed(">", as_i64(groups), c64(full))):
+                off = full * MR * C0
+                pc = gep(b, pc_col, off)
+                b.call(uk_tail, [gep(b, a, off), pb, pc, as_i64(nfc), c64(a_rows * C0), acc,
+                                 pb_next, pc])  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- element conversion

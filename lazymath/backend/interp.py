@@ -64,6 +64,11 @@ class Machine:
             self.mem[buf.name] = np.zeros(buf.size, dtype=buf.dtype)
         self.env: dict[isa.Var, int] = {isa.BLOCK_IDX: block_idx, isa.BLOCK_NUM: block_num}
         self.flags: Counter = Counter()
+        self.race = None  # races.Tracker when the program synchronises with flags
+        if any(isinstance(i, (isa.SetFlag, isa.WaitFlag)) for i in program.instructions()):
+            from lazymath.backend.races import Tracker
+
+            self.race = Tracker(program)
 
     def int(self, e: isa.IntExpr) -> int:
         return isa.eval_int(e, self.env)
@@ -97,7 +102,10 @@ class Machine:
         return _compute_dtype(dt).type(dt.type(value))
 
     def run(self, body) -> None:
+        race = self.race
         for instr in body:
+            if race is not None:
+                race.access(self, instr)
             fn = INTERP.get(type(instr))
             if fn is None:
                 raise NotImplementedError(
@@ -487,6 +495,8 @@ def _atomic_add(m: Machine, i: isa.AtomicAdd) -> None:
 @register(isa.SetFlag)
 def _set_flag(m: Machine, i: isa.SetFlag) -> None:
     m.flags[(i.src, i.dst, m.int(i.event))] += 1
+    if m.race is not None:
+        m.race.set_flag(i, m.int(i.event))
 
 
 @register(isa.WaitFlag)
@@ -498,8 +508,12 @@ def _wait_flag(m: Machine, i: isa.WaitFlag) -> None:
             "set_flag (the NPU would deadlock)"
         )
     m.flags[key] -= 1
+    if m.race is not None:
+        m.race.wait_flag(i, key[2])
 
 
 @register(isa.PipeBarrier)
 def _barrier(m: Machine, i: isa.PipeBarrier) -> None:
     """In-order interpretation already completes every instruction before the next."""
+    if m.race is not None:
+        m.race.barrier()

@@ -802,6 +802,40 @@ def refs_of(instr) -> list[Ref]:
     return out
 
 
+PROGRAM_CHECKS: list = []  # (program, spec) -> None, raise ValueError; see Program.check
+
+
+def int_range(e: IntExpr, ranges: dict) -> tuple[float, float]:
+    """Interval [lo, hi] of an IntExpr given intervals of its variables (unknown: unbounded)."""
+    inf = float("inf")
+    if isinstance(e, int):
+        return e, e
+    if isinstance(e, Var):
+        return ranges.get(e, (-inf, inf))
+    a, b = int_range(e.a, ranges), int_range(e.b, ranges)
+    op = e.op
+    if op == "+":
+        return a[0] + b[0], a[1] + b[1]
+    if op == "-":
+        return a[0] - b[1], a[1] - b[0]
+    if op == "min":
+        return min(a[0], b[0]), min(a[1], b[1])
+    if op == "max":
+        return max(a[0], b[0]), max(a[1], b[1])
+    if op == "*":
+        cs = [x * y for x in a for y in b if not (x == 0 or y == 0)] or [0]
+        cs += [0] if 0 in (*a, *b) else []
+        return min(cs), max(cs)
+    if op == "%" and b[0] == b[1] and b[0] > 0:
+        if a[0] >= 0 and a[1] < b[0]:
+            return a
+        return 0, b[0] - 1
+    if op == "//" and b[0] > 0 and b[1] < inf:
+        cs = [x // y if abs(x) < inf else x for x in a for y in b]
+        return min(cs), max(cs)
+    return -inf, inf
+
+
 def _align_up(x: int, a: int) -> int:
     return (x + a - 1) // a * a
 
@@ -860,6 +894,8 @@ class Program:
         names = {b.name: b for b in (*self.args, *self.buffers)}
         if len(names) != len(self.args) + len(self.buffers):
             raise ValueError(f"kernel {self.name}: duplicate buffer names")
+        for extra in PROGRAM_CHECKS:  # registered by other ISA modules (isa_cube: bounds)
+            extra(self, spec)
         n_ids = spec.event_ids_per_pipe_pair
         for instr, _ in walk(self.body):
             for r in refs_of(instr):

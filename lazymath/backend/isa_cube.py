@@ -10,8 +10,11 @@ L0C is contiguous, a 16-column B micro-panel is contiguous) and changes no resul
 
 On the host the Cube buffers hold float32 even for float16 operands: MTE2 widens with F16C on
 the way in (the declared NPU buffer keeps its float16 dtype and byte count for the capacity
-check). MTE1 is a pointer step on the host (the CPU cache plays L0), so L0A/L0B refs alias the L1
-panel they were loaded from.
+check). MTE1 is a pointer step on the host (the CPU cache plays L0) where a static walk proves
+the alias unobservable (``lower_cube.aliasable_l0``), a copy otherwise.
+
+`Program.check` bounds every Cube access statically (`check_bounds`): a program that passes it
+cannot touch an on-chip element outside its buffers on any consumer.
 
 Lowerings for LLVM, the numpy interpreter and the cost model are registered in ``lower_cube``.
 """
@@ -40,6 +43,11 @@ class LoadNz:
     (flipped views); a transposed operand is just swapped strides. `prologue` is an elementwise
     expression applied on the way in (``load`` 0 = the raw element), evaluated in its own dtypes.
 
+    `reuse` (cost hint): how many loads of the whole launch read the same GM tile (a matmul
+    reads each A tile once per N panel, each B tile once per M tile); the cost model charges the
+    first at the HBM rate and the rest at the L2 rate (they run close in time on the other
+    cores).
+
     `memo` (host hint, optional): this load's source does not depend on the inner loops, so the
     host may keep the packed panel in slot `memo` of its thread workspace and repack only when
     `memo_fill` is non-zero (the Goto/BLIS "pack B once per panel"). The NPU and the interpreter
@@ -58,6 +66,7 @@ class LoadNz:
     memo_fill: isa.IntExpr = 1
     memo_slots: int = 0  # how many slots the block's workspace holds
     memo_slot_elems: int = 0  # elements per slot (the L1 panel size)
+    reuse: int = 1  # cost hint: LoadNz of the launch that read this same GM tile (L2 hits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +164,88 @@ isa.register_instr(Mmad, "Cube", _fmt_mmad)
 isa.register_instr(FixPipe, "FixPipe", _fmt_fixpipe)
 
 CUBE_INSTRS = (LoadNz, LoadL0, Mmad, FixPipe)
+
+
+# ----------------------------------------------------------------------------- static bounds
+
+
+def _pad(x: float, a: int) -> float:
+    return -(-x // a) * a
+
+
+def _nz_span(r: Ref_, off, rows, cols, rows_p: int, ranges, what: str, program) -> None:
+    """Raise unless an NZ block of rows x cols (upper bounds, already padded) at `off` with padded
+    row count `rows_p` stays inside its buffer and inside its fractal columns."""
+    lo, hi = isa.int_range(off, ranges)
+    if rows <= 0 or cols <= 0:
+        return
+    if rows > rows_p:
+        raise ValueError(f"kernel {program.name}: {what}: up to {rows:g} rows in an NZ tile of "
+                         f"{rows_p} padded rows")  # fmt: skip
+    last = hi + nz_index(int(rows) - 1, int(cols) - 1, rows_p) if hi < float("inf") else hi
+    if lo < 0 or last >= r.buf.size:
+        raise ValueError(f"kernel {program.name}: {what}: {r.buf.name}[{lo:g}..{last:g}] may fall "
+                         f"outside its {r.buf.size} elements")  # fmt: skip
+
+
+Ref_ = isa.Ref
+
+
+def check_bounds(program: isa.Program, spec) -> None:
+    """Every Cube instruction's on-chip accesses stay inside their buffers, for every value the
+    loop variables and Lets can take (interval arithmetic over the program's integer skeleton;
+    loop variables range over [start, last value]). What the host adds (Mmad's micro-tiles of
+    MR rows, 16-column groups) stays inside the same padded tiles by construction (gemm)."""
+    inf = float("inf")
+    ranges: dict = {isa.BLOCK_IDX: (0, inf), isa.BLOCK_NUM: (1, inf)}
+
+    def hi(e) -> float:
+        return isa.int_range(e, ranges)[1]
+
+    def visit(body) -> None:
+        for i in body:
+            if isinstance(i, isa.Loop):
+                s, t, st = (isa.int_range(x, ranges) for x in (i.start, i.stop, i.step))
+                last = t[1] - 1
+                if s[0] == s[1] and st[0] == st[1] and st[0] > 0 and last < inf:
+                    last = s[0] + (last - s[0]) // st[0] * st[0]
+                ranges[i.var] = (s[0], last)
+                visit(i.body)
+            elif isinstance(i, isa.If):
+                visit(i.body)
+            elif isinstance(i, isa.Let):
+                ranges[i.var] = isa.int_range(i.value, ranges)
+            elif isinstance(i, isa.AtomicAdd):
+                ranges[i.var] = (-inf, inf)
+            elif isinstance(i, LoadNz):
+                rows = _pad(hi(i.rows), i.row_pad)
+                _nz_span(i.dst, i.dst.off, rows, _pad(hi(i.cols), C0), i.dst_rows, ranges,
+                         "load_nz destination", program)  # fmt: skip
+            elif isinstance(i, LoadL0):
+                rows, cols = hi(i.rows), _pad(hi(i.cols), C0)
+                _nz_span(i.src, i.src.off, rows, cols, i.src_rows, ranges, "load_l0 source",
+                         program)  # fmt: skip
+                _nz_span(i.dst, i.dst.off, rows, cols, i.dst_rows, ranges,
+                         "load_l0 destination", program)  # fmt: skip
+            elif isinstance(i, Mmad):
+                m, n, k = hi(i.m), _pad(hi(i.n), C0), _pad(hi(i.k), C0)
+                _nz_span(i.a, i.a.off, m, k, i.a_rows, ranges, "mmad A", program)
+                _nz_span(i.b, i.b.off, k, n, i.b_rows, ranges, "mmad B", program)
+                _nz_span(i.c, i.c.off, m, n, i.c_rows, ranges, "mmad C", program)
+            elif isinstance(i, FixPipe):
+                _nz_span(i.src, i.src.off, hi(i.rows), _pad(hi(i.cols), C0), i.src_rows, ranges,
+                         "fixpipe source", program)  # fmt: skip
+                if i.dst.buf.scope != "GM":
+                    sm, sn = i.strides
+                    last = hi(i.dst.off) + (hi(i.rows) - 1) * sm + (hi(i.cols) - 1) * sn
+                    if isa.int_range(i.dst.off, ranges)[0] < 0 or last >= i.dst.buf.size:
+                        raise ValueError(f"kernel {program.name}: fixpipe destination "
+                                         f"{i.dst.buf.name} may overflow")  # fmt: skip
+
+    visit(program.body)
+
+
+isa.PROGRAM_CHECKS.append(check_bounds)
 
 
 def cube_cycles(m: int, n: int, k: int, in_dtype: str, spec) -> int:

@@ -7,9 +7,11 @@ relu / cast / epilogue.
 
 Host shadow storage: L1/L0A/L0B buffers are declared with the NPU operand dtype (float16 counts
 2 bytes for the capacity check) but the host keeps them as float32, so each gets an fp32 alloca
-of its element count. L0A/L0B refs are redirected to the L1 panel they were loaded from, and a
-memoised LoadNz redirects its L1 panel to a slot of the host thread's heap workspace
-(``gemm.get_thread_workspace``: MiB-sized panels do not belong on an 8 MiB thread stack).
+of its element count. An L0A/L0B buffer whose LoadL0 is proven alias-safe (`aliasable_l0`) points
+at the L1 panel it was loaded from (runtime pointer state), otherwise LoadL0 copies; a memoised
+LoadNz whose source the program never writes redirects its L1 panel to a slot of the host
+thread's heap workspace (``gemm.get_thread_workspace``: MiB-sized panels do not belong on an
+8 MiB thread stack). Mmad's micro-tiles never leave the tile (gemm.emit_mmad's tail kernel).
 
 Interpreter: exact numpy semantics of the same instructions on the declared buffers (NZ
 layouts, float16 buffers round like the NPU's).
@@ -20,12 +22,15 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from lazymath.backend import cost, gemm, interp, isa, lower_llvm
+from lazymath.backend import cost, gemm, interp, isa, lower_llvm, races
 from lazymath.backend import isa_cube as cube
 from lazymath.backend.kernel_ir import Expr
 from lazymath.graph.ops import COMPARISONS, ELEMENTWISE, LOGICAL, Native
 
 # ============================================================================= LLVM
+
+
+CUBE_SCOPES = ("L1", "L0A", "L0B", "L0C")  # only Cube instructions touch them: host fp32 shadows
 
 
 class _CubeState:
@@ -36,10 +41,16 @@ class _CubeState:
         self.shadow: dict[str, ir.Value] = {}
         self.redirect: dict[str, tuple[ir.Value, ir.Value]] = {}  # name -> (ptr, at offset)
         self.workspace: dict[str, ir.Value] = {}
+        self.alias: dict[str, tuple[ir.Value, ir.Value]] = {}  # L0 name -> (ptr slot, at slot)
+        self.alias_ok: frozenset[str] = frozenset()
+        self.alias_rows: dict[str, int] = {}  # aliased L0 name -> padded rows of its L1 tile
+        self.memo_ok = True
 
     def entry_alloca(self, n_floats: int, name: str) -> ir.Value:
-        b = ir.IRBuilder(self.ctx.entry)
-        b.position_at_start(self.ctx.entry)
+        b = self.ctx.builder
+        if b.block is not self.ctx.entry:  # (a second builder would shift ctx.builder's anchor)
+            b = ir.IRBuilder(self.ctx.entry)
+            b.position_at_start(self.ctx.entry)
         a = b.alloca(ir.ArrayType(gemm.F32, max(n_floats, 1)), name=name)
         a.type = gemm.PTR
         a.align = 64
@@ -58,24 +69,42 @@ class _CubeState:
                     if instr.dst.buf.name not in offsets:
                         offsets[instr.dst.buf.name] = total
                         total += -(-instr.memo_slots * instr.memo_slot_elems // 16) * 16
-            b = ir.IRBuilder(self.ctx.entry)
-            b.position_at_start(self.ctx.entry)
+            b = self.ctx.builder
+            if b.block is not self.ctx.entry:
+                b = ir.IRBuilder(self.ctx.entry)
+                b.position_at_start(self.ctx.entry)
             ws = b.call(gemm.get_thread_workspace(b.module), [gemm.c64(4 * total)], name="ws")
             for nm, off in offsets.items():
                 self.workspace[nm] = gemm.gep(b, ws, off) if off else ws
         return self.workspace[name]
 
     def base(self, buf: isa.Buffer) -> ir.Value:
-        if buf.dtype == "float32":
+        if buf.scope not in CUBE_SCOPES:
             return self.ctx.base[buf.name]
         if buf.name not in self.shadow:
             self.shadow[buf.name] = self.entry_alloca(buf.size, f"{buf.name}.f32")
         return self.shadow[buf.name]
 
+    def alias_slots(self, name: str) -> tuple[ir.Value, ir.Value]:
+        """Stack slots (pointer, dst offset) of the L1 panel an aliased L0 buffer last loaded:
+        runtime state, like the L0 buffer's contents (mem2reg turns them into registers)."""
+        if name not in self.alias:
+            b = self.ctx.builder
+            if b.block is not self.ctx.entry:
+                b = ir.IRBuilder(self.ctx.entry)
+                b.position_at_start(self.ctx.entry)
+            self.alias[name] = (b.alloca(gemm.PTR, name=f"{name}.alias"),
+                                b.alloca(gemm.I64, name=f"{name}.at"))  # fmt: skip
+        return self.alias[name]
+
     def ptr(self, ref: isa.Ref) -> ir.Value:
         """fp32 host pointer of an on-chip Cube ref (following redirections)."""
         b = self.ctx.builder
         off = self.ctx.int(ref.off)
+        if ref.buf.name in self.alias:
+            p_slot, at_slot = self.alias[ref.buf.name]
+            p = b.load(p_slot, typ=gemm.PTR)
+            return gemm.gep(b, p, b.sub(off, b.load(at_slot, typ=gemm.I64)))
         if ref.buf.name in self.redirect:
             p, at = self.redirect[ref.buf.name]
             return gemm.gep(b, p, b.sub(off, at))
@@ -86,8 +115,122 @@ def _state(ctx: lower_llvm.LowerCtx) -> _CubeState:
     st = getattr(ctx, "_cube_state", None)
     if st is None:
         st = _CubeState(ctx)
+        st.alias_ok = aliasable_l0(ctx.program)
+        st.memo_ok = memo_sources_read_only(ctx.program)
         ctx._cube_state = st
     return st
+
+
+# ----------------------------------------------------------------------------- shortcut proofs
+# The host takes two shortcuts over the NPU's copies; each is used only where a static walk of the
+# program proves it gives the same values as the copy (otherwise the lowering copies).
+
+
+def writes_of(instr) -> list[isa.Ref]:
+    """Refs an instruction writes: fields named dst* and Mmad's c."""
+    out = []
+    for k in getattr(instr, "__dataclass_fields__", {}):
+        v = getattr(instr, k)
+        if isinstance(v, isa.Ref) and (k.startswith("dst") or (k == "c" and isinstance(
+                instr, cube.Mmad))):  # fmt: skip
+            out.append(v)
+    return out
+
+
+def _vars_of(e) -> set:
+    out, stack = set(), [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, isa.Var):
+            out.add(x)
+        elif isinstance(x, isa.BinInt):
+            stack += [x.a, x.b]
+    return out
+
+
+_DIRTY = "dirty"
+
+
+def aliasable_l0(program: isa.Program) -> frozenset[str]:
+    """L0A/L0B buffers whose LoadL0 may be a pointer alias of the L1 panel on the host.
+
+    Copy and alias differ only when the L0 buffer is read after its source region in L1 changed,
+    or through an offset other than the one the last LoadL0 wrote. The walk tracks, per L0 buffer,
+    the (source buffer, dst offset expression, variables both offsets depend on) of its last
+    LoadL0; a write to the source buffer or a new value of one of those variables makes it stale.
+    Proven when every read of the buffer finds a fresh alias with the same offset expression, the
+    buffer is written only by LoadL0 with matching row counts from L1, and loops are walked twice
+    (loop-carried reads see the previous iteration's state). Anything else: copy."""
+    l0 = {b.name for b in program.buffers if b.scope in ("L0A", "L0B")}
+    bad: set[str] = set()
+    shapes: dict[str, set] = {}
+    for instr in program.instructions():
+        for w in writes_of(instr):
+            if w.buf.name in l0 and not (
+                isinstance(instr, cube.LoadL0) and instr.src.buf.scope == "L1"
+            ):
+                bad.add(w.buf.name)
+            if isinstance(instr, cube.LoadL0):
+                shapes.setdefault(w.buf.name, set()).add((instr.dst_rows, instr.src_rows))
+    bad |= {d for d, sh in shapes.items() if len(sh) > 1}  # one L1 row pitch per alias
+
+    def touch_var(state: dict, v) -> None:
+        for d, st in state.items():
+            if st is not _DIRTY and v in st[2]:
+                state[d] = _DIRTY
+
+    def run(body, state: dict) -> None:
+        for instr in body:
+            if isinstance(instr, isa.Loop):
+                entry = dict(state)
+                for _ in range(2):
+                    touch_var(state, instr.var)
+                    run(instr.body, state)
+                for d in set(state) | set(entry):  # zero trips: join with the entry state
+                    if state.get(d, _DIRTY) != entry.get(d, _DIRTY):
+                        state[d] = _DIRTY
+                continue
+            if isinstance(instr, isa.If):
+                entry = dict(state)
+                run(instr.body, state)
+                for d in set(state) | set(entry):
+                    if state.get(d, _DIRTY) != entry.get(d, _DIRTY):
+                        state[d] = _DIRTY
+                continue
+            if isinstance(instr, isa.Let):
+                touch_var(state, instr.var)
+                continue
+            if isinstance(instr, isa.AtomicAdd):
+                touch_var(state, instr.var)
+            writes = writes_of(instr)
+            wnames = {w.buf.name for w in writes}
+            for r in isa.refs_of(instr):  # reads first: an instruction reads before it writes
+                if r.buf.name in l0 and not isinstance(instr, (cube.Mmad, cube.LoadL0)):
+                    bad.add(r.buf.name)  # only Mmad reads an alias (with the L1 row pitch)
+                if r.buf.name in l0 and (r not in writes or isinstance(instr, cube.Mmad)):
+                    st = state.get(r.buf.name, _DIRTY)
+                    if st is _DIRTY or st[1] != r.off:
+                        bad.add(r.buf.name)
+            for d, st in list(state.items()):
+                if st is not _DIRTY and st[0] in wnames:
+                    state[d] = _DIRTY
+            if isinstance(instr, cube.LoadL0) and instr.dst.buf.name in l0:
+                deps = frozenset(_vars_of(instr.dst.off) | _vars_of(instr.src.off))
+                state[instr.dst.buf.name] = (instr.src.buf.name, instr.dst.off, deps)
+
+    run(program.body, {})
+    return frozenset(l0 - bad)
+
+
+def memo_sources_read_only(program: isa.Program) -> bool:
+    """A memoised LoadNz may skip its repack on the host only if nothing in the program writes
+    the GM buffer it reads (the interpreter checks the hint's claim that the source is the same
+    panel, see `_i_load_nz`)."""
+    written = {w.buf.name for i in program.instructions() for w in writes_of(i)}
+    return not any(
+        isinstance(i, cube.LoadNz) and i.memo is not None and i.src.buf.name in written
+        for i in program.instructions()
+    )
 
 
 def _val(ctx: lower_llvm.LowerCtx, e: isa.IntExpr) -> gemm.Val:
@@ -232,7 +375,8 @@ def _load_nz(ctx: lower_llvm.LowerCtx, i: cube.LoadNz) -> None:
         gemm.emit_pack_nz(b, dst, i.dst_rows, src, i.src.buf.dtype, 0, sr, sc,
                           _val(ctx, i.rows), _val(ctx, i.cols), i.row_pad, pro)  # fmt: skip
 
-    if i.memo is None:
+    if i.memo is None or not st.memo_ok:
+        st.redirect.pop(i.dst.buf.name, None)
         pack(st.ptr(i.dst))
         return
     slot = gemm.gep(
@@ -246,10 +390,27 @@ def _load_nz(ctx: lower_llvm.LowerCtx, i: cube.LoadNz) -> None:
 
 @lower_llvm.register(cube.LoadL0)
 def _load_l0(ctx: lower_llvm.LowerCtx, i: cube.LoadL0) -> None:
-    if i.dst_rows != i.src_rows:
-        raise NotImplementedError("LoadL0 between NZ tiles of different padded row counts")
     st = _state(ctx)
-    st.redirect[i.dst.buf.name] = (st.ptr(i.src), ctx.int(i.dst.off))
+    if i.dst.buf.name in st.alias_ok:  # proven unobservable (see aliasable_l0): pointer step
+        st.alias_rows[i.dst.buf.name] = i.src_rows  # the alias keeps L1's row pitch
+        p_slot, at_slot = st.alias_slots(i.dst.buf.name)
+        ctx.builder.store(st.ptr(i.src), p_slot)
+        ctx.builder.store(ctx.int(i.dst.off), at_slot)
+        return
+    # the NPU's copy: fractal column by fractal column (rows x 16 contiguous floats in each)
+    b = ctx.builder
+    src, dst = st.ptr(i.src), st.ptr(i.dst)
+    rows = ctx.int(i.rows)
+    nbytes = b.mul(rows, gemm.c64(cube.C0 * 4))
+    memcpy = ctx.intrinsic("llvm.memmove.p0.p0.i64", ir.VoidType(),
+                           [gemm.PTR, gemm.PTR, gemm.I64, gemm.I1])  # fmt: skip
+
+    def column(c: ir.Value) -> None:
+        ps = gemm.gep(b, src, b.mul(c, gemm.c64(i.src_rows * cube.C0)))
+        pd = gemm.gep(b, dst, b.mul(c, gemm.c64(i.dst_rows * cube.C0)))
+        b.call(memcpy, [pd, ps, nbytes, ir.Constant(gemm.I1, 0)])
+
+    ctx.for_range(0, gemm.ceil_div(b, ctx.int(i.cols), cube.C0), 1, column)
 
 
 @lower_llvm.register(cube.Mmad)
@@ -258,8 +419,10 @@ def _mmad(ctx: lower_llvm.LowerCtx, i: cube.Mmad) -> None:
     acc = i.accumulate
     accv = int(acc) if isinstance(acc, (int, np.integer)) else ctx.builder.icmp_signed(
         "!=", ctx.int(acc), gemm.c64(0))  # fmt: skip
-    gemm.emit_mmad(ctx.builder, st.ptr(i.c), i.c_rows, st.ptr(i.a), i.a_rows, st.ptr(i.b),
-                   i.b_rows, _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv)  # fmt: skip
+    a_rows = st.alias_rows.get(i.a.buf.name, i.a_rows)
+    b_rows = st.alias_rows.get(i.b.buf.name, i.b_rows)
+    gemm.emit_mmad(ctx.builder, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, st.ptr(i.b),
+                   b_rows, _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv)  # fmt: skip
 
 
 @lower_llvm.register(cube.FixPipe)
@@ -326,6 +489,17 @@ def _eval(expr: Expr, loads: list[np.ndarray], shape, acc=None) -> list[np.ndarr
 @interp.register(cube.LoadNz)
 def _i_load_nz(m: interp.Machine, i: cube.LoadNz) -> None:
     rows, cols = m.int(i.rows), m.int(i.cols)
+    if i.memo is not None:  # the hint lets the host skip this copy: check its claim
+        memo = m.__dict__.setdefault("memo", {})
+        key = (i.dst.buf.name, m.int(i.memo))
+        what = (m.int(i.src.off), rows, cols)
+        if m.int(i.memo_fill):
+            memo[key] = what
+        elif memo.get(key) != what:
+            raise ValueError(
+                f"kernel {m.program.name}: {cube._fmt_load_nz(i)} skips its repack on the host "
+                f"but memo slot {key[1]} holds {memo.get(key)}, not {what}"
+            )
     x = _gm_tile(m, i.src, rows, cols, i.strides)
     if i.prologue:
         x = np.broadcast_to(_eval(i.prologue, [x], x.shape)[-1], x.shape)
@@ -372,6 +546,48 @@ def _i_fixpipe(m: interp.Machine, i: cube.FixPipe) -> None:
         dst[idx] = acc.astype(dst.dtype)
 
 
+# ----------------------------------------------------------------------------- race footprints
+
+
+def _nz(m: interp.Machine, ref: isa.Ref, rows: int, cols: int, rows_p: int) -> tuple:
+    """(name, lo, hi) covering an NZ block (rows x cols, cols padded to the fractal width)."""
+    off = m.int(ref.off)
+    if rows <= 0 or cols <= 0:
+        return (ref.buf.name, off, off)
+    cp = -(-cols // cube.C0) * cube.C0
+    return (ref.buf.name, off, off + cube.nz_index(rows - 1, cp - 1, rows_p) + 1)
+
+
+@races.register(cube.LoadNz)
+def _fp_load_nz(m: interp.Machine, i: cube.LoadNz):
+    rows, cols = m.int(i.rows), m.int(i.cols)
+    rp = -(-rows // i.row_pad) * i.row_pad
+    return [races.strided(m, i.src, (rows, cols), i.strides)], [_nz(m, i.dst, rp, cols,
+                                                                    i.dst_rows)]  # fmt: skip
+
+
+@races.register(cube.LoadL0)
+def _fp_load_l0(m: interp.Machine, i: cube.LoadL0):
+    rows, cols = m.int(i.rows), m.int(i.cols)
+    return [_nz(m, i.src, rows, cols, i.src_rows)], [_nz(m, i.dst, rows, cols, i.dst_rows)]
+
+
+@races.register(cube.Mmad)
+def _fp_mmad(m: interp.Machine, i: cube.Mmad):
+    mm, nn, kk = m.int(i.m), m.int(i.n), m.int(i.k)
+    c = _nz(m, i.c, mm, nn, i.c_rows)
+    reads = [_nz(m, i.a, mm, kk, i.a_rows), _nz(m, i.b, kk, nn, i.b_rows)]
+    return reads + ([c] if m.int(i.accumulate) else []), [c]
+
+
+@races.register(cube.FixPipe)
+def _fp_fixpipe(m: interp.Machine, i: cube.FixPipe):
+    rows, cols = m.int(i.rows), m.int(i.cols)
+    reads = [_nz(m, i.src, rows, cols, i.src_rows)]
+    reads += [races.strided(m, r, (rows, cols), s) for r, s in zip(i.epi_srcs, i.epi_strides)]
+    return reads, [races.strided(m, i.dst, (rows, cols), i.strides)]
+
+
 # ============================================================================= cost
 # ``cost.register`` entries: (ctx, instr) -> (pipe, busy cycles, latency cycles).
 
@@ -385,7 +601,9 @@ def cost_load_nz(ctx: cost.CostCtx, i: cube.LoadNz) -> tuple:
     """MTE2 GM -> L1 with ND -> NZ: fixed cost + bytes at the GM read rate, GM read latency."""
     spec = ctx.spec
     nbytes = _bytes(i.src.buf.dtype, ctx.int(i.rows) * ctx.int(i.cols))
-    return "MTE2", spec.copy_l1_fixed + nbytes / spec.gm_read_bpc, spec.gm_read_latency
+    first = 1.0 / max(i.reuse, 1)  # the first of `reuse` reads comes from HBM, the rest from L2
+    busy = nbytes * (first / spec.gm_read_bpc + (1 - first) / spec.l2_read_bpc)
+    return "MTE2", spec.copy_l1_fixed + busy, spec.gm_read_latency
 
 
 @cost.register(cube.LoadL0)

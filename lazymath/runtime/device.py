@@ -50,6 +50,7 @@ class DeviceSpec:
     max_queue_buffers: int = 64  # [doc]
     # data-mover rates, bytes per cycle per core [cfg]
     gm_read_bpc: float = 32.0
+    l2_read_bpc: float = 110.0  # reads that hit L2 [cfg]
     gm_write_bpc: float = 32.0
     l1_to_l0a_bpc: float = 512.0
     l1_to_l0b_bpc: float = 256.0

@@ -113,6 +113,22 @@ def test_binary(op, dtype):
         with np.errstate(all="ignore"):
             ref = ref_fn(x, y)
         np.testing.assert_array_equal(got, ref.astype(dtype))
+    else:  # integer vdiv: C-style truncation, x/0 = 0, MIN/-1 = MIN (Python ints, no numpy)
+        np.testing.assert_array_equal(got, np.array([_c_div(int(p), int(q), dtype)
+                                                     for p, q in zip(x, y)], dtype))  # fmt: skip
+
+
+def _wrap(v: int, dtype: str) -> int:
+    info = np.iinfo(dtype)
+    v &= (1 << info.bits) - 1
+    return v - (1 << info.bits) if info.min < 0 and v >= 1 << (info.bits - 1) else v
+
+
+def _c_div(p: int, q: int, dtype: str) -> int:
+    if q == 0:
+        return 0
+    t = abs(p) // abs(q)
+    return _wrap(t if (p < 0) == (q < 0) else -t, dtype)
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
@@ -154,7 +170,15 @@ def test_native_transcendentals_close_to_numpy(op, dtype):
 def test_unary_int(op, dtype):
     if dtype == "bool" and op in ("vneg", "vrelu"):
         pytest.skip("not defined on bool")
-    Case((dtype,), dtype).run(lambda b, d, x: b.emit(isa.VUnary(op, d, x, N)))
+    got = Case((dtype,), dtype).run(lambda b, d, x: b.emit(isa.VUnary(op, d, x, N)))
+    xs = [int(v) for v in _special(dtype)]  # independent oracle: Python ints, wrapped
+    if dtype == "bool":
+        ref = {"vabs": xs, "vnot": [1 - v for v in xs]}[op]
+    else:
+        ref = {"vabs": [abs(v) for v in xs], "vneg": [-v for v in xs],
+               "vnot": [~v for v in xs], "vrelu": [max(v, 0) for v in xs]}[op]  # fmt: skip
+        ref = [_wrap(v, dtype) for v in ref]
+    np.testing.assert_array_equal(got, np.array(ref).astype(dtype))
 
 
 @pytest.mark.parametrize("cmp", ["eq", "ne", "lt", "le", "gt", "ge"])
@@ -170,18 +194,36 @@ def test_compare_and_select(cmp, dtype):
 
 
 def test_vsel_vdup_vscalar_fma():
+    """Each result also against an oracle written without the library (Python ints, math.fma
+    semantics through float64, numpy only for the float16 rounding of the scalar)."""
+
     def make(b, d, m, x, y):
         b.emit(isa.VSel(d, m, x, y, N))
 
-    Case(("bool", "float32", "float32"), "float32").run(make)
-    Case(("float32",), "float32").run(lambda b, d, x: b.vdup(d, -0.0, N))
-    Case(("int32",), "int32").run(lambda b, d, x: b.vadds(d, x, -(2**31), N))
-    Case(("float16",), "float16").run(lambda b, d, x: b.vmuls(d, x, 0.1, N))  # scalar in f16
-    Case(("int32",), "int32").run(lambda b, d, x: b.vshr(d, x, 3, N))
-    Case(("uint8",), "uint8").run(lambda b, d, x: b.vshr(d, x, 9, N))
-    Case(("float32", "float32", "float32"), "float32").run(
+    m, x, y = _special("bool", seed=0), _special("float32", seed=1), _special("float32", seed=2)
+    got = Case(("bool", "float32", "float32"), "float32").run(make)
+    np.testing.assert_array_equal(got, [xv if mv else yv for mv, xv, yv in zip(m, x, y)])
+    got = Case(("float32",), "float32").run(lambda b, d, x: b.vdup(d, -0.0, N))
+    assert all(v == 0 and np.signbit(v) for v in got)
+    got = Case(("int32",), "int32").run(lambda b, d, x: b.vadds(d, x, -(2**31), N))
+    want = [_wrap(int(v) - 2**31, "int32") for v in _special("int32")]
+    np.testing.assert_array_equal(got, want)
+    got = Case(("float16",), "float16").run(lambda b, d, x: b.vmuls(d, x, 0.1, N))  # f16 scalar
+    s16 = float(np.float16(0.1))
+    want = [np.float16(float(v) * s16) for v in _special("float16")]  # exact product, one rounding
+    np.testing.assert_array_equal(got, np.array(want, np.float16))
+    got = Case(("int32",), "int32").run(lambda b, d, x: b.vshr(d, x, 3, N))
+    np.testing.assert_array_equal(got, [int(v) >> 3 for v in _special("int32")])
+    got = Case(("uint8",), "uint8").run(lambda b, d, x: b.vshr(d, x, 9, N))
+    np.testing.assert_array_equal(got, [0] * N)  # a shift past the width clears the lane
+    got = Case(("float32", "float32", "float32"), "float32").run(
         lambda b, d, x, y, z: b.vfma(d, x, y, z, N)
     )
+    xs, ys, zs = (_special("float32", seed=k) for k in range(3))
+    with np.errstate(all="ignore"):  # float64 holds the exact product: one float32 rounding
+        want = (xs.astype(np.float64) * ys + zs).astype(np.float32)
+    close = np.isfinite(want)
+    np.testing.assert_array_equal(got[close], want[close])
 
 
 @pytest.mark.parametrize(

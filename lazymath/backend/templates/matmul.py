@@ -2,63 +2,63 @@
 
 Loop nest of one block (AscendC matmul, split into work items = (batch, N panel, M group)):
 
-    for item in block's items:
-        for mt in M tiles of the group:                 # L0C tile tm x tn
-            for kc in K chunks:                          # L1 panels, ping-pong
+    for item in the block's contiguous range of items:
+        for mt in M tiles of the group:                 # L0C tile tm x tn (ping-pong slots)
+            for kc in K steps:                           # L1 panels, ping-pong
                 load_nz  L1A <- A[m0:+tm, k0:+kc]       (MTE2, ND->NZ, prologue)
-                load_nz  L1B <- B[k0:+kc, n0:+tn]       (MTE2, memo: host packs once per item)
-                load_l0a L0A <- L1A                      (MTE1)
+                load_nz  L1B <- B[k0:+kc, n0:+tn]       (MTE2, memo hint: see LoadNz)
+                load_l0a L0A <- L1A                      (MTE1, ping-pong)
                 for j in n0-wide slices of the panel:    # L0B ping-pong
                     load_l0b L0B <- L1B[:, j]            (MTE1)
                     mmad     L0C[:, j] (+)= L0A @ L0B    (Cube, fp32 accumulate)
             out: 910B  fixpipe L0C -> GM (relu / cast; a richer epilogue rides along, see FixPipe)
                  910   fixpipe L0C -> UB, epilogue as vector instructions, copy UB -> GM (MTE3)
 
-The tiling function reads every capacity from the DeviceSpec and never exceeds one; on the host
-the same sizes are cache-friendly (L1 panels ~ L2, a 16-column micro-panel of L1B ~ L1d, the
-6x16 L0C micro-tile ~ 12 ymm registers).
-
-Work split (host threads = blocks): an item owns one N panel of equal width for a group of rows,
-so its B panel (K x tn, packed once into the thread's heap workspace) is read from GM exactly
-once per launch, and only A is re-packed once per N panel; M is split into groups only when the
-panels would not divide evenly over the workers, so every thread gets the same amount of work.
+Device-only program. `tile_matmul` reads every size from the DeviceSpec and the kernel, never from
+the host: the L0C tile is half of L0C (two tiles ping-pong), the K step is what double-buffers in
+L0A, the L0B slice what double-buffers in L0B, L1 holds two panels of each operand, and the items
+are split so the preset's Cube cores get equal shares. `ascend910` (L0C 256 KiB) and `ascend910b`
+(128 KiB) therefore get different tiles. The program's `blocks` is the device's block count; the
+body reads BLOCK_IDX/BLOCK_NUM and takes a contiguous range of items, so the host mapping
+(`compile.host_blocks`, the LLVM lowering in ``lower_cube``/``gemm``) may launch any number of host
+threads and runs the same program: the listing and the simulated cost never depend on the host.
 """
 
 from __future__ import annotations
 
-import math
-import os
 from dataclasses import dataclass
 
 from lazymath.backend import isa, lower_cube  # noqa: F401  (registers the Cube lowerings)
 from lazymath.backend import isa_cube as cube
-from lazymath.backend.gemm import MR
 from lazymath.backend.kernel_ir import Expr, MatmulKernel
 from lazymath.backend.templates import common as C
 
-TM_MAX = 96  # L0C tile rows: 16 host micro-panels share each B micro-panel
-TN_MAX = 256  # L0C tile cols = one work item's B panel width
-MIN_FLOPS_PER_WORKER = 4_000_000  # ~50 us of microkernel work per extra host thread
-WORKSPACE_CAP = 64 << 20  # bytes of per-thread host heap workspace for memoised B panels
+TM_CAP = 128  # L0C tile rows at most (AscendC baseM)
+TN_CAP = 256  # L0C tile cols at most (AscendC baseN)
+MIN_GROUP_ROWS = 64  # an M group below this wastes the Cube's B traffic more than idle cores cost
+WORKSPACE_CAP = 64 << 20  # bytes of memo workspace the LoadNz hint may ask for (host side)
 
 
 @dataclass(frozen=True)
 class MatmulTiling:
     """Tile sizes (elements) and the work split; printed by reports and used as a cache key."""
 
-    tm: int  # L0C tile rows (multiple of the host microkernel's 6 rows)
+    tm: int  # L0C tile rows (multiple of 16)
     tn: int  # L0C tile cols (multiple of 16)
-    kc: int  # K per L1 panel and per Mmad (multiple of 16)
+    kc: int  # K per L1 panel (a multiple of kl0)
     n0: int  # L0B slice width per Mmad
+    kl0: int  # K per L0A/L0B tile and per Mmad (multiple of 16)
     l1_bufs: int  # 2 = ping-pong L1 panels
+    l0a_bufs: int
     l0b_bufs: int
+    l0c_bufs: int
     n_panels: int
     m_groups: int
     mg_rows: int  # rows of A per M group
     items: int
-    blocks: int
+    blocks: int  # = device_blocks: the program's block count
     device_blocks: int
-    memo: bool  # host packs each B panel once per item
+    memo: bool  # LoadNz memo hint for the B panel (host packs it once per item range)
     epi_rows: int  # UB epilogue chunk rows (coupled path), 0 = FixPipe path
     fixpipe_only: bool  # the epilogue is relu/cast only: FixPipe does it
 
@@ -82,54 +82,60 @@ def _fixpipe_chain(expr: Expr, result: int) -> tuple[bool, bool]:
         i = op.srcs[0]
 
 
-def tile_matmul(k: MatmulKernel, spec, workers: int | None = None) -> MatmulTiling:
-    """Pick L0C/L1/L0 tiles from the spec's capacities and split the output over blocks."""
-    workers = workers or os.cpu_count() or 1
-    # a host thread hand-off costs tens of microseconds: tiny products stay on one block
-    flops = 2 * C.prod(k.batch) * max(k.m, 1) * max(k.n, 1) * max(k.k, 1)
-    workers = max(1, min(workers, flops // MIN_FLOPS_PER_WORKER))
+def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
+    """Pick L0C/L0A/L0B/L1 tiles from the spec's capacities and split the output over the spec's
+    Cube cores. Depends on the kernel and the spec only (never on the host)."""
     eb = 4 if k.in_dtype == "float32" else 2  # NPU operand bytes
     m, n, kk = max(k.m, 1), max(k.n, 1), max(k.k, 1)
-    # N panels of (nearly) equal width, so the work items of a launch are equally long
-    tn = _round_up(-(-n // -(-n // TN_MAX)), 16)
-    tm = min(TM_MAX, _round_up(m, MR))
-    while tm * tn * 4 > spec.l0c_bytes:
-        if tn > 64:
-            tn = _round_up(tn // 2, 16)
+    f = spec.cube_n  # 16: fractal edge
+    # L0C tile (fp32): half of L0C, so FixPipe drains one tile while the Cube fills the other
+    l0c_elems = spec.l0c_bytes // 4 // 2
+    tm = min(TM_CAP, _round_up(m, f))
+    tn_cap = min(TN_CAP, _round_up(n, f))
+    while tm * tn_cap > l0c_elems:
+        if tn_cap >= tm and tn_cap > f:
+            tn_cap = _round_up(tn_cap // 2, f)
         else:
-            tm = max(MR, tm - 2 * MR)
-    kc = min(256, _round_up(kk, 16))
-
-    def fits(kc: int, l1_bufs: int) -> bool:
-        return (tm + tn) * kc * eb * l1_bufs <= spec.l1_bytes and tm * kc * eb <= spec.l0a_bytes
-
-    while kc > 16 and not fits(kc, 2):
-        kc -= 16
-    l1_bufs = 2 if fits(kc, 2) else 1
-    if not fits(kc, l1_bufs):
-        raise ValueError(f"matmul tile {tm}x{tn}x{kc} does not fit {spec.name}")
-    # L0B slice: the widest multiple of 16 columns that double-buffers in L0B
-    n0 = min(tn, max(16, spec.l0b_bytes // (kc * eb * 2) // 16 * 16))
-    l0b_bufs = 2 if kc * n0 * eb * 2 <= spec.l0b_bytes else 1
+            tm = max(f, tm - f)
+    tn = _round_up(-(-n // -(-n // tn_cap)), f)  # N panels of (nearly) equal width
+    # L0 K step: an L0A tile double-buffers; an L0B slice of n0 columns double-buffers
+    kl0 = min(_round_up(kk, f), spec.l0a_bytes // (2 * tm * eb) // f * f)
+    while kl0 > f and (tm + tn) * kl0 * eb * 2 > spec.l1_bytes:
+        kl0 -= f
+    if kl0 < f or (tm + tn) * kl0 * eb * 2 > spec.l1_bytes:
+        raise ValueError(f"matmul tile {tm}x{tn} does not fit {spec.name}")
+    # L1 panel depth: the most L0 K steps two panels of A and B hold (fewer, longer MTE2 moves:
+    # each pays the fixed copy cost once)
+    total = -(-kk // kl0)
+    steps = min(total, spec.l1_bytes // ((tm + tn) * kl0 * eb * 2))
+    steps = -(-total // -(-total // steps))  # panels of (nearly) equal depth
+    kc = steps * kl0
+    n0_cap = min(tn, spec.l0b_bytes // (2 * kl0 * eb) // f * f)
+    n0 = max(w for w in range(f, n0_cap + 1, f) if tn % w == 0)  # slices tile the panel exactly
     batch = C.prod(k.batch)
     n_panels = -(-n // tn)
     panels = batch * n_panels
-    # split M too when the panels do not divide evenly over the workers (3 panels on 2 threads
-    # would leave one idle a third of the time); B is then packed once per M group
-    m_groups = 1
-    if panels % workers and panels < 16 * workers:
-        m_groups = workers // math.gcd(panels, workers)
-    m_groups = max(1, min(m_groups, -(-m // MR)))
-    mg_rows = _round_up(-(-m // m_groups), MR)
+    cores = spec.cube_cores
+    # split M too when the panels do not divide evenly over the cores (3 panels on 32 cores
+    # would leave 29 idle): the group count with the shortest makespan (rounds of items x rows
+    # per item), fewest groups on a tie; an M group keeps at least MIN_GROUP_ROWS rows
+    cap = max(1, min(-(-m // MIN_GROUP_ROWS), 16 * cores))
+
+    def makespan(g: int) -> int:
+        return -(-panels * g // cores) * _round_up(-(-m // g), f)
+
+    m_groups = min(range(1, cap + 1), key=lambda g: (makespan(g), g))
+    mg_rows = _round_up(-(-m // m_groups), f)
     m_groups = -(-m // mg_rows)
     items = panels * m_groups
-    memo = _round_up(kk, kc) * tn * 4 <= WORKSPACE_CAP and m_groups * n_panels >= 1
+    memo = _round_up(kk, kc) * tn * 4 <= WORKSPACE_CAP
     simple = all(_fixpipe_chain(k.epilogue, r)[0] for r in k.results)
     epi_rows = 0
     if spec.coupled and not simple:
         epi_rows = _epi_rows(k, spec, tm, tn)
-    return MatmulTiling(tm, tn, kc, n0, l1_bufs, l0b_bufs, n_panels, m_groups, mg_rows, items,
-                        items, min(items, spec.cube_cores), memo, epi_rows, simple)  # fmt: skip
+    blocks = min(items, cores)
+    return MatmulTiling(tm, tn, kc, n0, kl0, 2, 2, 2, 2, n_panels, m_groups, mg_rows, items,
+                        blocks, blocks, memo, epi_rows, simple)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- UB epilogue (910)
@@ -162,15 +168,16 @@ def _epi_rows(k: MatmulKernel, spec, tm: int, tn: int) -> int:
     rows = spec.ub_bytes // max(per_elem * tn, 1)
     if rows < 1:
         raise ValueError(f"matmul epilogue needs {per_elem} B/element: does not fit UB")
-    return min(tm, rows)
+    rows = min(tm, rows)
+    return max(r for r in range(1, rows + 1) if tm % r == 0)  # a divisor: passes never straddle
 
 
 # ----------------------------------------------------------------------------- program
 
 
-def build(k: MatmulKernel, spec, name: str, workers: int | None = None) -> isa.Program:
-    """The checked Cube program for `k` on `spec`."""
-    return _program(k, spec, name, tile_matmul(k, spec, workers)).check(spec)
+def build(k: MatmulKernel, spec, name: str) -> isa.Program:
+    """The checked Cube program for `k` on `spec` (depends on nothing else)."""
+    return _program(k, spec, name, tile_matmul(k, spec)).check(spec)
 
 
 def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
@@ -184,20 +191,22 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
             raise ValueError(f"output {j} is {v.dtype} but its expression is {k.epilogue[r].dtype}")
     if k.m == 0 or k.n == 0 or C.prod(k.batch) == 0:
         return isa.Program(name, args, (), (), 1, 1, unit="cube")
-    tm, tn, kc, n0 = t.tm, t.tn, t.kc, t.n0
+    tm, tn, kc, n0, kl = t.tm, t.tn, t.kc, t.n0, t.kl0
     indt = k.in_dtype
     l1a = isa.Buffer("l1a", "L1", indt, t.l1_bufs * tm * kc)
     l1b = isa.Buffer("l1b", "L1", indt, t.l1_bufs * kc * tn)
-    l0a = isa.Buffer("l0a", "L0A", indt, tm * kc)
-    l0b = isa.Buffer("l0b", "L0B", indt, t.l0b_bufs * kc * n0)
-    l0c = isa.Buffer("l0c", "L0C", "float32", tm * tn)
+    l0a = isa.Buffer("l0a", "L0A", indt, t.l0a_bufs * tm * kl)
+    l0b = isa.Buffer("l0b", "L0B", indt, t.l0b_bufs * kl * n0)
+    l0c = isa.Buffer("l0c", "L0C", "float32", t.l0c_bufs * tm * tn)
     buffers = [l1a, l1b, l0a, l0b, l0c]
 
     V = isa.Var
-    it, mt, kci, j = V("it"), V("mt"), V("kc"), V("j")
+    it, mt, kci, ks, j = V("it"), V("mt"), V("kc"), V("ks"), V("j")
     bi, pn, g = V("bi"), V("pn"), V("g")
     names9 = ("n0", "nv", "gm0", "gmv", "m0", "mv", "k0", "kv", "pp")
     n0v, nv, gm0, gmv, m0, mv, k0, kv, pp = (V(s) for s in names9)
+    k1, kv1, ls = V("k1"), V("kv1"), V("ls")  # L0 K step: offset in the panel, depth, L0A slot
+    lo, hi, cs = V("lo"), V("hi"), V("cs")  # the block's item range, the L0C slot
     per_batch = t.n_panels * t.m_groups
     head = [isa.Let(bi, isa.floordiv(it, per_batch)),
             isa.Let(pn, isa.floordiv(isa.mod(it, per_batch), t.m_groups)),
@@ -211,37 +220,71 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     def base(view) -> isa.IntExpr:
         return C.dot(bidx, view.strides[:nb], view.offset)
 
+    Set, Wait = isa.SetFlag, isa.WaitFlag
     sam, sak = k.a.strides[-2:]
     sbk, sbn = k.b.strides[-2:]
-    # ---- K loop body
+    # ---- K loop body: one L1 panel (MTE2), its L0 K steps (MTE1) and Mmads (Cube)
+    # Flags (AscendC's queue protocol, one event per ping-pong slot; "free" events are set once
+    # before the loops and drained after them):
+    #   MTE1->MTE2 pp   L1 slot pp free          MTE2->MTE1 pp   L1 slot pp filled
+    #   M->MTE1 s       L0B slot s free           MTE1->M s       L0B slot s (and L0A) loaded
+    #   M->MTE1 2+s     L0A slot s free           M->FIX cs / FIX->M cs   L0C slot full / free
+    nk_ = max(1, -(-k.k // kc))
     kbody: list = [isa.Let(k0, isa.mul(kci, kc)), isa.Let(kv, isa.imin(kc, isa.sub(k.k, k0)))]
-    kbody.append(isa.Let(pp, isa.mod(kci, t.l1_bufs)))
+    # the L1 / L0A slots alternate over the block's panels, not per tile: the next tile's first
+    # panel loads while the Cube finishes this tile's last one
+    panel = isa.add(isa.mul(isa.add(it, mt), nk_), kci)
+    kbody.append(isa.Let(pp, isa.mod(panel, t.l1_bufs)))
     a_src = isa.Ref(A, isa.add(base(k.a), isa.add(isa.mul(m0, sam), isa.mul(k0, sak))))
     b_src = isa.Ref(B, isa.add(base(k.b), isa.add(isa.mul(k0, sbk), isa.mul(n0v, sbn))))
     a_l1 = isa.Ref(l1a, isa.mul(pp, tm * kc))
     b_l1 = isa.Ref(l1b, isa.mul(pp, kc * tn))
     nk = -(-k.k // kc)
-    kbody.append(cube.LoadNz(a_l1, tm, a_src, (sam, sak), mv, kv, MR, k.a_prologue))
-    memo = dict(memo=kci, memo_fill=isa.sub(1, isa.imin(mt, 1)), memo_slots=nk,
-                memo_slot_elems=kc * tn) if t.memo else {}  # fmt: skip
-    kbody.append(cube.LoadNz(b_l1, kc, b_src, (sbk, sbn), kv, nv, 16, k.b_prologue, **memo))
-    mvp = isa.mul(isa.ceildiv(mv, MR), MR)
-    kvp = isa.mul(isa.ceildiv(kv, 16), 16)
-    kbody.append(cube.LoadL0(isa.Ref(l0a, 0), tm, a_l1, tm, mvp, kvp))
+    spp = kc // kl  # L0 K steps per L1 panel
+    kbody.append(Wait("MTE1", "MTE2", pp))
+    kbody.append(cube.LoadNz(a_l1, tm, a_src, (sam, sak), mv, kv, 16, k.a_prologue,
+                             reuse=t.n_panels))  # fmt: skip
+    # memo hint: consecutive items of a block share the B panel unless the M group restarts
+    new_panel = isa.sub(1, isa.mul(isa.imin(g, 1), isa.imin(isa.sub(it, lo), 1)))
+    memo = dict(memo=kci, memo_fill=isa.mul(isa.sub(1, isa.imin(mt, 1)), new_panel),
+                memo_slots=nk, memo_slot_elems=kc * tn) if t.memo else {}  # fmt: skip
+    kbody.append(cube.LoadNz(b_l1, kc, b_src, (sbk, sbn), kv, nv, 16, k.b_prologue,
+                             reuse=-(-k.m // tm), **memo))  # fmt: skip
+    kbody.append(Set("MTE2", "MTE1", pp))
+    kbody.append(Wait("MTE2", "MTE1", pp))
+    mvp = isa.mul(isa.ceildiv(mv, 16), 16)
+    kvp = isa.mul(isa.ceildiv(kv1, 16), 16)
+    l0a_ref = isa.Ref(l0a, isa.mul(ls, tm * kl))
+    l0c_ref = isa.Ref(l0c, isa.mul(cs, tm * tn))
     nj = -(-tn // n0)
     jn = isa.imin(n0, isa.sub(nv, isa.mul(j, n0)))
-    l0b_ref = isa.Ref(l0b, isa.mul(isa.mod(j, t.l0b_bufs), kc * n0))
-    jbody = (cube.LoadL0(l0b_ref, kc, b_l1 + isa.mul(j, n0 * kc), kc, kvp,
-                         isa.mul(isa.ceildiv(jn, 16), 16)),
-             cube.Mmad(isa.Ref(l0c, isa.mul(j, n0 * tm)), tm, isa.Ref(l0a, 0), tm, l0b_ref, kc,
-                       mv, jn, kv, isa.imin(kci, 1), indt))  # fmt: skip
+    step = isa.add(isa.mul(kci, spp), ks)  # L0 K step of the tile: 0 initialises L0C
+    gstep = isa.add(isa.mul(panel, spp), ks)  # L0 K step of the block: the L0A slot
+    jslot = isa.mod(isa.add(isa.mul(gstep, nj), j), t.l0b_bufs)  # alternates over the block
+    l0b_ref = isa.Ref(l0b, isa.mul(jslot, kl * n0))
+    jbody = (Wait("M", "MTE1", jslot),
+             cube.LoadL0(l0b_ref, kl, b_l1 + isa.add(isa.mul(j, n0 * kc), isa.mul(k1, 16)), kc,
+                         kvp, isa.mul(isa.ceildiv(jn, 16), 16)),
+             Set("MTE1", "M", jslot),
+             Wait("MTE1", "M", jslot),
+             cube.Mmad(l0c_ref + isa.mul(j, n0 * tm), tm, l0a_ref, tm, l0b_ref, kl,
+                       mv, jn, kv1, isa.imin(step, 1), indt),
+             Set("M", "MTE1", jslot))  # fmt: skip
     jstop = isa.ceildiv(nv, n0) if nj > 1 else 1
-    kbody.append(isa.Loop(j, 0, jstop, 1, jbody))
+    ksbody = [isa.Let(k1, isa.mul(ks, kl)), isa.Let(kv1, isa.imin(kl, isa.sub(kv, k1))),
+              isa.Let(ls, isa.mod(gstep, t.l0a_bufs)),
+              Wait("M", "MTE1", isa.add(ls, 2)),
+              cube.LoadL0(l0a_ref, tm, a_l1 + isa.mul(k1, tm), tm, mvp, kvp),
+              isa.Loop(j, 0, jstop, 1, jbody),
+              Set("M", "MTE1", isa.add(ls, 2))]  # fmt: skip
+    kbody.append(isa.Loop(ks, 0, isa.ceildiv(kv, kl) if spp > 1 else 1, 1, tuple(ksbody)))
+    kbody.append(Set("MTE1", "MTE2", pp))
     if k.k == 0:  # no K chunk: one Mmad with k = 0 zeroes L0C
-        kloop = [cube.Mmad(isa.Ref(l0c, 0), tm, isa.Ref(l0a, 0), tm, isa.Ref(l0b, 0), kc,
+        kloop = [cube.Mmad(l0c_ref, tm, isa.Ref(l0a, 0), tm, isa.Ref(l0b, 0), kl,
                            mv, nv, 0, 0, indt)]  # fmt: skip
     else:
         kloop = [isa.Loop(kci, 0, nk, 1, tuple(kbody))]
+    kloop = [Wait("FIX", "M", cs), *kloop, Set("M", "FIX", cs), Wait("M", "FIX", cs)]
     # ---- write-out
     out_body: list = []
     hoisted: list = []
@@ -262,12 +305,12 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     if t.fixpipe_only:
         for jo, r in enumerate(k.results):
             relu = _fixpipe_chain(k.epilogue, r)[1]
-            out_body.append(cube.FixPipe(out_ref(jo, 0), (scm[jo], scn[jo]), isa.Ref(l0c, 0), tm,
+            out_body.append(cube.FixPipe(out_ref(jo, 0), (scm[jo], scn[jo]), l0c_ref, tm,
                                          mv, nv, relu))  # fmt: skip
     elif t.epi_rows == 0:  # split 910B: the epilogue rides on FixPipe (see isa_cube.FixPipe)
         srcs = [epi_ref(i, 0) for i in range(n_epi)]
         for jo, r in enumerate(k.results):
-            fp = cube.FixPipe(out_ref(jo, 0), (scm[jo], scn[jo]), isa.Ref(l0c, 0), tm, mv, nv,
+            fp = cube.FixPipe(out_ref(jo, 0), (scm[jo], scn[jo]), l0c_ref, tm, mv, nv,
                               False, k.epilogue, r, tuple(s for s, _ in srcs),
                               tuple(s for _, s in srcs))  # fmt: skip
             out_body.append(fp)
@@ -279,28 +322,44 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         buffers += [b for b in dict.fromkeys(ebufs)]
         r0, rv = V("r0"), V("rv")
         rbody: list = [
+            isa.PipeBarrier(),  # the UB epilogue runs serialised (single-buffered UB tiles)
             isa.Let(rv, isa.imin(R, isa.sub(mv, r0))),
-            cube.FixPipe(acc, (tn, 1), isa.Ref(l0c, isa.mul(r0, 16)), tm, rv, nv),
+            cube.FixPipe(acc, (tn, 1), l0c_ref + isa.mul(r0, 16), tm, rv, nv),
         ]
         for i, ref in loads.items():
             src, st = epi_ref(i, r0)
             rbody.append(isa.CopyIn(ref, src, (rv, nv), st, tn))
+        rbody.append(isa.PipeBarrier())  # FixPipe / MTE2 -> Vector
         rbody += ebody
+        copies = []
         for jo, o in enumerate(outs):
             if isinstance(o, C.Const):
                 o = isa.Ref(isa.Buffer(f"outc{jo}_ub", "UB", k.outputs[jo].dtype, tile), 0)
                 buffers.append(o.buf)
                 rbody.append(isa.VDup(o, k.epilogue[k.results[jo]].arg, tile))
-            rbody.append(isa.CopyOut(out_ref(jo, r0), o, (rv, nv), (scm[jo], scn[jo]), tn))
+            copies.append(isa.CopyOut(out_ref(jo, r0), o, (rv, nv), (scm[jo], scn[jo]), tn))
+        rbody += [isa.PipeBarrier(), *copies, isa.PipeBarrier()]  # Vector -> MTE3 -> next pass
         out_body.append(isa.Loop(r0, 0, mv, R, tuple(rbody)))
 
     mbody = [
         isa.Let(m0, isa.add(gm0, isa.mul(mt, tm))),
         isa.Let(mv, isa.imin(tm, isa.sub(isa.add(gm0, gmv), m0))),
+        isa.Let(cs, isa.mod(isa.add(it, mt), t.l0c_bufs)),
         *kloop,
         *out_body,
+        Set("FIX", "M", cs),
     ]
     item_body = [*head, isa.Loop(mt, 0, isa.ceildiv(gmv, tm), 1, tuple(mbody))]
-    body = [*hoisted, isa.Loop(it, isa.BLOCK_IDX, t.items, isa.BLOCK_NUM, tuple(item_body))]
+    # the block's contiguous range of items (GetBlockIdx()/GetBlockNum(): any block count works)
+    rng = [
+        isa.Let(lo, isa.floordiv(isa.mul(isa.BLOCK_IDX, t.items), isa.BLOCK_NUM)),
+        isa.Let(hi, isa.floordiv(isa.mul(isa.add(isa.BLOCK_IDX, 1), t.items), isa.BLOCK_NUM)),
+    ]
+    free = [("MTE1", "MTE2", e) for e in range(t.l1_bufs)]
+    free += [("M", "MTE1", e) for e in range(t.l0b_bufs)]
+    free += [("M", "MTE1", 2 + e) for e in range(t.l0a_bufs)]
+    free += [("FIX", "M", e) for e in range(t.l0c_bufs)]
+    body = [*hoisted, *rng, *(Set(*f) for f in free), isa.Loop(it, lo, hi, 1, tuple(item_body)),
+            *(Wait(*f) for f in free)]  # fmt: skip
     return isa.Program(name, args, tuple(buffers), tuple(body), t.blocks, t.device_blocks,
                        unit="cube")  # fmt: skip
