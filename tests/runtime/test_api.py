@@ -40,22 +40,28 @@ def test_zero_blocks_is_a_no_op(device):
     assert k.calls == []
 
 
-def test_two_streams_overlap_in_measured_time(device):
-    """The pair on two streams takes clearly less than the sum; in sync mode it is sequential."""
-    dt = 0.06
-    a, b = SleepKernel("a", dt), SleepKernel("b", dt)
-    t0 = time.perf_counter()
+def test_two_streams_run_concurrently(device):
+    """Threads: the kernels on two streams run at the same time (each block waits at a barrier
+    for the other: only concurrent execution gets both through). Sync: in launch order, one
+    after the other. Event order, not wall time (which is a benchmark's job)."""
+    if device.scheduler == "threads":
+        meet = threading.Barrier(2)
+
+        def body(*_):
+            meet.wait(timeout=120)  # a liveness bound, not a speed assertion
+
+        a, b = SleepKernel("a", body=body), SleepKernel("b", body=body)
+    else:
+        a, b = SleepKernel("a", 0.001), SleepKernel("b")
     device.launch(a, 1, [], device.stream(0))
     device.launch(b, 1, [], device.stream(1))
     device.synchronize()
-    wall = time.perf_counter() - t0
+    assert a.calls == [0] and b.calls == [0]
     if device.scheduler == "threads":
         assert _intersect(a.span, b.span)
-        assert wall < 1.5 * dt  # sum would be 2 * dt
     else:
         assert not _intersect(a.span, b.span)
         assert a.span[1] <= b.span[0]  # launch order
-        assert wall >= 2 * dt
 
 
 def test_same_stream_is_in_order(device):
@@ -99,18 +105,21 @@ def test_event_orders_streams_under_random_sleeps(device):
 
 
 def test_wait_event_blocks_the_stream_not_the_host(device):
+    """The host enqueues a wait and a launch behind a kernel that cannot finish yet (it waits for
+    the host's gate): both calls return while A is still running, B starts only after A."""
     if device.scheduler == "sync":
         pytest.skip("sync mode runs everything inline on the host")
     s1, s2 = device.stream(1), device.stream(2)
-    a, b = SleepKernel("A", 0.05), SleepKernel("B")
+    gate = threading.Event()
+    a = SleepKernel("A", body=lambda *_: gate.wait(timeout=120))
+    b = SleepKernel("B")
     ev = Event()
     device.launch(a, 1, [], s1)
     ev.record(s1)
-    t0 = time.perf_counter()
     s2.wait_event(ev)
-    device.launch(b, 1, [], s2)
-    assert time.perf_counter() - t0 < 0.02  # the host went on
-    assert not ev.query()
+    device.launch(b, 1, [], s2)  # the host went on: A is still blocked on the gate
+    assert not ev.query() and a.calls == [] and b.calls == []
+    gate.set()
     s2.synchronize()
     assert ev.query()
     assert b.span[0] >= a.span[1]
@@ -149,7 +158,7 @@ def test_event_elapsed_time_and_query(device):
     end.synchronize()
     assert start.query() and end.query()
     ms = rt.elapsed_time(start, end)
-    assert 15.0 <= ms < 500.0
+    assert ms >= 15.0  # at least the 20 ms sleep between the records (no upper bound: load)
     assert start.elapsed_time(end) == ms
     with pytest.raises(rt.DeviceError, match="never recorded"):
         rt.elapsed_time(Event(), end)
@@ -324,31 +333,27 @@ def test_module_level_api_uses_current_device(monkeypatch):
         rt.api._CURRENT = old
 
 
-def test_launch_overhead_is_microseconds(device):
-    """launch + synchronize of a trivial kernel on one stream: tens of us at most."""
+def test_many_launches_on_one_stream_each_run_once_in_order(device):
+    """launch + synchronize repeated 2,000 times: every launch runs exactly once, in order (the
+    overhead itself is measured by tests/runtime/bench_launch.py, not asserted here)."""
     import ctypes
 
     libc = ctypes.CDLL(None)
+    order: list[int] = []
 
     class Trivial:
         name = "trivial"
 
         def run_block(self, argv, i, n):
             libc.getpid()  # a real ctypes call (releases the GIL)
+            order.append(argv[0])
 
     k, st = Trivial(), device.default_stream
-    for _ in range(200):
-        device.launch_argv(k, 1, (), st)
+    for j in range(2000):
+        device.launch_argv(k, 1, (j,), st)
         st.synchronize()
-    times = []
-    for _ in range(2000):
-        t = time.perf_counter_ns()
-        device.launch_argv(k, 1, (), st)
-        st.synchronize()
-        times.append(time.perf_counter_ns() - t)
-    med = float(np.median(times)) / 1e3
-    print(f"\n{device.scheduler}: launch+synchronize median {med:.2f} us")
-    assert med < 100.0
+        assert order[-1] == j
+    assert order == list(range(2000))
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
