@@ -247,11 +247,15 @@ class Planner:
                     t = t.srcs[0]
                 if t.realized is not None or t.op == "const" or id(t) in M:
                     continue
-                leaves, ops, _ = self._cone(t, M)
-                if len(leaves) > 1 or ops > rules.OPERAND_PROLOGUE_MAX_OPS:
+                leaves, ops, nodes = self._cone(t, M)
+                heavy = sorted({x.op for x in nodes if x.op in rules.EXPENSIVE_OPS})
+                if len(leaves) > 1 or ops > rules.OPERAND_PROLOGUE_MAX_OPS or heavy:
                     M.add(id(t))
                     why = (f"reads {len(leaves)} buffers" if len(leaves) > 1 else
-                           f"has {ops} ops > {rules.OPERAND_PROLOGUE_MAX_OPS}")  # fmt: skip
+                           f"has {ops} ops > {rules.OPERAND_PROLOGUE_MAX_OPS}"
+                           if ops > rules.OPERAND_PROLOGUE_MAX_OPS else
+                           f"has {', '.join(heavy)}, which needs the Vector unit's math "
+                           "library")  # fmt: skip
                     self.log.append(LogEntry("materialize", (describe(t), describe(n)),
                         f"matmul operand producer {why}; too heavy for the GM -> L1 load, "
                         "so it runs as its own kernel", t, n))  # fmt: skip

@@ -40,7 +40,9 @@ EXPENSIVE_OPS = frozenset(k for k, m in ELEMENTWISE.items() if m.info.expensive)
 RECOMPUTE_MAX_OPS = 3
 
 # An elementwise producer fuses into a matmul operand's GM -> L1 load when it reads exactly one
-# buffer and has at most this many ops (the packing loop applies it per element).
+# buffer, has at most this many ops (the packing loop applies it per element) and none of them is
+# in EXPENSIVE_OPS: transcendentals, divides and roots need the Vector unit's math library, which
+# a data mover does not have, so such a producer runs as its own (costed, vmath) Vector kernel.
 OPERAND_PROLOGUE_MAX_OPS = 8
 
 # Caps per kernel: GM inputs (AscendC allows 64 queue buffers per kernel; each input needs a

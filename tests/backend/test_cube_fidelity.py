@@ -304,3 +304,23 @@ def test_dropped_cube_pipeline_flag_is_a_race(pair):
     with pytest.raises(RaceError, match="race on"):
         for blk in range(prog.blocks):
             interp.run(racy, [a, b, out], blk, prog.blocks)
+
+
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+def test_transcendental_prologue_runs_as_a_vector_kernel(spec):
+    """Audit: `tan(A) @ B` called libm's tanf inside the Cube kernel's GM -> L1 packing and cost
+    nothing. A prologue with an op that needs the math library now runs as its own Vector
+    kernel (vmath, costed); the Cube kernel's native code calls no libm function."""
+    import lazymath as lm
+    from lazymath.engine import schedule
+
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (40, 24)).astype(np.float32)
+    b = rng.uniform(-1, 1, (24, 33)).astype(np.float32)
+    ta, tb = lm.tensor(a), lm.tensor(b)
+    kernels = schedule(lm.tan(ta) @ tb, spec=spec).kernels
+    assert [(k.unit, list(k.ops)) for k in kernels] == [("vector", ["tan"]), ("cube", ["matmul"])]
+    got = (lm.tan(ta) @ tb).numpy()
+    np.testing.assert_allclose(got, np.tan(a.astype(np.float64)) @ b, rtol=1e-5, atol=1e-5)
+    # a cheap prologue (no math library) still rides the load
+    assert [k.unit for k in schedule((ta * 2.0) @ tb, spec=spec).kernels] == ["mix"]
