@@ -41,6 +41,7 @@ TEMPLATES: dict[str, str] = {
     "elementwise": "lazymath.backend.templates.elementwise",
     "reduce": "lazymath.backend.templates.reduce",
     "matmul": "lazymath.backend.templates.matmul",
+    "rows": "lazymath.backend.templates.rows",
 }
 BACKENDS = ("llvm", "interp")
 
@@ -307,7 +308,7 @@ def _is_tiny(ir) -> bool:
     compile time dominates, so they take the quick LLVM pipeline (tiered compilation)."""
     if ir.kind == "elementwise":
         work = math.prod(ir.shape)
-    elif ir.kind == "reduce":
+    elif ir.kind in ("reduce", "rows"):
         work = math.prod(ir.in_shape)
     else:
         return False

@@ -304,6 +304,7 @@ register(isa.VCmp)(lambda c, i: _vec(c, "vcmp", i.n, i.a, i.b))
 register(isa.VCmpS)(lambda c, i: _vec(c, "vcmp", i.n, i.src))
 register(isa.VSel)(lambda c, i: _vec(c, "vsel", i.n, i.dst, i.a, i.b))
 register(isa.VDup)(lambda c, i: _vec(c, "vdup", i.n, i.dst))
+register(isa.VBrcb)(lambda c, i: _vec(c, "vbrcb", isa.mul(i.n, i.rows), i.dst))
 register(isa.VGather)(lambda c, i: _vec(c, "vgather", i.n, i.dst, i.idx))
 
 

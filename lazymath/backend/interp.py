@@ -328,6 +328,13 @@ def _vdup(m: Machine, i: isa.VDup) -> None:
     m.view(i.dst, i.n)[:] = m.scalar(s, i.dst.buf.dtype)
 
 
+@register(isa.VBrcb)
+def _vbrcb(m: Machine, i: isa.VBrcb) -> None:
+    rows, n = m.int(i.rows), m.int(i.n)
+    src = m.view(i.src, rows)
+    m.view(i.dst, rows * n).reshape(rows, n)[:] = src[:, None]
+
+
 @register(isa.VGather)
 def _vgather(m: Machine, i: isa.VGather) -> None:
     idx = m.view(i.idx, i.n).astype(np.int64)

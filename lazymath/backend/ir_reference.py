@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernel_ir import ArgView, ElementwiseKernel, MatmulKernel, ReduceKernel, SOp
+from .kernel_ir import ArgView, ElementwiseKernel, MatmulKernel, ReduceKernel, RowKernel, SOp
 
 
 class _Raw:
@@ -90,6 +90,34 @@ def run(ir, arrays: list[np.ndarray]) -> None:
         size = int(np.prod(ir.out_shape))
         for out, r in zip(arrays[n_in + n_epi :], ir.results):
             out.reshape(-1)[:size] = np.broadcast_to(vals[r], ir.out_shape).reshape(-1)
+        return
+    if isinstance(ir, RowKernel):
+        from ..graph.reference import _reduce
+
+        n_in = len(ir.inputs)
+        shape = ir.in_shape
+        axes = tuple(a % len(shape) for a in ir.axes)
+        loads = [np.broadcast_to(view_of(a, v), shape) for a, v in zip(arrays, ir.inputs)]
+        vals: list = []
+        with np.errstate(all="ignore"):
+            for op in ir.expr:
+                if op.op == "reduce":
+                    x = np.broadcast_to(vals[op.srcs[0]], shape).astype(op.dtype)
+                    r = np.asarray(_reduce(x, op.arg, axes, np.dtype(op.dtype)), dtype=op.dtype)
+                    vals.append(np.broadcast_to(np.expand_dims(r, axes), shape))
+                elif op.op == "load":
+                    vals.append(loads[op.arg])
+                elif op.op == "const":
+                    vals.append(np.full(shape, op.arg, dtype=op.dtype))
+                else:
+                    vals.append(_scalar(op, [vals[i] for i in op.srcs]))
+        kd = tuple(1 if d in axes else s for d, s in enumerate(shape))
+        for out, r, row, v in zip(arrays[n_in:], ir.results, ir.row_outputs, ir.outputs):
+            full = np.broadcast_to(vals[r], shape)
+            val = full[tuple(slice(0, 1) if d in axes else slice(None) for d in range(len(shape)))]
+            val = val.reshape(kd) if row else full
+            size = int(np.prod(v.shape))
+            out.reshape(-1)[:size] = np.ascontiguousarray(val).reshape(-1)
         return
     if isinstance(ir, MatmulKernel):
         a = view_of(arrays[0], ir.a)

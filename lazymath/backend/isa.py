@@ -300,6 +300,19 @@ class VDup:
 
 
 @dataclass(frozen=True, slots=True)
+class VBrcb:
+    """dst[r*n + k] = src[r] for r < rows, k < n: per-row scalars broadcast over rows of n
+    (AscendC's Brcb). Row-resident kernels use it to apply a row's reduction result (its max,
+    sum, mean...) to every element of the row held in UB; with one row it fuses into the
+    consumers' loop as a register broadcast."""
+
+    dst: Ref
+    src: Ref
+    n: IntExpr
+    rows: IntExpr = 1
+
+
+@dataclass(frozen=True, slots=True)
 class VGather:
     """dst[i] = table[idx[i]] (AscendC Gather); idx is int32, table a UB buffer."""
 
@@ -729,6 +742,9 @@ _BUILTIN_FORMATS = {
     VSel: lambda i: f"vsel {i.dst}, {i.mask}, {i.a}, {i.b}, n={i.n}",
     VDup: lambda i: f"vector_dup {i.dst}, {i.scalar!r}, n={i.n}",
     VGather: lambda i: f"vgather {i.dst}, {i.table}, {i.idx}, n={i.n}",
+    VBrcb: lambda i: (
+        f"vbrcb {i.dst}, {i.src}, n={i.n}" + (f", rows={i.rows}" if i.rows != 1 else "")
+    ),
     VReduce: lambda i: (
         f"{i.op} {i.dst}, {i.src}, n={i.n}" + (f", rows={i.rows}" if i.rows != 1 else "")
     ),
@@ -744,8 +760,8 @@ _BUILTIN_FORMATS = {
     WaitFlag: lambda i: f"wait_flag {i.src}->{i.dst} {i.event}",
     PipeBarrier: lambda i: f"pipe_barrier {i.pipe}",
 }
-for _cls in (VBinary, VScalar, VUnary, VFma, VConv, VCmp, VCmpS, VSel, VDup, VGather, VReduce,
-             VArgReduce, VHostMath):  # fmt: skip
+for _cls in (VBinary, VScalar, VUnary, VFma, VConv, VCmp, VCmpS, VSel, VDup, VGather, VBrcb,
+             VReduce, VArgReduce, VHostMath):  # fmt: skip
     register_instr(_cls, "Vector", _BUILTIN_FORMATS[_cls])
 register_instr(CopyIn, "MTE2", _fmt_copy_in)
 register_instr(CopyOut, "MTE3", _fmt_copy_out)

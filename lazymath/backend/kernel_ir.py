@@ -32,6 +32,9 @@ SCALAR_OPS: dict[str, int] = {
     **{name: op.arity for name, op in ELEMENTWISE.items()},
 }
 
+# RowKernel expressions also hold "reduce" ops (arg = one of ROW_REDUCE_OPS, one source).
+ROW_REDUCE_OPS = ("sum", "prod", "max", "min")
+
 
 @dataclass(frozen=True, slots=True)
 class SOp:
@@ -137,7 +140,32 @@ class MatmulKernel:
     kind: str = "matmul"
 
 
-KernelIR = ElementwiseKernel | ReduceKernel | MatmulKernel
+@dataclass(frozen=True)
+class RowKernel:
+    """Reductions over `axes` of `in_shape` and the elementwise ops around them, as one
+    expression over the rows (a row = the reduced axes at one kept index).
+
+    ``reduce`` ops (``arg`` = sum/prod/max/min, one source) reduce their source over the row;
+    their value, and every op computed only from such values, constants and loads whose view
+    has stride 0 on all reduced axes, is one value per row ("row level"), read broadcast by
+    the row's elements. Other ops run per element ("full level"). Inputs are views over
+    `in_shape`. Output j is over `in_shape` when `row_outputs[j]` is False, otherwise over the
+    kept dims (`out_shape`, or `in_shape` with the reduced axes of size 1). A reduce op's dtype
+    is its accumulator's (float32 for a float16 sum); the template may accumulate wider.
+    """
+
+    in_shape: tuple[int, ...]
+    axes: tuple[int, ...]
+    inputs: tuple[ArgView, ...]
+    expr: Expr
+    results: tuple[int, ...]
+    outputs: tuple[ArgView, ...]
+    row_outputs: tuple[bool, ...]
+    out_shape: tuple[int, ...]
+    kind: str = "rows"
+
+
+KernelIR = ElementwiseKernel | ReduceKernel | MatmulKernel | RowKernel
 
 
 def kernel_args(k: KernelIR) -> tuple[ArgView, ...]:
@@ -149,4 +177,6 @@ def kernel_args(k: KernelIR) -> tuple[ArgView, ...]:
         return (*k.inputs, *k.outputs)
     if isinstance(k, ReduceKernel):
         return (*k.inputs, *k.epi_inputs, *k.outputs)
+    if isinstance(k, RowKernel):
+        return (*k.inputs, *k.outputs)
     return (k.a, k.b, *k.epi_inputs, *k.outputs)

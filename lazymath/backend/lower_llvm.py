@@ -1116,6 +1116,35 @@ def _vgather(ctx: LowerCtx, i: isa.VGather) -> Elem:
     return Elem(i.dst, (i.idx,), i.n, fn, table=i.table)
 
 
+def _vbrcb_elem(ctx: LowerCtx, i: isa.VBrcb) -> Elem | None:
+    """One row: dst[k] = src[0], a stride-0 read that fuses with the consumers' loop (the value
+    stays in a register and a dead dst is never stored)."""
+    if not (isinstance(i.rows, int) and i.rows == 1):
+        return None
+    return Elem(i.dst, (i.src,), i.n, lambda x: x, raw=True, src_strides=(0,))
+
+
+ELEMENTWISE[isa.VBrcb] = _vbrcb_elem
+
+
+@register(isa.VBrcb)
+def _vbrcb(ctx: LowerCtx, i: isa.VBrcb) -> None:
+    """dst[r*n + k] = src[r]: a scalar loop over rows, a vectorized fill per row."""
+    b = ctx.builder
+    dt = i.dst.buf.dtype
+    if i.src.buf.dtype != dt:
+        raise ValueError(f"{isa.format_instr(i)}: vbrcb keeps the dtype")
+    sp, dp = ctx.ptr(i.src), ctx.ptr(i.dst)
+    n = ctx.int(i.n)
+
+    def row(r):
+        v = ctx.load_raw(sp, dt, r)
+        base = b.mul(r, n)
+        ctx.parallel_for(n, lambda k: ctx.store_raw(dp, dt, b.add(base, k), v))
+
+    ctx.for_range(0, ctx.int(i.rows), 1, row)
+
+
 def _reduce_identity(ctx: LowerCtx, op: str, dt: str) -> ir.Constant:
     k = kind(dt)
     if op == "vcadd":

@@ -132,7 +132,8 @@ class ExprBuilder:
                     stack.append((src, ch + (node,), False))
                 continue
             if node.op not in ELEMENTWISE:
-                raise RuntimeError(f"{node.op} cannot be inside a fused expression")
+                memo[key] = self._non_elementwise(node, ch)
+                continue
             if not ready:
                 stack.append((node, ch, True))
                 for s in node.srcs:
@@ -143,6 +144,9 @@ class ExprBuilder:
             arg = node.arg if node.op == "leaky_relu" else None
             memo[key] = self._emit(SOp(node.op, node.dtype.name, srcs, arg))
         return memo[(id(root), chain)]
+
+    def _non_elementwise(self, node: Node, chain: tuple[Node, ...]) -> int:
+        raise RuntimeError(f"{node.op} cannot be inside a fused expression")
 
 
 def expr_ops(expr) -> list[str]:
@@ -155,3 +159,35 @@ def is_identity_load(expr, result: int) -> bool:
 
 def np_dtype(name: str) -> np.dtype:
     return np.dtype(name)
+
+
+class RowExprBuilder(ExprBuilder):
+    """ExprBuilder for a row kernel: reductions over `axes` of `iter_shape` inside the group
+    become ``reduce`` ops; their results must be read broadcast over exactly those axes."""
+
+    def __init__(self, iter_shape, axes, internal: set[int]):
+        super().__init__(iter_shape, internal)
+        self.axes = tuple(axes)
+        strides, acc = [0] * len(self.iter_shape), 1
+        for d in range(len(self.iter_shape) - 1, -1, -1):
+            if d not in self.axes:
+                strides[d] = acc
+                acc *= max(self.iter_shape[d], 1)
+        self._row_view = views.SView(self.iter_shape, tuple(strides), 0)
+
+    def _non_elementwise(self, node: Node, ch: tuple[Node, ...]) -> int:
+        if node.op != "reduce":
+            return super()._non_elementwise(node, ch)
+        sv, _ = views.compose(views.contiguous(node.shape), ch)
+        if sv is None or not views.same_layout(sv, self._row_view) or sv.shape != self.iter_shape:
+            raise NeedMaterialize(node, "a row reduction read other than broadcast over its rows")
+        op, _axes = node.arg
+        src = node.srcs[0]
+        s = self.value(src, ())
+        acc = node.dtype.name
+        if op in ("sum", "prod") and acc == "float16":
+            acc = "float32"
+        v = self._emit(SOp("reduce", acc, (s,), op))
+        if acc != node.dtype.name:
+            v = self._emit(SOp("cast", node.dtype.name, (v,)))
+        return v

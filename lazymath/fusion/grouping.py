@@ -21,16 +21,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend.kernel_ir import (
+    ROW_REDUCE_OPS,
     ElementwiseKernel,
     MatmulKernel,
     ReduceKernel,
+    RowKernel,
     contiguous_view,
 )
 from ..dtypes import AICORE
 from ..graph.node import Node, make, toposort
 from ..graph.ops import ELEMENTWISE, kind
 from . import rules
-from .build import CapExceeded, ExprBuilder, NeedMaterialize, is_identity_load
+from .build import CapExceeded, ExprBuilder, NeedMaterialize, RowExprBuilder, is_identity_load
 from .views import VIEW_OPS
 
 
@@ -54,7 +56,7 @@ def describe(n: Node) -> str:
 
 @dataclass(eq=False)
 class Group:
-    kind: str  # elementwise | reduce | matmul | aicpu
+    kind: str  # elementwise | reduce | matmul | aicpu | rows
     core: Node | None
     roots: list[Node]
     members: set[int]
@@ -102,7 +104,15 @@ class Planner:
     # ------------------------------------------------------------------ materialization
     def materialized(self) -> set[int]:
         M = set(self.out_ids) | (self.forced & set(self.pos))
+        self._row_regions()
         for n in self.pending:
+            reg = self.region_of.get(id(n))
+            if reg is not None:
+                # a region node read outside its region is written to GM (a root of the
+                # region's kernel); its reductions otherwise stay in the kernel
+                if any(self.region_of.get(id(c)) != reg for c in self.consumers[id(n)]):
+                    M.add(id(n))
+                continue
             if kind(n.op) in rules.MATERIALIZING_KINDS:
                 M.add(id(n))
                 self._log_kind_refusals(n)
@@ -125,6 +135,78 @@ class Planner:
         self._cap_cones(M)
         self._multi_consumers(M)
         return M
+
+    # ------------------------------------------------------------------ row regions
+    def _row_regions(self) -> None:
+        """Find row regions (`rules.ROW_FUSION`): reductions over the same axes of the same
+        shape, the elementwise ops that read their results broadcast back over the rows, and
+        the elementwise ops (and broadcast views) around them, connected. Each becomes one
+        row kernel. A region that would read its own result through another kernel is
+        dropped."""
+        self.region_of: dict[int, int] = {}
+        self.regions: list[tuple] = []
+        for r in self.pending:
+            if r.op != "reduce" or id(r) in self.region_of or id(r) in self.forced:
+                continue
+            key = self._row_key(r)
+            if key is None:
+                continue
+            S, A = key
+            kd = tuple(1 if d in A else S[d] for d in range(len(S)))
+            shapes = {S, kd, r.shape}
+            members = {id(r)}
+            nodes = [r]
+            stack = [r]
+            while stack:
+                n = stack.pop()
+                for m in (*self.consumers[id(n)], *n.srcs):
+                    if (id(m) in members or id(m) not in self.pos or id(m) in self.region_of
+                            or id(m) in self.forced or self.aicpu[id(m)]):  # fmt: skip
+                        continue
+                    if m.op == "reduce":
+                        ok = self._row_key(m) == key
+                    elif m.op in ELEMENTWISE:
+                        ok = m.shape in shapes
+                    elif m.op in ("reshape", "expand"):
+                        ok = m.shape in shapes and m.srcs[0].shape in shapes
+                    else:
+                        ok = False
+                    if ok:
+                        members.add(id(m))
+                        nodes.append(m)
+                        stack.append(m)
+            reds = [n for n in nodes if n.op == "reduce"]
+            broadcast = [n for n in nodes if n.op in ELEMENTWISE and n.shape == S
+                         and self._depends(list(n.srcs), {id(x) for x in reds})]  # fmt: skip
+            if not broadcast:
+                continue  # a plain reduction (+ epilogue): the reduce template's job
+            boundary = [s for n in nodes for s in n.srcs
+                        if id(s) not in members and id(s) in self.pos]  # fmt: skip
+            if self._depends(boundary, members):
+                self.log.append(LogEntry("refuse", (describe(r),), "row fusion: the rows' "
+                    "inputs depend on their own results through another kernel", r))  # fmt: skip
+                continue
+            idx = len(self.regions)
+            self.regions.append((S, A, r))
+            for n in nodes:
+                self.region_of[id(n)] = idx
+
+    def _row_key(self, r: Node):
+        """(source shape, normalized axes) of a reduction a row kernel can hold, else None."""
+        op, axes = r.arg
+        src = r.srcs[0]
+        if op not in ROW_REDUCE_OPS or self.aicpu[id(r)] or not src.shape:
+            return None
+        nd = len(src.shape)
+        A = tuple(sorted({a % nd for a in axes}))
+        if not A or any(b - a != 1 for a, b in zip(A, A[1:])):
+            return None  # the reduced axes must be adjacent (one run per row)
+        red = 1
+        for a in A:
+            red *= src.shape[a]
+        if red <= 1 or 0 in src.shape:
+            return None
+        return src.shape, A
 
     def _log_kind_refusals(self, n: Node) -> None:
         """Record the FUSE-table refusals between a materializing node and its consumers."""
@@ -268,10 +350,13 @@ class Planner:
             ops[id(n)] = min((1 if n.op in ELEMENTWISE else 0) + sum(ops[id(s)] for s in inner),
                              1 << 20)  # fmt: skip
             expensive[id(n)] = n.op in rules.EXPENSIVE_OPS or any(expensive[id(s)] for s in inner)
+        region_of = self.region_of
+        # kernels are counted per region: every root of a row region is the same kernel
         roots: dict[int, frozenset] = {}
         for n in reversed(self.pending):
             if id(n) in M:
-                roots[id(n)] = frozenset((id(n),))
+                reg = region_of.get(id(n))
+                roots[id(n)] = frozenset((id(n) if reg is None else ("rows", reg),))
                 continue
             r: frozenset = frozenset()
             for c in self.consumers[id(n)]:
@@ -310,7 +395,9 @@ class Planner:
             _, _, cone = self._cone(n, M)
             members = {id(x) for x in cone}
             k = kind(n.op)
-            if self.aicpu[id(n)]:
+            if id(n) in self.region_of:
+                gk = "rows"
+            elif self.aicpu[id(n)]:
                 gk = "aicpu"
             elif k in ("reduce", "matmul"):
                 gk = k
@@ -321,10 +408,36 @@ class Planner:
                 g.core = n
             groups.append(g)
             self.group_of_root[id(n)] = g
+        groups = self._merge_rows(groups)
         groups = self._merge_epilogues(groups)
         groups = self._merge_elementwise(groups)
         groups = self._merge_aicpu(groups)
         return self._toposort_groups(groups)
+
+    def _merge_rows(self, groups: list[Group]) -> list[Group]:
+        """The groups rooted in one row region are one kernel."""
+        first: dict[int, Group] = {}
+        out = []
+        for g in groups:
+            if g.kind != "rows":
+                out.append(g)
+                continue
+            reg = self.region_of[id(g.roots[0])]
+            host = first.get(reg)
+            if host is None:
+                first[reg] = g
+                out.append(g)
+                continue
+            host.roots = host.roots + g.roots
+            host.members = host.members | g.members
+            self.group_of_root[id(g.roots[0])] = host
+        for reg, g in first.items():
+            others = [b for b in self._boundary(g)]
+            if self._depends(others, {id(r) for r in g.roots}):
+                r = self.regions[reg][2]
+                raise NeedMaterialize(r, "row fusion would make the row kernel read its own "
+                                      "result through another kernel")  # fmt: skip
+        return out
 
     def _merge_aicpu(self, groups: list[Group]) -> list[Group]:
         """AI CPU kernels are numpy on the host: an AI CPU kernel whose only producer is another
@@ -573,6 +686,9 @@ class Planner:
                                      tuple(b.ops), results)  # fmt: skip
             g.inputs = list(b.input_nodes)
             return
+        if g.kind == "rows":
+            self._build_rows(g, internal)
+            return
         core = g.core
         if g.kind == "reduce":
             op, axes = core.arg
@@ -639,6 +755,36 @@ class Planner:
         )
         g.inputs = nodes + list(epi.input_nodes)
         g.has_prologue = any(p is not None for p in prologues)
+
+    def _build_rows(self, g: Group, internal: set[int]) -> None:
+        from ..backend.templates import rows as rows_template
+
+        reg = self.region_of[id(g.roots[0])]
+        S, A, first = self.regions[reg]
+        kd = tuple(1 if d in A else S[d] for d in range(len(S)))
+        out_shape = tuple(S[d] for d in range(len(S)) if d not in A)
+        b = RowExprBuilder(S, A, internal)
+        results, row_out, views_out = [], [], []
+        for o in g.outputs:
+            if o.shape == S:
+                results.append(b.value(o))
+                row_out.append(False)
+            else:
+                chain: tuple = ()
+                if o.shape != kd:
+                    chain = (make("reshape", o.dtype, kd, (o,), loc=o.loc),)
+                top = make("expand", o.dtype, S, (chain[0] if chain else o,), loc=o.loc)
+                results.append(b.value(o, (top, *chain)))
+                row_out.append(True)
+            views_out.append(contiguous_view(o.dtype.name, o.shape))
+        g.ir = RowKernel(S, A, tuple(b.inputs), tuple(b.ops), tuple(results), tuple(views_out),
+                         tuple(row_out), out_shape)  # fmt: skip
+        g.inputs = list(b.input_nodes)
+        mode, why = rules.row_form(rows_template, g.ir, self.spec)
+        if mode is None:
+            raise NeedMaterialize(first, f"row fusion refused: {why}")
+        reds = [n for n in g.member_nodes if n.op == "reduce"]
+        self.log.append(LogEntry("rows", tuple(describe(n) for n in reds), why, first))
 
     @staticmethod
     def _epi_value(epi: ExprBuilder, out: Node, core: Node) -> int:

@@ -55,3 +55,19 @@ MATERIALIZING_KINDS = frozenset({"reduce", "matmul", "pad", "concat", "conv1d", 
 
 # Kinds that have no AI Core template yet and run on the AI CPU (numpy).
 AICPU_KINDS = frozenset({"pad", "concat", "conv1d", "fft"})
+
+
+# Row fusion. Reductions over the same axes of one shape, the elementwise ops that read their
+# results broadcast back over the rows (softmax, log_softmax, layernorm, RMSnorm, var/std,
+# x / norm(x)) and the elementwise ops before the first reduction form ONE row kernel. Its form
+# is chosen from the device's UB capacity:
+#   "resident"  a block of rows fits UB with double-buffered queues: read once, written once;
+#   "online"    a row is wider than UB: two passes over the row in chunks, reductions that need
+#               an earlier reduction merged online (running max + rescaled sum for softmax,
+#               Chan/Welford for mean + squared deviations);
+#   refused     neither: the first reduction is written to GM and the rest plans again.
+# The fusion log records the form and why ("rows" entries).
+def row_form(template, ir, spec) -> tuple[str | None, str]:
+    """("resident" | "online" | None, reason) for a row kernel on `spec` (asks `template`,
+    the backend's row template, for the UB footprint and the online patterns it knows)."""
+    return template.choose(ir, spec)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..backend.kernel_ir import ArgView, ElementwiseKernel, MatmulKernel, ReduceKernel
+from ..backend.kernel_ir import ArgView, ElementwiseKernel, MatmulKernel, ReduceKernel, RowKernel
 from ..graph.ops import ELEMENTWISE
 from .memory import MemoryPlan
 
@@ -40,6 +40,9 @@ def kernel_cost_class(ir, unit: str, spec, nodes) -> tuple[int, int]:
         size_in, size_out = math.prod(ir.in_shape), math.prod(ir.out_shape)
         flops = size_in * (_expr_flops(ir.prologue) + 1) + size_out * _expr_flops(ir.epilogue)
         return flops, sum(map(view_bytes, ir.inputs + ir.epi_inputs + ir.outputs))
+    if isinstance(ir, RowKernel):
+        flops = math.prod(ir.in_shape) * _expr_flops(ir.expr)
+        return flops, sum(map(view_bytes, ir.inputs + ir.outputs))
     if isinstance(ir, MatmulKernel):
         b = math.prod(ir.batch)
         flops = 2 * b * ir.m * ir.n * ir.k + b * ir.m * ir.n * _expr_flops(ir.epilogue)

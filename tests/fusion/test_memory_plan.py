@@ -55,14 +55,15 @@ def assert_no_live_overlap(buffers) -> None:
 
 
 def exp_sum_chain(x, steps: int = 4):
-    """e <- exp(e * sum(e) * c): each e is read by a sum kernel and by the next elementwise
-    kernel (a broadcast epilogue, refused), so every e is a materialized intermediate that dies
-    at an elementwise kernel of the same size: an in-place candidate. Works on numpy arrays
-    (the expected values) and on lazymath tensors alike."""
+    """e <- exp(e * sum(e over axes 0 and 2) * c) on a (4, 4, 4) view of x: each e is read by
+    a sum kernel and by the next elementwise kernel (a broadcast epilogue, refused: the reduced
+    axes are not adjacent, so no row kernel takes the chain), so every e is a materialized
+    intermediate that dies at an elementwise kernel of the same size: an in-place candidate.
+    Works on numpy arrays (the expected values) and on lazymath tensors alike."""
     exp = np.exp if isinstance(x, np.ndarray) else lm.exp
-    e = exp(x)
+    e = exp(x.reshape(4, 4, 4))
     for _ in range(steps):
-        e = exp(e * e.sum() * np.float32(1e-3))
+        e = exp(e * e.sum(axis=(0, 2), keepdims=True) * np.float32(1e-3))
     return e
 
 
@@ -88,11 +89,11 @@ def test_inplace_chain_reuses_blocks():
     s = lm.schedule(exp_sum_chain(lm.tensor(vec()), 4))
     mem = s.memory
     inter = intermediates(s)
-    assert len(inter) == 8  # 4 exp vectors (256 B) + 4 sums (4 B)
+    assert len(inter) == 8  # 4 exp vectors (256 B) + 4 sums (16 B)
     assert mem.inplace == 3  # e_{i+1} overwrites e_i at the kernel where e_i dies
     assert mem.reuses > 0  # the sums reuse each other's block
     assert mem.arena_bytes < sum(b.nbytes for b in inter)
-    assert mem.arena_bytes == _align(256) + _align(4)  # one vector block + one scalar block
+    assert mem.arena_bytes == _align(256) + _align(16)  # one vector block + one sums block
     assert_no_live_overlap(mem.buffers.values())
     for b in inter:
         if b.inplace_of is not None:
@@ -159,12 +160,12 @@ def test_inplace_and_reuse_plans_compute_the_right_values(backend, monkeypatch):
     if backend == "llvm":
         pytest.importorskip("lazymath.backend.compile")
     monkeypatch.setenv("LAZYMATH_BACKEND", backend)
-    x = RNG.standard_normal(64).astype(np.float32) * 0.1
+    x = RNG.standard_normal((4, 4, 4)).astype(np.float32) * 0.1
 
     def cheap(e):  # 4 cheap ops > RECOMPUTE_MAX_OPS: materialized, then a same-size consumer
-        for _ in range(3):
+        for _ in range(3):  # (sums over axes that are not adjacent: no row kernel)
             e = ((e + 1.0) * 0.5 + 0.25) * 0.75
-            e = e * e.sum()
+            e = e * e.sum(axis=(0, 2), keepdims=True)
         return e
 
     got = cheap(lm.tensor(x))

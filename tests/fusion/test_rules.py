@@ -158,18 +158,25 @@ def test_reduce_reduce_refusal_is_logged():
 
 
 def test_reduce_with_broadcast_consumer_is_refused_with_reason():
-    y = t(4, 6)
-    s = sched(y - y.max(axis=1, keepdims=True))
+    # reduced axes that are not adjacent: no row kernel, the broadcast consumer runs apart
+    y = t(3, 4, 5)
+    s = sched(y - y.max(axis=(0, 2), keepdims=True))
     assert [k.ops for k in s.kernels] == [["max"], ["sub"]]
     assert log_has(s, "refuse", "iteration space"), log_text(s)
+
+
+def test_reduce_with_broadcast_consumer_is_one_row_kernel():
+    y = t(4, 6)
+    s = sched(y - y.max(axis=1, keepdims=True))
+    assert [(k.kind, k.ops) for k in s.kernels] == [("rows", ["max", "sub"])]
+    assert log_has(s, "rows", "row-resident"), log_text(s)
 
 
 def test_softmax_kernels():
     y = t(4, 6)
     s = sched(lm.softmax(y, axis=1))
-    # max | sub exp (materialized: read by sum and div) | sum | div
-    assert len(s.kernels) <= 4
-    assert log_has(s, "refuse", "iteration space")
+    assert [k.ops for k in s.kernels] == [["max", "sub", "exp", "sum", "div"]]
+    assert log_has(s, "rows", "row-resident")
 
 
 # ----------------------------------------------------------------------------- matmul epilogue
@@ -264,9 +271,9 @@ def test_no_spurious_refusal_when_fixpipe_epilogue_fuses_on_910b():
 
 
 def test_epilogue_reading_a_value_derived_from_the_matmul_is_refused_cycle():
-    A, B = t(8, 16, dtype="float16"), t(16, 8, dtype="float16")
+    A, B = t(2, 8, 16, dtype="float16"), t(2, 16, 8, dtype="float16")
     m = A @ B
-    out = lm.relu(m) + m.sum()
+    out = lm.relu(m) + m.sum(axis=(0, 2), keepdims=True)  # not adjacent axes: no row kernel
     del m
     s = sched(out)
     assert [k.ops for k in s.kernels] == [["matmul"], ["sum"], ["relu", "add"]]

@@ -1,0 +1,507 @@
+"""Row template: RowKernel -> isa.Program (softmax, log_softmax, layernorm, var/std, ...).
+
+A RowKernel is reductions over the same axes plus the elementwise ops that consume their
+results broadcast back over the rows (see `kernel_ir.RowKernel`). Two forms:
+
+- **row-resident** (the block of rows fits UB with double-buffered queues): a block of
+  `rows_t` rows is copied GM -> UB once, then the expression runs in phases, each phase the
+  elementwise ops whose reductions are complete followed by the reductions they feed
+  (WholeReduce `VReduce`); a row's reduction result reaches the row's elements through `VBrcb`.
+  Outputs are copied UB -> GM once. With one row per block every phase is one fused loop over
+  the row (copy-in + prologue + reduce, then ... + copy-out), the broadcast a register.
+- **online two-pass** (a row is wider than UB): pass 1 streams the row through UB in chunks and
+  folds every reduction; a reduction that needs an earlier one (the sum of exp(x - max) of a
+  softmax, the sum of squared deviations of a variance) is computed per chunk against the
+  chunk's own statistic and merged: running max + rescaled sum for softmax, Chan/Welford for
+  mean + M2. Pass 2 streams the row again and computes the outputs. The input is read twice.
+
+`choose(ir, spec)` says which form applies and why (the fusion layer logs it, and refuses to
+fuse when neither does). Accumulation as in the reduce template: float16 sums in float32,
+float32 sums in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lazymath.backend import isa
+from lazymath.backend.kernel_ir import RowKernel, SOp
+from lazymath.backend.templates import common as C
+from lazymath.backend.templates.reduce import identity
+
+_VRED = {"sum": "vcadd", "prod": "vcmul", "max": "vcmax", "min": "vcmin"}
+ROW_MIN = 256  # rows at least this long: one row per block (1-D loops that fuse)
+MAX_BLOCK = 8192  # elements of a multi-row block (keeps blocks cache friendly and numerous)
+_INPLACE_OK = C._INPLACE_OK
+
+
+def tiling(ir: RowKernel, spec) -> dict:
+    return _plan(ir, spec, "k")[1]
+
+
+def build(ir: RowKernel, spec, name: str) -> isa.Program:
+    return _plan(ir, spec, name)[0].check(spec)
+
+
+def choose(ir: RowKernel, spec) -> tuple[str | None, str]:
+    """("resident" | "online" | None, why) for `ir` on `spec`."""
+    info = _Info(ir)
+    if info.unsupported:
+        return None, info.unsupported
+    nb = _resident_bytes(ir, info, spec, 1)
+    ub = spec.ub_bytes
+    if nb <= ub:
+        rt = _rows_per_block(ir, info, spec)
+        return "resident", (
+            f"row-resident: a block of {rt} row(s) x {info.R} elements needs "
+            f"{_resident_bytes(ir, info, spec, rt) // 1024} KiB of UB with double-buffered "
+            f"queues (UB {ub // 1024} KiB); input read once"
+        )
+    why = f"a row of {info.R} elements needs {nb // 1024} KiB of UB > {ub // 1024} KiB"
+    plan = _online_plan(ir, info)
+    if isinstance(plan, str):
+        return None, f"{why}, and no online form: {plan}"
+    kinds = sorted({p[0] for p in plan.pairs.values()}) or ["plain"]
+    return "online", (
+        f"online two-pass ({', '.join(kinds)}): {why}; the row streams through UB in chunks "
+        "twice (reductions, then outputs)"
+    )
+
+
+# ============================================================================= analysis
+
+
+class _Info:
+    """Levels, phases and geometry of a RowKernel."""
+
+    def __init__(self, ir: RowKernel):
+        self.ir = ir
+        nd = len(ir.in_shape)
+        self.axes = tuple(sorted({a % nd for a in ir.axes})) if nd else ()
+        self.keep = [d for d in range(nd) if d not in self.axes]
+        self.R = C.prod(ir.in_shape[a] for a in self.axes)
+        self.K = C.prod(ir.in_shape[d] for d in self.keep)
+        self.unsupported = ""
+        expr = ir.expr
+        # a load is row level when its view does not move along the reduced axes
+        self.row_input = [
+            self.R > 1 and all(v.strides[a] == 0 for a in self.axes if ir.in_shape[a] != 1)
+            for v in ir.inputs
+        ]
+        lvl, phase = [], []
+        for op in expr:
+            if op.op == "load":
+                lvl.append("row" if self.row_input[op.arg] else "full")
+                phase.append(0)
+            elif op.op == "const":
+                lvl.append("const")
+                phase.append(0)
+            elif op.op == "reduce":
+                lvl.append("row")
+                phase.append(phase[op.srcs[0]] + 1)
+            else:
+                ls = {lvl[s] for s in op.srcs}
+                lvl.append("full" if "full" in ls else "row")
+                phase.append(max((phase[s] for s in op.srcs), default=0))
+        self.lvl, self.phase = lvl, phase
+        self.reduces = [i for i, op in enumerate(expr) if op.op == "reduce"]
+        for j, (r, row) in enumerate(zip(ir.results, ir.row_outputs)):
+            if row and lvl[r] == "full" and self.R != 1:
+                self.unsupported = f"output {j} is per row but its value is per element"
+        # geometry: the reduced axes must form one strided run in every per-element view
+        full_views = [v for v, rw in zip(ir.inputs, self.row_input) if not rw]
+        full_views += [v for v, rw in zip(ir.outputs, ir.row_outputs) if not rw]
+        red = tuple(ir.in_shape[a] for a in self.axes)
+        rshape, rstr = C.collapse(red, [tuple(v.strides[a] for a in self.axes) for v in full_views])
+        if len(rshape) != 1:
+            self.unsupported = "the reduced axes are not one strided run in every view"
+        self.rstride = {}
+        k = 0
+        for i, rw in enumerate(self.row_input):
+            if not rw:
+                self.rstride[("in", i)] = rstr[k][0] if rstr else 0
+                k += 1
+        for j, rw in enumerate(ir.row_outputs):
+            if not rw:
+                self.rstride[("out", j)] = rstr[k][0] if rstr else 0
+                k += 1
+        kept = tuple(ir.in_shape[d] for d in self.keep)
+        kviews = [tuple(v.strides[d] for d in self.keep) for v in ir.inputs]
+        for v, rw in zip(ir.outputs, ir.row_outputs):
+            kviews.append(_out_strides(v, self.keep, ir.in_shape) if rw else
+                          tuple(v.strides[d] for d in self.keep))  # fmt: skip
+        self.kshape, kstr = C.collapse(kept, kviews)
+        n_in = len(ir.inputs)
+        self.in_kstr, self.out_kstr = kstr[:n_in], kstr[n_in:]
+
+
+def _out_strides(v, keep, in_shape) -> tuple[int, ...]:
+    if len(v.shape) == len(in_shape):  # keepdims-style view
+        return tuple(v.strides[d] for d in keep)
+    return tuple(v.strides)
+
+
+# ============================================================================= emission
+
+
+class _Emitter(C.ExprEmitter):
+    """ExprEmitter whose constant tiles carry a prefix (two emitters share one program)."""
+
+    def __init__(self, b, pool, n, prefix: str):
+        super().__init__(b, pool, n)
+        self.prefix = prefix
+
+    def const_tile(self, value, dtype: str) -> isa.Ref:
+        key = (repr(value), dtype)
+        if key not in self.const_tiles:
+            name = f"{self.prefix}c{len(self.const_tiles)}_{dtype}"
+            buf = isa.Buffer(name, "UB", dtype, self.pool.tile)
+            self.pool.buffers.append(buf)
+            r = isa.Ref(buf, 0)
+            self.hoisted.append(isa.VDup(r, value, self.pool.tile))
+            self.const_tiles[key] = r
+        return self.const_tiles[key]
+
+
+def acc_dtype(op: SOp, src_dtype: str) -> str:
+    """Internal accumulator of a reduce op (wider than its SOp dtype for float sums)."""
+    if op.arg in ("sum", "prod"):
+        return {"float16": "float32", "float32": "float64"}.get(op.dtype, op.dtype)
+    return src_dtype
+
+
+class _Body:
+    """Vector code for the expression over one block: full values are tiles of `rows` rows x
+    `cols` elements, row values tiles of `rows` elements."""
+
+    def __init__(self, ir: RowKernel, info: _Info, rows_t: int, cols_t: int, n_rows, n_cols):
+        self.ir, self.info = ir, info
+        self.rows_t, self.cols_t = rows_t, cols_t
+        self.T = rows_t * cols_t
+        self.b = isa.Builder(tile=self.T)
+        self.pf = C.TilePool(self.T, "f")
+        self.pr = C.TilePool(rows_t, "r")
+        self.n_rows, self.n_cols = n_rows, n_cols
+        self.n_full = n_cols if rows_t == 1 else isa.mul(n_rows, n_cols)
+        self.n_row = 1 if rows_t == 1 else n_rows
+        self.ef = _Emitter(self.b, self.pf, self.n_full, "f")
+        self.er = _Emitter(self.b, self.pr, self.n_row, "r")
+        self.extra: list[isa.Buffer] = []
+        self.acc: dict[int, isa.Ref] = {}
+        for i in info.reduces:
+            op = ir.expr[i]
+            dt = acc_dtype(op, ir.expr[op.srcs[0]].dtype)
+            self.acc[i] = self._buf(f"acc{i}", dt, rows_t)
+
+    def _buf(self, name: str, dtype: str, size: int) -> isa.Ref:
+        r = isa.Ref(isa.Buffer(name, "UB", dtype, size), 0)
+        self.extra.append(r.buf)
+        return r
+
+    def buffers(self) -> list[isa.Buffer]:
+        return [*self.extra, *self.pf.buffers, *self.pr.buffers, *self.b.buffers]
+
+    def hoisted(self) -> list:
+        return [*self.ef.hoisted, *self.er.hoisted]
+
+    def init_acc(self, which=None) -> list:
+        out = []
+        for i in self.info.reduces if which is None else which:
+            op = self.ir.expr[i]
+            out.append(isa.VDup(self.acc[i], identity(op.arg, self.acc[i].buf.dtype), self.rows_t))
+        return out
+
+    def take(self) -> list:
+        body = list(self.b.body)
+        self.b.body.clear()
+        return body
+
+    # ------------------------------------------------------------------ expression
+    def order(self, wanted: set[int]) -> list[int]:
+        """The ops in `wanted` in emission order: by phase, within a phase row ops, then
+        per-element ops, then the reductions they close (each phase one fused loop)."""
+        info, expr = self.info, self.ir.expr
+
+        def key(i):
+            if expr[i].op == "reduce":
+                return (info.phase[expr[i].srcs[0]], 2, i)
+            return (info.phase[i], 0 if info.lvl[i] == "row" else 1, i)
+
+        return sorted(wanted, key=key)
+
+    def emit(self, order: list[int], vals: dict, dests: dict, pinned: set[int],
+             reduce_into: dict | None = None) -> None:  # fmt: skip
+        """Emit `order` (op indices; loads/consts must already be in `vals`). `dests[i]` is a
+        preferred destination tile of value i; `pinned` values are never freed; reductions
+        fold into `reduce_into[i]` (default their accumulators) without conversion."""
+        info, expr = self.info, self.ir.expr
+        lvl = info.lvl
+        last: dict[int, int] = {}
+        brc_last: dict[int, int] = {}
+        for pos, i in enumerate(order):
+            for s in expr[i].srcs:
+                last[s] = pos
+                if lvl[s] == "row" and (lvl[i] == "full" or expr[i].op == "reduce"):
+                    brc_last[s] = pos
+        brc: dict[int, isa.Ref] = {}
+        claimed: set[int] = set()
+        for pos, i in enumerate(order):
+            op = expr[i]
+            if op.op in ("load", "const") or i in vals:
+                continue
+            full = lvl[i] == "full" or op.op == "reduce"
+            srcs = []
+            for s in op.srcs:
+                v = vals[s]
+                if full and lvl[s] == "row" and not isinstance(v, C.Const):
+                    if s not in brc:
+                        brc[s] = self.pf.get(expr[s].dtype)
+                        self.b.emit(isa.VBrcb(brc[s], v, self.n_cols, self.n_row))
+                    v = brc[s]
+                srcs.append(v)
+            if op.op == "reduce":
+                self._reduce(i, srcs[0], reduce_into, vals)
+            else:
+                em = self.ef if lvl[i] == "full" else self.er
+                pool = em.pool
+                dst = None
+                if i in dests and i not in claimed:
+                    dst = dests[i]
+                    claimed.add(i)
+                if dst is None and op.op in _INPLACE_OK:
+                    for s in op.srcs:
+                        v = vals[s]
+                        if (last.get(s) == pos and s not in pinned and isinstance(v, isa.Ref)
+                                and pool.owns(v) and v.buf.dtype == op.dtype
+                                and v.buf.size == pool.tile):  # fmt: skip
+                            dst = v
+                            break
+                if dst is None:
+                    dst = pool.get(op.dtype)
+                em.emit_op(op, dst, srcs, [expr[s].dtype for s in op.srcs])
+                vals[i] = dst
+            for s in set(op.srcs):
+                v = vals[s]
+                if last.get(s) == pos and s not in pinned and isinstance(v, isa.Ref) and \
+                        v != vals[i]:  # fmt: skip
+                    for p in (self.pf, self.pr):
+                        if p.owns(v) and v not in (*self.ef.const_tiles.values(),
+                                                   *self.er.const_tiles.values()):  # fmt: skip
+                            p.put(v)
+                if brc_last.get(s) == pos and s in brc:
+                    self.pf.put(brc.pop(s))
+
+    def _reduce(self, i: int, src, reduce_into, vals) -> None:
+        expr = self.ir.expr
+        op = expr[i]
+        if isinstance(src, C.Const):
+            src = self.ef.const_tile(src.value, expr[op.srcs[0]].dtype)
+        acc = (reduce_into or {}).get(i, self.acc[i])
+        rows = 1 if self.rows_t == 1 else self.n_rows
+        self.b.emit(isa.VReduce(_VRED[op.arg], acc, src, self.n_cols, rows))
+        if reduce_into is not None and i in reduce_into:
+            vals[i] = acc
+            return
+        vals[i] = self.finish_reduce(i)
+
+    def finish_reduce(self, i: int) -> isa.Ref:
+        op = self.ir.expr[i]
+        acc = self.acc[i]
+        if acc.buf.dtype == op.dtype:
+            return acc
+        conv = self.pr.get(op.dtype)
+        self.b.emit(isa.VConv(conv, acc, self.n_row, "trunc"))
+        return conv
+
+    def to_dest(self, v, dst: isa.Ref, row_out: bool, src_lvl: str) -> None:
+        """Copy a result value into its output tile."""
+        if isinstance(v, C.Const):
+            self.b.vdup(dst, v.value, self.n_row if row_out else self.n_full)
+        elif row_out or src_lvl == "full":
+            if v != dst:
+                self.b.vcopy(dst, v, self.n_row if row_out and src_lvl != "full" else
+                             (self.n_full if src_lvl == "full" else self.n_row))  # fmt: skip
+        else:  # a per-row value written per element
+            self.b.emit(isa.VBrcb(dst, v, self.n_cols, self.n_row))
+
+
+# ============================================================================= resident
+
+
+def _resident_parts(ir: RowKernel, info: _Info, rows_t: int, pp, n_rows):
+    """(body, queues, emitted compute, hoisted) of the resident form for one block."""
+    R = info.R
+    bd = _Body(ir, info, rows_t, R, n_rows, R)
+    T = bd.T
+    half, rhalf = isa.mul(pp, T), isa.mul(pp, rows_t)
+    queues: dict = {}
+    vals: dict = {}
+    used = sorted({op.arg for op in ir.expr if op.op == "load"})
+    for k in used:
+        rw = info.row_input[k]
+        buf = isa.Buffer(f"in{k}_tile", "UB", ir.inputs[k].dtype, 2 * (rows_t if rw else T))
+        queues[("in", k)] = buf
+    dests: dict = {}
+    out_refs = {}
+    for j, v in enumerate(ir.outputs):
+        rw = ir.row_outputs[j]
+        buf = isa.Buffer(f"out{j}_tile", "UB", v.dtype, 2 * (rows_t if rw else T))
+        queues[("out", j)] = buf
+        out_refs[j] = isa.Ref(buf, rhalf if rw else half)
+    for i, op in enumerate(ir.expr):
+        if op.op == "load":
+            vals[i] = isa.Ref(queues[("in", op.arg)], rhalf if info.row_input[op.arg] else half)
+        elif op.op == "const":
+            vals[i] = C.Const(op.arg, op.dtype)
+    # a result computed by an op goes straight to its output tile when the levels agree
+    for j, r in enumerate(ir.results):
+        op = ir.expr[r]
+        same = (info.lvl[r] == "row") == ir.row_outputs[j]
+        if op.op not in ("load", "const", "reduce") and same and r not in dests:
+            dests[r] = out_refs[j]
+    wanted = {i for i, op in enumerate(ir.expr) if op.op not in ("load", "const")}
+    order = bd.order(wanted)
+    bd.emit(order, vals, dests, set(ir.results))
+    for j, r in enumerate(ir.results):
+        v = vals[r]
+        if dests.get(r) is out_refs[j] and v == out_refs[j]:
+            continue
+        bd.to_dest(v, out_refs[j], ir.row_outputs[j], info.lvl[r])
+    return bd, queues, bd.take()
+
+
+def _resident_bytes(ir, info, spec, rows_t: int) -> int:
+    bd, queues, _ = _resident_parts(ir, info, rows_t, isa.Var("pp"), isa.Var("n_rows"))
+    return C.buffers_bytes(spec, [*queues.values(), *bd.buffers()])
+
+
+def _rows_per_block(ir, info, spec) -> int:
+    Ki = info.kshape[-1]
+    if info.R >= ROW_MIN or Ki == 1:
+        return 1
+    cap = max(1, min(Ki, MAX_BLOCK // max(info.R, 1)))
+    b1 = _resident_bytes(ir, info, spec, 1)
+    b2 = _resident_bytes(ir, info, spec, 2)
+    slope = max(b2 - b1, 1)
+    rt = max(1, min(cap, 1 + (spec.ub_bytes - b1) // slope))
+    while rt > 1 and _resident_bytes(ir, info, spec, rt) > spec.ub_bytes:
+        rt = max(1, int(rt * 0.9))
+    return rt
+
+
+def _plan(ir: RowKernel, spec, name: str):
+    info = _Info(ir)
+    n_in = len(ir.inputs)
+    names = [f"in{k}" for k in range(n_in)] + [f"out{j}" for j in range(len(ir.outputs))]
+    args = C.gm_args((*ir.inputs, *ir.outputs), names)
+    if info.K == 0:
+        return isa.Program(name, args, (), (), 1, 1), {"mode": "empty"}
+    if info.R == 0:
+        raise ValueError("row kernel over an empty row")
+    if info.unsupported:
+        raise NotImplementedError(f"row kernel: {info.unsupported}")
+    mode, _ = choose(ir, spec)
+    if mode == "online":
+        return _plan_online(ir, info, spec, name, args)
+    if mode is None:
+        raise NotImplementedError("row kernel: the row does not fit UB and has no online form")
+    rows_t = _rows_per_block(ir, info, spec)
+    Ki, k_outer = info.kshape[-1], info.kshape[:-1]
+    n_kch = C.ceil_div(Ki, rows_t)
+    items = C.prod(k_outer) * n_kch
+    it, pp, nr = isa.Var("it"), isa.Var("pp"), isa.Var("n_rows")
+    bd, queues, compute = _resident_parts(ir, info, rows_t, pp, nr)
+    T = bd.T
+    k_idx, kc = _split(it, n_kch, k_outer)
+    k0 = isa.mul(kc, rows_t)
+    k_cnt = _count(Ki, rows_t, kc)
+    half, rhalf = isa.mul(pp, T), isa.mul(pp, rows_t)
+    R = info.R
+    loop = [isa.Let(pp, isa.mod(it, 2))]
+    if rows_t > 1:
+        loop.append(isa.Let(nr, k_cnt))
+    loop += bd.init_acc()
+    loop.append(isa.WaitFlag("V", "MTE2", pp))
+    for (side, k), buf in queues.items():
+        if side != "in":
+            continue
+        v, ks = ir.inputs[k], info.in_kstr[k]
+        off = isa.add(C.dot(k_idx, ks[:-1], v.offset), isa.mul(k0, ks[-1]))
+        if info.row_input[k]:
+            loop.append(isa.CopyIn(isa.Ref(buf, rhalf), isa.Ref(args[k], off), (nr if rows_t > 1
+                                   else 1,), (ks[-1],)))  # fmt: skip
+        elif rows_t == 1:
+            loop.append(isa.CopyIn(isa.Ref(buf, half), isa.Ref(args[k], off), (R,),
+                                   (info.rstride[("in", k)],)))  # fmt: skip
+        else:
+            loop.append(isa.CopyIn(isa.Ref(buf, half), isa.Ref(args[k], off), (nr, R),
+                                   (ks[-1], info.rstride[("in", k)])))  # fmt: skip
+    loop += [isa.SetFlag("MTE2", "V", pp), isa.WaitFlag("MTE2", "V", pp),
+             isa.WaitFlag("MTE3", "V", pp)]  # fmt: skip
+    loop += compute
+    loop += [isa.SetFlag("V", "MTE2", pp), isa.SetFlag("V", "MTE3", pp),
+             isa.WaitFlag("V", "MTE3", pp)]  # fmt: skip
+    loop += _copy_outs(ir, info, args, queues, k_idx, k0, rows_t, nr, half, rhalf, R, n_in)
+    loop.append(isa.SetFlag("MTE3", "V", pp))
+    start, stop, lets = C.block_range(items)
+    body = [*lets, *bd.hoisted(), *C.pipeline_flags_prologue(),
+            isa.Loop(it, start, stop, 1, tuple(loop)), *C.pipeline_flags_epilogue()]  # fmt: skip
+    blocks = C.host_blocks(items, C.prod(ir.in_shape))
+    prog = isa.Program(name, args, (*queues.values(), *bd.buffers()), tuple(body), blocks,
+                       min(spec.vector_cores, items))  # fmt: skip
+    return prog, {"mode": "resident", "rows_t": rows_t, "items": items, "blocks": blocks}
+
+
+def _copy_outs(ir, info, args, queues, k_idx, k0, rows_t, nr, half, rhalf, R, n_in,
+               col0=0, ncols=None) -> list:  # fmt: skip
+    out = []
+    for j, v in enumerate(ir.outputs):
+        buf = queues[("out", j)]
+        ks = info.out_kstr[j]
+        off = isa.add(C.dot(k_idx, ks[:-1], v.offset), isa.mul(k0, ks[-1]))
+        dst_arg = args[n_in + j]
+        if ir.row_outputs[j]:
+            if ncols is not None:
+                continue  # written after the row's last chunk
+            out.append(isa.CopyOut(isa.Ref(dst_arg, off), isa.Ref(buf, rhalf),
+                                   (nr if rows_t > 1 else 1,), (ks[-1],)))  # fmt: skip
+            continue
+        rs = info.rstride[("out", j)]
+        if rows_t == 1:
+            off = isa.add(off, isa.mul(col0, rs))
+            out.append(isa.CopyOut(isa.Ref(dst_arg, off), isa.Ref(buf, half),
+                                   (R if ncols is None else ncols,), (rs,)))  # fmt: skip
+        else:
+            out.append(isa.CopyOut(isa.Ref(dst_arg, off), isa.Ref(buf, half), (nr, R),
+                                   (ks[-1], rs)))  # fmt: skip
+    return out
+
+
+def _split(index, n_chunks: int, outer: tuple[int, ...]):
+    if n_chunks == 1:
+        return (C.unravel(index, outer) if outer else []), 0
+    if not outer:
+        return [], index
+    return C.unravel(isa.floordiv(index, n_chunks), outer), isa.mod(index, n_chunks)
+
+
+def _count(extent: int, step: int, chunk) -> isa.IntExpr:
+    if extent % step == 0:
+        return step
+    return isa.imin(step, isa.sub(extent, isa.mul(chunk, step)))
+
+
+# ============================================================================= online
+
+
+@dataclass
+class _OnlinePlan:
+    pairs: dict  # dependent reduce index -> ("softmax" | "welford", base reduce, shift op)
+
+
+def _online_plan(ir: RowKernel, info: _Info) -> _OnlinePlan | str:
+    return "not implemented yet"
+
+
+def _plan_online(ir, info, spec, name, args):
+    raise NotImplementedError("online row kernels")
