@@ -187,6 +187,7 @@ class _Body:
         self.ef = _Emitter(self.b, self.pf, self.n_full, "f")
         self.er = _Emitter(self.b, self.pr, self.n_row, "r")
         self.extra: list[isa.Buffer] = []
+        self.welford: dict[int, tuple[int, int]] = {}  # see `correct_welford`
         self.acc: dict[int, isa.Ref] = {}
         for i in info.reduces:
             op = ir.expr[i]
@@ -302,7 +303,30 @@ class _Body:
         if reduce_into is not None and i in reduce_into:
             vals[i] = acc
             return
+        if i in self.welford:
+            self.correct_welford(i, vals)
         vals[i] = self.finish_reduce(i)
+
+    def correct_welford(self, j: int, vals) -> None:
+        """acc_j = sum((G - a)^2) with a = the mean as the expression rounded it; subtract
+        N (sum(G)/N - a)^2 (sum(G) from the wide accumulator) to get the squared deviations
+        from the exact mean: as accurate as a two-pass variance with a float64 mean."""
+        b, sh = self.welford[j]
+        acc_b, acc_j = self.acc[b], self.acc[j]
+        dt = acc_j.buf.dtype
+        ta = self._buf(f"wa{j}", dt, self.rows_t)
+        tm = self._buf(f"wm{j}", dt, self.rows_t)
+        n, N = self.n_row, float(self.info.R)
+        a = vals[sh]
+        e = self.b.emit
+        e(isa.VConv(ta, a, n, "trunc") if a.buf.dtype != dt else isa.VUnary("vcopy", ta, a, n))
+        e(isa.VConv(tm, acc_b, n, "trunc") if acc_b.buf.dtype != dt else
+          isa.VUnary("vcopy", tm, acc_b, n))  # fmt: skip
+        e(isa.VScalar("vmuls", tm, tm, 1.0 / N, n))
+        e(isa.VBinary("vsub", tm, tm, ta, n))
+        e(isa.VBinary("vmul", tm, tm, tm, n))
+        e(isa.VScalar("vmuls", tm, tm, N, n))
+        e(isa.VBinary("vsub", acc_j, acc_j, tm, n))
 
     def finish_reduce(self, i: int) -> isa.Ref:
         op = self.ir.expr[i]
@@ -332,6 +356,13 @@ def _resident_parts(ir: RowKernel, info: _Info, rows_t: int, pp, n_rows):
     """(body, queues, emitted compute, hoisted) of the resident form for one block."""
     R = info.R
     bd = _Body(ir, info, rows_t, R, n_rows, R)
+    plan = _online_plan(ir, info)
+    pinned = set(ir.results)
+    if not isinstance(plan, str):
+        for j, (kind_, b, sh) in plan.pairs.items():
+            if kind_ == "welford" and isinstance(ir.expr[sh], SOp):
+                bd.welford[j] = (b, sh)
+                pinned.add(sh)
     T = bd.T
     half, rhalf = isa.mul(pp, T), isa.mul(pp, rows_t)
     queues: dict = {}
@@ -361,7 +392,7 @@ def _resident_parts(ir: RowKernel, info: _Info, rows_t: int, pp, n_rows):
             dests[r] = out_refs[j]
     wanted = {i for i, op in enumerate(ir.expr) if op.op not in ("load", "const")}
     order = bd.order(wanted)
-    bd.emit(order, vals, dests, set(ir.results))
+    bd.emit(order, vals, dests, pinned)
     for j, r in enumerate(ir.results):
         v = vals[r]
         if dests.get(r) is out_refs[j] and v == out_refs[j]:

@@ -1,0 +1,200 @@
+"""Row kernels (issue 15): reductions over the same axes plus the elementwise ops that read
+them broadcast back are one kernel, row-resident when a block of rows fits UB, online two-pass
+when a row is wider than UB. Counted through lm.schedule; values against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lazymath as lm
+
+RNG = np.random.default_rng(15)
+
+
+def _softmax(x, a):
+    e = np.exp(x - x.max(a, keepdims=True))
+    return e / e.sum(a, keepdims=True)
+
+
+def _log_softmax(x, a):
+    z = x - x.max(a, keepdims=True)
+    return z - np.log(np.exp(z).sum(a, keepdims=True))
+
+
+def _layernorm(x, g, a, m):
+    """m is lm or np: (x - mean) * rsqrt(var + eps) * g."""
+    if m is np:
+        return (x - x.mean(a, keepdims=True)) / np.sqrt(x.var(a, keepdims=True) + 1e-5) * g
+    mu = lm.mean(x, axis=a, keepdims=True)
+    return (x - mu) * lm.rsqrt(lm.var(x, axis=a, keepdims=True) + 1e-5) * g
+
+
+PATTERNS = {
+    "softmax": (lambda x, g, a: lm.softmax(x, axis=a), lambda x, g, a: _softmax(x, a)),
+    "log_softmax": (lambda x, g, a: lm.log_softmax(x, axis=a), lambda x, g, a: _log_softmax(x, a)),
+    "layernorm": (lambda x, g, a: _layernorm(x, g, a, lm), lambda x, g, a: _layernorm(x, g, a, np)),
+    "rmsnorm": (
+        lambda x, g, a: x * lm.rsqrt(lm.mean(x * x, axis=a, keepdims=True) + 1e-6) * g,
+        lambda x, g, a: x / np.sqrt((x * x).mean(a, keepdims=True) + 1e-6) * g,
+    ),
+    "var": (lambda x, g, a: lm.var(x, axis=a), lambda x, g, a: x.var(axis=a)),
+    "std": (
+        lambda x, g, a: lm.std(x, axis=a, keepdims=True),
+        lambda x, g, a: x.std(a, keepdims=True),
+    ),
+    "normalize": (
+        lambda x, g, a: x / lm.sqrt(lm.sum(x * x, axis=a, keepdims=True)),
+        lambda x, g, a: x / np.sqrt((x * x).sum(a, keepdims=True)),
+    ),
+}
+
+
+def _inputs(shape, a, dtype, mean=0.0):
+    x = (RNG.standard_normal(shape) * 2 + mean).astype(dtype)
+    gshape = tuple(s if d == a % len(shape) else 1 for d, s in enumerate(shape))
+    g = RNG.standard_normal(gshape).astype(dtype)
+    return x, g
+
+
+def _check(name, shape, a, dtype, mean=0.0):
+    lm_fn, np_fn = PATTERNS[name]
+    x, g = _inputs(shape, a, dtype, mean)
+    t = lm_fn(lm.tensor(x), lm.tensor(g), a)
+    s = lm.schedule(t)
+    assert len(s.kernels) == 1 and s.kernels[0].kind == "rows", s
+    got = t.numpy()
+    assert got.dtype == np.dtype(dtype)
+    ref = np_fn(x.astype(np.float64), g.astype(np.float64), a)
+    scale = np.abs(ref).max() + 1
+    err = np.abs(got.astype(np.float64) - ref).max() / scale
+    if dtype == "float16":
+        tol = 4e-3
+    else:  # numpy's own float32 error on this input (ill-conditioned rows exist), or 2e-6
+        with np.errstate(all="ignore"):
+            np_err = np.abs(np_fn(x, g, a).astype(np.float64) - ref).max() / scale
+        tol = max(2e-6, 4 * np_err)
+    assert err < tol, (name, shape, a, dtype, err)
+    return s
+
+
+# ----------------------------------------------------------------------------- kernel counts
+
+
+def test_the_issue_graphs_are_one_kernel_each():
+    x = lm.tensor(np.zeros((4096, 4096), np.float32))
+    g = lm.tensor(np.ones(4096, np.float32))
+    graphs = {
+        "softmax": lm.softmax(x, axis=-1),
+        "log_softmax": lm.log_softmax(x, axis=-1),
+        "layernorm": _layernorm(x, g, -1, lm),
+        "var": lm.var(x, axis=-1),
+    }
+    for name, t in graphs.items():
+        s = lm.schedule(t)
+        assert len(s.kernels) == 1, (name, s)
+        (entry,) = [e for e in s.fusion_log if e.what == "rows"]
+        assert "row-resident" in entry.reason and "UB" in entry.reason, entry
+
+
+def test_form_follows_the_ub_capacity_and_is_logged():
+    wide = lm.tensor(np.zeros((2, 100_003), np.float32))
+    s = lm.schedule(lm.softmax(wide, axis=-1))
+    assert len(s.kernels) == 1
+    (entry,) = [e for e in s.fusion_log if e.what == "rows"]
+    assert "online two-pass (softmax)" in entry.reason and "> 256 KiB" in entry.reason
+    s = lm.schedule(lm.var(wide, axis=-1), spec="ascend910b")
+    assert "online two-pass (welford)" in s.fusion_log[-1].reason
+    assert "192 KiB" in s.fusion_log[-1].reason
+
+
+def test_a_wide_chain_without_online_form_is_refused_with_reason():
+    wide = lm.tensor(np.zeros((2, 100_003), np.float32))
+    m = wide.max(axis=1, keepdims=True)
+    y = lm.exp(wide - m)
+    t = y - y.max(axis=1, keepdims=True)  # a max of a max-shifted value: no online merge
+    s = lm.schedule(t)
+    assert len(s.kernels) >= 2
+    text = "\n".join(str(e) for e in s.fusion_log)
+    assert "row fusion refused" in text and "online" in text, text
+    np.testing.assert_allclose(t.numpy(), np.zeros((2, 100_003), np.float32), atol=0)
+
+
+def test_prologue_joins_the_row_kernel():
+    a, b = (RNG.standard_normal((6, 40)).astype(np.float32) for _ in range(2))
+    t = lm.softmax(lm.tensor(a) * 2.0 + lm.tensor(b), axis=-1)
+    (k,) = lm.schedule(t).kernels
+    assert k.kind == "rows" and k.ops[:2] == ["mul", "add"]
+    np.testing.assert_allclose(t.numpy(), _softmax(a * 2.0 + b, -1), rtol=1e-5, atol=1e-7)
+
+
+def test_several_outputs_of_one_region_are_one_kernel():
+    x = RNG.standard_normal((5, 33)).astype(np.float32)
+    xt = lm.tensor(x)
+    mx = xt.max(axis=1)
+    sm = lm.softmax(xt, axis=1)
+    s = lm.schedule(mx, sm)
+    assert len(s.kernels) == 1
+    lm.realize(mx, sm)
+    np.testing.assert_array_equal(mx.numpy(), x.max(1))
+    np.testing.assert_allclose(sm.numpy(), _softmax(x, 1), rtol=1e-5, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- values
+
+SHAPES = [((7, 13), -1), ((1, 257), -1), ((37, 1), 0), ((5, 11, 3), 1), ((3, 300), 0)]
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_patterns_match_numpy(name, backend, monkeypatch):
+    monkeypatch.setenv("LAZYMATH_BACKEND", backend)
+    for dtype in ("float32", "float16"):
+        for shape, a in SHAPES:
+            _check(name, shape, a, dtype)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layernorm", "var"])
+def test_rows_wider_than_ub_take_the_online_path(name, backend, monkeypatch):
+    monkeypatch.setenv("LAZYMATH_BACKEND", backend)
+    for dtype in ("float32", "float16"):
+        s = _check(name, (3, 70_001), -1, dtype)
+        assert "online" in s.fusion_log[-1].reason
+    s = _check(name, (40_009, 2), 0, "float32")  # strided rows
+    assert "online" in s.fusion_log[-1].reason
+
+
+def test_ascend910b(monkeypatch):
+    lm.init_device(0, spec="ascend910b")
+    try:
+        for name in ("softmax", "layernorm", "var"):
+            _check(name, (9, 129), -1, "float32")
+            _check(name, (9, 129), 0, "float16")
+            _check(name, (2, 60_000), -1, "float32")
+    finally:
+        lm.init_device(0, spec="ascend910")
+
+
+def test_softmax_keeps_infinities_like_numpy():
+    x = RNG.standard_normal((4, 50)).astype(np.float32)
+    x[0, :7] = -np.inf
+    x[1, 3] = np.inf
+    got = lm.softmax(lm.tensor(x), axis=1).numpy()
+    with np.errstate(invalid="ignore"):
+        ref = _softmax(x, 1)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-7)
+    wide = np.full((2, 70_001), -np.inf, np.float32)
+    wide[:, 40_000:] = RNG.standard_normal((2, 30_001))
+    got = lm.softmax(lm.tensor(wide), axis=1).numpy()  # online; the first chunks are all -inf
+    np.testing.assert_allclose(got, _softmax(wide.astype(np.float64), 1), rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("width", [1000, 70_001])
+def test_variance_with_a_large_mean_is_as_accurate_as_numpy(width):
+    x = (RNG.standard_normal((4, width)) + 1e4).astype(np.float32)
+    truth = x.astype(np.float64).var(axis=1)
+    np_err = np.abs(x.var(axis=1) - truth) / truth
+    got = lm.var(lm.tensor(x), axis=1).numpy()
+    err = np.abs(got - truth) / truth
+    assert np.all(err <= np.maximum(2 * np_err, 1e-6)), (err, np_err)
