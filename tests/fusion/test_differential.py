@@ -21,6 +21,27 @@ N_EXAMPLES = int(os.environ.get("LAZYMATH_DIFF_EXAMPLES", "60"))
 
 UNARY = ["neg", "abs", "sin", "tanh", "relu", "sigmoid", "exp_small", "sqrt_abs", "cast16"]
 BINARY = ["add", "sub", "mul", "maximum", "minimum", "where_gt"]
+# row patterns (issue 15): reductions whose results are read broadcast back over the rows
+ROWS = ["softmax", "log_softmax", "layernorm", "rmsnorm", "var", "std", "normalize", "center"]
+
+
+def _rows(name, t, axis):
+    if name == "softmax":
+        return lm.softmax(t, axis=axis)
+    if name == "log_softmax":
+        return lm.log_softmax(t, axis=axis)
+    if name == "layernorm":
+        mu = lm.mean(t, axis=axis, keepdims=True)
+        return (t - mu) * lm.rsqrt(lm.var(t, axis=axis, keepdims=True) + 1e-5)
+    if name == "rmsnorm":
+        return t * lm.rsqrt(lm.mean(t * t, axis=axis, keepdims=True) + 1e-6)
+    if name == "var":
+        return lm.var(t, axis=axis)
+    if name == "std":
+        return lm.std(t, axis=axis, keepdims=True)
+    if name == "normalize":
+        return t / (lm.sqrt(lm.sum(t * t, axis=axis, keepdims=True)) + 1.0)
+    return t - lm.max(t, axis=axis, keepdims=True)
 
 
 def _unary(name, t):
@@ -71,6 +92,7 @@ def recipe_strategy():
             st.sampled_from(["none", "relu", "scale", "bias"]),
         ),
         st.tuples(st.just("c"), st.integers(0, 99), st.floats(-2, 2)),
+        st.tuples(st.just("w"), st.sampled_from(ROWS), st.integers(0, 99), st.integers(0, 2)),
     )
     return st.tuples(
         st.lists(shapes, min_size=1, max_size=3),
@@ -134,6 +156,11 @@ def build(recipe, seed):
                 pool.append(r)
         elif kind == "c":
             pool.append(pick(st_[1]) * float(st_[2]) + 1.0)
+        elif kind == "w":
+            t = pick(st_[2])
+            if t.ndim == 0:
+                continue
+            pool.append(_rows(st_[1], t, st_[3] % t.ndim))
     return pool[-n_out:] if len(pool) >= n_out else pool
 
 

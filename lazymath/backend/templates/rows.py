@@ -163,11 +163,16 @@ class _Emitter(C.ExprEmitter):
         return self.const_tiles[key]
 
 
-def acc_dtype(op: SOp, src_dtype: str) -> str:
-    """Internal accumulator of a reduce op (wider than its SOp dtype for float sums)."""
+def acc_dtype(op: SOp, src: SOp) -> str:
+    """Internal accumulator of a reduce op: float16 sums in float32, float32 sums in float64,
+    except a float32 sum of exp(...) (softmax's normalizer: positive terms, at most 1 after
+    the max shift, so the vectorized loop's many float32 partial sums keep it within a few
+    ulp; widening every term to float64 cost a third of softmax's time)."""
     if op.arg in ("sum", "prod"):
+        if op.arg == "sum" and op.dtype == "float32" and src.op == "exp":
+            return "float32"
         return {"float16": "float32", "float32": "float64"}.get(op.dtype, op.dtype)
-    return src_dtype
+    return src.dtype
 
 
 class _Body:
@@ -191,7 +196,7 @@ class _Body:
         self.acc: dict[int, isa.Ref] = {}
         for i in info.reduces:
             op = ir.expr[i]
-            dt = acc_dtype(op, ir.expr[op.srcs[0]].dtype)
+            dt = acc_dtype(op, ir.expr[op.srcs[0]])
             self.acc[i] = self._buf(f"acc{i}", dt, rows_t)
 
     def _buf(self, name: str, dtype: str, size: int) -> isa.Ref:
@@ -251,8 +256,26 @@ class _Body:
             if op.op in ("load", "const") or i in vals:
                 continue
             full = lvl[i] == "full" or op.op == "reduce"
+            rec = None
+            if (op.op == "div" and lvl[i] == "full" and lvl[op.srcs[0]] == "full"
+                    and lvl[op.srcs[1]] == "row" and op.dtype.startswith("float")
+                    and isinstance(vals[op.srcs[1]], isa.Ref)):  # fmt: skip
+                # x / row value = x * (1 / row value): one divide per row, not per element
+                s1 = op.srcs[1]
+                if ("rec", s1) not in brc:
+                    r = self.pr.get(op.dtype)
+                    self.b.emit(isa.VUnary("vrec", r, vals[s1], self.n_row))
+                    t = self.pf.get(op.dtype)
+                    self.b.emit(isa.VBrcb(t, r, self.n_cols, self.n_row))
+                    self.pr.put(r)
+                    brc[("rec", s1)] = t
+                rec = brc[("rec", s1)]
+                op = SOp("mul", op.dtype, op.srcs, op.arg)
             srcs = []
-            for s in op.srcs:
+            for k, s in enumerate(op.srcs):
+                if rec is not None and k == 1:
+                    srcs.append(rec)
+                    continue
                 v = vals[s]
                 if full and lvl[s] == "row" and not isinstance(v, C.Const):
                     if s not in brc:

@@ -1,0 +1,270 @@
+"""Row kernels (softmax, log_softmax, layernorm, var): lazymath beside numpy, torch and jax.
+
+Run as
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/rows.py
+Every case runs all peers in this one process, interleaved, and prints medians, the ratio
+peer/lazymath (> 1 means lazymath is faster) and the bandwidth counting one read and one write
+of the input (for var: one read). The reference bandwidth is a numpy copy (np.copyto into a
+preallocated array) of the same array. numpy runs at its best: preallocated `out=` buffers.
+Machines here are shared: read the load average printed before and after, and the
+`--single-thread` view (thread CPU time of numpy against all blocks of the lazymath kernel run
+on the calling thread), which a busy second core does not distort.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import lazymath as lm  # noqa: E402
+
+try:
+    import torch
+except ImportError:  # optional peer
+    torch = None
+try:
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_platforms", "cpu")
+except ImportError:
+    jax = None
+try:
+    from threadpoolctl import threadpool_info
+except ImportError:
+    threadpool_info = None
+
+EPS = 1e-5
+
+
+def median_time(fn, reps: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def warm_cores(seconds: float = 0.3) -> None:
+    """Busy both cores briefly (a lazymath kernel runs on all of them) before timing."""
+    x = lm.tensor(np.ones(1 << 20, np.float32))
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        (x * 2.0).realize()
+
+
+def load_average() -> str:
+    try:
+        return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "load average unknown"
+
+
+# ----------------------------------------------------------------------------- the graphs
+
+
+def lm_graph(name: str, x, g):
+    if name == "softmax":
+        return lm.softmax(x, axis=-1)
+    if name == "log_softmax":
+        return lm.log_softmax(x, axis=-1)
+    if name == "layernorm":
+        mu = lm.mean(x, axis=-1, keepdims=True)
+        return (x - mu) * lm.rsqrt(lm.var(x, axis=-1, keepdims=True) + EPS) * g
+    if name == "var":
+        return lm.var(x, axis=-1)
+    raise ValueError(name)
+
+
+def numpy_fn(name: str, x: np.ndarray, g: np.ndarray):
+    """numpy at its best: every temporary preallocated, ufuncs with out=."""
+    n, m = x.shape
+    out = np.empty_like(x)
+    col = np.empty((n, 1), x.dtype)
+    col2 = np.empty((n, 1), x.dtype)
+    if name == "softmax":
+
+        def f():
+            np.max(x, axis=1, keepdims=True, out=col)
+            np.subtract(x, col, out=out)
+            np.exp(out, out=out)
+            np.sum(out, axis=1, keepdims=True, out=col)
+            np.divide(out, col, out=out)
+            return out
+
+    elif name == "log_softmax":
+        tmp = np.empty_like(x)
+
+        def f():
+            np.max(x, axis=1, keepdims=True, out=col)
+            np.subtract(x, col, out=out)
+            np.exp(out, out=tmp)
+            np.sum(tmp, axis=1, keepdims=True, out=col)
+            np.log(col, out=col)
+            np.subtract(out, col, out=out)
+            return out
+
+    elif name == "layernorm":
+
+        def f():
+            np.mean(x, axis=1, keepdims=True, out=col)
+            np.subtract(x, col, out=out)
+            np.var(x, axis=1, keepdims=True, out=col2)
+            np.add(col2, EPS, out=col2)
+            np.sqrt(col2, out=col2)
+            np.divide(out, col2, out=out)
+            np.multiply(out, g, out=out)
+            return out
+
+    elif name == "var":
+        vout = np.empty(n, x.dtype)
+
+        def f():
+            return np.var(x, axis=1, out=vout)
+
+    else:
+        raise ValueError(name)
+    return f
+
+
+def torch_fn(name: str, x: np.ndarray, g: np.ndarray):
+    xt, gt = torch.from_numpy(x), torch.from_numpy(g)
+    if name == "softmax":
+        return lambda: torch.softmax(xt, dim=-1)
+    if name == "log_softmax":
+        return lambda: torch.log_softmax(xt, dim=-1)
+    if name == "layernorm":
+        return lambda: torch.nn.functional.layer_norm(xt, (x.shape[-1],), weight=gt, eps=EPS)
+    if name == "var":
+        return lambda: torch.var(xt, dim=-1, unbiased=False)
+    raise ValueError(name)
+
+
+def jax_fn(name: str, x: np.ndarray, g: np.ndarray):
+    xj, gj = jnp.asarray(x), jnp.asarray(g)
+    if name == "softmax":
+        f = jax.jit(lambda v: jax.nn.softmax(v, axis=-1))
+    elif name == "log_softmax":
+        f = jax.jit(lambda v: jax.nn.log_softmax(v, axis=-1))
+    elif name == "layernorm":
+        f = jax.jit(lambda v, w: (v - v.mean(-1, keepdims=True))
+                    * jax.lax.rsqrt(v.var(-1, keepdims=True) + EPS) * w)  # fmt: skip
+        return lambda: f(xj, gj).block_until_ready()
+    elif name == "var":
+        f = jax.jit(lambda v: v.var(-1))
+    else:
+        raise ValueError(name)
+    return lambda: f(xj).block_until_ready()
+
+
+# ----------------------------------------------------------------------------- cases
+
+
+def run_case(name: str, x_np: np.ndarray, g_np: np.ndarray, reps: int, copy_gbs: float) -> None:
+    x, g = lm.tensor(x_np), lm.tensor(g_np)
+    sched = lm.schedule(lm_graph(name, x, g))
+    form = [e.reason.split(":")[0] for e in sched.fusion_log if e.what == "rows"]
+    moved = x_np.nbytes * (1 if name == "var" else 2)
+    lm_graph(name, x, g).realize()  # compile once
+    warm_cores()
+    res = {"lazymath": median_time(lambda: lm_graph(name, x, g).realize(), reps)}
+    res["numpy (out=)"] = median_time(numpy_fn(name, x_np, g_np), reps)
+    if torch is not None:
+        res[f"torch eager {torch.get_num_threads()}t"] = median_time(
+            torch_fn(name, x_np, g_np), reps
+        )
+    if jax is not None:
+        res["jax jit"] = median_time(jax_fn(name, x_np, g_np), reps)
+    print(f"\n{name} {x_np.shape} {x_np.dtype}: {len(sched.kernels)} kernel(s) "
+          f"{[k.name for k in sched.kernels]} {form}")  # fmt: skip
+    base = res["lazymath"]
+    for who, t in res.items():
+        gbs = moved / t / 1e9
+        extra = f"  {gbs:6.1f} GB/s" + (f" = {gbs / copy_gbs:4.0%} of numpy copy"
+                                        if who == "lazymath" else "")  # fmt: skip
+        print(f"  {who:18s} {t * 1e3:9.3f} ms   {t / base:6.2f}x lazymath's time{extra}")
+
+
+def copy_bandwidth(x_np: np.ndarray, reps: int) -> float:
+    out = np.empty_like(x_np)
+    t = median_time(lambda: np.copyto(out, x_np), reps)
+    gbs = 2 * x_np.nbytes / t / 1e9
+    print(f"\nnumpy copy of {x_np.nbytes >> 20} MiB: {t * 1e3:.3f} ms = {gbs:.1f} GB/s "
+          "(one read + one write)")  # fmt: skip
+    return gbs
+
+
+def case_single_thread(names, x_np, g_np, reps: int) -> None:
+    """Thread CPU time: numpy vs all blocks of the lazymath kernel on this thread."""
+    from lazymath.backend import compile_kernel
+
+    print(f"\nsingle thread, CPU time (best / median of {reps}): numpy (out=) vs the lazymath "
+          "kernel's blocks run one after another on this thread")  # fmt: skip
+    for name in names:
+        x, g = lm.tensor(x_np), lm.tensor(g_np)
+        sched = lm.schedule(lm_graph(name, x, g))
+        if len(sched.kernels) != 1:
+            print(f"  {name}: {len(sched.kernels)} kernels, skipped")
+            continue
+        k = sched.kernels[0]
+        ir = k.group.ir
+        ck = compile_kernel(ir, lm.current_device().spec)
+        ins = [n.realized for n in k.group.inputs]
+        outs = [np.empty(v.shape, v.dtype) for v in ir.outputs]
+        argv = ck.make_argv([*ins, *outs])
+        t_lm = _cpu_times(lambda ck=ck, argv=argv: ck.run_block(argv, 0, 1), reps)
+        t_np = _cpu_times(numpy_fn(name, x_np, g_np), reps)
+        print(f"  {name:12s} numpy {t_np[0] * 1e3:8.2f} / {t_np[1] * 1e3:8.2f} ms, "
+              f"lazymath {t_lm[0] * 1e3:8.2f} / {t_lm[1] * 1e3:8.2f} ms "
+              f"({t_np[0] / t_lm[0]:.2f}x / {t_np[1] / t_lm[1]:.2f}x)")  # fmt: skip
+
+
+def _cpu_times(fn, reps: int) -> tuple[float, float]:
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.thread_time()
+        fn()
+        ts.append(time.thread_time() - t0)
+    return min(ts), statistics.median(ts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--n", type=int, default=4096, help="rows = cols = n")
+    ap.add_argument("--cases", type=str, default="softmax,log_softmax,layernorm,var")
+    ap.add_argument("--single-thread", action="store_true")
+    args = ap.parse_args()
+    print(f"lazymath {lm.__version__}, numpy {np.__version__}, torch "
+          f"{getattr(torch, '__version__', '-')}, jax {getattr(jax, '__version__', '-')}, "
+          f"{os.cpu_count()} cores")  # fmt: skip
+    if threadpool_info is not None:
+        for p in threadpool_info():
+            if p.get("internal_api") == "openblas":
+                print(f"OpenBLAS {p.get('version')} {p.get('architecture')} "
+                      f"{p.get('num_threads')} threads")  # fmt: skip
+    print(load_average())
+    rng = np.random.default_rng(0)
+    x_np = rng.standard_normal((args.n, args.n)).astype(np.float32)
+    g_np = rng.standard_normal(args.n).astype(np.float32)
+    copy_gbs = copy_bandwidth(x_np, args.reps)
+    names = args.cases.split(",")
+    for name in names:
+        run_case(name, x_np, g_np, args.reps, copy_gbs)
+    if args.single_thread:
+        case_single_thread(names, x_np, g_np, max(5, args.reps // 2))
+    print("\n" + load_average())
+
+
+if __name__ == "__main__":
+    main()
