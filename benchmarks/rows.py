@@ -209,6 +209,11 @@ def case_single_thread(names, x_np, g_np, reps: int) -> None:
 
     print(f"\nsingle thread, CPU time (best / median of {reps}): numpy (out=) vs the lazymath "
           "kernel's blocks run one after another on this thread")  # fmt: skip
+    out = np.empty_like(x_np)
+    t_copy = _cpu_times(lambda: np.copyto(out, x_np), reps)
+    copy_bw = 2 * x_np.nbytes / t_copy[0]
+    print(f"  numpy copy   {t_copy[0] * 1e3:8.2f} / {t_copy[1] * 1e3:8.2f} ms "
+          f"({copy_bw / 1e9:.1f} GB/s one read + one write, best)")  # fmt: skip
     for name in names:
         x, g = lm.tensor(x_np), lm.tensor(g_np)
         sched = lm.schedule(lm_graph(name, x, g))
@@ -223,9 +228,11 @@ def case_single_thread(names, x_np, g_np, reps: int) -> None:
         argv = ck.make_argv([*ins, *outs])
         t_lm = _cpu_times(lambda ck=ck, argv=argv: ck.run_block(argv, 0, 1), reps)
         t_np = _cpu_times(numpy_fn(name, x_np, g_np), reps)
+        moved = x_np.nbytes * (1 if name == "var" else 2)
         print(f"  {name:12s} numpy {t_np[0] * 1e3:8.2f} / {t_np[1] * 1e3:8.2f} ms, "
               f"lazymath {t_lm[0] * 1e3:8.2f} / {t_lm[1] * 1e3:8.2f} ms "
-              f"({t_np[0] / t_lm[0]:.2f}x / {t_np[1] / t_lm[1]:.2f}x)")  # fmt: skip
+              f"({t_np[0] / t_lm[0]:.2f}x / {t_np[1] / t_lm[1]:.2f}x); lazymath at "
+              f"{moved / t_lm[0] / copy_bw:.0%} of the copy's bandwidth")  # fmt: skip
 
 
 def _cpu_times(fn, reps: int) -> tuple[float, float]:
