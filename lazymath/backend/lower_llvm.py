@@ -1124,7 +1124,7 @@ def _vbrcb_elem(ctx: LowerCtx, i: isa.VBrcb) -> Elem | None:
     return Elem(i.dst, (i.src,), i.n, lambda x: x, raw=True, src_strides=(0,))
 
 
-ELEMENTWISE[isa.VBrcb] = _vbrcb_elem
+ELEMENTWISE_INSTRS[isa.VBrcb] = _vbrcb_elem
 
 
 @register(isa.VBrcb)
