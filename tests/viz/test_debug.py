@@ -21,10 +21,12 @@ def _llvm(monkeypatch):
 
 
 def _refused_graph(rows: int, cols: int):
-    """exp(x) + sum(x, axis=0): two Vector kernels and a logged refusal."""
-    data = np.linspace(-1, 1, rows * cols, dtype=np.float32).reshape(rows, cols)
+    """exp(x) + sum(x, axes 0 and 2): two Vector kernels and a logged refusal (the reduced
+    axes are not adjacent, so no row kernel takes the graph)."""
+    data = np.linspace(-1, 1, 2 * rows * cols, dtype=np.float32).reshape(2, rows, cols)
     x = lm.tensor(data)
-    return lm.exp(x) + lm.sum(x, axis=0), np.exp(data) + data.sum(axis=0)
+    return (lm.exp(x) + lm.sum(x, axis=(0, 2), keepdims=True),
+            np.exp(data) + data.sum(axis=(0, 2), keepdims=True))  # fmt: skip
 
 
 def _matmul_graph(m: int, k: int, n: int):
