@@ -319,7 +319,8 @@ def _identity(x):
 def worker_stats(client=None) -> list[dict]:
     """One dict per worker: `worker` (address), `compiled` (kernels compiled by LLVM in that
     worker process), `programs_built` and `program_hits` (its program cache), `programs_run`
-    (shard/tail tasks it ran), `combines`, `slices`, `cache_dir`, `pid`."""
+    (shard/tail tasks it ran), `combines`, `slices`, `cache_dir`, `pid`, `memory_limit`,
+    `spilled_keys` and `spilled_bytes` (results Dask moved to disk)."""
     from . import worker as W
 
     client = cluster.get_client(client)

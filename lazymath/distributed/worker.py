@@ -135,8 +135,8 @@ def load_npy(path: str, axis: int, lo: int, hi: int) -> np.ndarray:
     return np.ascontiguousarray(m[tuple(idx)])
 
 
-def stats() -> dict:
-    """This worker process's counters (run with Client.run)."""
+def stats(dask_worker=None) -> dict:
+    """This worker process's counters (run with Client.run, which passes `dask_worker`)."""
     import lazymath
 
     info = lazymath.cache_info()
@@ -148,7 +148,24 @@ def stats() -> dict:
         "kernel_disk_hits": info.get("disk_hits", 0),
         "cache_dir": info.get("disk_dir", ""),
         **COUNTS,
+        **_memory(dask_worker),
     }
+
+
+def _memory(w) -> dict:
+    """The Dask worker's memory limit and what it spilled to disk (0 outside a worker)."""
+    out = {"memory_limit": 0, "spilled_keys": 0, "spilled_bytes": 0}
+    if w is None:
+        return out
+    try:
+        out["memory_limit"] = int(w.memory_manager.memory_limit or 0)
+        data = w.data
+        out["spilled_keys"] = len(getattr(data, "disk", ()) or ())
+        total = getattr(data, "spilled_total", None)
+        out["spilled_bytes"] = int(getattr(total, "disk", 0) or 0)
+    except Exception:
+        pass
+    return out
 
 
 def setup_worker(cache_base: str, name: str) -> str:

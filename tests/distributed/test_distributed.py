@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 distributed = pytest.importorskip("distributed")
+dask = pytest.importorskip("dask")
 da = pytest.importorskip("dask.array")
 
 import lazymath as lm  # noqa: E402
@@ -25,14 +26,17 @@ import lazymath.distributed as ld  # noqa: E402
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=None,
-        silence_logs=logging.CRITICAL,
-        memory_limit="2GiB",
-    )
+    # a low memory target (0.2% of 2 GiB, ~4 MiB): shards above it are spilled to disk by Dask
+    # (the workers get this config from their nanny), so spilling is exercised with small data
+    with dask.config.set({"distributed.worker.memory.target": 0.002}):
+        cluster = distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.CRITICAL,
+            memory_limit="2GiB",
+        )
     c = distributed.Client(cluster)
     yield c
     c.close()
@@ -143,6 +147,15 @@ def test_second_run_compiles_nothing(client):
     assert sum(st["program_hits"] - before[st["worker"]]["program_hits"] for st in after) >= 4
     x = _rand((96, 64), seed=11)
     np.testing.assert_allclose(s.numpy(), x.sum(axis=0), rtol=1e-4, atol=1e-4)
+
+
+def test_shards_above_the_memory_target_spill(client):
+    a = _rand((4 * 1024, 2048), seed=16)  # 4 shards of 8 MiB, results 8 MiB each
+    y = ld.compute(lm.exp(ld.shard(a, n=4)) * 0.5, client=client)
+    stats = ld.worker_stats(client)
+    assert all(s["memory_limit"] == 2 * 2**30 for s in stats)
+    assert sum(s["spilled_keys"] for s in stats) > 0  # spilled, not crashed
+    np.testing.assert_allclose(y.numpy(), np.exp(a) * 0.5, rtol=1e-5)
 
 
 def test_kernel_error_on_worker_names_kernel_and_line(client):
