@@ -10,6 +10,7 @@ sum. With no scheduler address, a LocalCluster with one worker per core starts a
 itself (set LAZYMATH_DASK_SCHEDULER=tcp://host:port to use an existing cluster).
 """
 
+import logging
 import os
 import sys
 import tempfile
@@ -33,6 +34,7 @@ except ImportError as e:  # the optional extra is missing: say so and stop clean
 
 
 def main() -> None:
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)  # Dask's shutdown chatter
     rng = np.random.default_rng(0)
     rows, k, n, shards = 8 * 128, 256, 128, 8
     with tempfile.TemporaryDirectory() as tmp:

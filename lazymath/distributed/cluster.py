@@ -87,7 +87,9 @@ def _embedded():
         threads_per_worker=1,
         processes=True,
         dashboard_address=None,
-        silence_logs=logging.ERROR,
+        # an embedded cluster's own logs (heartbeat tracebacks when a loaded machine stalls a
+        # worker, comm errors while it shuts down) are noise to the user: only fatal ones show
+        silence_logs=logging.CRITICAL,
     )
     _state["cluster"] = cluster
     return Client(cluster)
