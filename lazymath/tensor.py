@@ -17,7 +17,7 @@ import numpy as np
 
 from . import dtypes as dt
 from .graph import node as gn
-from .graph.ops import ELEMENTWISE, ufunc_dtypes
+from .graph.ops import ELEMENTWISE, Op, ufunc_dtypes
 from .realize import realize as _realize
 
 Scalar = int | float | bool
@@ -746,41 +746,65 @@ def _axes(axis, ndim: int, op: str) -> tuple[int, ...]:
 # ----------------------------------------------------------------------------- elementwise
 
 
-def _unary(op):
+def _doc(m: Op) -> str:
+    """A binding's docstring from its op record: the numpy function whose semantics (result
+    dtype, values, NaN/inf) it follows."""
+    rule = m.info.dtypes
+    what = f"Elementwise {m.value}" + (" with broadcasting" if m.arity > 1 else "")
+    if m.info.ref is rule.ufunc:
+        return f"{what}, as numpy.{rule.ufunc.__name__} (result dtype and values). Lazy."
+    extra = ", a float for integer inputs" if rule.float_result else ""
+    return f"{what}; result dtype as numpy.{rule.ufunc.__name__}{extra}. Lazy."
+
+
+def _unary(m: Op):
+    """The public function of unary op record `m` (one line per op below)."""
+    if m.arity != 1 or m.info.dtypes is None:
+        raise TypeError(f"{m!r} is not a unary elementwise op with a dtype rule")
+    op = m.value  # a plain str: the node op, a key of the plan tables
+
     def f(x, *args) -> Tensor:
         return _elementwise(op, (x,), *args)
 
-    f.__name__ = op
-    f.__doc__ = f"Elementwise {op}, numpy semantics."
+    f.__name__ = f.__qualname__ = op
+    f.__doc__ = _doc(m)
     return f
 
 
-def _binary(op):
+def _binary(m: Op):
+    """The public function of binary op record `m`."""
+    if m.arity != 2 or m.info.dtypes is None:
+        raise TypeError(f"{m!r} is not a binary elementwise op with a dtype rule")
+    op = m.value
+
     def f(a, b) -> Tensor:
         return _elementwise(op, (a, b))
 
-    f.__name__ = op
-    f.__doc__ = f"Elementwise {op} with broadcasting, numpy semantics."
+    f.__name__ = f.__qualname__ = op
+    f.__doc__ = _doc(m)
     return f
 
 
-neg = _unary("neg")
-abs = _unary("abs")
-exp = _unary("exp")
-log = _unary("log")
-sqrt = _unary("sqrt")
-rsqrt = _unary("rsqrt")
-reciprocal = _unary("reciprocal")
-sin = _unary("sin")
-cos = _unary("cos")
-tan = _unary("tan")
-tanh = _unary("tanh")
-sigmoid = _unary("sigmoid")
-relu = _unary("relu")
-sign = _unary("sign")
-floor = _unary("floor")
-ceil = _unary("ceil")
-_round = _unary("round")
+# One line per op record of `graph.ops` with a dtype rule (tests/graph/test_op_registry.py
+# checks that none is missing); the function, its name and docstring come from the record.
+neg = _unary(Op.NEG)
+abs = _unary(Op.ABS)
+exp = _unary(Op.EXP)
+exp2 = _unary(Op.EXP2)
+log = _unary(Op.LOG)
+sqrt = _unary(Op.SQRT)
+rsqrt = _unary(Op.RSQRT)
+reciprocal = _unary(Op.RECIPROCAL)
+sin = _unary(Op.SIN)
+cos = _unary(Op.COS)
+tan = _unary(Op.TAN)
+tanh = _unary(Op.TANH)
+sigmoid = _unary(Op.SIGMOID)
+relu = _unary(Op.RELU)
+sign = _unary(Op.SIGN)
+floor = _unary(Op.FLOOR)
+ceil = _unary(Op.CEIL)
+_round = _unary(Op.ROUND)
 
 
 def round(x) -> Tensor:
@@ -804,32 +828,33 @@ def _integral_identity(op: str, f):
 
 floor = _integral_identity("floor", floor)
 ceil = _integral_identity("ceil", ceil)
-logical_not = _unary("logical_not")
+logical_not = _unary(Op.LOGICAL_NOT)
 
-add = _binary("add")
-sub = _binary("sub")
-mul = _binary("mul")
-div = _binary("div")
-floor_divide = _binary("floor_divide")
-remainder = _binary("remainder")
-pow = _binary("pow")
-maximum = _binary("maximum")
-minimum = _binary("minimum")
-eq = _binary("eq")
-ne = _binary("ne")
-lt = _binary("lt")
-le = _binary("le")
-gt = _binary("gt")
-ge = _binary("ge")
-logical_and = _binary("logical_and")
-logical_or = _binary("logical_or")
+add = _binary(Op.ADD)
+sub = _binary(Op.SUB)
+mul = _binary(Op.MUL)
+div = _binary(Op.DIV)
+floor_divide = _binary(Op.FLOOR_DIVIDE)
+remainder = _binary(Op.REMAINDER)
+pow = _binary(Op.POW)
+maximum = _binary(Op.MAXIMUM)
+minimum = _binary(Op.MINIMUM)
+eq = _binary(Op.EQ)
+ne = _binary(Op.NE)
+lt = _binary(Op.LT)
+le = _binary(Op.LE)
+gt = _binary(Op.GT)
+ge = _binary(Op.GE)
+logical_and = _binary(Op.LOGICAL_AND)
+logical_or = _binary(Op.LOGICAL_OR)
 
 subtract, multiply, divide, true_divide, negative, power = sub, mul, div, div, neg, pow
 equal, not_equal, less, less_equal, greater, greater_equal = eq, ne, lt, le, gt, ge
 
 
 def leaky_relu(x, negative_slope: float = 0.01) -> Tensor:
-    return _elementwise("leaky_relu", (x,), float(negative_slope))
+    """Elementwise x if x >= 0 else x * negative_slope; a float result for integer inputs."""
+    return _elementwise(Op.LEAKY_RELU.value, (x,), float(negative_slope))
 
 
 def where(cond, a, b) -> Tensor:

@@ -398,7 +398,7 @@ def _vargreduce(m: Machine, i: isa.VArgReduce) -> None:
     idxs[:] = np.where(better, pos + m.int(i.base), idxs)
 
 
-_HOST = {"sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
+_HOST = {"sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "exp2": np.exp2,
          "floor_divide": np.floor_divide, "remainder": np.remainder, "pow": np.power}  # fmt: skip
 
 

@@ -310,7 +310,7 @@ def _float_special(ctx: lower_llvm.LowerCtx, name: str, dt: str, x: ir.Value, ar
     if name == "sigmoid":
         e = b.call(ctx.native("vexp", "float64" if dt == "float64" else "float32"), [b.fneg(x)])
         return b.fdiv(one, b.fadd(one, e))
-    if name in ("sin", "cos"):
+    if name in ("sin", "cos", "exp2"):
         return ctx.call_intrinsic(name, t, x)
     if name in ("tan", "tanh"):
         cname = name + ("" if t == lower_llvm.F64 else "f")

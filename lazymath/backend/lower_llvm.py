@@ -1441,6 +1441,8 @@ def _vhostmath(ctx: LowerCtx, i: isa.VHostMath) -> Elem:
             return b.fdiv(one, b.fadd(one, e))
         if i.fn == "pow":
             return ctx.call_intrinsic("pow", t, xs[0], xs[1])
+        if i.fn == "exp2":
+            return ctx.call_intrinsic("exp2", t, xs[0])
         if i.fn in ("floor_divide", "remainder"):
             return _float_divmod(ctx, xs[0], xs[1], "div" if i.fn == "floor_divide" else "mod")
         raise NotImplementedError(f"host math function {i.fn}")

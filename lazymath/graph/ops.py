@@ -12,9 +12,10 @@ What derives from the records (nothing restates the vocabulary):
 - the tensor bindings (`lazymath.add`, `lazymath.exp`, ...) for simple unary and binary ops;
 - the fusion rule sets (`fusion.rules.FIXPIPE_OPS`, `EXPENSIVE_OPS`) and `fusion.views.VIEW_OPS`;
 - the kernel IR's scalar vocabulary (`backend.kernel_ir.SCALAR_OPS`, `REDUCE_OPS`);
-- the lowering tables of the Vector templates, the Cube epilogue and vmath's composites: the
+- the lowering tables of the Vector templates, the reduce template and the Cube epilogue: the
   record names its lowering as data (`Native("vexp")`, `Composite("sin")`, `AiCpu()`) and the
-  backend resolves it (graph/ never imports backend/).
+  backend resolves it (graph/ never imports backend/); vmath's list of composites is checked
+  against the records by tests/graph/test_op_registry.py.
 
 Node ops that are not elementwise:
   buffer, const                    leaves
@@ -24,12 +25,19 @@ Node ops that are not elementwise:
   pad, concat                      copies, arg = (widths, value) / axis
   conv1d, fft                      arg = parameters; reference numpy paths (AI CPU kernels)
 
-How to add an elementwise op: add one member below (the numpy ufunc that defines its dtype rule,
-its reference, cost, traits and lowering). If the lowering is a native instruction or a vmath
-composite that exists, that is all: the binding `lazymath.<name>`, fusion, the kernel IR, both
-backends and the tests' op tables pick it up. A new composite also needs its expansion in
-`backend/vmath.py` (and a host fallback in `lower_llvm._vhostmath` / `interp._HOST` for the
-dtypes vmath leaves out).
+How to add an elementwise op (exp2 was added this way):
+1. one member below: `EXP2 = OpInfo("exp2", 1, EW, U(np.exp2), np.exp2, TRANSC,
+   Composite("exp2"))` -- the numpy ufunc that defines its dtype rule, its reference, cost,
+   traits and lowering;
+2. its binding line in tensor.py: `exp2 = _unary(Op.EXP2)` (name and docstring come from the
+   record; tests/graph/test_op_registry.py fails while it is missing);
+3. its row in tests/test_ops_elementwise.py's UNARY table (oracle and input domain; a test
+   fails while it is missing; binary ops are tested from the registry directly);
+4. if the lowering is new: a `Native` instruction needs its entry in `backend/isa.py` and the
+   lowering/interpreter/cost tables; a `Composite` its expansion in `backend/vmath.py` and, for
+   the dtypes vmath leaves to the host, a case in `lower_llvm._vhostmath`, `interp._HOST` and
+   `lower_cube._float_special` (the matmul epilogue). Fusion, the kernel IR and the Vector
+   templates need nothing: they read the record.
 """
 
 from __future__ import annotations
@@ -201,6 +209,7 @@ class Op(str, enum.Enum):
     NEG = OpInfo("neg", 1, EW, U(np.negative), np.negative, CHEAP, Native("vneg"), inplace=True)
     ABS = OpInfo("abs", 1, EW, U(np.absolute), np.absolute, CHEAP, Native("vabs"), inplace=True)
     EXP = OpInfo("exp", 1, EW, U(np.exp), np.exp, TRANSC, Native("vexp"), inplace=True)
+    EXP2 = OpInfo("exp2", 1, EW, U(np.exp2), np.exp2, TRANSC, Composite("exp2"))
     LOG = OpInfo("log", 1, EW, U(np.log), np.log, TRANSC, Native("vln"), inplace=True)
     SQRT = OpInfo("sqrt", 1, EW, U(np.sqrt), np.sqrt, DIVIDE, Native("vsqrt"), inplace=True)
     RSQRT = OpInfo("rsqrt", 1, EW, U(np.sqrt, float_result=True), _rsqrt, DIVIDE,

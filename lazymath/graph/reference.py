@@ -127,8 +127,6 @@ def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
             return _conv1d(srcs[0], srcs[1], bias, stride, padding, dilation, groups, node.dtype)
         if op == "fft":
             return _fft(srcs[0], *arg, node.dtype)
-        if op == "contiguous":
-            return np.ascontiguousarray(srcs[0])
     raise NotImplementedError(f"reference executor has no rule for op {op!r}")
 
 

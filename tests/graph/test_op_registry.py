@@ -104,3 +104,91 @@ def test_reference_matches_the_ufunc(name):
     if want is None:
         want = m.info.dtypes.ufunc(*args)
     np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want, rtol=1e-12)
+
+
+def test_every_op_with_a_dtype_rule_has_its_binding():
+    """Each record with a dtype rule has `lm.<name>` made from it (tensor.py, one line per op:
+    `exp2 = _unary(Op.EXP2)`), with the record's name and a docstring naming numpy's rule."""
+    for name, m in ELEMENTWISE.items():
+        if m.info.dtypes is None:
+            continue
+        fn = getattr(lm, name, None)
+        assert fn is not None, f"add `{name} = _unary/_binary(Op.{m.name})` to tensor.py"
+        if name not in ("floor", "ceil", "round", "leaky_relu"):  # hand-written wrappers
+            assert fn.__name__ == name and f"numpy.{m.info.dtypes.ufunc.__name__}" in fn.__doc__
+
+
+def test_composites_are_what_vmath_expands():
+    """The registry's composite lowerings are exactly vmath's composites (exp2 included: it
+    was in vmath but no op lowered to it before the registry; now `lm.exp2` does)."""
+    fns = {m.lowering.fn for m in Op if isinstance(m.lowering, ops.Composite)}
+    assert fns == set(vmath.COMPOSITE_OPS)
+    from lazymath.backend.templates import common
+
+    assert set(common.COMPOSITE) == {m for m in Op if isinstance(m.lowering, ops.Composite)}
+
+
+@pytest.fixture(params=["ascend910", "ascend910b"])
+def spec(request):
+    lm.init_device(0, spec=request.param)
+    yield request.param
+    lm.init_device(0, spec="ascend910")
+
+
+def test_an_op_added_as_one_record_runs_everywhere(backend, spec, check):
+    """exp2 is one record (`Op.EXP2`, lowering `Composite("exp2")`) plus its binding line: it
+    fuses, lowers through vmath on floats (host libm for float64) and in a Cube epilogue (a
+    Vector kernel after the Cube on the 910B, whose FixPipe has no exp2)."""
+    a = np.linspace(-4, 4, 7 * 13, dtype=np.float32).reshape(7, 13)
+    x = lm.tensor(a)
+    (k,) = lm.schedule(lm.exp2(x) * 2 + 1).kernels
+    assert k.ops == ["exp2", "mul", "add"]
+    check(lm.exp2(x) * 2 + 1, np.exp2(a) * 2 + 1)
+    check(lm.exp2(lm.tensor(a.astype(np.float64))), np.exp2(a.astype(np.float64)))
+    check(lm.exp2(lm.tensor(a[:, :5] > 0)), np.exp2(a[:, :5] > 0))  # bool -> float16
+    w = np.eye(13, dtype=np.float32)[:, :6]
+    check(lm.exp2(x @ lm.tensor(w)), np.exp2(a @ w), rtol=1e-5)
+
+
+def test_op_names_in_the_code_are_registry_names():
+    """Op names written as strings where the code tests a node's or a scalar op's `op` (`op ==
+    "exp"`, `n.op in ("sum", "prod")`, `make("reshape", ...)`) are registry names (or the
+    kernel IR's leaves, or ISA instruction names): a typo or a removed op fails here instead
+    of silently never matching. Node ops stay plain strings (fast dict keys)."""
+    import ast
+    import pathlib
+
+    allowed = set(ops.OPS) | {"load", "const", "acc"}
+    allowed |= {*isa.VECTOR_BINARY, *isa.VECTOR_SCALAR, *isa.VECTOR_UNARY, *isa.VECTOR_CMP}
+    allowed |= set(isa.VECTOR_REDUCE)
+
+    def literals(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.value
+        elif isinstance(node, (ast.Tuple, ast.Set, ast.List)):
+            for e in node.elts:
+                yield from literals(e)
+
+    def is_op(e):
+        return (isinstance(e, ast.Name) and e.id in ("op", "name")) or (
+            isinstance(e, ast.Attribute) and e.attr == "op"
+        )
+
+    root = pathlib.Path(lm.__file__).parent
+    files = [
+        *root.glob("graph/*.py"), *root.glob("fusion/*.py"), *root.glob("viz/*.py"),
+        *root.glob("backend/templates/*.py"), root / "backend/lower_cube.py",
+        root / "backend/ir_reference.py", root / "tensor.py", root / "engine.py",
+    ]  # fmt: skip
+    bad = []
+    for f in files:
+        if not f.exists():
+            continue
+        for n in ast.walk(ast.parse(f.read_text())):
+            found = []
+            if isinstance(n, ast.Compare) and is_op(n.left):
+                found = [s for c in n.comparators for s in literals(c)]
+            elif isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "make" and n.args:
+                found = list(literals(n.args[0]))
+            bad += [f"{f.relative_to(root)}:{n.lineno} {s!r}" for s in found if s not in allowed]
+    assert not bad, bad
