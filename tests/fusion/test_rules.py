@@ -17,6 +17,7 @@ import pytest
 
 import lazymath as lm
 from lazymath.fusion import rules
+from lazymath.graph.ops import BINARY as BINARY_OPS
 
 RNG = np.random.default_rng(1234)
 UNITS = {"cube", "vector", "mix", "aicpu"}
@@ -359,15 +360,11 @@ def _shared(n_ops: int, expensive: str | None = None):
     x, y = t(10, 10), t(10, 10)
     v = x
     if expensive is not None:
-        fn = {
-            "exp": lm.exp, "sin": lm.sin, "cos": lm.cos, "tan": lm.tan, "tanh": lm.tanh,
-            "sigmoid": lm.sigmoid, "sqrt": lm.sqrt, "rsqrt": lm.rsqrt,
-            "reciprocal": lm.reciprocal, "log": lm.log,
-            "div": lambda a: lm.div(a, y), "pow": lambda a: lm.pow(a, y),
-            "floor_divide": lambda a: lm.floor_divide(a, y),
-            "remainder": lambda a: lm.remainder(a, y),
-        }[expensive]  # fmt: skip
-        v = fn(v)
+        fn = getattr(lm, expensive)  # every expensive op of the registry has its binding
+        if expensive in BINARY_OPS:
+            v = fn(v, y)
+        else:
+            v = fn(v)
     for i in range(n_ops):
         v = v * 1.5 if i % 2 else v + 1.0
     return v.sum(axis=0), v.max(axis=1)
