@@ -287,6 +287,10 @@ def compile_kernel(ir, spec, backend: str | None = None, name: str | None = None
     name = name or f"k_{ir.kind}"
     calls = vmath_calls(ir)
     sig = (ir.kind, ir, spec.key(), backend, calls)
+    if backend == "llvm":  # native code is per host target (LAZYMATH_TARGET_CPU)
+        from lazymath.backend.host import requested
+
+        sig += (requested(),)
     hit = kernel_cache.memory_get(sig)
     if hit is not None:
         return hit if hit.name == name else hit.renamed(name)

@@ -29,7 +29,8 @@ functions are plain C function pointers; calling them through ctypes releases th
 `host_key()` -- what native code depends on besides the kernel -- is computed without LLVM: the
 llvmlite version and its shared library's size (which pin the LLVM build), the CPU model and
 flags from /proc/cpuinfo (which determine LLVM's host CPU name and features) and the core count
-(templates size their block split by it).
+(templates size their block split by it), plus the effective target (`host.target().key`:
+``LAZYMATH_TARGET_CPU`` or native).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def _binding():
 
 # ----------------------------------------------------------------------------- host key
 
-_host_key: tuple | None = None
+_host_keys: dict[str, tuple] = {}
 
 
 def _cpu_identity() -> tuple:
@@ -99,11 +100,15 @@ def _llvm_build() -> tuple:
 
 def host_key() -> tuple:
     """What native code depends on besides the kernel (no llvmlite.binding import)."""
-    global _host_key
-    if _host_key is None:
-        _host_key = (llvmlite.__version__, _llvm_build(), sys.platform, platform.machine(),
-                     _cpu_identity(), os.cpu_count())  # fmt: skip
-    return _host_key
+    from lazymath.backend import host
+
+    name = host.requested()
+    key = _host_keys.get(name)
+    if key is None:
+        key = _host_keys[name] = (llvmlite.__version__, _llvm_build(), sys.platform,
+                                  platform.machine(), _cpu_identity(), os.cpu_count(),
+                                  host.target(name).key)  # fmt: skip
+    return key
 
 
 # ----------------------------------------------------------------------------- runtime symbols
@@ -228,18 +233,21 @@ def load_cached(obj: bytes, symbol: str, module_name: str) -> tuple[int, str]:
 
 
 class Jit:
-    """The process-wide MCJIT engine (use `get_jit()`)."""
+    """The process-wide MCJIT engine of one host target (use `get_jit()`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, target=None) -> None:
+        from lazymath.backend import host
+
         llvm = _binding()
+        self.target = target or host.target()
         _publish_runtime_symbols()
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         self.lock = _native_lock  # one lock for the engine and the table of loaded code
         self._swap_lock = threading.Lock()
         self._retired: list = []  # optimizers whose contexts hold live modules
-        self.cpu_name = llvm.get_host_cpu_name()
-        self.cpu_features = llvm.get_host_cpu_features().flatten()
+        self.cpu_name = self.target.llvm_cpu
+        self.cpu_features = self.target.llvm_features()
         target = llvm.Target.from_default_triple()
         self.target_machine = target.create_target_machine(
             cpu=self.cpu_name, features=self.cpu_features, opt=3, jit=True
@@ -430,17 +438,23 @@ def _run_with_timeout(fn, timeout: float):
     return value
 
 
-_JIT: Jit | None = None
+_JITS: dict[str, Jit] = {}  # LAZYMATH_TARGET_CPU value -> its engine ("" = host)
 _JIT_LOCK = threading.Lock()
 
 
 def get_jit() -> Jit:
-    global _JIT
-    if _JIT is None:
+    """The engine generating code for the effective host target (one per target: tests switch
+    LAZYMATH_TARGET_CPU to run the AVX2 path on an AVX-512 host in one process)."""
+    from lazymath.backend import host
+
+    name = host.requested()
+    jit = _JITS.get(name)
+    if jit is None:
         with _JIT_LOCK:
-            if _JIT is None:
-                _JIT = Jit()
-    return _JIT
+            jit = _JITS.get(name)
+            if jit is None:
+                jit = _JITS[name] = Jit(host.target(name))
+    return jit
 
 
 def as_cfunc(addr: int):

@@ -123,6 +123,27 @@ def fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _host_lines(kernels) -> list[str]:
+    """The host target native code is generated for, and each matmul's host GEMM mapping
+    (microkernel, panels, work split, and whether a model or a measurement chose it)."""
+    from lazymath.backend.compile import default_backend
+
+    if default_backend() != "llvm":
+        return []
+    from lazymath.backend import host
+
+    lines = [host.describe().splitlines()[0]]
+    try:
+        from lazymath.backend import gemm
+
+        for k in kernels:
+            if k.kind == "matmul" and k.ir is not None and hasattr(gemm, "explain_choice"):
+                lines.append(f"  {k.name}: {gemm.explain_choice(k.ir)}")
+    except (ImportError, ValueError):
+        pass
+    return lines
+
+
 @dataclass(eq=False)
 class Schedule:
     kernels: list[ScheduledKernel]
@@ -167,6 +188,7 @@ class Schedule:
         if vm:
             lines.append("vector math (composites inlined or called from the runtime library):")
             lines.extend(f"  {name}: {why}" for name, why in vm)
+        lines.extend(_host_lines(self.kernels))
         return "\n".join(lines)
 
     def vmath_plan(self) -> list[tuple[str, str]]:

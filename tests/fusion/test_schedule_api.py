@@ -151,7 +151,11 @@ def test_str_table_header_rows_and_summary():
     assert "on ascend910" in summary
     assert lines[2 + len(s.kernels)] == "fusion log:"
     log_lines = lines[3 + len(s.kernels) :]
+    log_lines = [ln for ln in log_lines if ln.startswith("  ")][: len(s.fusion_log)]
     assert len(log_lines) == len(s.fusion_log)
+    assert all(
+        ln.startswith("host target: ") for ln in lines[3 + len(s.kernels) + len(log_lines) :]
+    )
     for e, ln in zip(s.fusion_log, log_lines):
         assert ln.strip() == str(e).strip()
 

@@ -1,0 +1,97 @@
+"""The host target description (backend/host.py) and LAZYMATH_TARGET_CPU.
+
+Holds on any host: nothing assumes the host's ISA. Targets the host can execute
+(`host.executable_targets()`: native, plus forced AVX2 on an AVX-512 host) run real kernels
+against numpy in this process (one JIT engine per target).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lazymath as lm
+from lazymath.backend import host, jit
+
+
+@pytest.fixture(params=host.executable_targets(), ids=lambda t: t or "native")
+def target_cpu(request, monkeypatch):
+    """Run the test with LAZYMATH_TARGET_CPU set to each target the host can execute."""
+    if request.param:
+        monkeypatch.setenv(host.ENV_TARGET, request.param)
+    else:
+        monkeypatch.delenv(host.ENV_TARGET, raising=False)
+    lm.clear_cache()  # programs compiled for the other target must not be reused
+    yield request.param
+    lm.clear_cache()
+
+
+def test_native_description_is_consistent(monkeypatch):
+    monkeypatch.delenv(host.ENV_TARGET, raising=False)
+    t = host.target()
+    assert t is host.target()  # computed once
+    assert t.forced == "" and t.features == t.host_features
+    assert t.vector_bits in (128, 256, 512) and t.vector_regs in (16, 32)
+    assert t.lanes("float32") == t.vector_bits // 32 and t.lanes("float64") == t.vector_bits // 64
+    assert t.lanes("float16") == t.lanes("float32")  # float16 is computed in float32
+    assert t.l1d > 0 and t.l2 >= t.l1d and t.cores >= 1
+    text = host.describe()
+    assert t.llvm_cpu in text and f"{t.vector_bits}-bit" in text and "L1d" in text
+
+
+def test_forced_target_takes_its_features_and_keys_the_cache(monkeypatch):
+    monkeypatch.setattr(host, "_host_features", lambda: host.CPU_FEATURES["x86-64-v4"])
+    monkeypatch.setattr(host.platform, "machine", lambda: "x86_64")
+    t = host.make_target("haswell")
+    assert t.forced == "haswell" and t.llvm_cpu == "haswell" and t.llvm_features() == ""
+    assert t.avx2 and not t.avx512 and t.vector_bits == 256 and t.vector_regs == 16
+    assert t.reg_class == "ymm" and t.lanes("float32") == 8
+    v4 = host.make_target("skylake-avx512")
+    assert v4.avx512 and v4.vector_regs == 32 and v4.reg_class == "zmm"
+    assert t.key != v4.key != host.make_target("").key
+
+
+def test_target_the_host_cannot_execute_is_refused_naming_the_features(monkeypatch):
+    monkeypatch.setattr(host, "_host_features", lambda: host.CPU_FEATURES["haswell"])
+    monkeypatch.setattr(host.platform, "machine", lambda: "x86_64")
+    with pytest.raises(host.TargetError, match=r"missing features: .*avx512bw.*avx512f"):
+        host.make_target("skylake-avx512")
+    with pytest.raises(host.TargetError, match="unknown CPU"):
+        host.make_target("pentium-9000")
+    assert host.make_target("x86-64-v3").avx2
+
+
+def test_env_override_reaches_the_jit_and_the_host_key(monkeypatch):
+    monkeypatch.delenv(host.ENV_TARGET, raising=False)
+    native = jit.host_key()
+    for name in host.executable_targets()[1:]:
+        monkeypatch.setenv(host.ENV_TARGET, name)
+        assert jit.host_key() != native and jit.host_key()[-1] == ("target", name)
+        assert jit.get_jit().cpu_name == name
+    monkeypatch.setenv(host.ENV_TARGET, "no-such-cpu")
+    with pytest.raises(host.TargetError):
+        jit.host_key()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_matmul_and_elementwise_on_every_executable_target(target_cpu, dtype):
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (37, 53)).astype(dtype)
+    b = rng.uniform(-1, 1, (53, 70)).astype(dtype)
+    x = rng.uniform(0.1, 4, 1001).astype(dtype)
+    ta, tb, tx = lm.tensor(a), lm.tensor(b), lm.tensor(x)
+    got = np.asarray((lm.relu(ta @ tb) * 0.5).realize())
+    want = np.maximum(a.astype(np.float32) @ b.astype(np.float32), 0) * 0.5
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=tol, atol=tol)
+    y = np.asarray((lm.exp(tx) + lm.log(tx) * lm.sin(tx)).realize())
+    xf = x.astype(np.float32)
+    np.testing.assert_allclose(y.astype(np.float32), np.exp(xf) + np.log(xf) * np.sin(xf),
+                               rtol=tol, atol=tol)  # fmt: skip
+
+
+def test_explain_names_the_host_target(monkeypatch):
+    monkeypatch.delenv("LAZYMATH_BACKEND", raising=False)
+    a = lm.tensor(np.ones((8, 8), np.float32))
+    text = lm.explain(a @ a)
+    assert "host target: " + host.target().llvm_cpu in text
