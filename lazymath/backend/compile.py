@@ -347,6 +347,15 @@ def _load_program(blob: bytes | None, name: str) -> isa.Program:
     return program if program.name == name else dataclasses.replace(program, name=name)
 
 
+def _host_mapping(ir) -> tuple:
+    """Host code generation choices beyond the target (the GEMM plan of a matmul)."""
+    if ir.kind != "matmul":
+        return ()
+    from lazymath.backend import gemm
+
+    return gemm.host_gemm().key
+
+
 def _disk_key(ir, spec, calls: bool | None = None) -> tuple[str, bool]:
     """(disk-cache key, quick pipeline?) -- computed without LLVM (see jit.host_key)."""
     from lazymath.backend.jit import host_key
@@ -354,7 +363,8 @@ def _disk_key(ir, spec, calls: bool | None = None) -> tuple[str, bool]:
     if calls is None:
         calls = vmath_calls(ir)
     quick = _is_tiny(ir)
-    sig = repr((ir.kind, ir, spec.key(), "quick" if quick else "O3", "vmcalls" if calls else ""))
+    sig = repr((ir.kind, ir, spec.key(), "quick" if quick else "O3", "vmcalls" if calls else "",
+                _host_mapping(ir)))
     return kernel_cache.disk_key(sig, host_key()), quick
 
 

@@ -10,9 +10,12 @@ the host the same hierarchy *is* a cache-blocked GEMM:
   the host thread's heap workspace (`get_thread_workspace`), packed once per work item.
 - L0A / L0B are micro-panels of those L1 panels (MTE1 is a pointer step on the host, the cache
   does the copy's job).
-- L0C is the fp32 accumulator tile; `emit_mmad` runs a register-blocked 6x16 microkernel
-  (12 ymm accumulators, explicit ``llvm.fma.v8f32``) over it, prefetching the next B
-  micro-panel into L2 while the current one is reused from L1.
+- L0C is the fp32 accumulator tile; `emit_mmad` runs a register-blocked microkernel over it,
+  generated from parameters (`Microkernel`: rows, columns, vector width; accumulators =
+  rows * columns / width, explicit ``llvm.fma.vNf32``) for the host target (`host_gemm`:
+  6x64 on 16-lane zmm with AVX-512, 24 accumulators; 6x16 on 8-lane ymm with AVX2, 12; 6x16
+  on the natural LLVM vector elsewhere), prefetching the next B micro-panel into L2 while the
+  current one is reused from L1. Edge columns run the same microkernel generated narrower.
 - `emit_fixpipe` writes the tile out once, applying the fused epilogue (an SSA expression of
   ``kernel_ir.SOp``) and the output cast on the way.
 
@@ -22,8 +25,8 @@ Layouts (host, all fp32, C0 = 16):
   A 6x16 micro-tile of L0C is then 384 contiguous bytes, a 16-column B micro-panel is contiguous
   and the 6 A scalars of one k step sit 64 bytes apart.
 - Packed A rows are zero-padded to a multiple of MR=6, packed K to a multiple of 16, packed B
-  columns to a multiple of 16, so the microkernel never sees an edge; FixPipe writes only the
-  valid region.
+  columns to a multiple of 16, so the microkernel never sees a row or K edge (column edges
+  narrower than its width run a narrower variant); FixPipe writes only the valid region.
 
 Everything here takes an ``ir.IRBuilder`` plus values (``ir.Value`` i64 or Python ints for
 constants) so the same emitters serve the ISA lowering (``lower_cube``) and the standalone
@@ -35,6 +38,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from llvmlite import ir
 
@@ -275,34 +279,180 @@ def prefetch(b: ir.IRBuilder, p: ir.Value, locality: int) -> None:
 LINE = 16  # floats per 64-byte cache line
 
 
-def get_ukernel(mod: ir.Module, pf_lines: int = 1, rows: int = MR) -> ir.Function:
-    """``ukernel(a, b, c, nfc, a_fc_stride, accumulate, pf_b, pf_c)``: C(6x16) (+)= A(6x16*nfc) B.
+# ----------------------------------------------------------------------------- host GEMM plan
+# The host mapping of the Cube's Mmad: which register-blocked microkernel runs a tile, and the
+# host K panel it walks (the B micro-panel of one call should stay in the host L1d). Chosen by
+# `model_plan` from the host target (backend/host.py), or measured (`autotune`).
 
-    `a` points at row 0 of a 6-row A micro-panel in NZ (row stride 16 floats, next fractal column
-    `a_fc_stride` floats further), `b` at a contiguous NZ B micro-panel (16 floats = one cache
-    line per k), `c` at a contiguous 6x16 NZ L0C micro-tile. The k loop is unrolled over one
-    fractal column (16 steps): per step 2 B vector loads, 6 broadcasts and 12 FMAs on 12 live ymm
-    accumulators.
+
+@dataclass(frozen=True)
+class Microkernel:
+    """C(mr x nr) (+)= A(mr x k) B(k x nr) on NZ fp32 panels, `vw` float lanes per vector:
+    mr * nr / vw accumulator registers, nr / vw B vectors and one broadcast live at once."""
+
+    mr: int = MR  # rows (broadcast A scalars); the template pads packed A rows to MR
+    nr: int = NR  # columns, a multiple of the 16-column NZ fractal
+    vw: int = VW  # float32 lanes per vector (16 = zmm, 8 = ymm, 4 = xmm / NEON)
+    fma: bool = True  # fused multiply-add (else fmul + fadd)
+
+    def __post_init__(self) -> None:
+        if self.mr != MR or self.nr % C0 or C0 % self.vw:
+            raise ValueError(f"unsupported microkernel {self}")
+
+    @property
+    def acc_regs(self) -> int:
+        return self.mr * self.nr // self.vw
+
+    @property
+    def regs(self) -> int:
+        """Vector registers the inner loop keeps live (accumulators, B vectors, broadcast)."""
+        return self.acc_regs + self.nr // self.vw + 1
+
+    @property
+    def name(self) -> str:
+        return f"{self.mr}x{self.nr}v{self.vw}" + ("" if self.fma else "nofma")
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """How the host runs a Cube Mmad: the microkernel and the host K panel (elements, a
+    multiple of 16; 0 = the whole K of the Mmad in one pass). `origin` says who chose it."""
+
+    uk: Microkernel = Microkernel()
+    kc: int = 0
+    origin: str = "model"
+
+    @property
+    def key(self) -> tuple:
+        return (self.uk.name, self.kc)
+
+    def describe(self) -> str:
+        kc = f"K panel {self.kc}" if self.kc else "K panel = Mmad K"
+        return (f"microkernel {self.uk.name} ({self.uk.acc_regs} accumulators), {kc} "
+                f"[{self.origin}]")  # fmt: skip
+
+
+def candidate_plans(target) -> list[GemmPlan]:
+    """Plans that are correct and sensible on `target` (host.HostTarget), model's pick first."""
+    lanes = min(C0, max(4, target.lanes("float32")))
+    fma = target.fma
+    out: list[GemmPlan] = []
+    if lanes == 16 and target.vector_regs >= 32:
+        l1 = target.l1d
+        # measured on Emerald Rapids (2 cores, 48 KiB L1d): 6x64 at the Mmad's K (<= 256)
+        # 131 GF/core at 1024, 6x64 with 64-deep host panels 121, 6x32 110, 6x16 (ymm) 76
+        for nr in (64, 32):
+            uk = Microkernel(MR, nr, 16, fma)
+            out += [GemmPlan(uk, 0), GemmPlan(uk, _l1_panel(l1, nr))]
+    elif lanes == 8 and target.vector_regs >= 16:
+        out += [GemmPlan(Microkernel(MR, 16, 8, fma), 0)]
+        out += [GemmPlan(Microkernel(MR, 16, 8, fma), _l1_panel(target.l1d, 16))]
+    else:  # generic: LLVM vectors of the natural width, 16 columns
+        uk = Microkernel(MR, 16, lanes, fma)
+        out.append(GemmPlan(uk, 0))
+    seen: dict = {}
+    for p in out:
+        seen.setdefault(p.key, p)
+    return list(seen.values())
+
+
+def _l1_panel(l1d: int, nr: int) -> int:
+    """Host K panel whose B micro-panel (k x nr fp32) takes about two thirds of the L1d."""
+    return max(C0, min(512, (2 * l1d // 3) // (4 * nr) // C0 * C0))
+
+
+def model_plan(target=None) -> GemmPlan:
+    """The model's plan for `target` (default: the effective host target)."""
+    if target is None:
+        from lazymath.backend import host
+
+        target = host.target()
+    return candidate_plans(target)[0]
+
+
+_forced: list[GemmPlan] = []  # plan_override stack (autotuning candidates, tests)
+
+
+@contextmanager
+def plan_override(plan: GemmPlan) -> Iterator[None]:
+    """Lower Mmads with `plan` inside the block (single-threaded code generation)."""
+    _forced.append(plan)
+    try:
+        yield
+    finally:
+        _forced.pop()
+
+
+def parse_plan(text: str) -> GemmPlan:
+    """``"6x64v16:128"`` (microkernel, host K panel) -> GemmPlan."""
+    shape, _, kc = text.partition(":")
+    fma = not shape.endswith("nofma")
+    mr, rest = shape.removesuffix("nofma").split("x")
+    nr, vw = rest.split("v")
+    return GemmPlan(Microkernel(int(mr), int(nr), int(vw), fma), int(kc or 0), "forced")
+
+
+def host_gemm(target=None) -> GemmPlan:
+    """The plan in force: an override (autotuning), else the model's for the target."""
+    if _forced:
+        return _forced[-1]
+    return model_plan(target)
+
+
+# ----------------------------------------------------------------------------- microkernel
+
+
+def _vfma(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value, fused: bool) -> ir.Value:
+    if not fused:
+        return b.fadd(b.fmul(x, y), z)
+    vt = x.type
+    fn = get_intrinsic(b.module, f"llvm.fma.v{vt.count}f32", vt, [vt, vt, vt])
+    return b.call(fn, [x, y, z])
+
+
+def get_ukernel(mod: ir.Module, uk: Microkernel = Microkernel(), pf_lines: int = 1,
+                nr: int | None = None, rows: int | None = None) -> ir.Function:  # fmt: skip
+    """``ukernel(a, b, c, nfc, a_fc, b_fc, c_fc, accumulate, pf_b, pf_c)``: C(mr x nr) (+)= A B.
+
+    `a` points at row 0 of an mr-row A micro-panel in NZ (row stride 16 floats, next K fractal
+    column `a_fc` floats further), `b` at the first of nr/16 NZ B fractal columns (16 floats =
+    one cache line per k, next fractal column `b_fc` floats further), `c` at an mr x nr L0C
+    micro-tile (rows 16 floats apart, next fractal column `c_fc` further). The k loop is
+    unrolled over one K fractal column (16 steps): per step nr/vw B vector loads, mr broadcasts
+    and mr*nr/vw FMAs on as many live accumulators. `nr` overrides uk.nr (edge columns), `rows`
+    uk.mr (the last rows of a tile whose padded row count is not a multiple of mr).
 
     Software prefetch (the B panel lives in L3 when its K range is long, and the hardware
     prefetchers start too late on a 10-16 KiB micro-panel): `pf_b` walks the *next* B
     micro-panel, `pf_lines` lines per fractal column, so the calls that share one B micro-panel
     together pull the next one into L2; `pf_c` (the next L0C micro-tile) goes to L1 up front.
     """
-    name = f"lm_ukernel_{rows}x16_pf{pf_lines}"  # rows < MR: the tail of a tile (emit_mmad)
+    nr = nr or uk.nr
+    vw, mr, nf, nj = uk.vw, rows or uk.mr, nr // C0, C0 // uk.vw
+    vt = ir.VectorType(F32, vw)
+    name = f"lm_ukernel_{mr}x{nr}v{vw}{'' if uk.fma else 'm'}_pf{pf_lines}"
     if name in mod.globals:
         return mod.globals[name]
     fp = PTR
-    fnty = ir.FunctionType(ir.VoidType(), [fp, fp, fp, I64, I64, I32, fp, fp])
+    fnty = ir.FunctionType(ir.VoidType(), [fp, fp, fp, I64, I64, I64, I64, I32, fp, fp])
     fn = ir.Function(mod, fnty, name=name)
     fn.linkage = "internal"
     for i in range(3):
         fn.args[i].add_attribute("noalias")
-    a, bp, c, nfc, astride, accf, pfb, pfc = fn.args
+    a, bp, c, nfc, astride, bstride, cstride, accf, pfb, pfc = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    zero = ir.Constant(V8F, [0.0] * VW)
-    for r in range(rows):
-        prefetch(b, gep(b, pfc, r * NR), 3)
+    zero = ir.Constant(vt, [0.0] * vw)
+    align = min(4 * vw, 32)
+
+    def c_at(r: int, f: int, j: int) -> ir.Value:
+        base = c if f == 0 else gep(b, c, b.mul(cstride, c64(f)))
+        return gep(b, base, r * C0 + j * vw)
+
+    for f in range(nf):
+        for r in range(mr):
+            pc = pfc if f == 0 else gep(b, pfc, b.mul(cstride, c64(f)))
+            prefetch(b, gep(b, pc, r * C0), 3)
+    slots = [(r, f, j) for r in range(mr) for f in range(nf) for j in range(nj)]
     # initial accumulators: zero or loaded from L0C
     do_load = b.icmp_signed("!=", accf, ir.Constant(I32, 0))
     entry = b.block
@@ -310,14 +460,15 @@ def get_ukernel(mod: ir.Module, pf_lines: int = 1, rows: int = MR) -> ir.Functio
     go = fn.append_basic_block("go")
     b.cbranch(do_load, ld, go)
     b.position_at_end(ld)
-    loaded = [vload(b, gep(b, c, r * NR + j * VW), V8F, 32) for r in range(rows) for j in range(2)]
+    loaded = [vload(b, c_at(r, f, j), vt, align) for r, f, j in slots]
+    ld_end = b.block
     b.branch(go)
     b.position_at_end(go)
     init = []
     for i, v in enumerate(loaded):
-        p = b.phi(V8F, name=f"c{i}.init")
+        p = b.phi(vt, name=f"c{i}.init")
         p.add_incoming(zero, entry)
-        p.add_incoming(v, ld)
+        p.add_incoming(v, ld_end)
         init.append(p)
     # k loop over fractal columns
     pre = b.block
@@ -330,7 +481,7 @@ def get_ukernel(mod: ir.Module, pf_lines: int = 1, rows: int = MR) -> ir.Functio
     pa = b.phi(fp, name="pa")
     pb = b.phi(fp, name="pb")
     ppf = b.phi(fp, name="ppf")
-    accs = [b.phi(V8F, name=f"c{i}") for i in range(2 * rows)]
+    accs = [b.phi(vt, name=f"c{i}") for i in range(len(slots))]
     kv.add_incoming(c64(0), pre)
     pa.add_incoming(a, pre)
     pb.add_incoming(bp, pre)
@@ -340,20 +491,25 @@ def get_ukernel(mod: ir.Module, pf_lines: int = 1, rows: int = MR) -> ir.Functio
     b.cbranch(b.icmp_signed("<", kv, nfc), body, end)
     b.position_at_end(body)
     cur = list(accs)
+    fcb = [pb] + [gep(b, pb, b.mul(bstride, c64(f))) for f in range(1, nf)]
+    fcp = [ppf] + [gep(b, ppf, b.mul(bstride, c64(f))) for f in range(1, nf)]
     for kk in range(C0):
         if kk < pf_lines:
-            prefetch(b, gep(b, ppf, kk * LINE), 2)
-        b0 = vload(b, gep(b, pb, kk * NR), V8F, 32)
-        b1 = vload(b, gep(b, pb, kk * NR + VW), V8F, 32)
-        for r in range(rows):
+            for f in range(nf):
+                prefetch(b, gep(b, fcp[f], kk * LINE), 2)
+        bv = [[vload(b, gep(b, fcb[f], kk * C0 + j * vw), vt, align) for j in range(nj)]
+              for f in range(nf)]  # fmt: skip
+        for r in range(mr):
             s = b.load(gep(b, pa, r * C0 + kk), typ=F32, align=4)
-            v = splat(b, s)
-            cur[2 * r] = fma8(b, v, b0, cur[2 * r])
-            cur[2 * r + 1] = fma8(b, v, b1, cur[2 * r + 1])
+            v = splat(b, s, vw)
+            for f in range(nf):
+                for j in range(nj):
+                    i = (r * nf + f) * nj + j
+                    cur[i] = _vfma(b, v, bv[f][j], cur[i], uk.fma)
     nk = b.add(kv, c64(1))
     npa = gep(b, pa, astride)
-    npb = gep(b, pb, C0 * NR)
-    nppf = gep(b, ppf, C0 * NR)
+    npb = gep(b, pb, C0 * C0)
+    nppf = gep(b, ppf, C0 * C0)
     blk = b.block
     kv.add_incoming(nk, blk)
     pa.add_incoming(npa, blk)
@@ -363,9 +519,8 @@ def get_ukernel(mod: ir.Module, pf_lines: int = 1, rows: int = MR) -> ir.Functio
         p.add_incoming(v, blk)
     b.branch(head)
     b.position_at_end(end)
-    for r in range(rows):
-        for j in range(2):
-            b.store(accs[2 * r + j], gep(b, c, r * NR + j * VW), align=32)
+    for i, (r, f, j) in enumerate(slots):
+        b.store(accs[i], c_at(r, f, j), align=align)
     b.ret_void()
     return fn
 
@@ -382,46 +537,83 @@ def emit_mmad(
     n: Val,
     k: Val,
     accumulate: Val,
+    plan: GemmPlan | None = None,
 ) -> None:
-    """L0C[0:m, 0:n] (+)= L0A[0:m, 0:k] @ L0B[0:k, 0:n] on NZ fp32 tiles.
+    """L0C[0:m, 0:n] (+)= L0A[0:m, 0:k] @ L0B[0:k, 0:n] on NZ fp32 tiles, with `plan`'s
+    microkernel (default: the host target's, `host_gemm()`).
 
     `c_rows`/`a_rows`/`b_rows` are the padded row counts (Rp) of the three NZ layouts; m is rounded
-    up to MR, n to NR, k to C0 (the packers zero-padded those). Loops: B micro-panels outer (one
-    stays in the host L1d), A micro-panels inner (the L0A block stays in L2). Call `ir` of a B
-    micro-panel prefetches its share (lines ``ir*q .. ir*q+q-1`` of every fractal column, q =
-    ceil(16 / A micro-panels)) of the next B micro-panel.
+    up to MR, n to 16, k to C0 (the packers zero-padded those). Loops: host K panels outer (the
+    plan's kc; one pass when 0), B micro-panels of nr columns (one stays in the host L1d; the
+    last, narrower one runs the same microkernel generated for its width), A micro-panels inner
+    (the L0A block stays in L2). Call `ir` of a B micro-panel prefetches its share (lines
+    ``ir*q .. ir*q+q-1`` of every fractal column, q = ceil(16 / A micro-panels)) of the next B
+    micro-panel.
     """
+    plan = plan or host_gemm()
+    uk = plan.uk
+    nf = uk.nr // C0
     n_ir = -(-(m if isinstance(m, int) else a_rows) // MR)
     q = min(C0, max(1, -(-C0 // max(n_ir, 1))))
-    uk = get_ukernel(b.module, q)
-    acc = (
+    acc0 = (
         b.zext(accumulate, I32) if not isinstance(accumulate, int) else ir.Constant(I32, accumulate)
     )
-    nfc = ceil_div(b, k, C0)
+    nfc_all = ceil_div(b, k, C0)
+    ncb = ceil_div(b, n, C0)  # 16-column fractal columns of the tile
+    kcf = plan.kc // C0 if plan.kc else 0
     # Micro-tiles of MR rows inside the C tile's padded rows; when that row count is not a
-    # multiple of MR (the NPU pads to 16, not to the host's MR), its last `tail` rows go through a
-    # `tail`-row microkernel: no row past the tile is read or written.
-    full = min(a_rows, c_rows) // MR  # m <= both (isa_cube.check_bounds)
-    tail = min(a_rows, c_rows) % MR
-    uk_tail = get_ukernel(b.module, q, tail) if tail else None
-    with for_range(b, 0, ceil_div(b, n, NR), name="jr") as jr:
-        pb = gep(b, bmat, b.mul(jr, c64(b_rows * C0)))
-        pb_next = gep(b, pb, b_rows * C0)
-        pc_col = gep(b, c, b.mul(jr, c64(c_rows * C0)))
-        groups = ceil_div(b, m, MR)
-        with for_range(b, 0, imin(b, groups, full), name="ir") as ir_:
-            off = b.mul(ir_, c64(MR * C0))
-            pc = gep(b, pc_col, off)
-            line = b.and_(b.mul(ir_, c64(q)), c64(C0 - 1))
-            pf_b = gep(b, pb_next, b.mul(line, c64(LINE)))
-            b.call(uk, [gep(b, a, off), pb, pc, as_i64(nfc), c64(a_rows * C0), acc, pf_b,
-                        gep(b, pc, MR * NR)])  # fmt: skip
-        if tail:
-            with b.if_then(b.icmp_signed(">", as_i64(groups), c64(full))):
-                off = full * MR * C0
+    # multiple of MR (the NPU pads to 16, not to the host's MR), its last `tail_rows` rows go
+    # through a microkernel generated with that many rows: no row past the tile is touched.
+    full_rows = min(a_rows, c_rows) // MR  # m <= both (isa_cube.check_bounds)
+    tail_rows = min(a_rows, c_rows) % MR
+    bfc, cfc, afc = c64(b_rows * C0), c64(c_rows * C0), c64(a_rows * C0)
+
+    def panel(kb: Val, nfc: Val, acc: ir.Value) -> None:
+        a_k = gep(b, a, imul(b, kb, a_rows * C0))
+        b_k = gep(b, bmat, imul(b, kb, C0 * C0))
+
+        def run(fc0: ir.Value, width: int) -> None:
+            ukf = get_ukernel(b.module, uk, q, width)
+            pb = gep(b, b_k, b.mul(fc0, bfc))
+            pb_next = gep(b, pb, (width // C0) * b_rows * C0)
+            pc_col = gep(b, c, b.mul(fc0, cfc))
+            groups = ceil_div(b, m, MR)
+            with for_range(b, 0, imin(b, groups, full_rows), name="ir") as ir_:
+                off = b.mul(ir_, c64(MR * C0))
                 pc = gep(b, pc_col, off)
-                b.call(uk_tail, [gep(b, a, off), pb, pc, as_i64(nfc), c64(a_rows * C0), acc,
-                                 pb_next, pc])  # fmt: skip
+                line = b.and_(b.mul(ir_, c64(q)), c64(C0 - 1))
+                pf_b = gep(b, pb_next, b.mul(line, c64(LINE)))
+                b.call(ukf, [gep(b, a_k, off), pb, pc, as_i64(nfc), afc, bfc, cfc, acc, pf_b,
+                             gep(b, pc, MR * C0)])  # fmt: skip
+            if tail_rows:
+                uk_tail = get_ukernel(b.module, uk, q, width, tail_rows)
+                with b.if_then(b.icmp_signed(">", as_i64(groups), c64(full_rows))):
+                    off = full_rows * MR * C0
+                    pc = gep(b, pc_col, off)
+                    b.call(uk_tail, [gep(b, a_k, off), pb, pc, as_i64(nfc), afc, bfc, cfc, acc,
+                                     pb_next, pc])  # fmt: skip
+
+        full = ncb // nf if isinstance(ncb, int) else b.sdiv(ncb, c64(nf))
+        with for_range(b, 0, full, name="jr") as jr:
+            run(b.mul(jr, c64(nf)), uk.nr)
+        if nf == 1:
+            return
+        rem = iadd(b, ncb, imul(b, full, -nf))
+        for w in range(1, nf):
+            if isinstance(rem, int):
+                if rem == w:
+                    run(c64(full * nf), w * C0)
+                continue
+            with b.if_then(b.icmp_signed("==", rem, c64(w))):
+                run(b.mul(as_i64(full), c64(nf)), w * C0)
+
+    if not kcf or (isinstance(nfc_all, int) and nfc_all <= kcf):
+        panel(0, nfc_all, acc0)
+        return
+    with for_range(b, 0, nfc_all, kcf, name="kb") as kb:
+        nfc = imin(b, c64(kcf), b.sub(as_i64(nfc_all), kb))
+        acc = b.select(b.icmp_signed(">", kb, c64(0)), ir.Constant(I32, 1), acc0)
+        panel(kb, nfc, acc)
 
 
 # ----------------------------------------------------------------------------- element conversion

@@ -19,6 +19,8 @@ layouts, float16 buffers round like the NPU's).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from llvmlite import ir
 
@@ -423,6 +425,96 @@ def _mmad(ctx: lower_llvm.LowerCtx, i: cube.Mmad) -> None:
     b_rows = st.alias_rows.get(i.b.buf.name, i.b_rows)
     gemm.emit_mmad(ctx.builder, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, st.ptr(i.b),
                    b_rows, _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- host mapping
+# The NPU walks an L0C tile in L0B slices of n0 columns (L0B is small: 32 columns of fp32 at
+# K = 256 on the 910), one LoadL0 + Mmad per slice. On the host L0B is a pointer into the L1B
+# panel and the slices of L0C and L1B are consecutive NZ fractal columns, so the slice loop is
+# one Mmad over the whole tile width: the host microkernel then runs its full width (64
+# columns on AVX-512) instead of the slice's, and its B micro-panels are the panel's.
+
+
+def _subst(e: isa.IntExpr, var: isa.Var, value: int) -> isa.IntExpr:
+    if isinstance(e, isa.Var):
+        return value if e == var else e
+    if isinstance(e, isa.BinInt):
+        a, b = _subst(e.a, var, value), _subst(e.b, var, value)
+        fn = {"+": isa.add, "-": isa.sub, "*": isa.mul, "min": isa.imin, "max": isa.imax,
+              "//": isa.floordiv, "%": isa.mod}[e.op]  # fmt: skip
+        return fn(a, b)
+    return e
+
+
+def _vars(e: isa.IntExpr, out: set) -> set:
+    if isinstance(e, isa.Var):
+        out.add(e)
+    elif isinstance(e, isa.BinInt):
+        _vars(e.a, out)
+        _vars(e.b, out)
+    return out
+
+
+def _steps_by(e: isa.IntExpr, var: isa.Var, step: int) -> bool:
+    """e(var = j) == e(var = 0) + j * step for every value of the other variables (checked at
+    j = 0..3 over a few random assignments: the offsets are affine in the loop variable)."""
+    names = sorted(_vars(e, set()) - {var}, key=lambda v: v.name)
+    rng = np.random.default_rng(len(names))
+    for _ in range(3):
+        env = {v: int(x) for v, x in zip(names, rng.integers(0, 1 << 12, len(names)))}
+        base = isa.eval_int(e, {**env, var: 0})
+        for j in (1, 2, 3):
+            if isa.eval_int(e, {**env, var: j}) != base + j * step:
+                return False
+    return True
+
+
+def merge_l0b_slices(loop: isa.Loop):
+    """(LoadL0, Mmad) for the whole tile width when `loop` is the template's L0B slice loop,
+    else None."""
+    if len(loop.body) != 2 or loop.start != 0 or loop.step != 1:
+        return None
+    ld, mm = loop.body
+    if not (isinstance(ld, cube.LoadL0) and isinstance(mm, cube.Mmad)):
+        return None
+    if ld.dst.buf.scope != "L0B" or mm.b.buf != ld.dst.buf or mm.b.off != ld.dst.off:
+        return None
+    j = loop.var
+    n = mm.n  # imin(n0, nv - j * n0)
+    if not (isinstance(n, isa.BinInt) and n.op == "min" and isinstance(n.a, int)):
+        return None
+    n0 = n.a
+    rest = n.b
+    if not (isinstance(rest, isa.BinInt) and rest.op == "-" and j not in _vars(rest.a, set())):
+        return None
+    nv = rest.a
+    if _subst(rest.b, j, 1) != n0 or _subst(rest.b, j, 0) != 0:
+        return None
+    if n0 % cube.C0 or ld.src_rows != ld.dst_rows or ld.src_rows != mm.b_rows:
+        return None
+    if not (_steps_by(mm.c.off, j, n0 * mm.c_rows) and _steps_by(ld.src.off, j, n0 * ld.src_rows)):
+        return None
+    if any(j in _vars(e, set()) for e in (mm.a.off, mm.m, mm.k, mm.accumulate)):
+        return None
+    cols = isa.mul(isa.ceildiv(nv, cube.C0), cube.C0)
+    dst0 = isa.Ref(ld.dst.buf, _subst(ld.dst.off, j, 0))
+    ld0 = dataclasses.replace(
+        ld, dst=dst0, src=isa.Ref(ld.src.buf, _subst(ld.src.off, j, 0)), cols=cols
+    )
+    mm0 = dataclasses.replace(mm, c=isa.Ref(mm.c.buf, _subst(mm.c.off, j, 0)), b=ld0.dst, n=nv)
+    return ld0, mm0
+
+
+_generic_loop = lower_llvm.LOWER[isa.Loop]
+
+
+@lower_llvm.register(isa.Loop)
+def _loop(ctx: lower_llvm.LowerCtx, i: isa.Loop) -> None:
+    merged = merge_l0b_slices(i) if ctx.program.unit == "cube" else None
+    if merged is None:
+        _generic_loop(ctx, i)
+        return
+    ctx.lower_body(merged)
 
 
 @lower_llvm.register(cube.FixPipe)

@@ -15,6 +15,7 @@ import pytest
 from llvmlite import ir
 
 from lazymath.backend import gemm as G
+from lazymath.backend import host
 from lazymath.backend.jit import get_jit
 
 _N = [0]
@@ -62,8 +63,26 @@ def test_pack_nz_pads_and_absorbs_strides(dtype, transpose):
     assert np.all(padded[rows:, :] == 0) and np.all(padded[:, cols:] == 0)
 
 
-def test_microkernel_tile_matches_numpy_and_uses_fma():
-    m, n, k = 12, 32, 48  # 2 x 2 micro-tiles, 3 fractal columns of K
+def _plans() -> list:
+    """(target, plan) for every target the host can execute and every plan candidate of it."""
+    out = []
+    for name in host.executable_targets():
+        for plan in G.candidate_plans(host.target(name)):
+            out.append(pytest.param(name, plan, id=f"{name or 'native'}-{plan.uk.name}-{plan.kc}"))
+    return out
+
+
+@pytest.mark.parametrize(("target_cpu", "plan"), _plans())
+def test_microkernel_tile_matches_numpy_and_uses_fma(target_cpu, plan, monkeypatch):
+    """Every GEMM plan of every executable target (native, forced AVX2) against numpy, with
+    edge columns (n not a multiple of the microkernel width) and a K longer than its panel;
+    the assembly uses FMAs on the target's register class."""
+    if target_cpu:
+        monkeypatch.setenv(host.ENV_TARGET, target_cpu)
+    else:
+        monkeypatch.delenv(host.ENV_TARGET, raising=False)
+    t = host.target()
+    m, n, k = 12, 80, 160  # 2 A micro-panels, 5 fractal columns of N, 10 of K
     rng = np.random.default_rng(1)
     a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
     bm = rng.uniform(-1, 1, (k, n)).astype(np.float32)
@@ -75,10 +94,11 @@ def test_microkernel_tile_matches_numpy_and_uses_fma():
     b_nz[((c // 16) * k + r) * 16 + c % 16] = bm
     c_nz = np.zeros(m * n + 16, np.float32)
     c0 = c_nz[(-c_nz.ctypes.data % 64) // 4 :]  # 64-byte aligned L0C view
+    plan = G.GemmPlan(plan.uk, 32 if plan.kc else 0)  # host K panels of 32: 5 panels
 
     def build(b, args):
-        G.emit_mmad(b, args[0], m, args[1], m, args[2], k, m, n, k, 0)
-        G.emit_mmad(b, args[0], m, args[1], m, args[2], k, m, n, k, 1)  # accumulate: 2 A@B
+        G.emit_mmad(b, args[0], m, args[1], m, args[2], k, m, n, k, 0, plan)
+        G.emit_mmad(b, args[0], m, args[1], m, args[2], k, m, n, k, 1, plan)  # 2 A@B
 
     a0 = np.zeros(m * k + 16, np.float32)
     a0 = a0[(-a0.ctypes.data % 64) // 4 :]
@@ -90,9 +110,26 @@ def test_microkernel_tile_matches_numpy_and_uses_fma():
     f(c0.ctypes.data, a0.ctypes.data, b0.ctypes.data)
     got = _nz_to_dense(c0, m, n, m)
     np.testing.assert_allclose(got, 2 * (a.astype(np.float64) @ bm), rtol=1e-5, atol=1e-5)
-    assert "llvm.fma.v8f32" in text
+    if plan.uk.fma:
+        assert f"llvm.fma.v{plan.uk.vw}f32" in text
     asm = get_jit().assembly(text)
-    assert "vfmadd231ps" in asm and re.search(r"%[yz]mm", asm)  # AVX2 or AVX-512 registers
+    if t.arch in ("x86_64", "amd64"):
+        assert "vfmadd231ps" in asm or not t.fma
+        assert re.search(rf"%{t.reg_class}\d", asm) if plan.uk.vw * 32 == t.vector_bits else True
+        if not t.avx512:
+            assert "zmm" not in asm  # a forced AVX2 target never emits AVX-512
+
+
+def test_model_plan_fits_the_register_file():
+    for name in host.executable_targets() + ["x86-64-v3", "skylake-avx512", "x86-64"]:
+        try:
+            t = host.target(name)
+        except host.TargetError:
+            continue
+        plan = G.model_plan(t)
+        assert plan.uk.vw <= t.lanes("float32") or t.vector_bits < 128
+        assert plan.uk.regs <= t.vector_regs or t.vector_bits == 128  # SSE: 6x16 spills
+        assert plan.origin == "model" and plan.uk.name in plan.describe()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int32"])
@@ -150,3 +187,36 @@ def test_microkernel_prefetches_next_b_panel():
     _, text = _compile(build, 3)
     asm = get_jit().assembly(text)
     assert "llvm.prefetch" in text and "prefetcht1" in asm and "prefetcht0" in asm
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_l0b_slice_loop_lowers_to_one_full_width_mmad(dtype):
+    """On the host L0B is a pointer into L1B: the template's loop of n0-column L0B slices is
+    lowered as one Mmad over the tile, so the microkernel runs its full width."""
+    from lazymath.backend import isa, lower_cube
+    from lazymath.backend.compile import build_program
+    from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
+    from lazymath.backend.lower_llvm import lower_program
+    from lazymath.runtime.device import get_spec
+
+    n = 512
+    v = ArgView(dtype, (n, n), (n, 1))
+    out = ArgView("float32", (n, n), (n, 1))
+    ir_ = MatmulKernel((), n, n, n, v, v, None, None, dtype, (), (SOp("acc", "float32"),), (0,),
+                       (out,))  # fmt: skip
+    spec = get_spec("ascend910")
+    program = build_program(ir_, spec, "k")
+    loops = []
+
+    def walk(body):
+        for instr in body:
+            if isinstance(instr, isa.Loop):
+                if any(type(x).__name__ == "Mmad" for x in instr.body):
+                    loops.append(instr)
+                walk(instr.body)
+
+    walk(program.body)
+    assert loops and all(lower_cube.merge_l0b_slices(lp) is not None for lp in loops)
+    text = str(lower_program(program, spec, symbol="k"))
+    plan = G.host_gemm()
+    assert f"lm_ukernel_{plan.uk.mr}x{plan.uk.nr}v{plan.uk.vw}" in text
