@@ -701,9 +701,17 @@ def clear_cache() -> None:
     clear_kernels()
 
 
-def precompile(fn, *example_inputs) -> int:
+def precompile(fn, *example_inputs, autotune: bool = False) -> int:
     """Trace `fn` on inputs of the examples' shapes/dtypes and compile every kernel it needs
-    into the kernel cache (memory and disk), without executing. Returns the kernel count."""
+    into the kernel cache (memory and disk), without executing. Returns the kernel count.
+
+    `autotune=True` times the host GEMM candidates of every matmul kernel not measured before
+    (as LAZYMATH_AUTOTUNE=1 does) and stores the winners for later processes."""
+    if autotune:
+        from .backend import autotune as tuning
+
+        with tuning.forced():
+            return precompile(fn, *example_inputs)
     from .tensor import Tensor, tensor
 
     args = [a if isinstance(a, Tensor) else tensor(a) for a in example_inputs]

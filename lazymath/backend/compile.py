@@ -393,7 +393,14 @@ def _load_llvm(ir, spec, name: str, key: str) -> CompiledKernel | None:
 
 def _compile_llvm(ir, spec, name: str, calls: bool = False) -> CompiledKernel:
     """Disk-cache hit (no LLVM) or compile: template -> ISA -> LLVM IR -> MCJIT, then store the
-    object code and the program for the next process."""
+    object code and the program for the next process. A matmul is lowered with its host GEMM
+    plan (`autotune.choice`: measured when autotuning, else the model's)."""
+    if ir.kind == "matmul":
+        from lazymath.backend import autotune, gemm
+
+        if not gemm.overridden():
+            with gemm.plan_override(autotune.choice(ir, spec)):
+                return _compile_llvm(ir, spec, name, calls)
     key, quick = _disk_key(ir, spec, calls)
     kernel = _load_llvm(ir, spec, name, key)
     if kernel is not None:

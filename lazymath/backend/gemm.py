@@ -36,6 +36,7 @@ kernels of ``tests/backend/test_gemm.py``.
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -370,17 +371,29 @@ def model_plan(target=None) -> GemmPlan:
     return candidate_plans(target)[0]
 
 
-_forced: list[GemmPlan] = []  # plan_override stack (autotuning candidates, tests)
+_local = threading.local()  # .forced: plan_override stack of this thread (compiles run on many)
+
+
+def _forced() -> list[GemmPlan]:
+    st = getattr(_local, "forced", None)
+    if st is None:
+        st = _local.forced = []
+    return st
 
 
 @contextmanager
 def plan_override(plan: GemmPlan) -> Iterator[None]:
-    """Lower Mmads with `plan` inside the block (single-threaded code generation)."""
-    _forced.append(plan)
+    """Lower Mmads compiled on this thread with `plan` inside the block (autotuning's
+    candidates, the measured winner, tests)."""
+    _forced().append(plan)
     try:
         yield
     finally:
-        _forced.pop()
+        _forced().pop()
+
+
+def overridden() -> bool:
+    return bool(_forced())
 
 
 def parse_plan(text: str) -> GemmPlan:
@@ -394,8 +407,9 @@ def parse_plan(text: str) -> GemmPlan:
 
 def host_gemm(target=None) -> GemmPlan:
     """The plan in force: an override (autotuning), else the model's for the target."""
-    if _forced:
-        return _forced[-1]
+    forced = _forced()
+    if forced:
+        return forced[-1]
     return model_plan(target)
 
 

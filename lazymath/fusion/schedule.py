@@ -123,7 +123,7 @@ def fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def _host_lines(kernels) -> list[str]:
+def _host_lines(kernels, spec) -> list[str]:
     """The host target native code is generated for, and each matmul's host GEMM mapping
     (microkernel, panels, work split, and whether a model or a measurement chose it)."""
     from lazymath.backend.compile import default_backend
@@ -133,14 +133,11 @@ def _host_lines(kernels) -> list[str]:
     from lazymath.backend import host
 
     lines = [host.describe().splitlines()[0]]
-    try:
-        from lazymath.backend import gemm
+    from lazymath.backend import autotune
 
-        for k in kernels:
-            if k.kind == "matmul" and k.ir is not None and hasattr(gemm, "explain_choice"):
-                lines.append(f"  {k.name}: {gemm.explain_choice(k.ir)}")
-    except (ImportError, ValueError):
-        pass
+    for k in kernels:
+        if k.kind == "matmul" and k.ir is not None:
+            lines.append(f"  {k.name} host GEMM: {autotune.explain(k.ir, spec)}")
     return lines
 
 
@@ -188,7 +185,7 @@ class Schedule:
         if vm:
             lines.append("vector math (composites inlined or called from the runtime library):")
             lines.extend(f"  {name}: {why}" for name, why in vm)
-        lines.extend(_host_lines(self.kernels))
+        lines.extend(_host_lines(self.kernels, self.spec))
         return "\n".join(lines)
 
     def vmath_plan(self) -> list[tuple[str, str]]:

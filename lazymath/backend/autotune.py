@@ -1,0 +1,175 @@
+"""Measured choice of the host GEMM plan for a matmul kernel signature.
+
+Without autotuning the model picks (`gemm.model_plan`: the host target's first candidate).
+With ``LAZYMATH_AUTOTUNE=1``, or inside ``lm.precompile(..., autotune=True)``, the first compile
+of a matmul signature (shapes, dtypes, layouts, epilogue: the kernel IR, on one device preset)
+times each candidate of `gemm.candidate_plans` (microkernel shape and host K panel): each is
+compiled, then one block's share of the work runs on random inputs (the blocks of a launch do
+equal work), candidates interleaved, best CPU time of a few rounds. The winner and every
+candidate's time go to a small JSON record in the disk cache, keyed like a kernel (signature,
+host key with the effective target, backend source version), so a later process reads the
+record and times nothing; the kernel it compiles is the winner's (the plan is part of the
+kernel's disk key).
+
+`choice(ir, spec)` is what lowering uses; `explain(ir, spec)` is the line ``lm.explain`` prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+
+from lazymath.backend import gemm, kernel_cache
+
+ENV = "LAZYMATH_AUTOTUNE"
+ROUNDS = 5  # timings per candidate (the best counts), interleaved with the other candidates
+MIN_S = 0.005  # seconds of work per timing (repetitions of one block)
+
+stats = {"timed": 0, "records_read": 0, "records_written": 0}  # candidates timed, records used
+_memory: dict[str, gemm.GemmPlan] = {}
+_lock = threading.RLock()
+_local = threading.local()
+
+
+def enabled() -> bool:
+    if getattr(_local, "force", False):
+        return True
+    return os.environ.get(ENV, "0") not in ("0", "", "false", "off", "no")
+
+
+@contextlib.contextmanager
+def forced() -> Iterator[None]:
+    """Autotune every matmul compiled on this thread inside the block (lm.precompile)."""
+    old = getattr(_local, "force", False)
+    _local.force = True
+    try:
+        yield
+    finally:
+        _local.force = old
+
+
+def _key(ir, spec) -> str:
+    from lazymath.backend.jit import host_key
+
+    return kernel_cache.disk_key(repr(("autotune", ir.kind, ir, spec.key())), host_key())
+
+
+def _path(key: str):
+    return kernel_cache.cache_dir() / "autotune" / f"{key}.json"
+
+
+def _read(key: str) -> gemm.GemmPlan | None:
+    if not kernel_cache.disk_enabled():
+        return None
+    try:
+        rec = json.loads(_path(key).read_text())
+        plan = gemm.parse_plan(f"{rec['plan']}:{int(rec['kc'])}")
+        times = {str(k): float(v) for k, v in rec["times"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    stats["records_read"] += 1
+    return replace(plan, origin=_origin(times))
+
+
+def _write(key: str, plan: gemm.GemmPlan, times: dict[str, float]) -> None:
+    if not kernel_cache.disk_enabled():
+        return
+    path = _path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"plan": plan.uk.name, "kc": plan.kc, "times": times}))
+        os.replace(tmp, path)
+        stats["records_written"] += 1
+    except OSError:
+        pass  # a read-only cache: the next process measures again
+
+
+def _label(plan: gemm.GemmPlan) -> str:
+    return f"{plan.uk.name}:{plan.kc}"
+
+
+def _origin(times: dict[str, float]) -> str:
+    best = min(times, key=times.get)
+    parts = [f"{k} {v * 1e3:.3g} ms{'*' if k == best else ''}" for k, v in times.items()]
+    return "measured: " + ", ".join(parts)
+
+
+def choice(ir, spec) -> gemm.GemmPlan:
+    """The host GEMM plan for matmul kernel `ir` on `spec`: a stored or fresh measurement when
+    autotuning is on (or a record exists), else the model's."""
+    key = _key(ir, spec)
+    with _lock:
+        plan = _memory.get(key)
+        if plan is not None:
+            return plan
+        plan = _read(key)
+        if plan is None and enabled():
+            plan = _measure(ir, spec, key)
+        if plan is None:
+            return gemm.model_plan()
+        _memory[key] = plan
+        return plan
+
+
+def explain(ir, spec) -> str:
+    """`plan.describe()` of the plan in force, without measuring."""
+    key = _key(ir, spec)
+    plan = _memory.get(key) or _read(key) or gemm.model_plan()
+    return plan.describe()
+
+
+def _inputs(kernel) -> list[np.ndarray]:
+    from lazymath.backend.compile import view_extent
+
+    rng = np.random.default_rng(0)
+    out = []
+    for v in kernel._args:
+        n = max(view_extent(v), 1)
+        if np.dtype(v.dtype).kind == "f":
+            out.append(rng.uniform(-1, 1, n).astype(v.dtype))
+        else:
+            out.append(np.zeros(n, v.dtype))
+    return out
+
+
+def _measure(ir, spec, key: str) -> gemm.GemmPlan:
+    """Compile every candidate, time them interleaved (ROUNDS rounds, each candidate once per
+    round, at least MIN_S of work per timing; best of the rounds) and store and return the
+    fastest. Timings are CPU time of the calling thread, which runs the block: on a shared
+    machine wall time mostly measures the scheduler, and interleaving lets a change of load
+    (caches, a busy sibling hyperthread) hit every candidate."""
+    from lazymath.backend import compile as C
+    from lazymath.backend import host
+
+    plans = gemm.candidate_plans(host.target())
+    runs = []
+    for plan in plans:
+        with gemm.plan_override(plan):
+            kernel = C._compile_llvm(ir, spec, "autotune", C.vmath_calls(ir))
+        arrays = _inputs(kernel)  # kept alive with the argv (which holds bare pointers)
+        argv = kernel.make_argv(arrays)
+        n = kernel.blocks
+        t = time.thread_time()
+        kernel.run_block(argv, 0, n)  # warm-up (page faults, workspace growth)
+        reps = max(1, min(100, int(MIN_S / max(time.thread_time() - t, 1e-6))))
+        runs.append((kernel, argv, n, reps, arrays))
+    best_t = [float("inf")] * len(plans)
+    for _ in range(ROUNDS):
+        for i, (kernel, argv, n, reps, _) in enumerate(runs):
+            t = time.thread_time()
+            for _ in range(reps):
+                kernel.run_block(argv, 0, n)  # one block's share: blocks do equal work
+            best_t[i] = min(best_t[i], (time.thread_time() - t) / reps)
+    stats["timed"] += len(plans)
+    times = {_label(p): t for p, t in zip(plans, best_t)}
+    best = plans[best_t.index(min(best_t))]
+    _write(key, best, times)
+    return replace(best, origin=_origin(times))
