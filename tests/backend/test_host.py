@@ -7,6 +7,9 @@ against numpy in this process (one JIT engine per target).
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -95,3 +98,31 @@ def test_explain_names_the_host_target(monkeypatch):
     a = lm.tensor(np.ones((8, 8), np.float32))
     text = lm.explain(a @ a)
     assert "host target: " + host.target().llvm_cpu in text
+
+
+FORCED = host.executable_targets()[1:]  # native runs every test of the suite already
+
+
+@pytest.mark.parametrize("cpu", FORCED)
+def test_vector_templates_vmath_and_asm_on_forced_targets(cpu, monkeypatch):
+    """The vector templates, vmath and the lowering's assembly check, re-run with the code
+    generated for each smaller target this host can execute (AVX2 on an AVX-512 host)."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    import test_lowering as TL
+    import test_templates_vector as TV
+    import test_vmath as TM
+
+    monkeypatch.setenv(host.ENV_TARGET, cpu)
+    monkeypatch.setenv("LAZYMATH_CACHE", "0")
+    lm.clear_cache()
+    try:
+        assert jit.get_jit().cpu_name == cpu
+        TV.test_every_unary_float_op("float32", "llvm")
+        TV.test_every_binary_op("float32", "llvm")
+        TV.test_every_binary_op("int32", "llvm")
+        TV.test_reduce_axis_sets((37, 1001), (1,), "sum", "llvm")
+        for dtype in ("float32", "float64"):
+            TM.test_compiled_elementwise_kernel("llvm", dtype, monkeypatch)
+        TL.test_lowered_loops_are_vectorized_without_alias_checks()
+    finally:
+        lm.clear_cache()
