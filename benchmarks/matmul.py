@@ -89,6 +89,31 @@ def _interleaved(fns: dict, reps: int, rounds: int) -> dict:
     return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
 
+def _jax():
+    """jax with float16 matmuls accumulating in float32 (None when not installed)."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+
+    mm = jax.jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=jnp.float32))
+    comp = jax.jit(lambda x, y: jnp.maximum(jnp.matmul(x, y, preferred_element_type=jnp.float32),
+                                            0) * 0.5)  # fmt: skip
+    return jax, mm, comp
+
+
+def _blas() -> str:
+    """numpy's BLAS and the kernel it picked (threadpoolctl), if known."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "BLAS: threadpoolctl not installed"
+    infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    return "BLAS: " + ", ".join(f"{i.get('internal_api')} {i.get('architecture', '?')} "
+                                f"{i.get('num_threads')} threads" for i in infos)  # fmt: skip
+
+
 def _torch():
     try:
         import torch  # noqa: F401
@@ -100,8 +125,10 @@ def _torch():
 
 def bench_square(sizes, rounds: int) -> None:
     torch = _torch()
+    jx = _jax()
     rng = np.random.default_rng(0)
-    print(f"{'n':>5} {'dtype':>8} {'numpy f32':>10} {'torch':>8} {'lazymath':>9} {'lm/np32':>8}")
+    print(f"{'n':>5} {'dtype':>8} {'numpy f32':>10} {'torch':>8} {'jax':>8} {'lazymath':>9} "
+          f"{'lm/np32':>8} {'lm/jax':>7}")  # fmt: skip
     for n in sizes:
         flops = 2.0 * n**3
         reps = max(1, int(0.6e9 / flops))
@@ -115,11 +142,17 @@ def bench_square(sizes, rounds: int) -> None:
             if torch is not None:
                 xa, xb = torch.from_numpy(a32), torch.from_numpy(b32)
                 fns["torch"] = lambda: xa @ xb
+            if jx is not None:
+                ja, jb = jx[0].device_put(a), jx[0].device_put(b)
+                jx[1](ja, jb).block_until_ready()
+                fns["jax"] = lambda: jx[1](ja, jb).block_until_ready()
             t = _interleaved(fns, reps, rounds)
             g = {k: flops / v / 1e9 for k, v in t.items()}
             tg = f"{g['torch']:8.1f}" if "torch" in g else f"{'-':>8}"
-            print(f"{n:5d} {dt:>8} {g['np']:10.1f} {tg} {g['lm']:9.1f} {g['lm'] / g['np']:8.2f}",
-                  flush=True)  # fmt: skip
+            jg = f"{g['jax']:8.1f}" if "jax" in g else f"{'-':>8}"
+            rj = f"{g['lm'] / g['jax']:7.2f}" if "jax" in g else f"{'-':>7}"
+            print(f"{n:5d} {dt:>8} {g['np']:10.1f} {tg} {jg} {g['lm']:9.1f} "
+                  f"{g['lm'] / g['np']:8.2f} {rj}", flush=True)  # fmt: skip
 
 
 def bench_numpy_f16(rounds: int) -> None:
@@ -296,14 +329,21 @@ def bench_composite(rounds: int, n: int = 2048) -> None:
     def np3():
         return np.maximum(a32 @ b32, 0) * np.float32(0.5)
 
+    jx = _jax()
     for dt in ("float16", "float32"):
         ta, tb = lm.tensor(a32.astype(dt)), lm.tensor(b32.astype(dt))
         (lm.relu(ta @ tb) * 0.5).realize()
-        t = _interleaved({"np": np3, "lm": lambda: (lm.relu(ta @ tb) * 0.5).realize()}, reps,
-                         rounds)  # fmt: skip
+        fns = {"np": np3, "lm": lambda: (lm.relu(ta @ tb) * 0.5).realize()}
+        if jx is not None:
+            ja, jb = jx[0].device_put(a32.astype(dt)), jx[0].device_put(b32.astype(dt))
+            jx[2](ja, jb).block_until_ready()
+            fns["jax"] = lambda: jx[2](ja, jb).block_until_ready()
+        t = _interleaved(fns, reps, rounds)
+        jt = (f", jax jit {dt} {t['jax'] * 1e3:.1f} ms -> lm/jax speedup "
+              f"{t['jax'] / t['lm']:.2f}x") if "jax" in t else ""  # fmt: skip
         print(f"relu(A@B)*0.5 {n} {dt}: lazymath {t['lm'] * 1e3:.1f} ms "
               f"({flops / t['lm'] / 1e9:.1f} GFLOPS), numpy float32 three-step "
-              f"{t['np'] * 1e3:.1f} ms -> speedup {t['np'] / t['lm']:.2f}x",
+              f"{t['np'] * 1e3:.1f} ms -> speedup {t['np'] / t['lm']:.2f}x{jt}",
               flush=True)  # fmt: skip
 
 
@@ -337,6 +377,10 @@ def main() -> None:
     print(f"threads: {os.cpu_count()} host cores; rounds={rounds} (medians); warm-up "
           f"{WARM_S * 1e3:.0f} ms per segment; torch: {'yes' if _torch() else 'not installed'}; "
           f"{_load()}")  # fmt: skip
+    from lazymath.backend import host
+
+    print(f"{_blas()}; jax: {'yes' if _jax() else 'not installed'}")
+    print(host.describe())
     if args.breakdown:
         bench_breakdown([n for n in sizes if n <= 1024], rounds)
         print(_load())
