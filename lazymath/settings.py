@@ -193,6 +193,21 @@ VMATH_CALLS = Setting(
     shown=("auto", "always", "never"),
 )  # fmt: skip
 
+TARGET_CPU = Setting(
+    "LAZYMATH_TARGET_CPU", "str", None,
+    "generate native code for this LLVM CPU (`haswell`, `znver3`, `skylake-avx512`, "
+    "`x86-64-v3`, ...) instead of the host's: an AVX-512 machine runs its AVX2 path; a CPU whose "
+    "features the host lacks is refused (the error names them). "
+    "`lazymath.backend.host.describe()` prints the target in force",
+)  # fmt: skip
+AUTOTUNE = Setting(
+    "LAZYMATH_AUTOTUNE", "bool", False,
+    "`1` times the host GEMM candidates (microkernel shape, K panel) on the first compile of "
+    "each matmul signature and keeps the fastest, recorded in the disk cache per host target so "
+    "later processes reuse it without timing (`lm.precompile(fn, *x, autotune=True)` does it for "
+    "one function); otherwise a model picks. `lm.explain` shows the plan and its origin",
+)  # fmt: skip
+
 SETTINGS: tuple[Setting, ...] = (
     BACKEND,
     SCHEDULER,
@@ -206,6 +221,8 @@ SETTINGS: tuple[Setting, ...] = (
     DASK_SCHEDULER,
     DASK_CACHE_BASE,
     VMATH_CALLS,
+    TARGET_CPU,
+    AUTOTUNE,
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -34,6 +34,8 @@ GOOD = {
     "LAZYMATH_COMPILE_TIMEOUT": [("300", 300.0), ("2", 2.0), ("0.5", 0.5), ("1e3", 1000.0)],
     "LAZYMATH_DASK_SCHEDULER": [("tcp://10.0.0.1:8786", "tcp://10.0.0.1:8786")],
     "LAZYMATH_DASK_CACHE_BASE": [("/tmp/lm base", "/tmp/lm base")],
+    "LAZYMATH_TARGET_CPU": [("haswell", "haswell"), ("x86-64-v3", "x86-64-v3")],
+    "LAZYMATH_AUTOTUNE": BOOL_GOOD,
     "LAZYMATH_VMATH_CALLS": [("auto", "auto"), ("Always", "always"), ("1", "always"),
                              ("never", "never"), ("off", "never"), ("inline", "never")],
 }  # fmt: skip
@@ -46,6 +48,7 @@ BAD = {
     "LAZYMATH_ELFLOAD": ["2", "mcjit"],
     "LAZYMATH_COMPILE_TIMEOUT": ["-1", "soon", "nan"],
     "LAZYMATH_VMATH_CALLS": ["sometimes", "2"],
+    "LAZYMATH_AUTOTUNE": ["2", "fast"],
 }
 # Variables whose every string is accepted (paths) have no bad values.
 NO_BAD = {
@@ -53,6 +56,7 @@ NO_BAD = {
     "LAZYMATH_DEBUG_DIR",
     "LAZYMATH_DASK_SCHEDULER",
     "LAZYMATH_DASK_CACHE_BASE",
+    "LAZYMATH_TARGET_CPU",  # any name parses; host.make_target refuses unknown/unrunnable CPUs
 }
 
 

@@ -41,7 +41,9 @@ _local = threading.local()
 def enabled() -> bool:
     if getattr(_local, "force", False):
         return True
-    return os.environ.get(ENV, "0") not in ("0", "", "false", "off", "no")
+    from lazymath import settings
+
+    return bool(settings.AUTOTUNE.get())
 
 
 @contextlib.contextmanager

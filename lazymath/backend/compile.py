@@ -363,8 +363,16 @@ def _disk_key(ir, spec, calls: bool | None = None) -> tuple[str, bool]:
     if calls is None:
         calls = vmath_calls(ir)
     quick = _is_tiny(ir)
-    sig = repr((ir.kind, ir, spec.key(), "quick" if quick else "O3", "vmcalls" if calls else "",
-                _host_mapping(ir)))
+    sig = repr(
+        (
+            ir.kind,
+            ir,
+            spec.key(),
+            "quick" if quick else "O3",
+            "vmcalls" if calls else "",
+            _host_mapping(ir),
+        )
+    )
     return kernel_cache.disk_key(sig, host_key()), quick
 
 

@@ -309,7 +309,9 @@ def make_target(forced: str = "") -> HostTarget:
 
 def requested() -> str:
     """The LAZYMATH_TARGET_CPU value in force ("" = host)."""
-    v = os.environ.get(ENV_TARGET, "").strip()
+    from lazymath import settings
+
+    v = (settings.TARGET_CPU.get() or "").strip()
     return "" if v in ("native", "host") else v
 
 
