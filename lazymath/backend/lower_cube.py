@@ -469,16 +469,24 @@ def _steps_by(e: isa.IntExpr, var: isa.Var, step: int) -> bool:
     return True
 
 
-def merge_l0b_slices(loop: isa.Loop):
-    """(LoadL0, Mmad) for the whole tile width when `loop` is the template's L0B slice loop,
-    else None."""
-    if len(loop.body) != 2 or loop.start != 0 or loop.step != 1:
+_FLAGS = (isa.SetFlag, isa.WaitFlag, isa.PipeBarrier)
+
+
+def merge_l0b_slices(loop: isa.Loop, alias_ok=None):
+    """(LoadL0, Mmad) for the whole tile width when `loop` is the template's L0B slice loop
+    whose L0B load is a host pointer alias (`alias_ok`: see aliasable_l0; None = any), else
+    None. Pipe flags in the slice are dropped: the host runs a block in program order, their
+    lowering is empty."""
+    body = [x for x in loop.body if not isinstance(x, _FLAGS)]
+    if len(body) != 2 or loop.start != 0 or loop.step != 1:
         return None
-    ld, mm = loop.body
+    ld, mm = body
     if not (isinstance(ld, cube.LoadL0) and isinstance(mm, cube.Mmad)):
         return None
     if ld.dst.buf.scope != "L0B" or mm.b.buf != ld.dst.buf or mm.b.off != ld.dst.off:
         return None
+    if alias_ok is not None and ld.dst.buf.name not in alias_ok:
+        return None  # a real copy into L0B: the full width would not fit its host storage
     j = loop.var
     n = mm.n  # imin(n0, nv - j * n0)
     if not (isinstance(n, isa.BinInt) and n.op == "min" and isinstance(n.a, int)):
@@ -490,7 +498,7 @@ def merge_l0b_slices(loop: isa.Loop):
     nv = rest.a
     if _subst(rest.b, j, 1) != n0 or _subst(rest.b, j, 0) != 0:
         return None
-    if n0 % cube.C0 or ld.src_rows != ld.dst_rows or ld.src_rows != mm.b_rows:
+    if n0 % cube.C0:
         return None
     if not (_steps_by(mm.c.off, j, n0 * mm.c_rows) and _steps_by(ld.src.off, j, n0 * ld.src_rows)):
         return None
@@ -510,7 +518,7 @@ _generic_loop = lower_llvm.LOWER[isa.Loop]
 
 @lower_llvm.register(isa.Loop)
 def _loop(ctx: lower_llvm.LowerCtx, i: isa.Loop) -> None:
-    merged = merge_l0b_slices(i) if ctx.program.unit == "cube" else None
+    merged = merge_l0b_slices(i, _state(ctx).alias_ok) if ctx.program.unit == "cube" else None
     if merged is None:
         _generic_loop(ctx, i)
         return
