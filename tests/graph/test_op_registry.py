@@ -153,14 +153,14 @@ def test_an_op_added_as_one_record_runs_everywhere(backend, spec, check):
 def test_op_names_in_the_code_are_registry_names():
     """Op names written as strings where the code tests a node's or a scalar op's `op` (`op ==
     "exp"`, `n.op in ("sum", "prod")`, `make("reshape", ...)`) are registry names (or the
-    kernel IR's leaves, or ISA instruction names): a typo or a removed op fails here instead
+    kernel IR's leaves, or ISA instruction / integer-expression names): a typo or a removed op fails here instead
     of silently never matching. Node ops stay plain strings (fast dict keys)."""
     import ast
     import pathlib
 
     allowed = set(ops.OPS) | {"load", "const", "acc"}
     allowed |= {*isa.VECTOR_BINARY, *isa.VECTOR_SCALAR, *isa.VECTOR_UNARY, *isa.VECTOR_CMP}
-    allowed |= set(isa.VECTOR_REDUCE)
+    allowed |= set(isa.VECTOR_REDUCE) | set(isa.INT_OPS)  # (+ the scalar unit's int ops)
 
     def literals(node):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
