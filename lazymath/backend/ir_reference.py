@@ -132,7 +132,11 @@ def run(ir, arrays: list[np.ndarray]) -> None:
         shape = ir.batch + (ir.m, ir.n)
         vals = eval_expr(ir.epilogue, eloads, shape, acc)
         size = int(np.prod(shape))
-        for out, r in zip(arrays[2 + n_epi :], ir.results):
+        n_out = len(ir.outputs)
+        for out, r in zip(arrays[2 + n_epi : 2 + n_epi + n_out], ir.results):
             out.reshape(-1)[:size] = np.broadcast_to(vals[r], shape).reshape(-1)
+        for out, r, v in zip(arrays[2 + n_epi + n_out :], ir.col_sums, ir.col_sum_outputs):
+            s = np.broadcast_to(vals[r], shape).astype(np.float32).sum(axis=-2)
+            out.reshape(-1)[: int(np.prod(v.shape))] = s.astype(v.dtype).reshape(-1)
         return
     raise TypeError(f"not a kernel IR: {type(ir).__name__}")

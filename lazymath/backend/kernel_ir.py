@@ -122,6 +122,9 @@ class MatmulKernel:
     element on its way into L1 (``load`` 0 is the raw element; None means identity), likewise B'.
     `in_dtype` is the operand dtype fed to the Cube (float16 or float32). The epilogue reads the
     float32 accumulator through ``acc`` and `epi_inputs` (views over batch + (m, n)).
+    `col_sums[j]` is an epilogue value summed over m (float32 accumulation) and written to
+    `col_sum_outputs[j]` (a view over batch + (n,)): a column sum of the product computed along
+    the output tiles instead of a second pass over the written product.
     """
 
     batch: tuple[int, ...]
@@ -138,6 +141,8 @@ class MatmulKernel:
     results: tuple[int, ...]
     outputs: tuple[ArgView, ...]
     kind: str = "matmul"
+    col_sums: tuple[int, ...] = ()
+    col_sum_outputs: tuple[ArgView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,4 +184,4 @@ def kernel_args(k: KernelIR) -> tuple[ArgView, ...]:
         return (*k.inputs, *k.epi_inputs, *k.outputs)
     if isinstance(k, RowKernel):
         return (*k.inputs, *k.outputs)
-    return (k.a, k.b, *k.epi_inputs, *k.outputs)
+    return (k.a, k.b, *k.epi_inputs, *k.outputs, *k.col_sum_outputs)

@@ -61,6 +61,7 @@ class Group:
     roots: list[Node]
     members: set[int]
     epi_roots: list[Node] = field(default_factory=list)
+    col_sums: list[Node] = field(default_factory=list)  # matmul: sums over m in the epilogue
     ir: object = None
     inputs: list[Node] = field(default_factory=list)  # boundary nodes read, in argument order
     outputs: list[Node] = field(default_factory=list)  # nodes written, in argument order
@@ -410,6 +411,7 @@ class Planner:
             self.group_of_root[id(n)] = g
         groups = self._merge_rows(groups)
         groups = self._merge_epilogues(groups)
+        groups = self._merge_col_sums(groups)
         groups = self._merge_elementwise(groups)
         groups = self._merge_aicpu(groups)
         return self._toposort_groups(groups)
@@ -563,6 +565,50 @@ class Planner:
                 alive.append(g)
         return alive
 
+    def _merge_col_sums(self, groups: list[Group]) -> list[Group]:
+        """A sum over m of a matmul's product (or of its epilogue) joins the matmul kernel on a
+        coupled core (`rules.MATMUL_COL_SUM`): the vector unit adds each output tile's rows
+        into a column accumulator in UB, so the product is not read back from GM."""
+        if not self.spec.coupled or not rules.MATMUL_COL_SUM:
+            return groups
+        out = []
+        for g in groups:
+            r = g.core
+            host = None
+            if g.kind == "reduce" and g.roots == [r] and not g.epi_roots:
+                op, axes = r.arg
+                src = r.srcs[0]
+                nd = len(src.shape)
+                ax = tuple(sorted({a % nd for a in axes})) if nd else ()
+                b = [x for x in self._boundary(g)]
+                hosts = [self.group_of_root.get(id(x)) for x in b]
+                cand = [h for h in hosts if h is not None and h.kind == "matmul"]
+                if (op == "sum" and nd >= 2 and ax == (nd - 2,) and len(cand) == 1
+                        and src.dtype.name in ("float16", "float32")
+                        and src.shape == cand[0].core.shape):  # fmt: skip
+                    host = cand[0]
+                    others = [x for x in b if x is not host.core]
+                    if self._depends(others, {id(x) for x in host.roots} | {id(host.core)}):
+                        host = None
+            if host is None:
+                out.append(g)
+                continue
+            trial = Group(host.kind, host.core, host.roots, host.members | g.members | {id(r)},
+                          host.epi_roots, host.col_sums + [r])  # fmt: skip
+            try:
+                self.build(trial)
+            except (NeedMaterialize, CapExceeded) as ex:
+                self.log.append(LogEntry("refuse", (describe(host.core), describe(r)),
+                                         f"column sum in the matmul epilogue: {ex}",
+                                         host.core, r))  # fmt: skip
+                out.append(g)
+                continue
+            host.members, host.col_sums = trial.members, trial.col_sums
+            self.group_of_root[id(r)] = host
+            self.log[:] = [e for e in self.log if not (e.what == "refuse" and e.consumer is r
+                                                      and e.producer is host.core)]  # fmt: skip
+        return out
+
     def _merge_elementwise(self, groups: list[Group]) -> list[Group]:
         ew = [g for g in groups if g.kind == "elementwise"]
         for i, g1 in enumerate(ew):
@@ -611,7 +657,7 @@ class Planner:
 
         produced = {}
         for g in groups:
-            for r in g.roots + g.epi_roots:
+            for r in g.roots + g.epi_roots + g.col_sums:
                 produced[id(r)] = g
             if g.core is not None:
                 produced[id(g.core)] = g
@@ -658,16 +704,16 @@ class Planner:
                 id(g.core) in self.out_ids
                 or bool(read_elsewhere)
                 or any(id(c) not in g.members for c in self.consumers.get(id(g.core), []))
-                or not g.epi_roots
+                or not (g.epi_roots or g.col_sums)
             )
             if need:
                 outs.insert(0, g.core)
         seen, uniq = set(), []
         for o in outs:
-            if id(o) not in seen:
+            if id(o) not in seen and all(o is not c for c in g.col_sums):
                 seen.add(id(o))
                 uniq.append(o)
-        return uniq
+        return uniq + list(g.col_sums)  # kernel_args order: column sums last
 
     def build(self, g: Group) -> None:
         g.outputs = self.written(g)
@@ -737,7 +783,9 @@ class Planner:
         m, n = core.shape[-2:]
         k = a_src.shape[-1]
         epi = ExprBuilder(core.shape, internal, acc=core, acc_dtype="float32")
-        results = tuple(self._epi_value(epi, o, core) for o in g.outputs)
+        n_out = len(g.outputs) - len(g.col_sums)
+        results = tuple(self._epi_value(epi, o, core) for o in g.outputs[:n_out])
+        col_sums = tuple(epi.value(r.srcs[0]) for r in g.col_sums)
         g.ir = MatmulKernel(
             batch,
             m,
@@ -751,7 +799,9 @@ class Planner:
             tuple(epi.inputs),
             tuple(epi.ops),
             results,
-            tuple(contiguous_view(o.dtype.name, core.shape) for o in g.outputs),
+            tuple(contiguous_view(o.dtype.name, core.shape) for o in g.outputs[:n_out]),
+            col_sums=col_sums,
+            col_sum_outputs=tuple(contiguous_view(r.dtype.name, r.shape) for r in g.col_sums),
         )
         g.inputs = nodes + list(epi.input_nodes)
         g.has_prologue = any(p is not None for p in prologues)

@@ -71,3 +71,10 @@ def row_form(template, ir, spec) -> tuple[str | None, str]:
     """("resident" | "online" | None, reason) for a row kernel on `spec` (asks `template`,
     the backend's row template, for the UB footprint and the online patterns it knows)."""
     return template.choose(ir, spec)
+
+
+# A sum over m of a matmul's product (sum(A @ B, axis=-2), possibly of an elementwise epilogue)
+# is computed in the matmul kernel on a coupled (910) core: the vector unit folds each L0C
+# tile's rows into a column accumulator in UB. On a split (910B) core the Cube has no UB and
+# the sum stays a separate Vector kernel (the MATERIALIZING "matmul" -> "reduce" refusal).
+MATMUL_COL_SUM = True

@@ -47,7 +47,7 @@ def kernel_cost_class(ir, unit: str, spec, nodes) -> tuple[int, int]:
         b = math.prod(ir.batch)
         flops = 2 * b * ir.m * ir.n * ir.k + b * ir.m * ir.n * _expr_flops(ir.epilogue)
         moved = view_bytes(ir.a) + view_bytes(ir.b)
-        moved += sum(map(view_bytes, ir.epi_inputs + ir.outputs))
+        moved += sum(map(view_bytes, ir.epi_inputs + ir.outputs + ir.col_sum_outputs))
         return flops, moved
     # AI CPU: count elementwise ops over their sizes plus matmul/conv work approximately
     flops = 0

@@ -198,3 +198,40 @@ def test_variance_with_a_large_mean_is_as_accurate_as_numpy(width):
     got = lm.var(lm.tensor(x), axis=1).numpy()
     err = np.abs(got - truth) / truth
     assert np.all(err <= np.maximum(2 * np_err, 1e-6)), (err, np_err)
+
+
+# ----------------------------------------------------------------------------- matmul column sums
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_matmul_column_sum_is_one_kernel_on_910(backend, monkeypatch):
+    monkeypatch.setenv("LAZYMATH_BACKEND", backend)
+    big = lm.tensor(np.zeros((4096, 4096), np.float32))
+    s = lm.schedule(lm.sum(lm.matmul(big, big), axis=0))
+    assert [k.ops for k in s.kernels] == [["matmul", "sum"]]
+    for dt, batch in (("float32", ()), ("float16", (3,))):
+        a = RNG.standard_normal((*batch, 37, 19)).astype(dt)
+        b = RNG.standard_normal((*batch, 19, 130)).astype(dt)
+        prod = np.matmul(a.astype(np.float32), b.astype(np.float32))
+        A, B = lm.tensor(a), lm.tensor(b)
+        t = lm.sum(lm.relu(A @ B) * 2.0, axis=-2)
+        both = (A @ B, lm.sum(A @ B, axis=-2))  # the product is also wanted: written too
+        assert len(lm.schedule(t).kernels) == 1 and len(lm.schedule(*both).kernels) == 1
+        lm.realize(t, *both)
+        want = (np.maximum(prod, 0).astype(dt).astype(np.float64) * 2).sum(-2)
+        tol = 2e-2 if dt == "float16" else 1e-5
+        scale = np.abs(want).max() + 1
+        assert np.abs(t.numpy() - want).max() / scale < tol
+        assert np.abs(both[1].numpy() - prod.astype(dt).sum(-2, dtype=np.float64)).max() < tol * (
+            np.abs(prod).sum(-2).max() + 1
+        )
+        np.testing.assert_allclose(both[0].numpy(), prod.astype(dt), rtol=tol, atol=tol)
+
+
+def test_matmul_column_sum_on_910b_is_a_separate_vector_kernel():
+    a = RNG.standard_normal((8, 16)).astype(np.float32)
+    b = RNG.standard_normal((16, 24)).astype(np.float32)
+    t = lm.sum(lm.matmul(lm.tensor(a), lm.tensor(b)), axis=0)
+    s = lm.schedule(t, spec="ascend910b")
+    assert [k.ops for k in s.kernels] == [["matmul"], ["sum"]]
+    np.testing.assert_allclose(t.numpy(), (a @ b).sum(0), rtol=1e-5, atol=1e-5)

@@ -125,11 +125,13 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
         return -(-panels * g // cores) * _round_up(-(-m // g), f)
 
     m_groups = min(range(1, cap + 1), key=lambda g: (makespan(g), g))
+    if k.col_sums:  # an item owns whole columns: its column sums are complete in UB
+        m_groups = 1
     mg_rows = _round_up(-(-m // m_groups), f)
     m_groups = -(-m // mg_rows)
     items = panels * m_groups
     memo = _round_up(kk, kc) * tn * 4 <= WORKSPACE_CAP
-    simple = all(_fixpipe_chain(k.epilogue, r)[0] for r in k.results)
+    simple = all(_fixpipe_chain(k.epilogue, r)[0] for r in k.results) and not k.col_sums
     epi_rows = 0
     if spec.coupled and not simple:
         epi_rows = _epi_rows(k, spec, tm, tn)
@@ -155,7 +157,7 @@ def _emit_epilogue(k: MatmulKernel, tile: int, acc: isa.Ref):
     for j, v in enumerate(k.outputs):
         dests[j] = isa.Ref(isa.Buffer(f"out{j}_ub", "UB", v.dtype, tile), 0)
     em = C.ExprEmitter(b, pool, tile)
-    outs = em.emit(k.epilogue, k.results, loads, acc, dests)
+    outs = em.emit(k.epilogue, k.results + k.col_sums, loads, acc, dests)
     bufs = [acc.buf, *(r.buf for r in loads.values()), *(r.buf for r in dests.values()),
             *pool.buffers, *b.buffers]  # fmt: skip
     return em.hoisted, bufs, b.body, loads, outs
@@ -182,10 +184,12 @@ def build(k: MatmulKernel, spec, name: str) -> isa.Program:
 
 def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     n_epi, n_out = len(k.epi_inputs), len(k.outputs)
-    names = ["a", "b", *(f"epi{i}" for i in range(n_epi)), *(f"out{j}" for j in range(n_out))]
-    args = C.gm_args((k.a, k.b, *k.epi_inputs, *k.outputs), names)
+    names = ["a", "b", *(f"epi{i}" for i in range(n_epi)), *(f"out{j}" for j in range(n_out)),
+             *(f"colsum{j}" for j in range(len(k.col_sums)))]  # fmt: skip
+    args = C.gm_args((k.a, k.b, *k.epi_inputs, *k.outputs, *k.col_sum_outputs), names)
     A, B = args[0], args[1]
-    EPI, OUT = args[2 : 2 + n_epi], args[2 + n_epi :]
+    EPI, OUT = args[2 : 2 + n_epi], args[2 + n_epi : 2 + n_epi + n_out]
+    CS = args[2 + n_epi + n_out :]
     for j, (v, r) in enumerate(zip(k.outputs, k.results)):
         if v.dtype != k.epilogue[r].dtype:
             raise ValueError(f"output {j} is {v.dtype} but its expression is {k.epilogue[r].dtype}")
@@ -288,6 +292,8 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     # ---- write-out
     out_body: list = []
     hoisted: list = []
+    col_init: list = []  # per item: zero the column accumulators
+    col_out: list = []  # per item: write the column sums
     scm = [v.strides[-2] for v in k.outputs]
     scn = [v.strides[-1] for v in k.outputs]
 
@@ -331,6 +337,40 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
             rbody.append(isa.CopyIn(ref, src, (rv, nv), st, tn))
         rbody.append(isa.PipeBarrier())  # FixPipe / MTE2 -> Vector
         rbody += ebody
+        colsums = outs[n_out:]
+        outs = outs[:n_out]
+        rr = V("rr")
+        for jc, o in enumerate(colsums):  # fold the chunk's rows into the column accumulator
+            cacc = isa.Ref(isa.Buffer(f"colsum{jc}_ub", "UB", "float32", tn), 0)
+            buffers.append(cacc.buf)
+            col_init.append(isa.VDup(cacc, 0.0, tn))
+            if isinstance(o, C.Const):
+                o = isa.Ref(isa.Buffer(f"colc{jc}_ub", "UB", "float32", tile), 0)
+                buffers.append(o.buf)
+                rbody.append(isa.VDup(o, k.epilogue[k.col_sums[jc]].arg, tile))
+            elif o.buf.dtype != "float32":
+                c32 = isa.Ref(isa.Buffer(f"colf{jc}_ub", "UB", "float32", tile), 0)
+                buffers.append(c32.buf)
+                rbody.append(isa.VConv(c32, o, tile, "trunc"))
+                o = c32
+            row = isa.Ref(o.buf, isa.add(o.off, isa.mul(rr, tn)))
+            rbody.append(isa.Loop(rr, 0, rv, 1, (isa.VBinary("vadd", cacc, cacc, row, nv),)))
+            v = k.col_sum_outputs[jc]
+            off = isa.add(base(v), isa.mul(n0v, v.strides[-1]))
+            if v.dtype != "float32":
+                cout = isa.Ref(isa.Buffer(f"colo{jc}_ub", "UB", v.dtype, tn), 0)
+                buffers.append(cout.buf)
+                col_out += [
+                    isa.PipeBarrier(),  # the last fold (Vector) -> conversion
+                    isa.VConv(cout, cacc, nv, "trunc"),
+                    isa.PipeBarrier(),  # Vector -> MTE3
+                    isa.CopyOut(isa.Ref(CS[jc], off), cout, (nv,), (v.strides[-1],)),
+                ]
+            else:
+                col_out += [
+                    isa.PipeBarrier(),  # Vector -> MTE3
+                    isa.CopyOut(isa.Ref(CS[jc], off), cacc, (nv,), (v.strides[-1],)),
+                ]
         copies = []
         for jo, o in enumerate(outs):
             if isinstance(o, C.Const):
@@ -349,7 +389,10 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         *out_body,
         Set("FIX", "M", cs),
     ]
-    item_body = [*head, isa.Loop(mt, 0, isa.ceildiv(gmv, tm), 1, tuple(mbody))]
+    if col_init:  # zero the column accumulators after the last item's copy-out read them
+        col_init.insert(0, isa.PipeBarrier())
+    item_body = [*head, *col_init, isa.Loop(mt, 0, isa.ceildiv(gmv, tm), 1, tuple(mbody)),
+                 *col_out]  # fmt: skip
     # the block's contiguous range of items (GetBlockIdx()/GetBlockNum(): any block count works)
     rng = [
         isa.Let(lo, isa.floordiv(isa.mul(isa.BLOCK_IDX, t.items), isa.BLOCK_NUM)),
