@@ -32,6 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import lazymath as lm  # noqa: E402
 from lazymath import engine  # noqa: E402
+from lazymath.graph import walk  # noqa: E402
 
 N = 1000
 CLOCK = time.perf_counter_ns  # --clock cpu: time.thread_time_ns (this thread's CPU time)
@@ -155,7 +156,7 @@ def native_us(ck, argv, reps: int, rounds: int) -> float:
 
 
 def program_of(outputs) -> engine.Program:
-    key, _, _ = engine.signature([t._node for t in outputs])
+    key, _, _ = walk.signature([t._node for t in outputs])
     spec = engine._device_spec()
     return engine._programs[(key, spec.key(), engine.backend_name())]
 
@@ -212,7 +213,7 @@ def main() -> int:
 
     def signature5():
         outs = prog5(x)
-        engine.signature([o._node for o in outs])
+        walk.signature([o._node for o in outs])
 
     # each kernel alone, on the argv the program gave it
     def realize5_keep():

@@ -3,29 +3,45 @@
 Operator calls record a graph; a realize fuses it into kernels, places each on the Cube or
 Vector unit, lowers it through a small NPU instruction set to native code with llvmlite and runs
 it on host threads. Layers: tensor -> graph -> fusion -> backend -> runtime.
+
+The public names are `__all__` (tests/test_namespace.py pins `dir(lazymath)`); the runtime, the
+compile entry points, viz and the subpackages load on first use so `import lazymath` stays cheap.
 """
 
 from . import dtypes
+from ._version import __version__
 from .dtypes import bool_, complex64, complex128, float16, float32, float64, int8, int32, int64
 from .realize import realize
-from .tensor import *  # noqa: F403
-from .tensor import Tensor, fft, random
+from .tensor import *  # noqa: F403  (exactly tensor.__all__)
+from .tensor import __all__ as _tensor_all
 
-__version__ = "0.1.0"
+# name -> the module that defines it, imported on first access
+_LAZY = {
+    **dict.fromkeys(("init_device", "current_device", "profile", "Device", "Stream", "Event"),
+                    "runtime"),
+    **dict.fromkeys(("schedule", "explain", "cache_info", "clear_cache", "precompile"), "api"),
+    **dict.fromkeys(("visualize", "report"), "viz"),
+}  # fmt: skip
+# subpackages and public modules, importable as attributes (`lm.runtime.memory_stats()`)
+_SUBMODULES = ("backend", "fusion", "graph", "runtime", "settings", "viz")
+_DTYPES = ("bool_", "int8", "int32", "int64", "float16", "float32", "float64", "complex64",
+           "complex128")  # fmt: skip
+
+__all__ = [*_tensor_all, *_DTYPES, "dtypes", "realize", *_LAZY]
 
 
 def __getattr__(name):
-    # the runtime, fusion and viz layers load on first use so `import lazymath` stays cheap
-    if name in ("init_device", "current_device", "profile", "Device", "Stream", "Event"):
-        from . import runtime
+    where = _LAZY.get(name)
+    if where is not None:
+        import importlib
 
-        return getattr(runtime, name)
-    if name in ("schedule", "explain", "cache_info", "clear_cache", "precompile"):
-        from . import engine
+        return getattr(importlib.import_module(f".{where}", __name__), name)
+    if name in _SUBMODULES:
+        import importlib
 
-        return getattr(engine, name)
-    if name in ("visualize", "report"):
-        from . import viz
-
-        return getattr(viz, name)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'lazymath' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*__all__, *_SUBMODULES, "__version__"])

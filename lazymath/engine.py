@@ -21,182 +21,14 @@ import numpy as np
 
 from . import settings
 from .backend import ir_reference
+from .backend.host_kernels import AicpuKernel, IrRefKernel
 from .graph import node as gn
-from .graph import reference
-from .graph.ops import ELEMENTWISE
-from .realize import backend_name, commit
+from .graph.walk import commit, plan_outputs
 from .runtime import api as _rt_api
 from .runtime import profiler as rprof
-from .runtime.pool import _aligned
-
-# ----------------------------------------------------------------------------- signature
-
-
-def _walk(roots: list[gn.Node]) -> tuple:
-    """One iterative depth-first walk of the pending graph behind `roots`: (signature parts,
-    leaf nodes, nodes in topological order, node id -> position, pending nodes other than the
-    roots that a live tensor holds).
-
-    This is the whole per-realize graph work on a program-cache hit, so it is one pass with
-    as little Python per node as possible (it replaced a toposort + a signature loop + a
-    live-tensor scan, which together cost ~130 bytecodes per node)."""
-    index: dict = {}  # node -> position (nodes hash by identity, in C: no id() calls)
-    parts: list = []
-    leaves: list = []
-    order: list = []
-    live: list = []
-    for r in roots:
-        if r in index:
-            continue
-        stack = [r]
-        while stack:
-            n = stack[-1]
-            if n in index:
-                stack.pop()
-                continue
-            if n.realized is not None:  # a root that is already a buffer
-                stack.pop()
-                _walk_leaf(n, index, parts, leaves, order)
-                continue
-            srcs = n.srcs
-            pushed = False
-            for s in srcs:
-                if s not in index:
-                    if s.realized is not None:  # leaves are indexed on sight, never pushed
-                        _walk_leaf(s, index, parts, leaves, order)
-                    else:
-                        stack.append(s)
-                        pushed = True
-            if pushed:
-                continue
-            stack.pop()
-            if len(srcs) == 1:  # an int, not a 1-tuple: unambiguous, and the common case
-                parts.append((n.op, n.dtype, n.shape, n.arg, index[srcs[0]]))
-            else:
-                parts.append((n.op, n.dtype, n.shape, n.arg, tuple([index[s] for s in srcs])))
-            if n.tensors > 0 and n not in roots:
-                live.append(n)
-            index[n] = len(order)
-            order.append(n)
-    return parts, leaves, order, index, live
-
-
-def _walk_leaf(n: gn.Node, index: dict, parts: list, leaves: list, order: list) -> None:
-    index[n] = len(order)
-    order.append(n)
-    if n.op == "const":
-        parts.append(("c", n.dtype, n.arg))
-    else:
-        a = n.realized
-        parts.append(("L", a.dtype, a.shape, a.strides))
-        leaves.append(n)
-
-
-def signature(outputs: list[gn.Node]) -> tuple:
-    """(key, leaf nodes in order, all walked nodes) of the pending graph behind `outputs`."""
-    parts, leaves, order, index, _live = _walk(outputs)
-    return (tuple(parts), tuple([index[o] for o in outputs])), leaves, order
-
-
-def _plan_outputs(roots: list[gn.Node]) -> tuple:
-    """(outputs, key, leaves, order) of a realize of `roots`: the outputs are the roots plus
-    every pending node a live tensor holds (they must become buffers too, or a later realize
-    of that tensor would recompute them)."""
-    parts, leaves, order, index, live = _walk(roots)
-    outputs = roots + live if live else roots
-    return outputs, (tuple(parts), tuple([index[o] for o in outputs])), leaves, order
-
+from .runtime.pool import aligned
 
 # ----------------------------------------------------------------------------- programs
-
-
-class AicpuKernel:
-    """A kernel on the AI CPU: the group's nodes evaluated by the numpy reference executor.
-
-    Exposes the same launch surface as a compiled AI Core kernel (`make_argv`, `run_block`),
-    with the 'argv' being the list of numpy arrays itself.
-    """
-
-    blocks = 1
-    llvm_ir = None
-    asm = None
-
-    def __init__(self, name: str, nodes: list[gn.Node], inputs: list[gn.Node],
-                 outputs: list[gn.Node]):  # fmt: skip
-        self.name = name
-        pos = {id(n): i for i, n in enumerate(inputs)}
-        # a private copy of the group's structure, independent of the live graph
-        steps = []
-        local = {}
-        for n in nodes:
-            srcs = []
-            for s in n.srcs:
-                if id(s) in local:
-                    srcs.append(("v", local[id(s)]))
-                elif s.op == "const":
-                    srcs.append(("c", s.realized))
-                else:
-                    srcs.append(("i", pos[id(s)]))
-            local[id(n)] = len(steps)
-            steps.append((_Light(n), srcs))
-        self.steps = steps
-        self.out_steps = [local[id(o)] for o in outputs]
-        self.shapes = [(o.shape, o.dtype) for o in outputs]
-        self.isa_text = "aicpu: " + " ".join(n.op for n, _ in steps)
-        self.cost = None
-
-    def make_argv(self, arrays):
-        return list(arrays)
-
-    def run_block(self, argv, block_idx: int = 0, block_num: int = 1) -> None:
-        n_in = len(argv) - len(self.out_steps)
-        ins = [_logical(a) for a in argv[:n_in]]
-        vals = []
-        for n, srcs in self.steps:
-            args = [vals[k] if t == "v" else (k if t == "c" else ins[k]) for t, k in srcs]
-            vals.append(reference.evaluate(n, args))
-        for out, k, (_shape, dtype) in zip(argv[n_in:], self.out_steps, self.shapes):
-            out.reshape(-1)[:] = np.asarray(vals[k], dtype=dtype).reshape(-1)
-
-    def __call__(self, *arrays):
-        self.run_block(self.make_argv(arrays))
-
-
-class IrRefKernel:
-    """LAZYMATH_BACKEND=irref: run the fused kernel IR with numpy (`backend.ir_reference`).
-
-    Isolates the fusion layer: a graph that is right here but wrong on llvm/interp points at
-    the templates or the lowering, not at fusion.
-    """
-
-    blocks = 1
-    llvm_ir = None
-    asm = None
-    cost = None
-
-    def __init__(self, name: str, ir):
-        self.name = name
-        self.ir = ir
-        self.isa_text = f"irref: {ir.kind} kernel (numpy evaluation of the kernel IR)"
-
-    def make_argv(self, arrays):
-        return list(arrays)
-
-    def run_block(self, argv, block_idx: int = 0, block_num: int = 1) -> None:
-        ir_reference.run(self.ir, argv)
-
-
-def _logical(a):
-    return a
-
-
-class _Light:
-    """The fields of a node the reference evaluator reads, without the graph behind it."""
-
-    __slots__ = ("op", "arg", "dtype", "shape", "srcs")
-
-    def __init__(self, n: gn.Node):
-        self.op, self.arg, self.dtype, self.shape, self.srcs = n.op, n.arg, n.dtype, n.shape, ()
 
 
 def _strip(sched) -> None:
@@ -421,7 +253,7 @@ class _ReplayContext:
         self.own = None
         address = 0
         if 0 < prog.arena_bytes <= KEEP_ARENA_BYTES:
-            self.own = _aligned(prog.arena_bytes)
+            self.own = aligned(prog.arena_bytes)
             address = self.own.__array_interface__["data"][0]
         elif prog.arena_bytes:
             self.arena = dev.malloc(prog.arena_bytes)
@@ -540,9 +372,15 @@ def _run_validated(sk, ck, args) -> None:
 # ----------------------------------------------------------------------------- caches
 
 _programs: dict = {}
+_BACKEND = settings.BACKEND
 _DEBUG = settings.DEBUG
 _VALIDATE = settings.VALIDATE
 STATS = {"program_hits": 0, "program_misses": 0}
+
+
+def backend_name() -> str:
+    """$LAZYMATH_BACKEND: "llvm" (default), "interp", "reference" or "irref"."""
+    return _BACKEND.get()
 
 
 def _device_spec():
@@ -607,8 +445,8 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
     t0 = time.perf_counter()
     spec = _device_spec()
     if backend is None:
-        backend = backend_name()
-    outputs, key, leaves, order = _plan_outputs(roots)
+        backend = _BACKEND.get()
+    outputs, key, leaves, order = plan_outputs(roots)
     key = (key, spec.key(), backend)
     prog = _programs.get(key)
     hit = prog is not None
@@ -659,74 +497,10 @@ def _debug_print(prog: Program, hit: bool, level: int, t0: float) -> None:
         print(text, file=sys.stdout)
 
 
-# ----------------------------------------------------------------------------- public API
-
-
-def schedule(*tensors, spec=None):
-    """Compile without executing: the fused kernels, their units, costs, streams and plan."""
-    from .realize import _nodes_of
-    from .runtime import get_spec
-
-    roots = _nodes_of(tensors)
-    from .realize import sharded_hook
-
-    if roots and sharded_hook() is not None:  # sharded inputs: the distributed plan
-        plan = sharded_hook().schedule(roots)
-        if plan is not None:
-            return plan
-    outputs = _plan_outputs(roots)[0] if roots else []  # the outputs a realize would write
-    sp = get_spec(spec) if spec is not None else _device_spec()
+def schedule_of(roots: list[gn.Node], spec=None):
+    """The schedule a realize of the pending nodes `roots` would run (`lm.schedule`)."""
     from .fusion import make_schedule
+    from .runtime.device import get_spec
 
-    return make_schedule(outputs, sp)
-
-
-def explain(*tensors, spec=None) -> str:
-    return str(schedule(*tensors, spec=spec))
-
-
-def cache_info() -> dict:
-    from .backend.kernel_cache import cache_info as kernel_cache_info
-
-    info = dict(kernel_cache_info())
-    info["programs"] = len(_programs)
-    info.update(STATS)
-    return info
-
-
-def clear_cache() -> None:
-    from .backend.kernel_cache import clear_cache as clear_kernels
-
-    _programs.clear()
-    clear_kernels()
-
-
-def precompile(fn, *example_inputs, autotune: bool = False) -> int:
-    """Trace `fn` on inputs of the examples' shapes/dtypes and compile every kernel it needs
-    into the kernel cache (memory and disk), without executing. Returns the kernel count.
-
-    `autotune=True` times the host GEMM candidates of every matmul kernel not measured before
-    (as LAZYMATH_AUTOTUNE=1 does) and stores the winners for later processes."""
-    if autotune:
-        from .backend import autotune as tuning
-
-        with tuning.forced():
-            return precompile(fn, *example_inputs)
-    from .tensor import Tensor, tensor
-
-    args = [a if isinstance(a, Tensor) else tensor(a) for a in example_inputs]
-    out = fn(*args)
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    from .realize import _nodes_of
-
-    roots = _nodes_of(outs)
-    if not roots:
-        return 0
-    spec = _device_spec()
-    outputs, key, leaves, order = _plan_outputs(roots)
-    prog = compile_program(outputs, leaves, order, spec, backend_name())
-    _programs[(key, spec.key(), backend_name())] = prog
-    return len(prog.kernels)
-
-
-_ = ELEMENTWISE  # (kept for symmetry with the reference path)
+    outputs = plan_outputs(roots)[0] if roots else []  # the outputs a realize would write
+    return make_schedule(outputs, get_spec(spec) if spec is not None else _device_spec())

@@ -9,61 +9,14 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from . import settings
-from .graph import node as gn
 from .graph import reference
+from .graph.walk import commit, live_outputs, nodes_of
+
+__all__ = ["realize", "schedule_of", "commit", "sharded_hook", "install_sharded_hook"]
 
 _BACKEND = settings.BACKEND
 _DEBUG = settings.DEBUG
-
-
-def backend_name() -> str:
-    """$LAZYMATH_BACKEND: "llvm" (default), "interp", "reference" or "irref"."""
-    return _BACKEND.get()
-
-
-def _nodes_of(tensors) -> list[gn.Node]:
-    nodes, seen = [], set()
-    for t in tensors:
-        try:
-            n = t._node
-        except AttributeError:
-            n = None
-        if type(n) is not gn.Node:
-            raise TypeError(f"realize() takes lazymath Tensors, got {type(t).__name__}")
-        if n.realized is None and id(n) not in seen:
-            seen.add(id(n))
-            nodes.append(n)
-    return nodes
-
-
-def live_outputs(roots: list[gn.Node]) -> list[gn.Node]:
-    """The requested nodes plus every pending node of the subgraph that a live tensor holds.
-
-    Those must become buffers too, or a later realize of that tensor would recompute them.
-    (The reference backend's version; compiled backends get the same set from `engine._walk`.)
-    """
-    out = list(roots)
-    want = {id(n) for n in roots}
-    for n in gn.toposort(roots):
-        if n.tensors > 0 and n.realized is None and id(n) not in want:
-            out.append(n)
-            want.add(id(n))
-    return out
-
-
-def commit(node: gn.Node, value: np.ndarray) -> None:
-    """Make `node` a realized leaf: it keeps its value and drops its sources so the graph
-    behind it can be freed."""
-    if value.shape != node.shape or value.dtype != node.dtype:
-        value = np.asarray(value, dtype=node.dtype).reshape(node.shape)
-    if value.flags.writeable:
-        value.flags.writeable = False  # a realized tensor is immutable; np.asarray(t) is a view
-    node.realized = value
-    gn.forget(node)
-
 
 # lazymath.distributed installs an object here when the first sharded tensor is made; graphs
 # that read sharded data then realize on the Dask cluster (`SHARDED.realize(roots)` is True)
@@ -83,7 +36,7 @@ def install_sharded_hook(hook) -> None:
 
 def realize(*tensors) -> None:
     """Compute every given tensor; shared work is computed once."""
-    roots = _nodes_of(tensors)
+    roots = nodes_of(tensors)
     if not roots:
         return
     if SHARDED is not None and SHARDED.realize(roots):
@@ -98,6 +51,18 @@ def realize(*tensors) -> None:
         _debug_line(outputs, "reference", t0)
         return
     _run_compiled()(roots, backend)
+
+
+def schedule_of(roots: list, spec=None):
+    """What a realize of the pending nodes `roots` would run, without running it: the
+    distributed plan when they read sharded data, else the fused schedule (`lm.schedule`)."""
+    if roots and SHARDED is not None:
+        plan = SHARDED.schedule(roots)
+        if plan is not None:
+            return plan
+    from .engine import schedule_of as fused_schedule
+
+    return fused_schedule(roots, spec)
 
 
 _RUN_COMPILED = None

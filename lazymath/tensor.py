@@ -1395,4 +1395,25 @@ class _FFT:
 
 
 fft = _FFT()
-ELEMENTWISE_NAMES = tuple(ELEMENTWISE)
+
+
+# The public names (`lazymath/__init__.py` re-exports exactly these; tests/test_namespace.py pins
+# `dir(lazymath)`). A new public function goes here.
+# fmt: off
+__all__ = [
+    # the array and its creation
+    "Tensor", "tensor", "asarray", "full", "zeros", "ones", "empty", "zeros_like", "ones_like",
+    "full_like", "arange", "linspace", "eye", "random", "broadcast_shapes",
+    # elementwise (numpy spellings too)
+    "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan", "tanh",
+    "sigmoid", "relu", "sign", "floor", "ceil", "round", "logical_not", "add", "sub", "mul", "div",
+    "floor_divide", "remainder", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+    "logical_and", "logical_or", "subtract", "multiply", "divide", "true_divide", "negative",
+    "power", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "leaky_relu",
+    # reductions, linear algebra, shapes
+    "where", "clip", "astype", "sum", "prod", "max", "min", "argmax", "argmin", "mean", "var",
+    "std", "softmax", "log_softmax", "matmul", "dot", "reshape", "permute_dims", "transpose",
+    "swapaxes", "expand_dims", "squeeze", "broadcast_to", "flip", "concat", "concatenate", "stack",
+    "pad", "conv1d", "fft",
+]
+# fmt: on

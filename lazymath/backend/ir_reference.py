@@ -79,11 +79,11 @@ def run(ir, arrays: list[np.ndarray]) -> None:
         loads = [view_of(a, v) for a, v in zip(arrays, ir.inputs)]
         pro = eval_expr(ir.prologue, loads, ir.in_shape)
         x = np.broadcast_to(pro[ir.prologue_result], ir.in_shape)
-        from ..graph.reference import _reduce
+        from ..graph.reference import reduce_array
 
         if ir.op in ("sum", "prod") and ir.acc_dtype != x.dtype.name:
             x = x.astype(ir.acc_dtype)
-        acc = _reduce(x, ir.op, ir.axes, np.dtype(ir.acc_dtype))
+        acc = reduce_array(x, ir.op, ir.axes, np.dtype(ir.acc_dtype))
         acc = np.asarray(acc, dtype=ir.acc_dtype).reshape(ir.out_shape)
         eloads = [view_of(a, v) for a, v in zip(arrays[n_in : n_in + n_epi], ir.epi_inputs)]
         vals = eval_expr(ir.epilogue, eloads, ir.out_shape, acc)

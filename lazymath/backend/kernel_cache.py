@@ -76,7 +76,7 @@ def code_version() -> str:
         for p in sorted(root.rglob("*.py")):
             h.update(p.relative_to(root).as_posix().encode())
             h.update(p.read_bytes())
-        from lazymath import __version__  # not importlib.metadata: 2 MiB of email/csv modules
+        from lazymath._version import __version__  # not importlib.metadata (2 MiB of modules)
 
         h.update(__version__.encode())
         _code_version = h.hexdigest()[:16]

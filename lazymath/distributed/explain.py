@@ -27,7 +27,7 @@ def _label(d: DNode) -> str:
 def stage_schedule(st: Stage, i: int = 0, spec=None):
     """The lazymath schedule of shard `i`'s program (compiled on placeholder inputs of the
     shard's shapes: nothing runs)."""
-    from ..engine import schedule
+    from ..api import schedule
     from ..tensor import Tensor
 
     prog = st.programs[min(i, len(st.programs) - 1)]

@@ -59,9 +59,9 @@ def _shard_error(e: BaseException, prog: Program, shard: int, handles) -> ShardE
     loc = getattr(e, "source_loc", "") or ""
     if not kernel:  # which kernels the program has (fusion only: nothing runs)
         try:
-            import lazymath
+            from ..api import schedule
 
-            ks = lazymath.schedule(*handles).kernels
+            ks = schedule(*handles).kernels
         except Exception:
             ks = []
         if len(ks) == 1:
@@ -137,9 +137,9 @@ def load_npy(path: str, axis: int, lo: int, hi: int) -> np.ndarray:
 
 def stats(dask_worker=None) -> dict:
     """This worker process's counters (run with Client.run, which passes `dask_worker`)."""
-    import lazymath
+    from ..api import cache_info
 
-    info = lazymath.cache_info()
+    info = cache_info()
     return {
         "pid": os.getpid(),
         "compiled": info.get("compiled", 0),

@@ -2,7 +2,7 @@
 
 A node is (op, dtype, shape, arg, srcs). Structurally equal nodes are the same object (interning
 gives common-subexpression elimination for free and makes identity comparisons valid). Cache
-keys derive from the structure by one walk at realize time (`engine._walk`), which numbers the
+keys derive from the structure by one walk at realize time (`graph.walk.walk`), which numbers the
 nodes so that shared subgraphs and repeated inputs are part of the key.
 
 The structural part of a node never changes. Two things are attached beside it and take no part

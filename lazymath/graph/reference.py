@@ -34,7 +34,7 @@ def _slice(x: np.ndarray, spec) -> np.ndarray:
     return x[tuple(idx)]
 
 
-def _reduce(x: np.ndarray, op: str, axes: tuple[int, ...], out_dtype: np.dtype) -> np.ndarray:
+def reduce_array(x: np.ndarray, op: str, axes: tuple[int, ...], out_dtype: np.dtype) -> np.ndarray:
     if op in ("argmax", "argmin"):
         # flat index over the reduced axes (C order), like numpy's single-axis argmax
         keep = [d for d in range(x.ndim) if d not in axes]
@@ -113,7 +113,7 @@ def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
         if op == "slice":
             return _slice(srcs[0], arg)
         if op == "reduce":
-            return _reduce(srcs[0], arg[0], arg[1], node.dtype)
+            return reduce_array(srcs[0], arg[0], arg[1], node.dtype)
         if op == "matmul":
             return _matmul(srcs[0], srcs[1], node.dtype)
         if op == "pad":

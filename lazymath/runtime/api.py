@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import settings
 from . import profiler as _prof
+from . import stream as _stream_module
 from .device import DeviceSpec, get_spec
 from .pool import BlockPool, DeviceBuffer, MemoryPool, MemoryStats, block_pool, run_serial
 from .stream import _CALL, _KERNEL, Event, Stream, raise_pending
@@ -424,6 +425,9 @@ def synchronize() -> None:
 
 def default_stream() -> Stream:
     return current_device().default_stream
+
+
+_stream_module.default_stream_hook = default_stream
 
 
 def create_stream() -> Stream:

@@ -136,7 +136,7 @@ class MemoryPool:
                             f"device out of memory: {size} B requested, {self._reserved} B "
                             f"reserved of a {self.limit_bytes} B limit"
                         )
-                raw = _aligned(size)
+                raw = aligned(size)
                 block = (raw, raw.__array_interface__["data"][0])
                 self._reserved += size
                 self._peak_reserved = max(self._peak_reserved, self._reserved)
@@ -206,7 +206,7 @@ class MemoryPool:
             self._peak_reserved = self._reserved
 
 
-def _aligned(nbytes: int) -> np.ndarray:
+def aligned(nbytes: int) -> np.ndarray:
     """A uint8 array of exactly `nbytes` whose data pointer is GM_ALIGN-aligned."""
     base = np.empty(nbytes + GM_ALIGN, dtype=np.uint8)
     shift = (-base.ctypes.data) % GM_ALIGN

@@ -37,6 +37,11 @@ if TYPE_CHECKING:
     from .api import Device
     from .pool import BlockPool
 
+# The current device's default stream, for `Event.record()` without a stream. runtime/api.py
+# owns the current device and sets this when it loads (api imports this module, so this module
+# does not import api).
+default_stream_hook = None
+
 # command opcodes (tuples are the cheapest objects to build and unpack)
 _KERNEL, _RECORD, _WAIT, _CALL = 0, 1, 2, 3
 
@@ -339,9 +344,7 @@ class Event:
     def record(self, stream: Stream | None = None) -> None:
         """aclrtRecordEvent: the event completes when the work queued on `stream` so far does."""
         if stream is None:
-            from .api import current_device
-
-            stream = current_device().default_stream
+            stream = default_stream_hook()
         mark = _Mark(stream)
         self._mark = mark
         prof = _prof._ACTIVE

@@ -18,7 +18,7 @@ import os
 
 from .collapse import CHAIN_MIN, MAX_NODES, collapse
 from .dot import to_dot
-from .model import VGraph, from_graph, from_schedule
+from .model import VGraph, from_graph, from_schedule, tensor_nodes
 from .render import FORMATS, GraphvizNotFoundError, dot_binary
 
 STAGES = ("graph", "kernels")
@@ -28,32 +28,20 @@ HTML_SUFFIXES = (".html", ".htm")
 __all__ = ["GraphvizNotFoundError", "build", "report", "visualize"]
 
 
-def _nodes(tensors) -> list:
-    from ..tensor import Tensor
-
-    out = []
-    for t in tensors:
-        if not isinstance(t, Tensor):
-            raise TypeError(f"visualize() takes lazymath Tensors, got {type(t).__name__}")
-        out.append(t._node)
-    if not out:
-        raise TypeError("visualize() needs at least one tensor")
-    return out
-
-
 def build(*tensors, stage: str = "kernels", spec=None, schedule=None) -> VGraph:
     """The uncollapsed picture of `tensors` at `stage` ("graph" or "kernels").
 
     `schedule` reuses an `lm.schedule(...)` result of the same tensors (the report does)."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; use one of {', '.join(STAGES)}")
-    roots = _nodes(tensors)
+    roots = tensor_nodes(tensors)
     if stage == "graph":
         return from_graph(roots)
     if schedule is None:
-        from ..engine import schedule as make
+        from ..graph.walk import nodes_of
+        from ..realize import schedule_of
 
-        schedule = make(*tensors, spec=spec)
+        schedule = schedule_of(nodes_of(tensors), spec)
     return from_schedule(schedule, roots)
 
 
@@ -99,7 +87,7 @@ def _dot_of(tensors, stage, chain_min, max_nodes, spec) -> str:
 
     hook = sharded_hook()
     if hook is not None and stage == "kernels":  # sharded inputs: the distributed plan
-        src = hook.dot(_nodes(tensors))
+        src = hook.dot(tensor_nodes(tensors))
         if src is not None:
             return src
     vg = collapse(build(*tensors, stage=stage, spec=spec), chain_min, max_nodes)

@@ -27,7 +27,7 @@ from html import escape
 from .charts import Lifetime, gantt, memory_chart, timeline_bars
 from .collapse import collapse
 from .dot import to_dot
-from .model import VGraph, fmt_bytes, fmt_value, from_graph, from_schedule
+from .model import VGraph, fmt_bytes, fmt_value, from_graph, from_schedule, tensor_nodes
 from .render import GraphvizNotFoundError, dot_binary, install_hint, render, svg_inline
 from .style import EDGE_ATTRS, PIPE_COLORS, ROLE_ATTRS, UNIT_COLORS, unit_color
 
@@ -36,12 +36,12 @@ EXPANDED_MAX = 400  # also embed the uncollapsed kernel picture when it has at m
 
 def write_report(tensors, path: str, profile=None, realize: bool | None = None, spec=None,
                  title: str | None = None) -> str:  # fmt: skip
-    from ..engine import schedule as make_schedule
+    from ..graph.walk import nodes_of
+    from ..realize import schedule_of
     from ..runtime import profiler as rprof
-    from . import _nodes
 
-    roots = _nodes(tensors)
-    sched = make_schedule(*tensors, spec=spec)
+    roots = tensor_nodes(tensors)
+    sched = schedule_of(nodes_of(tensors), spec)
     full = from_schedule(sched, roots)
     graphs: list[tuple[str, str, VGraph]] = [("kernels", "k-", collapse(full))]
     if graphs[0][2].collapsed and len(full.nodes) <= EXPANDED_MAX:
@@ -248,7 +248,7 @@ def _timelines(prof) -> str:
 
 
 def _page(title: str, sched, graphs, pictures, prof) -> str:
-    from .. import __version__
+    from .._version import __version__
 
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     n = len(sched.kernels)

@@ -26,6 +26,19 @@ CHAINABLE_KINDS = frozenset({"elementwise", "view"})
 REFUSAL_KINDS = frozenset({"refuse", "materialize", "split"})
 
 
+def tensor_nodes(tensors) -> list:
+    """The graph nodes behind `tensors` (realized or not); TypeError for anything else."""
+    out = []
+    for t in tensors:
+        n = getattr(t, "_node", None)  # a Tensor (viz does not import the tensor layer)
+        if type(n) is not Node:
+            raise TypeError(f"visualize() takes lazymath Tensors, got {type(t).__name__}")
+        out.append(n)
+    if not out:
+        raise TypeError("visualize() needs at least one tensor")
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Member:
     """One graph node inside a collapsed view node (what the HTML view expands to)."""

@@ -218,7 +218,7 @@ def test_program_lists_the_cube_data_path():
 def test_relu_matmul_times_scale_is_one_cube_kernel(spec):
     """mul(relu(matmul(A, B)), scale) compiles to a single Cube kernel that writes C once."""
     import lazymath as lm
-    from lazymath.engine import schedule
+    from lazymath.api import schedule
 
     a = RNG.uniform(-1, 1, (40, 24)).astype(np.float16)
     b = RNG.uniform(-1, 1, (24, 33)).astype(np.float16)

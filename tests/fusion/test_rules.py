@@ -6,7 +6,7 @@ the rules tables has a test that counts kernels, checks their units and op lists
 refusal, checks that the fusion log says why.
 
 Intermediate tensors are never kept in local variables: a live tensor is realized along with
-the outputs (`realize.live_outputs`), which would add kernels the rule under test does not make.
+the outputs (`graph.walk.live_outputs`), which would add kernels the rule under test does not make.
 Tests that document a known fusion bug are `xfail(strict=True)` with the bug in the reason.
 """
 

@@ -1,0 +1,265 @@
+"""Imports follow the layers (DESIGN.md: data flows tensor -> graph -> fusion -> backend ->
+runtime), found by parsing every module's imports (module level and inside functions; only
+`if TYPE_CHECKING:` blocks are ignored: they never run).
+
+The layers and what each may import, as data (a module may always import its own layer):
+
+    base     settings, dtypes, _version, runtime/device.py (the device spec: plain data that fusion, the
+             backend and the runtime all read)                        -> nothing
+    graph    nodes, the op registry, the numpy reference             -> base
+    ir       backend/kernel_ir.py: the kernel IR that fusion produces and the backend consumes
+                                                                      -> base, graph
+    fusion   grouping, memory plan, streams, schedule                 -> base, graph, ir
+    backend  ISA, templates, lowering, JIT, kernel cache, interpreter -> base, graph, ir
+    runtime  pool, streams, events, profiler, timelines               -> base
+    driver   realize.py, engine.py: walk down the layers for a realize -> all of the above
+    tensor   the user-facing Tensor                                   -> base, graph, runtime
+             (its device), driver (a realize on demand), viz (t.visualize)
+    viz      pictures and reports of graphs, schedules and profiles   -> everything but tensor, api
+    api      the public functions (schedule, explain, precompile, ...) -> everything but viz
+    distributed  sharded tensors on Dask (an add-on over the whole stack; realize.py holds only
+             the hook it installs)                                    -> everything but viz
+
+No module imports the package root (`import lazymath`, `from lazymath import __version__`):
+the root imports everything, so that would be a cycle. There are no import cycles between
+modules (a cycle "works" only because one side imports inside a function).
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PKG = ROOT / "lazymath"
+
+ALLOWED = {
+    "base": set(),
+    "graph": {"base"},
+    "ir": {"base", "graph"},
+    "fusion": {"base", "graph", "ir"},
+    "backend": {"base", "graph", "ir"},
+    "runtime": {"base"},
+    "driver": {"base", "graph", "ir", "fusion", "backend", "runtime"},
+    "tensor": {"base", "graph", "runtime", "driver", "viz"},
+    "viz": {"base", "graph", "ir", "fusion", "backend", "runtime", "driver"},
+    "api": {"base", "graph", "ir", "fusion", "backend", "runtime", "driver", "tensor"},
+    "distributed": {
+        "base",
+        "graph",
+        "ir",
+        "fusion",
+        "backend",
+        "runtime",
+        "driver",
+        "tensor",
+        "api",
+    },
+}
+# Deliberate exceptions to ALLOWED, each with its reason: (importer, imported) -> why.
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("lazymath.fusion.schedule", "lazymath.backend.vmlib"): (
+        "the schedule's printout shows the vector-math call plan, which the backend decides; "
+        "it belongs in the compiled stage's report (stage objects, issue 12, not done yet)"
+    ),
+}
+# Known import cycles inside one package, each held together by an import inside a function.
+# They are debts, not designs: the test fails on any other cycle, or if one of these grows.
+KNOWN_CYCLES: dict[frozenset, str] = {
+    frozenset({"lazymath.backend.templates.common", "lazymath.backend.vmath"}): (
+        "vmath's composites are emitted through the templates' helpers and the templates call "
+        "vmath; one of them should own the emitter"
+    ),
+    frozenset({"lazymath.backend.jit", "lazymath.backend.vmlib"}): (
+        "the JIT links the vector-math library, which is compiled through the JIT"
+    ),
+    frozenset({"lazymath.distributed.api", "lazymath.distributed.cluster",
+               "lazymath.distributed.execute", "lazymath.distributed.explain",
+               "lazymath.distributed.plan", "lazymath.distributed.worker"}): (
+        "lazymath.distributed's modules call each other both ways (api <-> plan/execute)"
+    ),
+}  # fmt: skip
+
+
+def layer(mod: str) -> str | None:
+    """The layer of module `mod` (dotted name), None for the package root."""
+    if mod in (
+        "lazymath.settings",
+        "lazymath.dtypes",
+        "lazymath._version",
+        "lazymath.runtime.device",
+    ):
+        return "base"
+    if mod == "lazymath.backend.kernel_ir":
+        return "ir"
+    if mod in ("lazymath.realize", "lazymath.engine"):
+        return "driver"
+    if mod == "lazymath.api":
+        return "api"
+    if mod == "lazymath.tensor":
+        return "tensor"
+    parts = mod.split(".")
+    if len(parts) >= 2 and parts[1] in (
+        "graph",
+        "fusion",
+        "backend",
+        "runtime",
+        "viz",
+        "distributed",
+    ):
+        return parts[1]
+    if mod == "lazymath":
+        return None
+    raise AssertionError(f"{mod}: no layer; add it to test_import_direction.layer()")
+
+
+def modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+MODULES = modules()
+
+
+def _type_checking_blocks(tree: ast.AST) -> set[int]:
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            for sub in node.body:
+                skip.update(id(n) for n in ast.walk(sub))
+    return skip  # fmt: skip
+
+
+def imports_of(mod: str) -> list[tuple[str, int]]:
+    """(imported module, line) for every lazymath import in `mod`."""
+    path = MODULES[mod]
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_blocks(tree)
+    base = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "lazymath"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                target = ".".join(base[: len(base) - node.level + 1] + [node.module or ""])
+                target = target.rstrip(".")
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "lazymath":
+                continue
+            for a in node.names:  # `from pkg import submodule` imports the submodule
+                sub = f"{target}.{a.name}"
+                out.append((sub if sub in MODULES else target, node.lineno))
+    return out
+
+
+EDGES = {m: imports_of(m) for m in MODULES}
+
+
+def test_every_module_has_a_layer():
+    for m in MODULES:
+        layer(m)
+
+
+def test_nothing_imports_the_package_root():
+    bad = [f"{m}:{ln}" for m, es in EDGES.items() for t, ln in es if t == "lazymath"]
+    assert not bad, f"import the module you need, not the package root: {bad}"
+
+
+def test_layers_import_downward_only():
+    bad = []
+    for m, es in EDGES.items():
+        lm = layer(m)
+        if lm is None:
+            continue
+        for t, ln in es:
+            lt = layer(t)
+            if lt is None or lt == lm or lt in ALLOWED[lm]:
+                continue
+            if (m, t) not in EXCEPTIONS:
+                bad.append(f"{m}:{ln} ({lm}) imports {t} ({lt})")
+    assert not bad, "imports against the layers:\n" + "\n".join(bad)
+
+
+def test_no_import_cycles():
+    graph = collections.defaultdict(set)
+    for m, es in EDGES.items():
+        for t, _ in es:
+            if t != m and t in MODULES and m != "lazymath":
+                graph[m].add(t)
+    # Tarjan's strongly connected components: any component of more than one module is a cycle.
+    index, low, stack, on, comps, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 and not any(set(comp) <= known for known in KNOWN_CYCLES):
+                comps.append(sorted(comp))
+
+    for v in list(MODULES):
+        if v not in index:
+            visit(v)
+    assert not comps, f"import cycles: {comps}"
+
+
+def test_the_checker_sees_function_level_imports():
+    """The walk must see imports inside functions (that is where the cycles hid): Tensor.visualize
+    imports viz inside the method."""
+    assert "lazymath.viz" in {t for t, _ in EDGES["lazymath.tensor"]}
+
+
+def _package(mod: str) -> str:
+    path = MODULES[mod]
+    return mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+
+
+def test_no_private_names_across_packages():
+    """`from lazymath.x import _helper` from another package couples it to an internal: make
+    the helper public where it lives, or move it."""
+    bad = []
+    for m, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        base = m.split(".") if path.name == "__init__.py" else m.split(".")[:-1]
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or not (node.level or node.module):
+                continue
+            if node.level:
+                target = ".".join(base[: len(base) - node.level + 1] + [node.module or ""])
+                target = target.rstrip(".")
+            else:
+                target = node.module
+            if target not in MODULES or target.split(".")[0] != "lazymath":
+                continue
+            for a in node.names:
+                private = a.name.startswith("_") and not a.name.startswith("__")
+                if private and _package(target) != _package(m):
+                    bad.append(f"{m}:{node.lineno} imports {target}.{a.name}")
+    assert not bad, "\n".join(bad)

@@ -1,0 +1,115 @@
+"""The package namespace is the public API and nothing else: `dir(lazymath)` is pinned to an
+allowlist (public functions, dtypes, subpackages), no helper module (np, math, builtins, ...)
+leaks into it, and every listed name resolves."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import pytest
+
+import lazymath as lm
+
+TENSOR = sys.modules["lazymath.tensor"]
+
+# Adding a public name is a deliberate change: add it here too.
+# fmt: off
+ALLOWLIST = {
+    # arrays and creation
+    "Tensor", "tensor", "asarray", "full", "zeros", "ones", "empty", "zeros_like", "ones_like",
+    "full_like", "arange", "linspace", "eye", "random", "broadcast_shapes",
+    # elementwise, with numpy's spellings
+    "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan", "tanh",
+    "sigmoid", "relu", "sign", "floor", "ceil", "round", "logical_not", "add", "sub", "mul", "div",
+    "floor_divide", "remainder", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+    "logical_and", "logical_or", "subtract", "multiply", "divide", "true_divide", "negative",
+    "power", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "leaky_relu",
+    "where", "clip", "astype",
+    # reductions, linear algebra, shapes, signal
+    "sum", "prod", "max", "min", "argmax", "argmin", "mean", "var", "std", "softmax",
+    "log_softmax", "matmul", "dot", "reshape", "permute_dims", "transpose", "swapaxes",
+    "expand_dims", "squeeze", "broadcast_to", "flip", "concat", "concatenate", "stack", "pad",
+    "conv1d", "fft",
+    # dtypes
+    "dtypes", "bool_", "int8", "int32", "int64", "float16", "float32", "float64", "complex64",
+    "complex128",
+    # running, inspecting, devices
+    "realize", "schedule", "explain", "precompile", "cache_info", "clear_cache",
+    "init_device", "current_device", "Device", "Stream", "Event", "profile",
+    "visualize", "report",
+    # subpackages and public modules
+    "backend", "fusion", "graph", "runtime", "settings", "viz",
+    "__version__",
+}
+# fmt: on
+HELPER_MODULES = {
+    "np",
+    "numpy",
+    "math",
+    "builtins",
+    "operator",
+    "annotations",
+    "os",
+    "sys",
+    "gn",
+    "dt",
+    "Sequence",
+}  # fmt: skip
+
+
+def test_dir_is_the_allowlist():
+    assert set(dir(lm)) == ALLOWLIST
+    assert not HELPER_MODULES & set(dir(lm))
+
+
+def test_every_listed_name_resolves():
+    for name in ALLOWLIST:
+        assert getattr(lm, name) is not None, name
+    for name in ("backend", "fusion", "graph", "runtime", "settings", "viz"):
+        assert isinstance(getattr(lm, name), types.ModuleType), name
+
+
+def test_all_matches_dir():
+    subs = {"backend", "fusion", "graph", "runtime", "settings", "viz"}
+    assert set(lm.__all__) | subs | {"__version__"} == ALLOWLIST
+    assert len(lm.__all__) == len(set(lm.__all__))
+
+
+def test_tensor_all_is_explicit_and_public():
+    assert isinstance(TENSOR.__all__, list)
+    for name in TENSOR.__all__:
+        obj = getattr(TENSOR, name)
+        assert not isinstance(obj, types.ModuleType) and not name.startswith("_"), name
+    assert not HELPER_MODULES & set(TENSOR.__all__)
+    assert set(TENSOR.__all__) <= ALLOWLIST
+
+
+def test_no_helper_leaks_in_a_fresh_interpreter():
+    """What `import lazymath` actually binds (not only what dir() shows): public names, lazymath
+    submodules and underscored internals, no helper modules."""
+    code = (
+        "import types, lazymath as lm\n"
+        "for k, v in vars(lm).items():\n"
+        "    if k.startswith('_'): continue\n"
+        "    sub = isinstance(v, types.ModuleType) and v.__name__.startswith('lazymath.')\n"
+        "    print(k, int(sub))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    bound = dict(line.split() for line in out.stdout.splitlines())
+    leaks = {k for k, sub in bound.items() if k not in ALLOWLIST and sub == "0"}
+    assert not leaks, f"not public, not a lazymath submodule: {sorted(leaks)}"
+
+
+def test_star_import_gives_the_public_names():
+    ns: dict = {}
+    exec("from lazymath import *", ns)
+    got = {k for k in ns if k != "__builtins__"}
+    assert got == set(lm.__all__)
+    assert not HELPER_MODULES & got
+
+
+def test_unknown_attribute_raises():
+    with pytest.raises(AttributeError, match="no attribute 'np'"):
+        lm.np  # noqa: B018
