@@ -92,7 +92,7 @@ def run(ir, arrays: list[np.ndarray]) -> None:
             out.reshape(-1)[:size] = np.broadcast_to(vals[r], ir.out_shape).reshape(-1)
         return
     if isinstance(ir, RowKernel):
-        from ..graph.reference import _reduce
+        from ..graph.reference import reduce_array
 
         n_in = len(ir.inputs)
         shape = ir.in_shape
@@ -103,7 +103,9 @@ def run(ir, arrays: list[np.ndarray]) -> None:
             for op in ir.expr:
                 if op.op == "reduce":
                     x = np.broadcast_to(vals[op.srcs[0]], shape).astype(op.dtype)
-                    r = np.asarray(_reduce(x, op.arg, axes, np.dtype(op.dtype)), dtype=op.dtype)
+                    r = np.asarray(
+                        reduce_array(x, op.arg, axes, np.dtype(op.dtype)), dtype=op.dtype
+                    )
                     vals.append(np.broadcast_to(np.expand_dims(r, axes), shape))
                 elif op.op == "load":
                     vals.append(loads[op.arg])
