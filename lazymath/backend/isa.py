@@ -821,6 +821,82 @@ def refs_of(instr) -> list[Ref]:
 PROGRAM_CHECKS: list = []  # (program, spec) -> None, raise ValueError; see Program.check
 
 
+def linear(e: IntExpr) -> dict | None:
+    """`e` as {term: coefficient} (the constant under key 1) when it is a sum of constants and
+    constant multiples of other sub-expressions; None otherwise (only + - and * by a constant
+    are expanded, anything else is one opaque term)."""
+    if isinstance(e, int):
+        return {1: e}
+    if isinstance(e, BinInt) and e.op in ("+", "-"):
+        a, b = linear(e.a), linear(e.b)
+        if a is None or b is None:
+            return None
+        sign = 1 if e.op == "+" else -1
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + sign * v
+        return {k: v for k, v in out.items() if v or k == 1}
+    if isinstance(e, BinInt) and e.op == "*" and (isinstance(e.a, int) or isinstance(e.b, int)):
+        c, x = (e.a, e.b) if isinstance(e.a, int) else (e.b, e.a)
+        lx = linear(x)
+        return None if lx is None else {k: c * v for k, v in lx.items()}
+    return {e: 1, 1: 0}
+
+
+def const_difference(a: IntExpr, b: IntExpr) -> int | None:
+    """a - b when it is the same constant for every variable value, else None."""
+    la, lb = linear(a), linear(b)
+    if la is None or lb is None:
+        return None
+    d = dict(la)
+    for k, v in lb.items():
+        d[k] = d.get(k, 0) - v
+    if any(v for k, v in d.items() if k != 1):
+        return None
+    return d.get(1, 0)
+
+
+def _check_vector_overlap(program, spec) -> None:
+    """A vector instruction reads each source window in repeats while it writes the destination:
+    a source that overlaps the destination without being it is not a valid NPU instruction (the
+    LLVM lowering and the interpreter would disagree). Rejected when the offsets differ by a
+    constant smaller than the element count's upper bound."""
+    import numpy as np
+
+    ranges: dict = {BLOCK_IDX: (0, float("inf")), BLOCK_NUM: (1, float("inf"))}
+    for instr, _ in walk(program.body):
+        if isinstance(instr, Loop):
+            lo = int_range(instr.start, ranges)[0]
+            ranges[instr.var] = (lo, int_range(instr.stop, ranges)[1] - 1)
+            continue
+        if isinstance(instr, Let):
+            ranges[instr.var] = int_range(instr.value, ranges)
+            continue
+        dst = getattr(instr, "dst", None)
+        n = getattr(instr, "n", None)
+        if PIPE_OF.get(type(instr)) != "Vector" or not isinstance(dst, Ref) or n is None:
+            continue
+        if isinstance(instr, (VReduce, VArgReduce)):
+            continue  # dst holds per-row accumulators: a different shape from src
+        n_hi = int_range(n, ranges)[1]
+        isz = np.dtype(dst.buf.dtype).itemsize
+        for r in refs_of(instr):
+            if r is dst or r.buf.name != dst.buf.name or r == dst:
+                continue
+            if np.dtype(r.buf.dtype).itemsize != isz:
+                continue
+            d = const_difference(r.off, dst.off)
+            if d is not None and d != 0 and abs(d) < n_hi:
+                raise ValueError(
+                    f"kernel {program.name}: {format_instr(instr)!r}: a source overlaps the "
+                    f"destination {abs(d)} elements apart (n up to {n_hi:g}); use the same "
+                    "window (in place) or a disjoint one"
+                )
+
+
+PROGRAM_CHECKS.append(_check_vector_overlap)
+
+
 def int_range(e: IntExpr, ranges: dict) -> tuple[float, float]:
     """Interval [lo, hi] of an IntExpr given intervals of its variables (unknown: unbounded)."""
     inf = float("inf")

@@ -165,3 +165,21 @@ def test_random_invalid_cube_programs_are_rejected(seed):
     prog, _ = random_cube_program(np.random.default_rng(2000 + seed), valid=False)
     with pytest.raises(ValueError, match="rows in an NZ tile|outside"):
         prog.check(ASCEND910B)
+
+
+def test_check_rejects_a_partially_overlapping_vector_instruction():
+    """Found by the fuzzer: a vector op whose source window overlaps its destination window
+    without being it gave different results on llvm and interp. check() rejects it; in place
+    and disjoint windows stay valid."""
+    u = isa.Buffer("u", "UB", "float32", UB)
+    i = isa.Var("i")
+
+    def prog(src_off) -> isa.Program:
+        op = isa.VUnary("vabs", isa.Ref(u, isa.add(10, isa.mul(i, 4))),
+                        isa.Ref(u, isa.add(src_off, isa.mul(i, 4))), 40)  # fmt: skip
+        return isa.Program("ov", (), (u,), (isa.Loop(i, 0, 3, 1, (op,)),))
+
+    prog(10).check(ASCEND910B)  # in place
+    prog(50).check(ASCEND910B)  # disjoint
+    with pytest.raises(ValueError, match="overlaps the destination 5 elements apart"):
+        prog(15).check(ASCEND910B)
