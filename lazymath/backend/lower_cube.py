@@ -470,6 +470,7 @@ def _steps_by(e: isa.IntExpr, var: isa.Var, step: int) -> bool:
 
 
 _FLAGS = (isa.SetFlag, isa.WaitFlag, isa.PipeBarrier)
+_MINUS = "-"  # IntExpr subtraction (isa.BinInt op), not a graph op name
 
 
 def merge_l0b_slices(loop: isa.Loop, alias_ok=None):
@@ -493,7 +494,7 @@ def merge_l0b_slices(loop: isa.Loop, alias_ok=None):
         return None
     n0 = n.a
     rest = n.b
-    if not (isinstance(rest, isa.BinInt) and rest.op == "-" and j not in _vars(rest.a, set())):
+    if not (isinstance(rest, isa.BinInt) and rest.op == _MINUS and j not in _vars(rest.a, set())):
         return None
     nv = rest.a
     if _subst(rest.b, j, 1) != n0 or _subst(rest.b, j, 0) != 0:
