@@ -56,6 +56,6 @@ def precompile(fn, *example_inputs, autotune: bool = False) -> int:
     spec = engine._device_spec()
     backend = engine.backend_name()
     outputs, key, leaves, order = plan_outputs(roots)
-    prog = engine.compile_program(outputs, leaves, order, spec, backend)
+    prog = engine.compile_program(outputs, leaves, order, spec, backend, tiered=False)
     engine._programs[(key, spec.key(), backend)] = prog
     return len(prog.kernels)

@@ -391,12 +391,14 @@ def _debug_level() -> int:
     return _DEBUG.get()
 
 
-def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, backend: str):
-    """Cache miss: fuse, plan, compile every kernel."""
+def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, backend: str,
+                    tiered: bool = True):  # fmt: skip
+    """Cache miss: fuse, plan, compile every kernel (independent kernels in parallel; with
+    `tiered`, a kernel slow to optimize starts on quickly compiled code, see backend.compile)."""
     from .fusion import make_schedule
 
     if backend != "irref":
-        from .backend.compile import compile_kernel
+        from .backend.compile import compile_kernels
 
     before = [id(n.realized) for n in leaves]
     sched = make_schedule(outputs, spec)
@@ -421,6 +423,12 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
         return len(slots) - 1
 
     kernels = []
+    native = [sk for sk in sched.kernels if sk.group.kind != "aicpu"]
+    compiled = {}
+    if backend != "irref" and native:  # independent kernels compile in parallel
+        items = [(sk.group.ir, sk.name) for sk in native]
+        done = compile_kernels(items, spec, backend, tiered=tiered)
+        compiled = {id(sk): ck for sk, ck in zip(native, done)}
     for sk in sched.kernels:
         g = sk.group
         if g.kind == "aicpu":
@@ -428,7 +436,7 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
         elif backend == "irref":
             ck = IrRefKernel(sk.name, g.ir)
         else:
-            ck = compile_kernel(g.ir, spec, backend=backend, name=sk.name)
+            ck = compiled[id(sk)]
         ck.source_loc = sk.source_loc
         sk.compiled = ck
         kernels.append((sk, ck, [slot(n) for n in g.inputs] + [slot(n) for n in g.outputs]))

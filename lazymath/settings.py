@@ -192,6 +192,19 @@ VMATH_CALLS = Setting(
              **dict.fromkeys(("never", "0", "off", "no", "false", "inline"), "never")},
     shown=("auto", "always", "never"),
 )  # fmt: skip
+TIERED = Setting(
+    "LAZYMATH_TIERED", "bool", True,
+    "`0` turns tiered compilation off; by default a realize whose kernel would take long to "
+    "optimize starts on quickly compiled code (no IR optimization) and the optimized code "
+    "replaces it in the background (results identical; the optimized code goes to the disk "
+    "cache, the process waits for it at exit)",
+)  # fmt: skip
+COMPILE_THREADS = Setting(
+    "LAZYMATH_COMPILE_THREADS", "int", 0,
+    "LLVM compile threads (default 0: one per core, at most 4); the kernels of a program "
+    "compile in parallel",
+    minimum=0,
+)  # fmt: skip
 
 TARGET_CPU = Setting(
     "LAZYMATH_TARGET_CPU", "str", None,
@@ -223,6 +236,8 @@ SETTINGS: tuple[Setting, ...] = (
     VMATH_CALLS,
     TARGET_CPU,
     AUTOTUNE,
+    TIERED,
+    COMPILE_THREADS,
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 

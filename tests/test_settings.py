@@ -38,6 +38,8 @@ GOOD = {
     "LAZYMATH_AUTOTUNE": BOOL_GOOD,
     "LAZYMATH_VMATH_CALLS": [("auto", "auto"), ("Always", "always"), ("1", "always"),
                              ("never", "never"), ("off", "never"), ("inline", "never")],
+    "LAZYMATH_TIERED": BOOL_GOOD,
+    "LAZYMATH_COMPILE_THREADS": [("0", 0), ("1", 1), (" 2 ", 2)],
 }  # fmt: skip
 BAD = {
     "LAZYMATH_BACKEND": ["cuda", "llvm2", "1"],
@@ -49,6 +51,8 @@ BAD = {
     "LAZYMATH_COMPILE_TIMEOUT": ["-1", "soon", "nan"],
     "LAZYMATH_VMATH_CALLS": ["sometimes", "2"],
     "LAZYMATH_AUTOTUNE": ["2", "fast"],
+    "LAZYMATH_TIERED": ["2", "maybe"],
+    "LAZYMATH_COMPILE_THREADS": ["-1", "two", "1.5"],
 }
 # Variables whose every string is accepted (paths) have no bad values.
 NO_BAD = {

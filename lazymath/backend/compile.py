@@ -26,6 +26,7 @@ import math
 import os
 import pickle
 import threading
+import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -112,6 +113,8 @@ class CompiledKernel:
         self._cost = None
         self._args = kernel_args(ir)
         self._cfunc = None
+        self.tier = 2  # 0: quickly compiled code an optimized version replaces (tiering)
+        self._family = [weakref.ref(self)]  # copies sharing this code (see `renamed`)
         if addr is not None:
             from lazymath.backend.jit import as_cfunc
 
@@ -161,7 +164,20 @@ class CompiledKernel:
         k.__dict__.update(self.__dict__)
         k.name = name
         k.program = dataclasses.replace(self.program, name=name)
+        self._family.append(weakref.ref(k))
         return k
+
+    def replace_code(self, addr: int, tier: int = 2) -> None:
+        """Run the native code at `addr` from now on, in this kernel and every renamed copy
+        (tiered compilation: the optimized code replaces the quick one; a launch already
+        running finishes on the old code, which stays mapped)."""
+        from lazymath.backend.jit import as_cfunc
+
+        cf = as_cfunc(addr)
+        for ref in list(self._family):
+            k = ref()
+            if k is not None:
+                k._addr, k._cfunc, k.tier = addr, cf, tier
 
     # ----------------------------------------------------------------- running
     def make_argv(self, arrays) -> ctypes.Array:
@@ -278,30 +294,63 @@ def vmath_calls(ir) -> bool:
 
 def compile_kernel(ir, spec, backend: str | None = None, name: str | None = None) -> CompiledKernel:
     """Compile (or fetch from the kernel cache) the kernel for `ir` on device `spec`."""
+    return compile_kernels([(ir, name)], spec, backend)[0]
+
+
+def compile_kernels(items, spec, backend: str | None = None,
+                    tiered: bool = False) -> list[CompiledKernel]:  # fmt: skip
+    """`compile_kernel` for several independent kernels [(ir, name), ...], compiled in
+    parallel: templates and lowering run here, LLVM on the compile workers (`workers`, one
+    thread per core), so kernel k+1 is lowered while kernel k is optimized.
+
+    `tiered` (the realize path): a kernel whose optimization would take long starts on
+    quickly compiled code, replaced in the background by the optimized code (`_tier_first`);
+    without it every kernel returns with its final code, stored in the disk cache."""
     from lazymath.runtime.device import get_spec
 
     spec = get_spec(spec)
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
-    name = name or f"k_{ir.kind}"
-    calls = vmath_calls(ir)
-    sig = (ir.kind, ir, spec.key(), backend, calls)
-    if backend == "llvm":  # native code is per host target (LAZYMATH_TARGET_CPU)
-        from lazymath.backend.host import requested
+    out: list = [None] * len(items)
+    pending: list = []  # (index, sig, job)
+    first: dict = {}  # sig -> index of the first item compiling it (duplicates wait for it)
+    dups: list = []
+    for idx, (ir, name) in enumerate(items):
+        name = name or f"k_{ir.kind}"
+        calls = vmath_calls(ir)
+        sig = (ir.kind, ir, spec.key(), backend, calls)
+        if backend == "llvm":  # native code is per host target (LAZYMATH_TARGET_CPU)
+            from lazymath.backend.host import requested
 
-        sig += (requested(),)
-    hit = kernel_cache.memory_get(sig)
-    if hit is not None:
-        return hit if hit.name == name else hit.renamed(name)
-    if backend == "interp":
-        program = build_program(ir, spec, name, calls)
-        kernel = CompiledKernel(name, ir, program, spec, backend)
-        kernel_cache.count("compiled")
-    else:
-        kernel = _compile_llvm(ir, spec, name, calls)
-    kernel_cache.memory_put(sig, kernel)
-    return kernel
+            sig += (requested(),)
+        hit = kernel_cache.memory_get(sig)
+        if hit is not None:
+            out[idx] = hit if hit.name == name else hit.renamed(name)
+            continue
+        if sig in first:
+            dups.append((idx, first[sig], name))
+            continue
+        first[sig] = idx
+        if backend == "interp":
+            program = build_program(ir, spec, name, calls)
+            kernel = CompiledKernel(name, ir, program, spec, backend)
+            kernel_cache.count("compiled")
+        else:
+            kernel = _start_llvm(ir, spec, name, calls, tiered)
+            if isinstance(kernel, _Job):
+                pending.append((idx, sig, kernel))
+                continue
+        kernel_cache.memory_put(sig, kernel)
+        out[idx] = kernel
+    for idx, sig, job in pending:
+        kernel = job.finish()
+        kernel_cache.memory_put(sig, kernel)
+        out[idx] = kernel
+    for idx, src, name in dups:
+        k = out[src]
+        out[idx] = k if k.name == name else k.renamed(name)
+    return out
 
 
 TINY_KERNEL_ELEMENTS = 16384
@@ -388,6 +437,7 @@ def _load_llvm(ir, spec, name: str, key: str) -> CompiledKernel | None:
     try:
         program = _load_program(cached.parts.get("program"), name)
         symbol = cached.header["symbol"]
+        _link_library(program)
         addr, how = jit.load_cached(cached.obj, symbol, f"lmmod_{key[:24]}")
     except (elfload.ElfLoadError, pickle.UnpicklingError, ValueError, KeyError, TypeError,
             AttributeError, EOFError, RuntimeError):  # fmt: skip
@@ -399,36 +449,219 @@ def _load_llvm(ir, spec, name: str, key: str) -> CompiledKernel | None:
     return CompiledKernel(name, ir, program, spec, "llvm", addr, symbol)
 
 
-def _compile_llvm(ir, spec, name: str, calls: bool = False) -> CompiledKernel:
-    """Disk-cache hit (no LLVM) or compile: template -> ISA -> LLVM IR -> MCJIT, then store the
-    object code and the program for the next process. A matmul is lowered with its host GEMM
-    plan (`autotune.choice`: measured when autotuning, else the model's)."""
-    if ir.kind == "matmul":
+def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
+    """A disk-cache hit (a CompiledKernel: no LLVM), or a `_Job`: the template ran, the
+    program is lowered to LLVM IR and the compile workers are optimizing it."""
+    from lazymath.backend import workers
+
+    if ir.kind == "matmul":  # lowered with its host GEMM plan (`autotune.choice`)
         from lazymath.backend import autotune, gemm
 
         if not gemm.overridden():
             with gemm.plan_override(autotune.choice(ir, spec)):
-                return _compile_llvm(ir, spec, name, calls)
+                return _start_llvm(ir, spec, name, calls, tiered)
     key, quick = _disk_key(ir, spec, calls)
     kernel = _load_llvm(ir, spec, name, key)
     if kernel is not None:
         return kernel
-    from lazymath.backend.jit import get_jit
-
-    jit = get_jit()  # loads LLVM: the first compile miss of the process
     from lazymath.backend.lower_llvm import lower_program
 
     program = build_program(ir, spec, name, calls)
     if calls:
         from lazymath.backend import vmlib
 
-        vmlib.ensure(program)  # the library functions it calls, known to MCJIT before linking
+        vmlib.request(vmlib.symbols_of(program))  # load or compile the library meanwhile
     symbol = f"lm_{ir.kind}_{key[:24]}"
     text = str(lower_program(program, spec, symbol=symbol))
-    addr, obj = jit.compile(text, symbol, f"lmmod_{key[:24]}", quick)
-    kernel_cache.count("compiled")
-    if obj is not None:
-        blob = pickle.dumps(program, protocol=pickle.HIGHEST_PROTOCOL)
-        kernel_cache.disk_store(key, {"symbol": symbol, "kind": ir.kind, "name": name}, obj,
-                                {"program": blob})  # fmt: skip
-    return CompiledKernel(name, ir, program, spec, "llvm", addr, symbol, text)
+    job = _Job(ir, spec, name, key, program, symbol, text, 1 if quick else 3)
+    if tiered and _tier_first(ir, text):
+        job.tier0 = workers.submit(_renamed_ir(text, symbol, job.symbol0), job.module0, 0)
+    else:
+        job.final = workers.submit(text, job.module, job.level)
+    return job
+
+
+def _link_library(program) -> None:
+    """Load the vector math library functions `program` calls before its code is linked
+    (outside the loader's lock: a library compile must not wait for it)."""
+    for instr, _ in isa.walk(program.body):
+        if type(instr).__name__ == "VMathCall":
+            from lazymath.backend import vmlib
+
+            for s in vmlib.symbols_of(program):
+                vmlib.address(s)
+            return
+
+
+def _renamed_ir(text: str, symbol: str, new: str) -> str:
+    return text.replace(f'@"{symbol}"', f'@"{new}"')
+
+
+TIER_STATS = {"tiered": 0, "tiered_up": 0}  # kernels started on tier 0 / replaced since
+TIER_IR_CHARS = 24_000  # LLVM IR text above which a kernel starts on its quick tier-0 code
+TIER_MAX_ELEMENTS = 1 << 22  # ... unless its arrays are so large that tier-0 code costs more
+
+
+def tiered_setting() -> bool:
+    """LAZYMATH_TIERED=0 turns tiered compilation off (every kernel waits for its final code)."""
+    from lazymath import settings
+
+    return settings.TIERED.get()
+
+
+def _work_elements(ir) -> int:
+    """Elements whose loops tier-0 code runs slower (scalar, unoptimized). A matmul's inner
+    loops are explicitly vectorized GEMM microkernels (`gemm`): its tier-0 code measured within
+    ~10% of O3 (2048^3 float16), so only its small epilogue counts."""
+    if ir.kind == "elementwise":
+        return math.prod(ir.shape)
+    if ir.kind == "reduce":
+        return math.prod(ir.in_shape)
+    return 0
+
+
+def _tier_first(ir, text: str) -> bool:
+    """Start this kernel on tier-0 code (no IR optimization: code generation only, ~10x faster
+    to build) and replace it in the background with the optimized code? For kernels whose
+    optimization takes long (big IR: tenths of a second to seconds) over arrays small enough
+    that the slower tier-0 code costs less than the compile it saves. Never for a kernel
+    whose result may depend on the optimizer: float reductions carry `reassoc` (the
+    vectorizer splits the sum into lanes); everything else is IEEE, the same at every level."""
+    if not tiered_setting() or len(text) <= TIER_IR_CHARS:
+        return False
+    if "reassoc" in text:  # float reductions: O3 vectorizes (reorders) the sum, tier 0 not
+        return False
+    return _work_elements(ir) <= TIER_MAX_ELEMENTS
+
+
+class _Job:
+    """A kernel being compiled by the workers (see `_start_llvm`)."""
+
+    def __init__(self, ir, spec, name, key, program, symbol, text, level) -> None:
+        self.ir, self.spec, self.name, self.key = ir, spec, name, key
+        self.program, self.symbol, self.text, self.level = program, symbol, text, level
+        self.module = f"lmmod_{key[:24]}"
+        self.symbol0 = f"{symbol}_t0"
+        self.module0 = f"{self.module}_t0"
+        self.tier0 = None  # Future of the tier-0 object (tiered kernels)
+        self.final = None  # Future of the final object
+
+    def finish(self) -> CompiledKernel:
+        """Wait for the code, link it in, store it; a tiered kernel starts on tier 0 and its
+        final code is compiled in the background (`_tier_up`)."""
+        from lazymath.backend import jit, workers
+
+        _link_library(self.program)
+        if self.tier0 is not None:
+            addr, _ = jit.load_cached(_result(self.tier0, self), self.symbol0, self.module0)
+            kernel_cache.count("compiled")
+            kernel = CompiledKernel(self.name, self.ir, self.program, self.spec, "llvm", addr,
+                                    self.symbol, self.text)  # fmt: skip
+            kernel.tier = 0
+            TIER_STATS["tiered"] += 1
+            _tiering_started()
+            fut = workers.submit(self.text, self.module, self.level)
+            fut.add_done_callback(lambda f, k=kernel: self._tier_up(k, f))
+            return kernel
+        obj = _result(self.final, self)
+        addr, _ = jit.load_cached(obj, self.symbol, self.module)
+        kernel_cache.count("compiled")
+        self._store(obj)
+        return CompiledKernel(self.name, self.ir, self.program, self.spec, "llvm", addr,
+                              self.symbol, self.text)  # fmt: skip
+
+    def _store(self, obj: bytes | None) -> None:
+        if obj is not None:
+            blob = pickle.dumps(self.program, protocol=pickle.HIGHEST_PROTOCOL)
+            header = {"symbol": self.symbol, "kind": self.ir.kind, "name": self.name}
+            kernel_cache.disk_store(self.key, header, obj, {"program": blob})
+
+    def _tier_up(self, kernel: CompiledKernel, fut) -> None:
+        """Background: the optimized code replaces the tier-0 code in every copy of the
+        kernel (memory-cache hits share it) and goes to the disk cache. Same IR, IEEE
+        arithmetic at every level: results do not change."""
+        from lazymath.backend import jit
+
+        try:
+            obj = fut.result()
+            addr, _ = jit.load_cached(obj, self.symbol, self.module)
+            self._store(obj)
+            kernel.replace_code(addr, 2)
+            TIER_STATS["tiered_up"] += 1
+        except Exception as e:  # noqa: BLE001 - the tier-0 code stays, correct and slower
+            import warnings
+
+            warnings.warn(f"lazymath: optimizing kernel {self.name} in the background failed "
+                          f"({type(e).__name__}: {e}); it keeps its quickly compiled code",
+                          RuntimeWarning, stacklevel=1)  # fmt: skip
+        finally:
+            _tiering_done()
+
+
+def _result(fut, job: _Job) -> bytes:
+    """The worker's object code, under the compile watchdog: LLVM 22's loop vectorizer has been
+    seen to spin for good on rare kernels, and a C call cannot be interrupted. After
+    LAZYMATH_COMPILE_TIMEOUT seconds (default 300) the stuck worker is abandoned (the pool gets
+    a new thread) and the kernel is compiled again with the vectorizers off, with a warning."""
+    from concurrent.futures import TimeoutError as FutTimeout
+
+    from lazymath.backend import workers
+    from lazymath.backend.jit import _compile_timeout
+
+    timeout = _compile_timeout()
+    try:
+        return fut.result(timeout=timeout)
+    except FutTimeout:
+        pass
+    import warnings
+
+    warnings.warn(
+        f"lazymath: LLVM did not finish optimizing kernel {job.name} within {timeout:g} s "
+        "(a known LLVM loop-vectorizer hang); compiling it again with the vectorizers off. "
+        "The stuck compiler thread keeps one core busy until the process exits.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    workers.abandon()
+    fut = workers.submit(job.text, job.module, job.level, vectorize=False)
+    try:
+        return fut.result(timeout=timeout)
+    except FutTimeout:
+        workers.abandon()
+        raise RuntimeError(
+            f"lazymath: LLVM did not finish compiling kernel {job.name} within {timeout:g} s, "
+            "even with the vectorizers off (LAZYMATH_COMPILE_TIMEOUT)"
+        ) from None
+
+
+_tiering = 0
+_tiering_cv = threading.Condition()
+
+
+_atexit_registered = False
+
+
+def _tiering_started() -> None:
+    global _tiering, _atexit_registered
+    with _tiering_cv:
+        _tiering += 1
+        if not _atexit_registered:
+            import atexit
+
+            atexit.register(wait_tiering, 30.0)
+            _atexit_registered = True
+
+
+def _tiering_done() -> None:
+    global _tiering
+    with _tiering_cv:
+        _tiering -= 1
+        _tiering_cv.notify_all()
+
+
+def wait_tiering(timeout: float | None = None) -> bool:
+    """Wait until every background tier-up has finished (True) or `timeout` passed (False).
+    Benchmarks and tests use it; the process also waits (up to 30 s) at exit so the optimized
+    code reaches the disk cache."""
+    with _tiering_cv:
+        return _tiering_cv.wait_for(lambda: _tiering == 0, timeout)

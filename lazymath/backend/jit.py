@@ -143,11 +143,11 @@ _runtime_lock = threading.Lock()
 def runtime_symbol(name: str) -> int | None:
     """Address of a process-local symbol kernels reference (None if `name` is not one): the one
     LLVM knows if it is loaded and has it, else ours (created on first use). Functions of the
-    vector math runtime library (``lazymath_vm_*``) are loaded or compiled by `vmlib`."""
-    if name.startswith("lazymath_vm_"):
+    vector math runtime library and their pointer cells (``lazymath_vm*``) come from `vmlib`."""
+    if name.startswith("lazymath_vm"):
         from lazymath.backend import vmlib
 
-        return vmlib.address(name)
+        return vmlib.resolve(name)
     with _runtime_lock:
         addr = _runtime.get(name)
         if addr:

@@ -1401,12 +1401,19 @@ def _get_value(ctx: LowerCtx, i: vmath.GetValue) -> None:
 @register(vmath.VMathCall)
 def _vmath_call(ctx: LowerCtx, i: vmath.VMathCall) -> None:
     """A call into the vector math runtime library (`vmlib`): the composite runs out of line
-    over the tile, ``void lazymath_vm_<op>_<dtype>(dst, src0, src1, n)``."""
-    name = vmath.call_symbol(i.op, i.dtype)
-    fn = ctx.intrinsic(name, ir.VoidType(), [PTR, PTR, PTR, I64])
+    over the tile, ``void lazymath_vm_<op>_<dtype>(dst, src0, src1, n)``, called through its
+    pointer cell ``lazymath_vmp_<op>_<dtype>`` (the library's quickly compiled code can be
+    replaced by its optimized code while kernels are linked to it)."""
+    name = "lazymath_vmp_" + vmath.call_symbol(i.op, i.dtype)[len("lazymath_vm_") :]
+    cell = ctx.module.globals.get(name)
+    if cell is None:
+        cell = ir.GlobalVariable(ctx.module, PTR, name=name)
+    b = ctx.builder
+    fnty = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64])
+    fn = b.load(cell, typ=fnty.as_pointer())
     srcs = [ctx.ptr(r) for r in i.srcs]
     srcs += [srcs[0]] * (2 - len(srcs))
-    ctx.builder.call(fn, [ctx.ptr(i.dst), *srcs, ctx.int(i.n)])
+    b.call(fn, [ctx.ptr(i.dst), *srcs, ctx.int(i.n)])
 
 
 @register(isa.AtomicAdd)

@@ -20,12 +20,15 @@ calls it is loaded. Kernels reference the symbol by name: elfload resolves it th
 
 from __future__ import annotations
 
+import ctypes
 import threading
+from concurrent.futures import Future
 
 from lazymath import settings
 from lazymath.backend import isa, kernel_cache
 
 PREFIX = "lazymath_vm_"
+CELL_PREFIX = "lazymath_vmp_"
 # == vmath.COMPOSITE_OPS / vmath._F64_OPS (a test checks): the plan below runs on the warm path,
 # which must not import vmath (llvmlite.ir and the interpreter/cost tables)
 CALL_OPS = ("sin", "cos", "tan", "tanh", "sigmoid", "exp2", "pow", "floor_divide", "remainder")
@@ -84,8 +87,7 @@ def call_plan(ir, setting: str | None = None) -> tuple[bool, str]:
 
 
 _lock = threading.RLock()
-_loaded: dict[str, int] = {}  # symbol -> address
-_published: set[str] = set()  # symbols llvm.add_symbol knows
+_published: set[str] = set()  # names llvm.add_symbol knows
 _stats = {"compiled": 0, "disk_hits": 0}
 
 
@@ -100,10 +102,10 @@ def parse_symbol(symbol: str) -> tuple[str, str] | None:
 
 
 def program(op: str, dtype: str) -> isa.Program:
-    from lazymath.backend import vmath
-
     """The subroutine as an ISA program in the kernel calling convention: args[0] = dst,
     args[1..] = sources, BLOCK_IDX = n (the wrapper built by `library_ir` passes it)."""
+    from lazymath.backend import vmath
+
     arity = vmath._ARITY.get(op, 1)
     dst = isa.Buffer("dst", "GM", dtype, 0, arg=0)
     srcs = tuple(isa.Buffer(f"src{k}", "GM", dtype, 0, arg=1 + k) for k in range(arity))
@@ -112,26 +114,88 @@ def program(op: str, dtype: str) -> isa.Program:
     return isa.Program(f"vm_{op}_{dtype}", (dst, *srcs), tuple(bufs), tuple(body), 1, 1)
 
 
+def _constant_buffers(prog: isa.Program) -> tuple[dict, list]:
+    """The composite's coefficient chunks and gather tables: buffers that only the constant
+    vector_dups before the chunk loop write. Returns ({name: [(offset, n, value)]}, rest of
+    the body). A kernel that inlines the composite fills them once (hoisted out of its tile
+    loop); the subroutine would fill them on every call, so they become constant data."""
+    from lazymath.backend.lower_llvm import _names_in
+
+    pre = []
+    k = 0
+    while k < len(prog.body) and isinstance(prog.body[k], isa.VDup):
+        pre.append(prog.body[k])
+        k += 1
+    rest = list(prog.body[k:])
+    written = set()
+    for instr, _ in isa.walk(rest):
+        for f in ("dst", "out"):
+            r = getattr(instr, f, None)
+            if isinstance(r, isa.Ref):
+                written.add(r.buf.name)
+    fills: dict = {}
+    for i in pre:
+        ok = (isinstance(i.scalar, (int, float)) and isinstance(i.n, int)
+              and isinstance(i.dst.off, int) and i.dst.buf.scope == "UB")  # fmt: skip
+        if not ok or i.dst.buf.name in written:
+            return {}, list(prog.body)
+        fills.setdefault(i.dst.buf.name, []).append((i.dst.off, i.n, i.scalar))
+    used = _names_in(rest)
+    return {n: v for n, v in fills.items() if used[n]}, rest
+
+
 def library_ir(op: str, dtype: str) -> str:
-    """LLVM IR text of the library function for (op, dtype)."""
+    """LLVM IR text of the library function for (op, dtype): the program lowered like a
+    kernel (its coefficient chunks and tables as constant data), inside a C-callable wrapper."""
+    import numpy as np
     from llvmlite import ir
 
     from lazymath.backend import vmath
-    from lazymath.backend.lower_llvm import I64, PTR, lower_program
+    from lazymath.backend.lower_llvm import I64, PTR, LowerCtx
 
     symbol = vmath.call_symbol(op, dtype)
     impl = f"{symbol}.body"
-    mod = lower_program(program(op, dtype), symbol=impl)
-    body = mod.get_global(impl)
-    body.linkage = "internal"
-    body.attributes.add("alwaysinline")
+    prog = program(op, dtype)
+    consts, body_instrs = _constant_buffers(prog)
+    ctx = LowerCtx(prog, None, None, impl)
+    b = ctx.builder
+    for buf in prog.args:
+        slot = b.gep(ctx.func.args[2], [ir.Constant(I64, buf.arg)], source_etype=PTR)
+        ctx.base[buf.name] = b.load(slot, typ=PTR, name=f"{buf.name}.base")
+    for buf in prog.buffers:
+        st = ctx.storage_type(buf.dtype)
+        t = ir.ArrayType(st, max(buf.size, 1))
+        if buf.name in consts:
+            vals = np.zeros(max(buf.size, 1), dtype=buf.dtype)
+            for off, n, v in consts[buf.name]:
+                vals[off : off + n] = v  # numpy rounds like the lowering's constants
+            g = ir.GlobalVariable(ctx.module, t, name=f"{symbol}.{buf.name}")
+            g.linkage = "internal"
+            g.global_constant = True
+            g.align = 64
+            conv = float if np.dtype(buf.dtype).kind == "f" else int
+            g.initializer = ir.Constant(t, [ir.Constant(st, conv(v)) for v in vals.tolist()])
+            ctx.base[buf.name] = g
+            continue
+        if buf.name not in ctx.global_refs:
+            continue  # a constant chunk nothing reads
+        a = b.alloca(t, name=buf.name)
+        a.type = PTR
+        a.align = 64
+        ctx.base[buf.name] = a
+    ctx.lower_body(body_instrs)
+    b.ret_void()
+    mod = ctx.module
+    fnbody = mod.get_global(impl)
+    fnbody.linkage = "internal"
+    fnbody.attributes.add("alwaysinline")
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64]), name=symbol)
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     argv = b.alloca(ir.ArrayType(PTR, 3), name="argv")
     for k in range(3):
         b.store(fn.args[k], b.gep(argv, [ir.Constant(I64, 0), ir.Constant(ir.IntType(32), k)]))
-    b.call(body, [fn.args[3], ir.Constant(I64, 1), b.bitcast(argv, PTR)])
+    b.call(fnbody, [fn.args[3], ir.Constant(I64, 1), b.bitcast(argv, PTR)])
     b.ret_void()
     return str(mod)
 
@@ -142,62 +206,170 @@ def _disk_key(op: str, dtype: str) -> str:
     return kernel_cache.disk_key(repr(("vmlib", op, dtype)), host_key())
 
 
-def address(symbol: str) -> int | None:
-    """Address of library function `symbol` (None if it is not one): loaded from the disk
-    cache, or compiled (O3) and stored there, once per process."""
-    hit = _loaded.get(symbol)
-    if hit is not None:
-        return hit
-    parsed = parse_symbol(symbol)
-    if parsed is None:
+class _Fn:
+    """One library function in this process: its pointer cell and the code it points to."""
+
+    def __init__(self, symbol: str, op: str, dtype: str) -> None:
+        self.symbol, self.op, self.dtype = symbol, op, dtype
+        self.key = _disk_key(op, dtype)
+        self.module = f"lmvm_{self.key[:24]}"
+        self.cell = ctypes.c_void_p(0)  # the address kernels call through (never freed)
+        self.cell_address = ctypes.addressof(self.cell)
+        self.tier = -1  # -1 no code yet, 0 quick code, 2 optimized
+        self.addr = 0
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+
+    def link(self, obj: bytes | None, tier: int, symbol: str, module: str,
+             addr: int = 0) -> None:  # fmt: skip
+        """Load `obj` (or take `addr`) and point the cell at it, unless better code is in."""
+        from lazymath.backend import jit
+
+        if obj is not None:
+            addr, _how = jit.load_cached(obj, symbol, module)
+        with _cell_lock:
+            if tier > self.tier:
+                self.tier, self.addr = tier, addr
+                self.cell.value = addr
+        self.ready.set()
+
+
+_fns: dict[str, _Fn] = {}
+_cell_lock = threading.Lock()  # never held while taking another lock
+
+
+def cell_symbol(symbol: str) -> str:
+    """The data symbol kernels load the function's address from (see `_Fn`)."""
+    return CELL_PREFIX + symbol[len(PREFIX) :]
+
+
+def resolve(name: str) -> int | None:
+    """Address of a library symbol for the loaders (elfload, MCJIT): a function's pointer cell
+    (``lazymath_vmp_*``, created on first use; `request` fills it) or a function itself."""
+    if name.startswith(CELL_PREFIX):
+        symbol = PREFIX + name[len(CELL_PREFIX) :]
+        if parse_symbol(symbol) is None:
+            return None
+        fn = _request(symbol)
+        publish(name, fn.cell_address)
+        return fn.cell_address
+    if parse_symbol(name) is None:
         return None
+    return address(name)
+
+
+def address(symbol: str) -> int | None:
+    """Address of library function `symbol` (None if it is not one), waiting for its code:
+    loaded from the disk cache, or compiled on the compile workers (quick code first when
+    tiered compilation is on, the optimized code replaces it and goes to the disk cache)."""
+    if parse_symbol(symbol) is None:
+        return None
+    fn = _request(symbol)
+    fn.ready.wait()
+    if fn.tier < 0:
+        raise fn.error or RuntimeError(f"vector math library function {symbol} failed")
+    return fn.addr
+
+
+def request(symbols) -> None:
+    """Start loading (or compiling) library functions without waiting (`address` waits)."""
+    for s in symbols:
+        if parse_symbol(s) is not None:
+            _request(s)
+
+
+def _request(symbol: str) -> _Fn:
     with _lock:
-        hit = _loaded.get(symbol)
-        if hit is not None:
-            return hit
-        addr = _load_or_compile(symbol, *parsed)
-        _loaded[symbol] = addr
-    publish(symbol)
-    return addr
+        fn = _fns.get(symbol)
+        if fn is not None:
+            return fn
+        op, dtype = parse_symbol(symbol)
+        fn = _fns[symbol] = _Fn(symbol, op, dtype)
+    try:
+        addr = _load(fn)
+        if addr is not None:
+            fn.link(None, 2, symbol, fn.module, addr)
+            return fn
+        _compile(fn)
+    except BaseException as e:
+        fn.error = e
+        fn.ready.set()
+        with _lock:
+            _fns.pop(symbol, None)  # a later request tries again
+        raise
+    return fn
 
 
-def _load_or_compile(symbol: str, op: str, dtype: str) -> int:
+def _compile(fn: _Fn) -> None:
+    from lazymath.backend import compile as bc
+    from lazymath.backend import workers
+
+    text = library_ir(fn.op, fn.dtype)
+    if bc.tiered_setting():
+        sym0 = f"{fn.symbol}_t0"
+        quick = workers.submit(text.replace(f'@"{fn.symbol}"', f'@"{sym0}"'),
+                               f"{fn.module}_t0", 0)  # fmt: skip
+        quick.add_done_callback(lambda f: _linked(fn, f, 0, sym0, f"{fn.module}_t0"))
+    bc._tiering_started()
+    final = workers.submit(text, fn.module, 3)
+    final.add_done_callback(lambda f: _linked(fn, f, 2, fn.symbol, fn.module))
+
+
+def _linked(fn: _Fn, fut: Future, tier: int, symbol: str, module: str) -> None:
+    """A compile finished (on a worker thread): link the code, point the cell at it; the
+    optimized code also goes to the disk cache."""
+    from lazymath.backend import compile as bc
+
+    try:
+        obj = fut.result()
+        fn.link(obj, tier, symbol, module)
+        if tier == 2:
+            _stats["compiled"] += 1
+            kernel_cache.disk_store(fn.key, {"symbol": fn.symbol, "kind": "vmlib",
+                                             "name": fn.symbol}, obj)  # fmt: skip
+    except BaseException as e:  # noqa: BLE001 - whoever waits for the function gets it
+        if fn.tier < 0:
+            fn.error = e
+            fn.ready.set()
+        else:
+            import warnings
+
+            warnings.warn(f"lazymath: optimizing {fn.symbol} failed ({type(e).__name__}: {e}); "
+                          "kernels keep calling its quickly compiled code", RuntimeWarning,
+                          stacklevel=1)  # fmt: skip
+    finally:
+        if tier == 2:
+            bc._tiering_done()
+
+
+def _load(fn: _Fn) -> int | None:
+    """The function from its disk-cache file, or None (no usable file)."""
     from lazymath.backend import elfload, jit
 
-    key = _disk_key(op, dtype)
-    module_name = f"lmvm_{key[:24]}"
-    cached = kernel_cache.disk_load(key)
-    if cached is not None:
-        try:
-            if cached.header.get("symbol") != symbol:
-                raise ValueError("library entry names another symbol")
-            addr, _how = jit.load_cached(cached.obj, symbol, module_name)
-        except (elfload.ElfLoadError, ValueError, KeyError, TypeError, RuntimeError):
-            kernel_cache.reject(key)
-        else:
-            _stats["disk_hits"] += 1
-            return addr
-    text = library_ir(op, dtype)
-    addr, obj = jit.get_jit().compile(text, symbol, module_name, False)
-    _stats["compiled"] += 1
-    if obj is not None:
-        kernel_cache.disk_store(key, {"symbol": symbol, "kind": "vmlib", "name": symbol}, obj)
+    cached = kernel_cache.disk_load(fn.key)
+    if cached is None:
+        return None
+    try:
+        if cached.header.get("symbol") != fn.symbol:
+            raise ValueError("library entry names another symbol")
+        addr, _how = jit.load_cached(cached.obj, fn.symbol, fn.module)
+    except (elfload.ElfLoadError, ValueError, KeyError, TypeError, RuntimeError):
+        kernel_cache.reject(fn.key)
+        return None
+    _stats["disk_hits"] += 1
     return addr
 
 
-def publish(symbol: str) -> None:
-    """Tell LLVM (if loaded) where `symbol` is, so MCJIT links kernels that call it."""
+def publish(name: str, addr: int) -> None:
+    """Tell LLVM (if loaded) where `name` is, so MCJIT links kernels that use it."""
     import sys
 
     binding = sys.modules.get("llvmlite.binding")
-    if binding is None or symbol in _published:
+    if binding is None or name in _published:
         return
-    addr = _loaded.get(symbol)
-    if addr is None:
-        return
-    if binding.address_of_symbol(symbol) != addr:
-        binding.add_symbol(symbol, addr)
-    _published.add(symbol)
+    if binding.address_of_symbol(name) != addr:
+        binding.add_symbol(name, addr)
+    _published.add(name)
 
 
 def symbols_of(program: isa.Program) -> list[str]:
@@ -213,13 +385,6 @@ def symbols_of(program: isa.Program) -> list[str]:
     return out
 
 
-def ensure(program: isa.Program) -> None:
-    """Load (or compile) every library function `program` calls and publish it to LLVM."""
-    for s in symbols_of(program):
-        address(s)
-        publish(s)
-
-
 def stats() -> dict:
     return {"vmlib_compiled": _stats["compiled"], "vmlib_disk_hits": _stats["disk_hits"],
-            "vmlib_loaded": len(_loaded)}  # fmt: skip
+            "vmlib_loaded": len(_fns)}  # fmt: skip

@@ -1,9 +1,10 @@
 """The compile watchdog: an LLVM optimization that never returns (LLVM 22's loop vectorizer has
 spun forever on rare kernels) is abandoned after LAZYMATH_COMPILE_TIMEOUT seconds; the kernel is
-compiled again with the vectorizers off in a fresh LLVM context, with a warning, and the process
-keeps compiling later kernels normally.
+compiled again with the vectorizers off, with a warning, and the process keeps compiling later
+kernels normally. Two places optimize: the compile workers (every kernel of a realize, see
+backend/workers.py) and the MCJIT engine (reports such as `asm`, `jit.Jit.compile`).
 
-Runs in a subprocess: the simulated hang leaves an abandoned thread and a replaced optimizer.
+Runs in subprocesses: the simulated hang leaves an abandoned thread behind.
 """
 
 from __future__ import annotations
@@ -36,6 +37,61 @@ def run(self, ir, name, quick):
 
 
 jit._Optimizer.run = run
+from lazymath.backend.lower_llvm import lower_program
+from lazymath.backend.compile import build_program
+from lazymath.backend.kernel_ir import ElementwiseKernel, SOp, contiguous_view
+from lazymath.runtime.device import get_spec
+
+
+def kernel_ir(op, n=1001):
+    v = contiguous_view("float32", (n,))
+    expr = (SOp("load", "float32", (), 0), SOp(op, "float32", (0,)))
+    return ElementwiseKernel((n,), (v,), (v,), expr, (1,))
+
+
+def compile_direct(op, symbol):
+    prog = build_program(kernel_ir(op), get_spec("ascend910"), symbol)
+    addr, _ = jit.get_jit().compile(str(lower_program(prog, symbol=symbol)), symbol, symbol)
+    return addr
+
+
+x = np.linspace(-3, 3, 1001).astype(np.float32)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    assert compile_direct("exp", "wd_exp")
+msgs = [str(m.message) for m in caught]
+assert hung, "the simulated hang did not happen"
+assert any("did not finish optimizing" in m and "vectorizers off" in m for m in msgs), msgs
+j = jit.get_jit()
+assert j._optimizer.context is not None, "later compiles use a fresh optimizer"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    assert compile_direct("sin", "wd_sin")
+assert not [m for m in caught if "did not finish" in str(m.message)]
+release.set()
+print("ok")
+"""
+
+# the same through a realize: the compile workers' watchdog
+_CHILD_WORKERS = r"""
+import os, threading, warnings
+import numpy as np
+import lazymath as lm
+from lazymath.backend import workers
+
+release = threading.Event()
+orig = workers.Compiler.compile
+hung = []
+
+
+def compile(self, ir, name, level, vectorize=True):
+    if not hung:  # the first worker compile "hangs"
+        hung.append(name)
+        release.wait()
+    return orig(self, ir, name, level, vectorize)
+
+
+workers.Compiler.compile = compile
 x = np.linspace(-3, 3, 1001).astype(np.float32)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -44,8 +100,7 @@ msgs = [str(m.message) for m in caught]
 assert hung, "the simulated hang did not happen"
 assert any("did not finish optimizing" in m and "vectorizers off" in m for m in msgs), msgs
 np.testing.assert_allclose(got, np.exp(x) * 2, rtol=1e-6)
-j = jit.get_jit()
-assert j._optimizer.context is not None, "later compiles use a fresh optimizer"
+assert workers._abandoned == 1, "the stuck worker was replaced"
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     got2 = (lm.sin(lm.tensor(x)) + 1.0).numpy()
@@ -56,11 +111,13 @@ print("ok")
 """
 
 
-def test_a_hung_llvm_optimization_is_abandoned_and_retried(tmp_path):
+@pytest.mark.parametrize("where", ["mcjit", "workers"])
+def test_a_hung_llvm_optimization_is_abandoned_and_retried(tmp_path, where):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root, LAZYMATH_BACKEND="llvm", LAZYMATH_CACHE="0",
                LAZYMATH_CACHE_DIR=str(tmp_path), LAZYMATH_COMPILE_TIMEOUT="2")  # fmt: skip
     env.pop("LAZYMATH_DEBUG", None)
-    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+    child = _CHILD if where == "mcjit" else _CHILD_WORKERS
+    out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True,
                          text=True, timeout=600)  # fmt: skip
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

@@ -149,6 +149,8 @@ def test_library_symbol_names():
     assert vmlib.parse_symbol("lazymath_vm_system_float32") is None
     assert vmlib.parse_symbol("memcpy") is None
     assert vmlib.address("lazymath_vm_nothing_float32") is None
+    assert vmlib.resolve("lazymath_vmp_nothing_float32") is None
+    assert vmlib.cell_symbol("lazymath_vm_sin_float32") == "lazymath_vmp_sin_float32"
 
 
 _CHILD = r"""
@@ -161,6 +163,8 @@ t = x
 for i in range(12):
     t = lm.sin(t) * 1.01 if i % 2 == 0 else lm.tanh(t + 0.5)
 r = t.numpy()
+from lazymath.backend import compile as bc
+bc.wait_tiering()  # the library's optimized code replaced its quick code and is on disk
 info = {**kernel_cache.cache_info(), **vmlib.stats()}
 print(json.dumps({"info": {k: v for k, v in info.items() if isinstance(v, int)},
                   "llvm": "llvmlite.binding" in sys.modules, "r": r.view(np.uint32).tolist()}))

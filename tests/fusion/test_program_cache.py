@@ -269,6 +269,7 @@ def _forbid_compilation(monkeypatch) -> None:
         import lazymath.backend.compile as bc
 
         monkeypatch.setattr(bc, "compile_kernel", _boom)
+        monkeypatch.setattr(bc, "compile_kernels", _boom)
         monkeypatch.setattr(bc, "build_program", _boom)
     except ImportError:
         pass

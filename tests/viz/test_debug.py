@@ -163,9 +163,9 @@ class _Corrupting:
 def test_validate_names_the_kernel_and_user_line(monkeypatch):
     from lazymath.backend import compile as backend_compile
 
-    real = backend_compile.compile_kernel
-    monkeypatch.setattr(backend_compile, "compile_kernel",
-                        lambda *a, **k: _Corrupting(real(*a, **k)))  # fmt: skip
+    real = backend_compile.compile_kernels  # what a realize calls (a batch, in parallel)
+    monkeypatch.setattr(backend_compile, "compile_kernels",
+                        lambda *a, **k: [_Corrupting(x) for x in real(*a, **k)])  # fmt: skip
     monkeypatch.setenv("LAZYMATH_VALIDATE", "1")
     try:
         out, _ = _matmul_graph(47, 13, 61)  # the ops are created inside _matmul_graph

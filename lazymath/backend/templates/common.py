@@ -177,6 +177,7 @@ class TilePool:
         self.prefix = prefix
         self.free: dict[tuple, list[isa.Ref]] = {}
         self.buffers: list[isa.Buffer] = []
+        self._by_name: dict[str, isa.Buffer] = {}  # owns() in O(1): kernels have many tiles
 
     def get(self, dtype: str, size: int | None = None) -> isa.Ref:
         size = self.tile if size is None else int(size)
@@ -186,14 +187,16 @@ class TilePool:
         tag = "" if size == self.tile else f"_{size}"
         buf = isa.Buffer(f"{self.prefix}{len(self.buffers)}_{dtype}{tag}", "UB", dtype, size)
         self.buffers.append(buf)
+        self._by_name[buf.name] = buf
         return isa.Ref(buf, 0)
 
     def put(self, ref: isa.Ref) -> None:
-        if ref.buf in self.buffers:
+        if self.owns(ref):
             self.free.setdefault((ref.buf.dtype, ref.buf.size), []).append(ref)
 
     def owns(self, ref: isa.Ref) -> bool:
-        return ref.buf in self.buffers
+        mine = self._by_name.get(ref.buf.name)
+        return mine is not None and (mine is ref.buf or mine == ref.buf)
 
     @property
     def bytes_per_elem(self) -> int:
@@ -258,6 +261,7 @@ class ExprEmitter:
         if key not in self.const_tiles:
             buf = isa.Buffer(f"c{len(self.const_tiles)}_{dtype}", "UB", dtype, self.pool.tile)
             self.pool.buffers.append(buf)  # counted, never freed
+            self.pool._by_name[buf.name] = buf
             r = isa.Ref(buf, 0)
             self.hoisted.append(isa.VDup(r, value, self.pool.tile))
             self.const_tiles[key] = r

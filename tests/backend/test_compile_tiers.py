@@ -1,0 +1,198 @@
+"""Parallel and tiered compilation (backend/compile.py, backend/workers.py).
+
+Tiered: a kernel slow to optimize starts on tier-0 code (no IR optimization) and the optimized
+code replaces it in the background; results never change (IEEE arithmetic at every level).
+Parallel: the kernels of one program are optimized on the compile workers concurrently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import lazymath as lm
+from lazymath.backend import compile as bc
+from lazymath.backend import kernel_cache, workers
+from lazymath.backend.kernel_ir import ElementwiseKernel, ReduceKernel, SOp, contiguous_view
+
+RNG = np.random.default_rng(2020)
+
+
+def _chain(f: str, n: int) -> tuple:
+    v = contiguous_view(f, (n,))
+    expr = [SOp("load", f, (), 0), SOp("load", f, (), 1)]
+    for op in ("sin", "tanh", "cos", "sigmoid"):
+        expr.append(SOp(op, f, (len(expr) - 1,)))
+        expr.append(SOp("mul", f, (len(expr) - 1, 1)))
+    expr.append(SOp("pow", f, (len(expr) - 1, 1)))
+    ir = ElementwiseKernel((n,), (v, v), (v,), tuple(expr), (len(expr) - 1,))
+    x = RNG.uniform(-20, 20, n).astype(f)
+    y = RNG.uniform(0.5, 1.5, n).astype(f)
+    return ir, (x, y), [np.zeros(n, f)]
+
+
+def _reduce(f: str, n: int, op: str = "sum") -> tuple:
+    v = contiguous_view(f, (n,))
+    pro = (SOp("load", f, (), 0), SOp("sin", f, (0,)), SOp("mul", f, (1, 0)))
+    ir = ReduceKernel((n,), (0,), op, (v,), pro, 2, f, (), (), (SOp("acc", f),), (0,),
+                      (contiguous_view(f, ()),))  # fmt: skip
+    return ir, (RNG.uniform(-3, 3, n).astype(f),), [np.zeros(1, f)]
+
+
+def _ints(n: int) -> tuple:
+    v = contiguous_view("int32", (n,))
+    expr = (SOp("load", "int32", (), 0), SOp("mul", "int32", (0, 0)),
+            SOp("floor_divide", "int32", (1, 0)), SOp("remainder", "int32", (1, 0)),
+            SOp("add", "int32", (2, 3)))  # fmt: skip
+    ir = ElementwiseKernel((n,), (v,), (v,), expr, (4,))
+    return ir, (RNG.integers(-1000, 1000, n).astype(np.int32),), [np.zeros(n, np.int32)]
+
+
+def _matmul(f: str, m: int, k: int, n: int) -> tuple:
+    a = RNG.standard_normal((m, k)).astype(f)
+    b = RNG.standard_normal((k, n)).astype(f)
+    out = lm.mul(lm.relu(lm.matmul(lm.tensor(a), lm.tensor(b))), 0.5)
+    (sk,) = lm.schedule(out).kernels
+    return sk.group.ir, (a, b), [np.zeros((m, n), f)]
+
+
+_KERNELS = {
+    "matmul_f16": lambda: _matmul("float16", 67, 45, 33),
+    "matmul_f32": lambda: _matmul("float32", 130, 97, 61),
+    "chain_f32": lambda: _chain("float32", 5003),
+    "chain_f16": lambda: _chain("float16", 1031),
+    "reduce_f32": lambda: _reduce("float32", 100_003),
+    "reduce_max": lambda: _reduce("float32", 30_011, "max"),
+    "ints": lambda: _ints(4099),
+}
+
+
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+@pytest.mark.parametrize("name", list(_KERNELS))
+def test_tiered_replacement_never_changes_a_result(name, spec, monkeypatch):
+    monkeypatch.setenv("LAZYMATH_CACHE", "0")
+    monkeypatch.setattr(bc, "TIER_IR_CHARS", 0)  # tier every kernel
+    ir, ins, outs = _KERNELS[name]()
+    kernel_cache.clear_cache(disk=False)
+    (k,) = bc.compile_kernels([(ir, "k")], spec, "llvm", tiered=True)
+    copy = bc.compile_kernel(ir, spec, "llvm", name="k_copy")  # a memory-cache hit
+    # a float sum is never tiered: O3 vectorizes it into lanes (reassoc), tier 0 would not
+    want = 2 if name == "reduce_f32" else 0
+    assert k.tier == want and copy.tier == want
+    k(*ins, *outs)
+    tier0 = [o.copy() for o in outs]
+    assert bc.wait_tiering(120)
+    assert k.tier == 2 and copy.tier == 2  # the copy got the optimized code too
+    outs2 = [np.full_like(o, 3) for o in outs]
+    copy(*ins, *outs2)
+    kernel_cache.clear_cache(disk=False)
+    monkeypatch.setenv("LAZYMATH_TIERED", "0")
+    (plain,) = bc.compile_kernels([(ir, "k")], spec, "llvm", tiered=True)
+    assert plain.tier == 2
+    outs3 = [np.full_like(o, 5) for o in outs]
+    plain(*ins, *outs3)
+    for a, b, c in zip(tier0, outs2, outs3):
+        assert a.tobytes() == b.tobytes() == c.tobytes(), name
+    kernel_cache.clear_cache(disk=False)
+
+
+def test_replays_pick_up_the_optimized_code(monkeypatch):
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    monkeypatch.setenv("LAZYMATH_CACHE", "0")
+    monkeypatch.setattr(bc, "TIER_IR_CHARS", 0)
+    lm.clear_cache()
+    a = RNG.uniform(-5, 5, (37, 41)).astype(np.float32)
+
+    def f(t):
+        return lm.tanh(lm.sin(t) * 1.5 + lm.cos(t[::-1])) - lm.sigmoid(t)
+
+    x = lm.tensor(a)
+    first = f(x).numpy()
+    assert bc.wait_tiering(120)
+    again = f(x).numpy()  # a program-cache hit: replays the replaced code
+    assert first.tobytes() == again.tobytes()
+    with np.errstate(all="ignore"):
+        ref = np.tanh(np.sin(a) * np.float32(1.5) + np.cos(a[::-1])) - 1 / (1 + np.exp(-a))
+    np.testing.assert_allclose(first, ref, rtol=1e-5, atol=2e-6)
+    lm.clear_cache()
+
+
+def test_compile_kernels_batch_with_duplicates(monkeypatch):
+    monkeypatch.setenv("LAZYMATH_CACHE", "0")
+    kernel_cache.clear_cache(disk=False)
+    ir1, ins1, _ = _chain("float32", 3001)
+    ir2, ins2, _ = _ints(999)
+    ks = bc.compile_kernels([(ir1, "a"), (ir2, "b"), (ir1, "c")], "ascend910", "llvm")
+    assert [k.name for k in ks] == ["a", "b", "c"]
+    assert ks[0]._cfunc is ks[2]._cfunc  # one compile for both
+    o1, o2 = np.zeros(3001, np.float32), np.zeros(3001, np.float32)
+    ks[0](*ins1, o1)
+    ks[2](*ins1, o2)
+    assert o1.tobytes() == o2.tobytes()
+    o3 = np.zeros(999, np.int32)
+    ks[1](*ins2, o3)
+    x = ins2[0].astype(np.int64)
+    with np.errstate(divide="ignore"):  # x == 0: numpy gives 0, like the kernel
+        np.testing.assert_array_equal(o3, (x * x) // x + (x * x) % x)
+    kernel_cache.clear_cache(disk=False)
+
+
+def test_program_of_independent_kernels(monkeypatch):
+    """Several kernels of one program (reductions over different axes do not fuse) compiled
+    on the workers in parallel: the right results, each kernel in its place."""
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    monkeypatch.setenv("LAZYMATH_CACHE", "0")
+    lm.clear_cache()
+    a = RNG.uniform(-2, 2, (29, 31)).astype(np.float32)
+    x = lm.tensor(a)
+    outs = [lm.sum(lm.sin(x), axis=0), lm.max(lm.cos(x) * 2, axis=1), lm.exp(x)[::-1] + 1,
+            lm.tanh(x).T * 3]  # fmt: skip
+    assert len(lm.schedule(*outs).kernels) >= 3
+    lm.realize(*outs)
+    got = [o.numpy() for o in outs]
+    refs = [np.sin(a).sum(0), (np.cos(a) * 2).max(1), np.exp(a)[::-1] + 1, np.tanh(a).T * 3]
+    for g, r in zip(got, refs):
+        np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5)
+    assert workers.n_workers() >= 1
+    lm.clear_cache()
+
+
+_CHILD = r"""
+import json, sys
+import numpy as np
+import lazymath as lm
+from lazymath.backend import compile as bc, kernel_cache, vmlib
+bc.TIER_IR_CHARS = 0
+x = lm.tensor(np.linspace(-3, 3, 999, dtype=np.float32))
+t = x
+for i in range(9):
+    t = lm.sin(t) * 1.01 if i % 2 == 0 else lm.tanh(t + 0.5)
+r = t.numpy()
+info = {**kernel_cache.cache_info(), **vmlib.stats(), **bc.TIER_STATS}
+print(json.dumps({"info": {k: v for k, v in info.items() if isinstance(v, int)},
+                  "r": r.view(np.uint32).tolist()}))
+"""
+
+
+def test_a_tiered_kernel_reaches_the_disk_cache(tmp_path):
+    """The process waits at exit for the optimized code and stores it: the next process
+    compiles nothing and computes the same bits."""
+    env = {**os.environ, "LAZYMATH_CACHE_DIR": str(tmp_path / "c"), "LAZYMATH_CACHE": "1"}
+    env.pop("LAZYMATH_TIERED", None)
+
+    def run() -> dict:
+        out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                             text=True, timeout=600, check=True)  # fmt: skip
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = run()
+    assert first["info"]["tiered"] >= 1
+    second = run()
+    assert second["info"]["compiled"] == 0 and second["info"]["vmlib_compiled"] == 0
+    assert second["info"]["tiered"] == 0
+    assert second["r"] == first["r"]
