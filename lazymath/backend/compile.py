@@ -481,6 +481,13 @@ def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
     return job
 
 
+def _compile_llvm(ir, spec, name: str, calls: bool = False) -> CompiledKernel:
+    """One kernel with its final code, now (no tiering): a disk-cache hit or a compile
+    (`autotune` times candidate GEMM plans through this)."""
+    k = _start_llvm(ir, spec, name, calls, tiered=False)
+    return k.finish() if isinstance(k, _Job) else k
+
+
 def _link_library(program) -> None:
     """Load the vector math library functions `program` calls before its code is linked
     (outside the loader's lock: a library compile must not wait for it)."""

@@ -198,13 +198,15 @@ def test_every_cached_object_is_covered(fresh_cache):
     """Scan the objects of every kernel kind: only implemented relocation types, and every
     external symbol resolves without LLVM."""
     seen: set[str] = set()
+    from lazymath.backend import compile as bc
+
     for make, spec in KERNELS.values():
         compile_kernel(make(), get_spec(spec), "llvm")
+    bc.wait_tiering(600)  # the vector math library's optimized code reaches the disk too
     files = kernel_cache.disk_files()
-    assert len(files) == len(KERNELS)
-    for p in files:
-        key = p.name[: -len(kernel_cache.SUFFIX)]
-        entry = kernel_cache.disk_load(key)
+    entries = [kernel_cache.disk_load(p.name[: -len(kernel_cache.SUFFIX)]) for p in files]
+    assert len([e for e in entries if e.header.get("kind") != "vmlib"]) == len(KERNELS)
+    for entry in entries:
         info = elfload.scan(entry.obj)
         assert set(info["relocations"]) <= set(elfload.RELOC_NAMES.values()), info
         assert not any(s.startswith((".init_array", ".ctors")) for s in info["sections"])
