@@ -91,6 +91,13 @@ KNOWN_CYCLES: dict[frozenset, str] = {
     frozenset({"lazymath.backend.autotune", "lazymath.backend.compile"}): (
         "compile asks autotune for a GEMM choice, autotune compiles candidates"
     ),
+    frozenset({"lazymath.backend.autotune", "lazymath.backend.compile", "lazymath.backend.gemm",
+               "lazymath.backend.host", "lazymath.backend.jit", "lazymath.backend.vmlib",
+               "lazymath.backend.workers"}): (
+        "issue 20: the compile workers build their LLVM state from the JIT's target, the "
+        "vector-math library is compiled on the workers and tiered with compile's counter, "
+        "compile links kernels to the library; joins the two cycles above"
+    ),
     frozenset({"lazymath.distributed.api", "lazymath.distributed.cluster",
                "lazymath.distributed.execute", "lazymath.distributed.explain",
                "lazymath.distributed.plan", "lazymath.distributed.worker"}): (
