@@ -98,6 +98,9 @@ class Program:
                 addrs[i] = a.__array_interface__["data"][0]
             elif s.kind == "arena":
                 size = s.nbytes
+                if arena is None:  # every intermediate is empty (a zero-size graph)
+                    arrays[i] = np.empty(s.shape, s.dtype)
+                    continue
                 arrays[i] = arena.raw[s.index : s.index + size].view(s.dtype).reshape(s.shape)
                 addrs[i] = arena.address + s.index
             else:

@@ -994,11 +994,17 @@ def _var(op: str, x, axis, keepdims: bool, ddof) -> Tensor:
     acc = astype(xf, dt.float32) if xf.dtype == dt.float16 else xf
     m = mean(acc, axis, keepdims=True)
     d = acc - m
-    sq = d * d
+    out_dtype = xf.dtype
+    if dt.is_complex(xf.dtype):  # numpy: mean of |d|^2, a real result (float32 for complex64)
+        a = abs(d)
+        sq = a * a
+        out_dtype = a.dtype
+    else:
+        sq = d * d
     denom = builtins.max(n - ddof, 0)
     s = sum(sq, axis, keepdims)
     out = s * (1.0 / denom) if denom else s * float("nan")
-    return astype(out, xf.dtype)
+    return astype(out, out_dtype)
 
 
 def std(x, axis=None, keepdims=False, ddof=0) -> Tensor:

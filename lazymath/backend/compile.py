@@ -10,8 +10,8 @@
 Templates are a table by `ir.kind`; each module exposes ``build(ir, spec, name) -> Program``.
 The matmul template belongs to the Cube work and is imported lazily.
 
-A disk-cache hit runs neither the template nor LLVM: the file holds the ISA program (pickled,
-read back by an unpickler that only admits lazymath.backend classes) next to the object code,
+A disk-cache hit runs neither the template nor LLVM: the file holds the ISA program (encoded by
+`isa_codec`, whose reader can only build lazymath's ISA values; no pickle) next to the object code,
 which `jit.load_cached` maps with `elfload`. The template module is imported only when a lazy
 report (`llvm_ir`, `asm`, `cost`) needs the lowerings/costs it registers.
 """
@@ -21,10 +21,8 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import importlib
-import io
 import math
 import os
-import pickle
 import threading
 import weakref
 from typing import TYPE_CHECKING
@@ -368,31 +366,16 @@ def _is_tiny(ir) -> bool:
     return work < TINY_KERNEL_ELEMENTS
 
 
-# Globals a cached program's pickle may name: classes of lazymath's backend (ISA instructions,
-# kernel IR, vmath's table references) and plain containers. Functions and anything outside
-# (os.system, eval, ...) are refused, so a cache file can at worst describe a wrong program,
-# never run arbitrary Python code while being read.
-_PICKLE_BUILTINS = frozenset(("tuple", "list", "dict", "set", "frozenset", "slice", "complex"))
-
-
-class _ProgramUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        if module == "builtins" and name in _PICKLE_BUILTINS:
-            return super().find_class(module, name)
-        if module.startswith("lazymath.backend.") and module != "lazymath.backend.gemm":
-            obj = super().find_class(module, name)
-            if isinstance(obj, type):
-                return obj
-        raise pickle.UnpicklingError(f"cached program names {module}.{name}: not allowed")
-
-
 def _load_program(blob: bytes | None, name: str) -> isa.Program:
-    """The ISA program stored with a cached kernel, renamed to `name`."""
+    """The ISA program stored with a cached kernel, renamed to `name` (`isa_codec`: builds
+    only lazymath's ISA values, never runs code)."""
+    from lazymath.backend import isa_codec
+
     if not blob:
         raise ValueError("cache entry has no program")
-    program = _ProgramUnpickler(io.BytesIO(blob)).load()
-    if not isinstance(program, isa.Program) or program.blocks < 1:
-        raise ValueError("cache entry's program is not an isa.Program")
+    program = isa_codec.decode(blob)
+    if program.blocks < 1:
+        raise ValueError("cache entry's program has no blocks")
     return program if program.name == name else dataclasses.replace(program, name=name)
 
 
@@ -437,11 +420,13 @@ def _load_llvm(ir, spec, name: str, key: str) -> CompiledKernel | None:
     try:
         program = _load_program(cached.parts.get("program"), name)
         symbol = cached.header["symbol"]
+        if not isinstance(symbol, str):
+            raise ValueError("symbol is not a string")
         _link_library(program)
         addr, how = jit.load_cached(cached.obj, symbol, f"lmmod_{key[:24]}")
-    except (elfload.ElfLoadError, pickle.UnpicklingError, ValueError, KeyError, TypeError,
-            AttributeError, EOFError, RuntimeError):  # fmt: skip
-        kernel_cache.reject(key)  # recompiled and replaced by the caller
+    except (elfload.ElfLoadError, ValueError, KeyError, TypeError, AttributeError,
+            RuntimeError) as e:  # fmt: skip
+        kernel_cache.reject(key, f"{type(e).__name__}: {e}")  # recompiled and replaced
         return None
     kernel_cache.count("disk_hits")
     if how != "memory":
@@ -578,10 +563,17 @@ class _Job:
                               self.symbol, self.text)  # fmt: skip
 
     def _store(self, obj: bytes | None) -> None:
-        if obj is not None:
-            blob = pickle.dumps(self.program, protocol=pickle.HIGHEST_PROTOCOL)
-            header = {"symbol": self.symbol, "kind": self.ir.kind, "name": self.name}
-            kernel_cache.disk_store(self.key, header, obj, {"program": blob})
+        if obj is None:
+            return
+        from lazymath.backend import isa_codec
+
+        try:
+            blob = isa_codec.encode_checked(self.program)
+        except isa_codec.CodecError as e:  # not storable: this kernel stays memory-only
+            kernel_cache.note_unstorable(self.name, str(e))
+            return
+        header = {"symbol": self.symbol, "kind": self.ir.kind, "name": self.name}
+        kernel_cache.disk_store(self.key, header, obj, {"program": blob})
 
     def _tier_up(self, kernel: CompiledKernel, fut) -> None:
         """Background: the optimized code replaces the tier-0 code in every copy of the

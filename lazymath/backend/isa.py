@@ -295,7 +295,7 @@ class VDup:
     an IntExpr (a scalar register, e.g. the first row index of this block's slice)."""
 
     dst: Ref
-    scalar: float | int
+    scalar: float | IntExpr  # IntExpr (a scalar register) for integer dtypes
     n: IntExpr
 
 

@@ -15,17 +15,24 @@ File layout (format 2): MAGIC, u32 header length, u32 payload length, JSON heade
 sha256 of everything before it. The payload is the object code followed by the parts the
 header's ``"parts"`` list names with their lengths.
 
-Trust: a cache file is machine code that gets executed. The directory is created 0700, files
-are written to a private temp file and renamed into place (atomic), and a load checks the magic,
-the header (which repeats the expected key) and a sha256 of header + payload; anything else --
-truncated, corrupt, foreign -- is counted in ``disk_rejected``, recompiled and replaced, never
-executed. ``LAZYMATH_CACHE=0`` disables the disk level.
+Trust: a cache file is machine code that gets executed. The directory is created 0700 and must
+be a directory owned by this user that nobody else can write (not world-writable, not writable
+by a group other than the user's own); otherwise the disk level is off for the process, with a
+warning that names the directory and the reason. Files are written to a private temp file and
+renamed into place (atomic). A load opens the entry without following symlinks and without
+blocking (a FIFO cannot hang it), and uses it only if it is a regular file owned by this user,
+writable by nobody else and at most MAX_FILE_BYTES long; then it checks the magic, the header
+(which repeats the expected key) and a sha256 of header + payload, and the program part is read
+by `isa_codec` (data only, never pickle). Anything else -- truncated, corrupt, foreign, special
+-- is counted in ``disk_rejected``, reported once per file with a warning saying why, removed
+and recompiled, never executed. ``LAZYMATH_CACHE=0`` disables the disk level.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 import tempfile
 import threading
@@ -43,7 +50,8 @@ except ImportError:
         from hashlib import sha256 as _sha256
 
 MAGIC = b"LMKCACHE"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: the program part is isa_codec JSON (2 held a pickle)
+MAX_FILE_BYTES = 256 << 20  # a kernel file is a few KiB to a few MiB
 SUFFIX = ".lmk"
 
 _lock = threading.RLock()
@@ -52,6 +60,8 @@ _memory: dict = {}
 _stats = {"compiled": 0, "memory_hits": 0, "disk_hits": 0, "disk_writes": 0, "disk_rejected": 0,
           "disk_errors": 0, "elf_loads": 0, "mcjit_loads": 0}  # fmt: skip
 _code_version: str | None = None
+_dir_verdict: dict[str, str | None] = {}  # cache dir -> why it is refused (None: usable)
+_warned: set = set()
 
 
 def cache_dir() -> Path:
@@ -65,6 +75,64 @@ def cache_dir() -> Path:
 
 def disk_enabled() -> bool:
     return settings.CACHE.get()
+
+
+def _warn(what: str, why: str) -> None:
+    """One RuntimeWarning per (what, why) and process."""
+    if (what, why) in _warned:
+        return
+    _warned.add((what, why))
+    import warnings
+
+    warnings.warn(f"lazymath kernel cache: {what}: {why}", RuntimeWarning, stacklevel=4)
+
+
+def _untrusted(st: os.stat_result) -> str | None:
+    """Why a file or directory with this stat must not be trusted (None: it may)."""
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        return f"owned by uid {st.st_uid}, not by this user (uid {uid})"
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & stat.S_IWOTH:
+        return f"writable by others (mode {mode:04o})"
+    if mode & stat.S_IWGRP and st.st_gid != os.getegid():
+        return f"writable by group {st.st_gid} (mode {mode:04o})"
+    return None
+
+
+def _check_dir(d: Path) -> str | None:
+    """Create `d` (0700) if missing; why it cannot hold trusted kernels, or None."""
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except FileExistsError:
+        return "exists and is not a directory"
+    except OSError as e:
+        return f"cannot be created ({e.strerror or e})"
+    try:
+        st = os.stat(d)
+    except OSError as e:
+        return f"cannot be inspected ({e.strerror or e})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "exists and is not a directory"
+    why = _untrusted(st)
+    if why is not None:
+        return why
+    if not os.access(d, os.W_OK | os.X_OK):
+        return "is not writable"
+    return None
+
+
+def usable_dir() -> Path | None:
+    """The cache directory if the disk level is on and the directory is trusted; None (with a
+    warning once per directory and reason that says why) otherwise."""
+    if not disk_enabled():
+        return None
+    d = cache_dir()
+    why = _dir_verdict[str(d)] = _check_dir(d)  # checked on every use (a few stat calls)
+    if why is not None:
+        _warn(f"directory {d}", f"{why}; the disk cache is off")
+        return None
+    return d
 
 
 def code_version() -> str:
@@ -113,12 +181,6 @@ def count(stat: str) -> None:
 # ----------------------------------------------------------------------------- disk level
 
 
-def _ensure_dir() -> Path:
-    d = cache_dir()
-    d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return d
-
-
 def _path(key: str) -> Path:
     return cache_dir() / (key + SUFFIX)
 
@@ -131,33 +193,87 @@ class CacheEntry(NamedTuple):
     parts: dict[str, bytes]
 
 
+def _read_trusted(p: Path) -> bytes | str | None:
+    """The bytes of `p` if it is a trusted regular file; else why not (str); None if missing.
+
+    O_NOFOLLOW: a symlink (e.g. to /dev/zero) is refused, not followed. O_NONBLOCK: opening a
+    FIFO returns at once instead of waiting for a writer. The type, owner, mode and size are
+    checked on the open descriptor before a single byte is read, and no more than the size
+    fstat reported is read."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(p, flags | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if os.path.islink(p):
+            return "is a symbolic link"
+        return f"cannot be opened ({e.strerror or e})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO"
+                    if stat.S_ISFIFO(st.st_mode) else "a device or socket")  # fmt: skip
+            return f"is {kind}, not a regular file"
+        why = _untrusted(st)
+        if why is not None:
+            return why
+        if st.st_size > MAX_FILE_BYTES:
+            return f"is {st.st_size} bytes, more than the {MAX_FILE_BYTES} a kernel file may be"
+        chunks, left = [], st.st_size
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 20))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def disk_load(key: str) -> CacheEntry | None:
     """The entry if a valid file exists for `key`; None (and counted) otherwise."""
-    if not disk_enabled():
+    if usable_dir() is None:
         return None
     p = _path(key)
     try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError:
+        data = _read_trusted(p)
+    except OSError as e:
         count("disk_errors")
+        _warn(f"file {p}", f"cannot be read ({e.strerror or e})")
+        return None
+    if data is None:
+        return None
+    if isinstance(data, str):
+        reject(key, data)
         return None
     parsed = _parse(data, key)
     if parsed is None:
-        reject(key)
+        reject(key, "bad magic, length, checksum or header (truncated, corrupt or foreign)")
         return None
     return parsed
 
 
-def reject(key: str) -> None:
-    """Count and delete the file of `key` (its contents cannot be used; the caller
+def reject(key: str, why: str = "its contents cannot be used") -> None:
+    """Count, report and delete the file of `key` (its contents cannot be used; the caller
     recompiles and stores a fresh one)."""
     count("disk_rejected")
+    p = _path(key)
+    _warn(f"file {p}", f"{why}; not used, recompiling")
     try:
-        _path(key).unlink()
+        if p.is_dir() and not p.is_symlink():
+            p.rmdir()
+        else:
+            p.unlink()
     except OSError:
         pass
+
+
+def note_unstorable(name: str, why: str) -> None:
+    """A kernel that cannot be written to disk (its program is outside the cache encoding)."""
+    count("disk_errors")
+    _warn(f"kernel {name}", f"not stored on disk: {why}")
 
 
 def _parse(data: bytes, key: str) -> CacheEntry | None:
@@ -204,11 +320,11 @@ def _parse(data: bytes, key: str) -> CacheEntry | None:
 def disk_store(key: str, header: dict, obj: bytes, parts: dict[str, bytes] | None = None) -> None:
     """Write atomically: private temp file in the cache dir, then os.replace. `parts` are
     extra named byte strings stored after the object code."""
-    if not disk_enabled():
+    d = usable_dir()
+    if d is None:
         return
     parts = parts or {}
     try:
-        d = _ensure_dir()
         meta = {**header, "key": key, "format": FORMAT_VERSION,
                 "parts": [[n, len(b)] for n, b in parts.items()]}  # fmt: skip
         hb = json.dumps(meta).encode()
@@ -220,6 +336,10 @@ def disk_store(key: str, header: dict, obj: bytes, parts: dict[str, bytes] | Non
             with os.fdopen(fd, "wb") as f:
                 f.write(head + hb + payload + digest)
             os.replace(tmp, _path(key))
+        except IsADirectoryError:
+            os.unlink(tmp)
+            reject(key, "is a directory, not a regular file")
+            return
         except BaseException:
             try:
                 os.unlink(tmp)
@@ -227,15 +347,20 @@ def disk_store(key: str, header: dict, obj: bytes, parts: dict[str, bytes] | Non
                 pass
             raise
         count("disk_writes")
-    except OSError:
+    except OSError as e:
         count("disk_errors")
+        _warn(f"directory {d}", f"cannot write a kernel file ({e.strerror or e})")
 
 
 def disk_files() -> list[Path]:
     d = cache_dir()
-    if not d.is_dir():
+    if not d.is_dir() or d in _refused():
         return []
     return sorted(p for p in d.iterdir() if p.suffix == SUFFIX and not p.name.startswith("."))
+
+
+def _refused() -> set:
+    return {Path(k) for k, why in _dir_verdict.items() if why is not None}
 
 
 # ----------------------------------------------------------------------------- public

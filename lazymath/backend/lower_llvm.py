@@ -258,7 +258,7 @@ class LowerCtx:
         return md
 
     def _loop(self, start, stop, step, body, parallel: bool, carry=(), no_unroll=False,
-              width: int | None = None):  # fmt: skip
+              width: int | None = None, no_vectorize: bool = False):  # fmt: skip
         """Counted loop; `body(i)` emits into the loop body. step must be > 0 (or static).
 
         With `carry` (initial values), `body(i, *values)` returns the next values (loop-carried
@@ -295,10 +295,15 @@ class LowerCtx:
         for ph, v in zip(phis, nxt_vals or ()):
             ph.add_incoming(v, b.block)
         br = b.branch(head)
-        if no_unroll and not parallel:
+        if (no_unroll or no_vectorize) and not parallel:
             mod = self.module
-            dis = mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.unroll.disable")])
-            br.set_metadata("llvm.loop", self._distinct(lambda md: [md, dis]))
+            hints = []
+            if no_unroll:
+                hints.append(mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.unroll.disable")]))
+            if no_vectorize:
+                off = ir.MetaDataString(mod, "llvm.loop.vectorize.enable")
+                hints.append(mod.add_metadata([off, ir.Constant(I1, 0)]))
+            br.set_metadata("llvm.loop", self._distinct(lambda md: [md, *hints]))
         if parallel:
             ag = self._access_group
             mod = self.module
@@ -326,8 +331,10 @@ class LowerCtx:
         """for i in start..n with independent iterations: vectorizable, no alias checks."""
         self._loop(start, n, 1, body, parallel=True, width=width)
 
-    def for_range(self, start, stop, step, body: Callable[[ir.Value], None], no_unroll=False):
-        self._loop(start, stop, step, body, parallel=False, no_unroll=no_unroll)
+    def for_range(self, start, stop, step, body: Callable[[ir.Value], None], no_unroll=False,
+                  no_vectorize=False):  # fmt: skip
+        self._loop(start, stop, step, body, parallel=False, no_unroll=no_unroll,
+                   no_vectorize=no_vectorize)  # fmt: skip
 
     def map(self, dst: isa.Ref, srcs: tuple, n, fn: Callable, dtypes=None) -> None:
         """dst[i] = fn(*[src[i] for src in srcs]) for i < n, values in compute types."""
@@ -1336,7 +1343,13 @@ def _copy_2d(ctx: LowerCtx, gm_is_src: bool, gm_ref, chip_ref, counts, strides, 
         else:  # writing a stride-0 GM view: last write wins, keep the order
             ctx.for_range(0, cols, 1, elem)
 
-    ctx.for_range(0, rows, 1, row)
+    # A row loop of memcpys whose GM rows run backwards (a flip: s0 < 0): LLVM 22's loop
+    # vectorizer (quick pipeline) widens the small row copies into a reversed vector loop and
+    # aborts the process on an internal assertion ("VPlan cost model and legacy cost model
+    # disagreed", e.g. 31 rows of 2 or 4 bytes). Such loops gain nothing from the vectorizer
+    # (each row is one small copy), so it is told to leave them alone.
+    backwards = isinstance(s1, int) and s1 == 1 and isinstance(s0, int) and s0 < 0
+    ctx.for_range(0, rows, 1, row, no_vectorize=backwards)
 
 
 def _copy_in(ctx: LowerCtx, i: isa.CopyIn) -> None:

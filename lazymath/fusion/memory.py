@@ -77,7 +77,11 @@ def plan_memory(kernels, output_ids: set[int], inplace_ok) -> MemoryPlan:
         free = merged
 
     for k, (ins, outs) in enumerate(kernels):
-        dying = [bufs[nid] for nid, _ in ins if nid in bufs and not bufs[nid].is_output
+        # one entry per buffer: a kernel may read the same buffer through several inputs
+        # (x - max(x) reads x twice), and releasing its block twice would hand the same
+        # arena bytes to two later buffers
+        in_ids = dict.fromkeys(nid for nid, _ in ins)
+        dying = [bufs[nid] for nid in in_ids if nid in bufs and not bufs[nid].is_output
                  and bufs[nid].last == k and bufs[nid].offset >= 0]  # fmt: skip
         for nid, nbytes in outs:
             b = bufs[nid]

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from lazymath.backend import compile as bc
-from lazymath.backend import elfload, jit, kernel_cache
+from lazymath.backend import elfload, isa_codec, jit, kernel_cache
 from lazymath.backend.compile import CompiledKernel, compile_kernel, view_extent
 from lazymath.backend.ir_reference import run as reference_run
 from lazymath.backend.kernel_ir import (
@@ -330,7 +330,7 @@ def _plant(ir, spec: str, obj: bytes, program_blob: bytes | None = None) -> str:
     """Write a checksum-valid cache file for `ir` holding `obj` (and a program)."""
     key, _ = bc._disk_key(ir, get_spec(spec))
     if program_blob is None:
-        program_blob = pickle.dumps(bc.build_program(ir, get_spec(spec), "k_elementwise"))
+        program_blob = isa_codec.encode(bc.build_program(ir, get_spec(spec), "k_elementwise"))
     header = {"symbol": f"lm_{ir.kind}_{key[:24]}", "kind": ir.kind, "name": "k_elementwise"}
     kernel_cache.disk_store(key, header, obj, {"program": program_blob})
     return key
