@@ -312,7 +312,7 @@ def test_transcendental_prologue_runs_as_a_vector_kernel(spec):
     nothing. A prologue with an op that needs the math library now runs as its own Vector
     kernel (vmath, costed); the Cube kernel's native code calls no libm function."""
     import lazymath as lm
-    from lazymath.engine import schedule
+    from lazymath.api import schedule
 
     rng = np.random.default_rng(3)
     a = rng.uniform(-1, 1, (40, 24)).astype(np.float32)
