@@ -491,7 +491,10 @@ def _renamed_ir(text: str, symbol: str, new: str) -> str:
 
 TIER_STATS = {"tiered": 0, "tiered_up": 0}  # kernels started on tier 0 / replaced since
 TIER_IR_CHARS = 24_000  # LLVM IR text above which a kernel starts on its quick tier-0 code
-TIER_MAX_ELEMENTS = 1 << 22  # ... unless its arrays are so large that tier-0 code costs more
+# ... unless its arrays are so large that tier-0 code costs more: at 1M float32 the tier-0 code
+# of sin+exp+log ran ~4x slower than O3 (benchmarks/elementwise.py "three": 23.9 vs 5.5 ms) for
+# as long as the background compile took, so only kernels up to 64K elements start on tier 0
+TIER_MAX_ELEMENTS = 1 << 16
 
 
 def tiered_setting() -> bool:
