@@ -21,6 +21,7 @@ import sys
 import time
 
 import numpy as np
+from _timing import median_time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import lazymath as lm  # noqa: E402
@@ -38,17 +39,6 @@ try:
     import jax.numpy as jnp
 except ImportError:
     jax = None
-
-
-def median_time(fn, reps: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def report(title: str, results: dict[str, float], nbytes: int | None = None) -> None:

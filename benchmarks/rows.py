@@ -20,6 +20,7 @@ import sys
 import time
 
 import numpy as np
+from _timing import median_time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import lazymath as lm  # noqa: E402
@@ -41,17 +42,6 @@ except ImportError:
     threadpool_info = None
 
 EPS = 1e-5
-
-
-def median_time(fn, reps: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def warm_cores(seconds: float = 0.3) -> None:
