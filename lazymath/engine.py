@@ -403,9 +403,8 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
     if backend != "irref":
         from .backend.compile import compile_kernels
 
-    before = [id(n.realized) for n in leaves]
     sched = make_schedule(outputs, spec)
-    copy_leaves = {i for i, n in enumerate(leaves) if id(n.realized) != before[i]}
+    copy_leaves = {i for i, n in enumerate(leaves) if id(n) in sched.copy_inputs}
     leaf_pos = {id(n): i for i, n in enumerate(leaves)}
     out_pos = {id(n): i for i, n in enumerate(outputs)}
     slots: list[Slot] = []

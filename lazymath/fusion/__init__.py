@@ -79,7 +79,7 @@ def make_schedule(outputs: list[Node], spec, n_streams: int = 2) -> Schedule:
         out_ids,
         _inplace_ok(groups),
     )  # fmt: skip
-    sched = Schedule(kernels, mem, log, spec, outputs=list(outputs))
+    sched = Schedule(kernels, mem, log, spec, outputs=list(outputs), copy_inputs=planner.copied)
     _assign_streams(sched, groups, n_streams)
     return sched
 

@@ -34,10 +34,11 @@ class CapExceeded(Exception):
         self.limit = limit
 
 
-def base_view(node: Node) -> views.SView:
+def base_view(node: Node, copied: frozenset[int] = frozenset()) -> views.SView:
     """How a boundary node's buffer is laid out: realized arrays keep their strides, buffers
-    produced by kernels in this program are contiguous."""
-    if node.realized is not None:
+    produced by kernels in this program are contiguous, and so are the user arrays in `copied`
+    (ids of leaves the plan copies to contiguous memory before the program runs)."""
+    if node.realized is not None and id(node) not in copied:
         sv = views.of_array(node.realized)
         if sv is None:
             raise NeedMaterialize(node, "array strides are not a multiple of the item size")
@@ -54,8 +55,9 @@ class ExprBuilder:
     """
 
     def __init__(self, iter_shape, internal: set[int], acc: Node | None = None,
-                 acc_dtype: str | None = None):  # fmt: skip
+                 acc_dtype: str | None = None, copied: frozenset[int] = frozenset()):  # fmt: skip
         self.iter_shape = tuple(iter_shape)
+        self.copied = copied
         self.internal = internal
         self.acc = acc
         self.acc_dtype = acc_dtype
@@ -77,7 +79,7 @@ class ExprBuilder:
         return len(self.ops) - 1
 
     def _load(self, node: Node, chain: tuple[Node, ...]) -> int:
-        sv, bad = views.compose(base_view(node), chain)
+        sv, bad = views.compose(base_view(node, self.copied), chain)
         if sv is None:
             raise NeedMaterialize(bad.srcs[0], f"reshape {bad.srcs[0].shape} -> {bad.shape} of a"
                                   " strided view needs a copy")  # fmt: skip
@@ -165,8 +167,8 @@ class RowExprBuilder(ExprBuilder):
     """ExprBuilder for a row kernel: reductions over `axes` of `iter_shape` inside the group
     become ``reduce`` ops; their results must be read broadcast over exactly those axes."""
 
-    def __init__(self, iter_shape, axes, internal: set[int]):
-        super().__init__(iter_shape, internal)
+    def __init__(self, iter_shape, axes, internal: set[int], copied: frozenset[int] = frozenset()):
+        super().__init__(iter_shape, internal, copied=copied)
         self.axes = tuple(axes)
         strides, acc = [0] * len(self.iter_shape), 1
         for d in range(len(self.iter_shape) - 1, -1, -1):

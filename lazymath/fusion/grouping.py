@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..backend.kernel_ir import (
     ROW_REDUCE_OPS,
     ElementwiseKernel,
@@ -84,8 +82,10 @@ def _is_aicpu(n: Node) -> bool:
 
 
 class Planner:
-    def __init__(self, outputs: list[Node], spec, forced: set[int], log: list[LogEntry]):
+    def __init__(self, outputs: list[Node], spec, forced: set[int], log: list[LogEntry],
+                 copied: frozenset[int] = frozenset()):  # fmt: skip
         self.outputs = outputs
+        self.copied = copied  # ids of user arrays the plan reads through a contiguous copy
         self.spec = spec
         self.forced = forced
         self.log = log
@@ -731,7 +731,7 @@ class Planner:
         internal = set(g.members)
         if g.kind == "elementwise":
             shape = g.roots[0].shape
-            b = ExprBuilder(shape, internal)
+            b = ExprBuilder(shape, internal, copied=self.copied)
             results = tuple(b.value(r) for r in g.outputs)
             g.ir = ElementwiseKernel(shape, tuple(b.inputs),
                                      tuple(contiguous_view(o.dtype.name, shape) for o in g.outputs),
@@ -745,7 +745,7 @@ class Planner:
         if g.kind == "reduce":
             op, axes = core.arg
             src = core.srcs[0]
-            pro = ExprBuilder(src.shape, internal)
+            pro = ExprBuilder(src.shape, internal, copied=self.copied)
             pres = pro.value(src)
             if op in ("argmax", "argmin"):
                 acc_dtype = "int64"
@@ -753,7 +753,9 @@ class Planner:
                 acc_dtype = "float32"
             else:
                 acc_dtype = core.dtype.name
-            epi = ExprBuilder(core.shape, internal, acc=core, acc_dtype=acc_dtype)
+            epi = ExprBuilder(
+                core.shape, internal, acc=core, acc_dtype=acc_dtype, copied=self.copied
+            )
             results = tuple(self._epi_value(epi, o, core) for o in g.outputs)
             g.ir = ReduceKernel(
                 src.shape,
@@ -776,7 +778,7 @@ class Planner:
         a_src, b_src = core.srcs
         operands, prologues, nodes = [], [], []
         for s in (a_src, b_src):
-            ob = ExprBuilder(s.shape, internal)
+            ob = ExprBuilder(s.shape, internal, copied=self.copied)
             res = ob.value(s)
             if len(ob.inputs) != 1:
                 # only constants: materialize via a tiny elementwise kernel
@@ -788,7 +790,7 @@ class Planner:
         batch = core.shape[:-2]
         m, n = core.shape[-2:]
         k = a_src.shape[-1]
-        epi = ExprBuilder(core.shape, internal, acc=core, acc_dtype="float32")
+        epi = ExprBuilder(core.shape, internal, acc=core, acc_dtype="float32", copied=self.copied)
         n_out = len(g.outputs) - len(g.col_sums)
         results = tuple(self._epi_value(epi, o, core) for o in g.outputs[:n_out])
         col_sums = tuple(epi.value(r.srcs[0]) for r in g.col_sums)
@@ -819,7 +821,7 @@ class Planner:
         S, A, first = self.regions[reg]
         kd = tuple(1 if d in A else S[d] for d in range(len(S)))
         out_shape = tuple(S[d] for d in range(len(S)) if d not in A)
-        b = RowExprBuilder(S, A, internal)
+        b = RowExprBuilder(S, A, internal, copied=self.copied)
         results, row_out, views_out = [], [], []
         for o in g.outputs:
             if o.shape == S:
@@ -862,11 +864,12 @@ def plan(outputs: list[Node], spec, max_restarts: int = 64):
     The log holds the final attempt's decisions plus the reasons for nodes that earlier,
     abandoned attempts forced to GM (so nothing in it refers to a discarded plan)."""
     forced: set[int] = set()
+    copied: set[int] = set()
     keep_alive: list[Node] = []
     forced_log: list[LogEntry] = []
     for _ in range(max_restarts):
         log: list[LogEntry] = []
-        p = Planner(outputs, spec, forced, log)
+        p = Planner(outputs, spec, forced, log, frozenset(copied))
         try:
             groups = p.groups()
             p.read_by = {}
@@ -879,7 +882,11 @@ def plan(outputs: list[Node], spec, max_restarts: int = 64):
         except NeedMaterialize as e:
             node = e.node
             if node.realized is not None:
-                node.realized = np.ascontiguousarray(node.realized)
+                # the user's array is not touched: the plan says "copy this input contiguous"
+                # (Schedule.copy_inputs) and the runtime makes the copy at each run
+                if id(node) in copied:
+                    raise
+                copied.add(id(node))
                 forced_log.append(
                     LogEntry(
                         "materialize",

@@ -150,6 +150,9 @@ class Schedule:
     n_streams: int = 1
     n_events: int = 0
     outputs: list = field(default_factory=list)
+    # ids of user arrays (leaf nodes) the program reads through a contiguous copy: the plan
+    # never replaces a user's array, it asks the runtime to copy it at each run
+    copy_inputs: frozenset = frozenset()
 
     @property
     def planned_peak_bytes(self) -> int:

@@ -271,3 +271,24 @@ def test_a_chain_stays_on_one_stream_without_events():
     s = lm.schedule(softmax_graph())
     assert {k.stream for k in s.kernels} == {0}
     assert s.n_events == 0 and all(not k.waits for k in s.kernels)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_plan_copies_a_strided_input_without_replacing_the_users_array(backend, monkeypatch):
+    """A reshape of a strided user array needs a contiguous copy: the plan says so
+    (Schedule.copy_inputs) and the runtime copies at each run; the leaf keeps the user's array."""
+    from lazymath.graph import node as gn
+    from lazymath.tensor import Tensor
+
+    monkeypatch.setenv("LAZYMATH_BACKEND", backend)
+    base = np.arange(48, dtype=np.float32).reshape(6, 8)
+    v = base[::-1, ::2]
+    v.flags.writeable = False
+    x = Tensor(gn.buffer_node(v))
+    y = x.reshape(24) * 2
+    s = lm.schedule(y)
+    assert s.copy_inputs == frozenset({id(x.node)})
+    assert any(e.what == "materialize" and "contiguous" in e.reason for e in s.fusion_log)
+    assert x.node.realized is v
+    np.testing.assert_array_equal(y.numpy(), v.reshape(24) * 2)
+    assert x.node.realized is v
