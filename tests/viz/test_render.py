@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -119,21 +118,20 @@ def _chain(n: int):
     return y
 
 
-def test_5000_node_chain_renders_under_10s(tmp_path):
+def test_5000_node_chain_renders_folded(tmp_path):
+    """Speed of this render is measured by benchmarks/render.py, not here."""
     y = _chain(5000)
     assert len(toposort([y._node])) == 5001
-    t0 = time.perf_counter()
     path = lm.visualize(y, filename=tmp_path / "chain.svg", stage="graph")
-    dt = time.perf_counter() - t0
     root = ET.parse(path).getroot()
     texts = [t.text for t in root.iter(f"{SVG}text")]
     assert "5000 ops" in texts and "cos → sin → … → sin" in texts
-    assert dt < 10.0, f"{dt:.1f} s"
 
 
-def test_5000_node_fused_graph_renders_under_10s(tmp_path):
+def test_5000_node_fused_graph_renders_folded(tmp_path):
     """80 chains of 60 elementwise ops, each reduced, the results summed: ~5,000 graph nodes,
-    81 kernels. Time covers fusion (lm.schedule), DOT generation and `dot -Tsvg`."""
+    81 kernels, folded into few nodes. Its speed (fusion, DOT generation and `dot -Tsvg`) is
+    measured by benchmarks/render.py."""
     xs = [lm.random.randn(8, 8, seed=100 + i).realize() for i in range(80)]
     total = None
     for x in xs:
@@ -144,9 +142,7 @@ def test_5000_node_fused_graph_renders_under_10s(tmp_path):
         total = s if total is None else total + s
     n = len(toposort([total._node]))
     assert n > 5000
-    t0 = time.perf_counter()
     path = lm.visualize(total, filename=tmp_path / "wide.svg", spec=SPEC)
-    dt = time.perf_counter() - t0
     root = ET.parse(path).getroot()
     clusters = _groups(root, "cluster")
     assert len(clusters) == len(lm.schedule(total, spec=SPEC).kernels)
@@ -154,4 +150,3 @@ def test_5000_node_fused_graph_renders_under_10s(tmp_path):
     assert len(nodes) <= 400  # folded: chains, then whole kernels, into single nodes
     folded = [t for g in nodes for t in _texts(g) if re.fullmatch(r"\d+ ops|.*: \d+ ops.*", t)]
     assert len(folded) >= 80
-    assert dt < 10.0, f"{dt:.1f} s"
