@@ -19,7 +19,8 @@ from .tensor import __all__ as _tensor_all
 _LAZY = {
     **dict.fromkeys(("init_device", "current_device", "profile", "Device", "Stream", "Event"),
                     "runtime"),
-    **dict.fromkeys(("schedule", "explain", "cache_info", "clear_cache", "precompile"), "api"),
+    **dict.fromkeys(("schedule", "explain", "cache_info", "clear_cache", "precompile",
+                      "show_config"), "api"),
     **dict.fromkeys(("visualize", "report"), "viz"),
 }  # fmt: skip
 # subpackages and public modules, importable as attributes (`lm.runtime.memory_stats()`)

@@ -11,7 +11,12 @@ variable is never parsed twice. An unset or empty variable means the default. A 
 Conventions:
 - booleans: 1/0, true/false, on/off, yes/no (case-insensitive);
 - choices: case-insensitive names from a fixed list (aliases allowed);
-- int and float: validated, with an optional lower bound.
+- int and float: validated, with an optional lower bound; an int may also have names
+  (`LAZYMATH_DEBUG=kernels` is level 2).
+
+`override(LAZYMATH_X=value)` sets values for a block of code without touching the environment
+(tests, notebooks); `source(name)` says where a value comes from ("default", "env" or
+"override"), as `lm.show_config()` prints it.
 
 Adding a variable is one `Setting(...)` row below; then regenerate the README table with
 `python -m lazymath.settings --markdown` (a test checks that the README matches).
@@ -22,7 +27,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["Setting", "SETTINGS", "get", "markdown_table"]
+__all__ = ["Setting", "SETTINGS", "get", "source", "override", "markdown_table"]
 
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("0", "false", "off", "no")
@@ -36,15 +41,19 @@ class Setting:
     """One environment variable: `kind` is "bool", "int", "float", "str", "path" or "choice".
 
     For "choice", `choices` maps each accepted (lower-case) spelling to its value; `shown` lists
-    the spellings named in errors and docs (default: all of them). `minimum` bounds numbers."""
+    the spellings named in errors and docs (default: all of them). For "int", `choices` are
+    optional names of values (`{"kernels": 2}`). `minimum` bounds numbers."""
 
-    __slots__ = ("name", "kind", "default", "doc", "choices", "shown", "minimum", "_key", "_cache")
+    __slots__ = ("name", "kind", "default", "doc", "choices", "shown", "minimum", "_key", "_cache",
+                 "_override")  # fmt: skip
 
     def __init__(self, name, kind, default, doc, choices=None, shown=None, minimum=None):
         if kind not in ("bool", "int", "float", "str", "path", "choice"):
             raise ValueError(f"setting {name}: unknown kind {kind!r}")
         if kind == "choice" and not choices:
             raise ValueError(f"setting {name}: a choice needs its choices")
+        if choices and kind not in ("choice", "int"):
+            raise ValueError(f"setting {name}: only choices and ints have named values")
         self.name = name
         self.kind = kind
         self.default = default
@@ -54,6 +63,7 @@ class Setting:
         self.minimum = minimum
         self._key = os.environ.encodekey(name) if _ENV_DATA is not None else name
         self._cache = (_UNSET, None)  # (raw value, parsed value): one tuple, swapped atomically
+        self._override = _UNSET  # a value set by `override` (wins over the environment)
 
     def raw(self):
         """The variable's raw value in the environment (None if unset)."""
@@ -65,6 +75,8 @@ class Setting:
 
     def get(self):
         """The parsed value (the default if unset or empty); ValueError on a bad value."""
+        if self._override is not _UNSET:
+            return self._override
         data = _ENV_DATA
         raw = data.get(self._key) if data is not None else os.environ.get(self.name)
         cache = self._cache
@@ -89,11 +101,12 @@ class Setting:
             if v is None:
                 raise self.error(text)
             return v
-        if kind == "choice":
+        if self.choices:
             v = self.choices.get(s.lower(), _UNSET)
-            if v is _UNSET:
+            if v is not _UNSET:
+                return v
+            if kind == "choice":
                 raise self.error(text)
-            return v
         try:
             v = int(s) if kind == "int" else float(s)
         except ValueError:
@@ -110,8 +123,20 @@ class Setting:
             return "one of " + ", ".join(repr(c) for c in self.shown)
         if self.kind in ("int", "float"):
             what = "an integer" if self.kind == "int" else "a number"
-            return what if self.minimum is None else f"{what} >= {self.minimum:g}"
+            what = what if self.minimum is None else f"{what} >= {self.minimum:g}"
+            if self.choices:
+                named = ", ".join(f"{c!r} ({v})" for c, v in self.choices.items())
+                what = f"{what} or a name: {named}"
+            return what
         return "a directory path" if self.kind == "path" else "a string"
+
+    def source(self) -> str:
+        """Where the value in force comes from: "override", "env" or "default" (set but empty
+        counts as default)."""
+        if self._override is not _UNSET:
+            return "override"
+        raw = self.raw()
+        return "env" if raw is not None and raw.strip() else "default"
 
     def error(self, text: str) -> ValueError:
         return ValueError(f"{self.name}={text!r} is not valid: expected {self.accepted()}")
@@ -146,11 +171,13 @@ CACHE = Setting(
     "LAZYMATH_CACHE", "bool", True,
     "`0` disables the disk kernel cache (default on)",
 )  # fmt: skip
+# LAZYMATH_DEBUG's named levels (a number above 5 means everything)
+DEBUG_LEVELS = {"off": 0, "realize": 1, "kernels": 2, "isa": 3, "ir": 4, "asm": 5}
 DEBUG = Setting(
     "LAZYMATH_DEBUG", "int", 0,
-    "`1` one line per realize; `2` kernel table and fusion log; `3` ISA listing; `4` LLVM IR; "
-    "`5` host assembly (default 0: silent)",
-    minimum=0,
+    "`1`/`realize`: one line per realize; `2`/`kernels`: kernel table and fusion log; "
+    "`3`/`isa`: ISA listing; `4`/`ir`: LLVM IR; `5`/`asm`: host assembly (default 0/`off`)",
+    choices=DEBUG_LEVELS, minimum=0,
 )  # fmt: skip
 DEBUG_DIR = Setting(
     "LAZYMATH_DEBUG_DIR", "path", None,
@@ -253,6 +280,75 @@ def setting(name: str) -> Setting:
 def get(name: str):
     """The parsed value of variable `name` (its default if unset or empty)."""
     return setting(name).get()
+
+
+def source(name: str) -> str:
+    """Where variable `name`'s value comes from: "default", "env" or "override"."""
+    return setting(name).source()
+
+
+class override:
+    """Set settings for a block, without touching the environment (wins over it):
+
+        with lm.settings.override(LAZYMATH_DEBUG="kernels", LAZYMATH_VALIDATE=True):
+            t.numpy()
+
+    A value is parsed like the environment's text (a bool/int/float is accepted as is, checked
+    against the kind); `None` removes an override for the block. Process-wide (all threads
+    see it); blocks nest and restore what was there before on exit. Also usable as
+    `o = override(...); o.start(); ...; o.stop()`."""
+
+    def __init__(self, **values):
+        self._new = {}
+        for name, value in values.items():
+            s = setting(name)
+            self._new[s] = _UNSET if value is None else _coerce(s, value)
+        self._old = None
+
+    def start(self):
+        if self._old is not None:
+            raise RuntimeError("this override is already active")
+        self._old = {s: s._override for s in self._new}
+        for s, v in self._new.items():
+            s._override = v
+        return self
+
+    def stop(self):
+        if self._old is None:
+            return
+        for s, v in self._old.items():
+            s._override = v
+        self._old = None
+
+    __enter__ = start
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _coerce(s: Setting, value):
+    """An override's value: text is parsed as the environment's would be; a Python value must
+    be of the setting's kind."""
+    if s.kind == "path" and isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str):
+        return s.parse(value) if value.strip() else s.default
+    kind = s.kind
+    ok = (
+        (kind == "bool" and isinstance(value, bool))
+        or (kind == "int" and isinstance(value, int) and not isinstance(value, bool))
+        or (kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool))
+        or (kind == "choice" and value in s.choices.values())
+    )
+    if not ok:
+        raise s.error(str(value))
+    if kind == "float":
+        value = float(value)
+    if kind in ("int", "float") and (
+        value != value or (s.minimum is not None and value < s.minimum)
+    ):
+        raise s.error(str(value))
+    return value
 
 
 def check_all() -> dict:

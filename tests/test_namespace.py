@@ -36,7 +36,7 @@ ALLOWLIST = {
     "dtypes", "bool_", "int8", "int32", "int64", "float16", "float32", "float64", "complex64",
     "complex128",
     # running, inspecting, devices
-    "realize", "schedule", "explain", "precompile", "cache_info", "clear_cache",
+    "realize", "schedule", "explain", "precompile", "cache_info", "clear_cache", "show_config",
     "init_device", "current_device", "Device", "Stream", "Event", "profile",
     "visualize", "report",
     # subpackages and public modules

@@ -27,7 +27,8 @@ GOOD = {
                            ("streams", "threads"), ("async", "threads")],
     "LAZYMATH_CACHE_DIR": [("/tmp/x y", "/tmp/x y"), ("rel/dir", "rel/dir")],
     "LAZYMATH_CACHE": BOOL_GOOD,
-    "LAZYMATH_DEBUG": [("0", 0), ("1", 1), ("5", 5), (" 2 ", 2)],
+    "LAZYMATH_DEBUG": [("0", 0), ("1", 1), ("5", 5), (" 2 ", 2), ("off", 0), ("Realize", 1),
+                       ("kernels", 2), ("ISA", 3), ("ir", 4), ("asm", 5)],
     "LAZYMATH_DEBUG_DIR": [("/tmp/dbg", "/tmp/dbg")],
     "LAZYMATH_VALIDATE": BOOL_GOOD,
     "LAZYMATH_ELFLOAD": BOOL_GOOD,
@@ -45,7 +46,7 @@ BAD = {
     "LAZYMATH_BACKEND": ["cuda", "llvm2", "1"],
     "LAZYMATH_SCHEDULER": ["fast", "thread", "0"],
     "LAZYMATH_CACHE": ["2", "nope", "enabled", "-1"],
-    "LAZYMATH_DEBUG": ["-1", "two", "1.5", "true"],
+    "LAZYMATH_DEBUG": ["-1", "two", "1.5", "true", "verbose"],
     "LAZYMATH_VALIDATE": ["2", "y", "validate"],
     "LAZYMATH_ELFLOAD": ["2", "mcjit"],
     "LAZYMATH_COMPILE_TIMEOUT": ["-1", "soon", "nan"],
@@ -198,3 +199,91 @@ def test_no_module_reads_lazymath_variables_itself():
         if reads:
             bad[rel] = reads
     assert not bad, f"read LAZYMATH_* through lazymath.settings instead: {bad}"
+
+
+def test_debug_level_names_are_in_the_error(monkeypatch):
+    monkeypatch.setenv("LAZYMATH_DEBUG", "verbose")
+    with pytest.raises(ValueError) as e:
+        settings.DEBUG.get()
+    for name in settings.DEBUG_LEVELS:
+        assert repr(name) in str(e.value)
+
+
+def test_override_wins_over_env_and_restores(monkeypatch):
+    monkeypatch.setenv("LAZYMATH_DEBUG", "2")
+    assert settings.source("LAZYMATH_DEBUG") == "env"
+    with settings.override(LAZYMATH_DEBUG="isa", LAZYMATH_VALIDATE=True):
+        assert settings.DEBUG.get() == 3 and settings.get("LAZYMATH_VALIDATE") is True
+        assert settings.source("LAZYMATH_DEBUG") == "override"
+        with settings.override(LAZYMATH_DEBUG=0):  # nests
+            assert settings.DEBUG.get() == 0
+        assert settings.DEBUG.get() == 3
+        with settings.override(LAZYMATH_DEBUG=None):  # None lifts the override for a block
+            assert settings.DEBUG.get() == 2 and settings.source("LAZYMATH_DEBUG") == "env"
+    assert settings.DEBUG.get() == 2 and settings.source("LAZYMATH_DEBUG") == "env"
+    assert settings.get("LAZYMATH_VALIDATE") is False
+    monkeypatch.delenv("LAZYMATH_DEBUG")
+    assert settings.source("LAZYMATH_DEBUG") == "default"
+    monkeypatch.setenv("LAZYMATH_DEBUG", " ")
+    assert settings.source("LAZYMATH_DEBUG") == "default"  # empty means default
+    o = settings.override(LAZYMATH_COMPILE_TIMEOUT=5).start()
+    try:
+        assert settings.COMPILE_TIMEOUT.get() == 5.0
+        assert type(settings.COMPILE_TIMEOUT.get()) is float
+    finally:
+        o.stop()
+    assert settings.COMPILE_TIMEOUT.get() == 300.0
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [("LAZYMATH_CACHE", 2), ("LAZYMATH_CACHE", "nope"), ("LAZYMATH_DEBUG", -1),
+     ("LAZYMATH_DEBUG", 1.5), ("LAZYMATH_DEBUG", True), ("LAZYMATH_BACKEND", "cuda"),
+     ("LAZYMATH_COMPILE_TIMEOUT", float("nan")), ("LAZYMATH_COMPILE_THREADS", "two")],
+)  # fmt: skip
+def test_override_refuses_bad_values(name, value):
+    with pytest.raises(ValueError, match=name):
+        settings.override(**{name: value})
+    assert settings.source(name) != "override"
+
+
+def test_override_unknown_name():
+    with pytest.raises(KeyError, match="LAZYMATH_NOPE"):
+        settings.override(LAZYMATH_NOPE=1)
+
+
+def test_override_reaches_a_realize(capfd):
+    with settings.override(LAZYMATH_BACKEND="reference", LAZYMATH_DEBUG="realize"):
+        np.testing.assert_array_equal((lm.tensor(np.ones(2, np.float32)) * 2).numpy(), [2, 2])
+    out, err = capfd.readouterr()
+    assert "via reference" in out + err
+
+
+def test_show_config(monkeypatch, capsys):
+    monkeypatch.setenv("LAZYMATH_VALIDATE", "on")
+    with settings.override(LAZYMATH_DEBUG="off"):
+        lm.show_config()
+        out = capsys.readouterr().out
+        c = lm.show_config(mode="dicts")
+    assert out.startswith(f"lazymath {lm.__version__}")
+    for word in ("numpy " + np.__version__, "llvmlite", "LLVM", "host target:", "kernel cache:",
+                 "graphviz (dot)", "matplotlib"):  # fmt: skip
+        assert word in out, word
+    for s in settings.SETTINGS:  # every setting, with its source
+        assert s.name in out
+        assert c["settings"][s.name]["source"] in ("default", "env", "override")
+    line = next(ln for ln in out.splitlines() if "LAZYMATH_VALIDATE" in ln)
+    assert "True" in line and "(env)" in line
+    line = next(ln for ln in out.splitlines() if "LAZYMATH_DEBUG " in ln)
+    assert "(override)" in line
+    assert c["settings"]["LAZYMATH_VALIDATE"] == {"value": True, "source": "env"}
+    assert c["versions"]["numpy"] == np.__version__
+    with pytest.raises(ValueError, match="mode"):
+        lm.show_config(mode="json")
+
+
+def test_show_config_reports_a_bad_value_instead_of_failing(monkeypatch, capsys):
+    monkeypatch.setenv("LAZYMATH_CACHE", "maybe")
+    lm.show_config()
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "LAZYMATH_CACHE " in ln)
+    assert "invalid" in line and "maybe" in line
