@@ -22,9 +22,10 @@ _LAZY = {
     **dict.fromkeys(("schedule", "explain", "cache_info", "clear_cache", "precompile",
                       "show_config"), "api"),
     **dict.fromkeys(("visualize", "report"), "viz"),
+    **dict.fromkeys(("kernel", "Kernel", "KernelBuilder"), "lowlevel"),
 }  # fmt: skip
 # subpackages and public modules, importable as attributes (`lm.runtime.memory_stats()`)
-_SUBMODULES = ("backend", "fusion", "graph", "runtime", "settings", "viz")
+_SUBMODULES = ("backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel")
 _DTYPES = ("bool_", "int8", "int32", "int64", "float16", "float32", "float64", "complex64",
            "complex128")  # fmt: skip
 

@@ -359,7 +359,14 @@ def _run_validated(sk, ck, args) -> None:
         g, w = got.reshape(-1), want.reshape(-1)
         if np.dtype(v.dtype).kind == "f":
             tol = 2e-2 if v.dtype == "float16" else 1e-4
-            bad = ~np.isclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol,
+            rtol = atol = tol
+            if sk.kind == "custom":  # a user kernel's own tolerance (`lm.kernel(rtol=, atol=)`)
+                from .graph.custom import get
+
+                d = get(sk.ir.key)
+                rtol = tol if d.rtol is None else d.rtol
+                atol = tol if d.atol is None else d.atol
+            bad = ~np.isclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
                               equal_nan=True)  # fmt: skip
         else:
             bad = g != w

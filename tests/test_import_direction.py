@@ -119,7 +119,7 @@ def layer(mod: str) -> str | None:
         return "ir"
     if mod in ("lazymath.realize", "lazymath.engine"):
         return "driver"
-    if mod == "lazymath.api":
+    if mod in ("lazymath.api", "lazymath.lowlevel"):
         return "api"
     if mod == "lazymath.tensor":
         return "tensor"

@@ -39,8 +39,10 @@ ALLOWLIST = {
     "realize", "schedule", "explain", "precompile", "cache_info", "clear_cache", "show_config",
     "init_device", "current_device", "Device", "Stream", "Event", "profile",
     "visualize", "report",
+    # the low-level API: user kernels (lazymath/lowlevel.py)
+    "kernel", "Kernel", "KernelBuilder",
     # subpackages and public modules
-    "backend", "fusion", "graph", "runtime", "settings", "viz",
+    "backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel",
     "__version__",
 }
 # fmt: on
@@ -67,12 +69,12 @@ def test_dir_is_the_allowlist():
 def test_every_listed_name_resolves():
     for name in ALLOWLIST:
         assert getattr(lm, name) is not None, name
-    for name in ("backend", "fusion", "graph", "runtime", "settings", "viz"):
+    for name in ("backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel"):
         assert isinstance(getattr(lm, name), types.ModuleType), name
 
 
 def test_all_matches_dir():
-    subs = {"backend", "fusion", "graph", "runtime", "settings", "viz"}
+    subs = {"backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel"}
     assert set(lm.__all__) | subs | {"__version__"} == ALLOWLIST
     assert len(lm.__all__) == len(set(lm.__all__))
 

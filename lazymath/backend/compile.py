@@ -41,6 +41,7 @@ TEMPLATES: dict[str, str] = {
     "reduce": "lazymath.backend.templates.reduce",
     "matmul": "lazymath.backend.templates.matmul",
     "rows": "lazymath.backend.templates.rows",
+    "custom": "lazymath.backend.userkernel",  # user kernels (`lazymath.kernel`)
 }
 BACKENDS = ("llvm", "interp")
 

@@ -31,6 +31,53 @@ class Var:
         return self.name
 
 
+class _IntArith:
+    """Python operators on integer expressions (`i * tile + 1`, `n // 2`, `(t + 1) % 2`): kernel
+    authors (`lazymath.kernel`) write addresses as plain arithmetic. Constants fold, like the
+    module functions `add`, `mul`, ... that these call."""
+
+    __slots__ = ()
+
+    def __add__(self, o):
+        return add(self, o) if _is_int(o) else NotImplemented
+
+    def __radd__(self, o):
+        return add(o, self) if _is_int(o) else NotImplemented
+
+    def __sub__(self, o):
+        return sub(self, o) if _is_int(o) else NotImplemented
+
+    def __rsub__(self, o):
+        return sub(o, self) if _is_int(o) else NotImplemented
+
+    def __mul__(self, o):
+        return mul(self, o) if _is_int(o) else NotImplemented
+
+    def __rmul__(self, o):
+        return mul(o, self) if _is_int(o) else NotImplemented
+
+    def __floordiv__(self, o):
+        return floordiv(self, o) if _is_int(o) else NotImplemented
+
+    def __rfloordiv__(self, o):
+        return floordiv(o, self) if _is_int(o) else NotImplemented
+
+    def __mod__(self, o):
+        return mod(self, o) if _is_int(o) else NotImplemented
+
+    def __rmod__(self, o):
+        return mod(o, self) if _is_int(o) else NotImplemented
+
+
+def _is_int(o) -> bool:
+    return isinstance(o, (int, Var, BinInt)) and not isinstance(o, bool)
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__"):  # fmt: skip
+    setattr(Var, _name, getattr(_IntArith, _name))
+
+
 @dataclass(frozen=True, slots=True)
 class BinInt:
     """Integer arithmetic on IntExpr; op in + - * // % min max."""
@@ -46,6 +93,10 @@ class BinInt:
 
 
 IntExpr = int | Var | BinInt
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__"):  # fmt: skip
+    setattr(BinInt, _name, getattr(_IntArith, _name))
 
 BLOCK_IDX = Var("block_idx")  # GetBlockIdx()
 BLOCK_NUM = Var("block_num")  # GetBlockNum()

@@ -170,7 +170,23 @@ class RowKernel:
     kind: str = "rows"
 
 
-KernelIR = ElementwiseKernel | ReduceKernel | MatmulKernel | RowKernel
+@dataclass(frozen=True)
+class CustomKernel:
+    """A user kernel (`lazymath.kernel`): the definition registered under `key` (module,
+    name and source hash; `graph.custom`) builds the program from these GM views (dense,
+    offset 0) and the keyword `params` (a sorted tuple of (name, value)). `unit` is "vector"
+    or "cube"."""
+
+    key: str
+    name: str
+    unit: str
+    inputs: tuple[ArgView, ...]
+    outputs: tuple[ArgView, ...]
+    params: tuple = ()
+    kind: str = "custom"
+
+
+KernelIR = ElementwiseKernel | ReduceKernel | MatmulKernel | RowKernel | CustomKernel
 
 
 def kernel_args(k: KernelIR) -> tuple[ArgView, ...]:
@@ -182,6 +198,6 @@ def kernel_args(k: KernelIR) -> tuple[ArgView, ...]:
         return (*k.inputs, *k.outputs)
     if isinstance(k, ReduceKernel):
         return (*k.inputs, *k.epi_inputs, *k.outputs)
-    if isinstance(k, RowKernel):
+    if isinstance(k, (RowKernel, CustomKernel)):
         return (*k.inputs, *k.outputs)
     return (k.a, k.b, *k.epi_inputs, *k.outputs, *k.col_sum_outputs)

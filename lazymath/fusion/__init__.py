@@ -18,6 +18,8 @@ __all__ = ["Schedule", "ScheduledKernel", "make_schedule"]
 def _unit(g) -> str:
     if g.kind == "aicpu":
         return "aicpu"
+    if g.kind == "custom":
+        return g.ir.unit
     if g.kind == "matmul":
         return "mix" if g.has_prologue else "cube"
     return "vector"
@@ -30,6 +32,8 @@ def _ops(g) -> list[str]:
             ops.append(n.op)
         elif n.op == "reduce":
             ops.append(n.arg[0])
+        elif n.op == "custom":
+            ops.append(g.ir.name)
         elif n.op not in VIEWS:
             ops.append(n.op)
     return ops or ["copy"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..backend.kernel_ir import (
     ROW_REDUCE_OPS,
+    CustomKernel,
     ElementwiseKernel,
     MatmulKernel,
     ReduceKernel,
@@ -27,6 +28,7 @@ from ..backend.kernel_ir import (
     contiguous_view,
 )
 from ..dtypes import AICORE
+from ..graph import custom
 from ..graph.node import Node, make, toposort
 from ..graph.ops import ELEMENTWISE, kind
 from . import rules
@@ -72,6 +74,8 @@ class Group:
 
 
 def _is_aicpu(n: Node) -> bool:
+    if n.op == "custom":  # a user kernel runs on the unit it was written for, any dtype
+        return False
     if kind(n.op) in rules.AICPU_KINDS:
         return True
     if n.dtype not in AICORE or any(s.dtype not in AICORE for s in n.srcs):
@@ -117,6 +121,13 @@ class Planner:
             if kind(n.op) in rules.MATERIALIZING_KINDS:
                 M.add(id(n))
                 self._log_kind_refusals(n)
+            if n.op == "custom":  # a user kernel reads dense inputs from GM
+                for s in n.srcs:
+                    if id(s) in self.pos and id(s) not in M:
+                        M.add(id(s))
+                        self.log.append(LogEntry("materialize", (describe(s), describe(n)),
+                                                 rules.FUSE[("elementwise", "custom")][1],
+                                                 s, n))  # fmt: skip
             for s in n.srcs:
                 if id(s) in self.aicpu and self.aicpu[id(s)] != self.aicpu[id(n)]:
                     if id(s) not in M:
@@ -404,13 +415,15 @@ class Planner:
             k = kind(n.op)
             if id(n) in self.region_of:
                 gk = "rows"
+            elif k == "custom":
+                gk = "custom"
             elif self.aicpu[id(n)]:
                 gk = "aicpu"
             elif k in ("reduce", "matmul"):
                 gk = k
             else:
                 gk = "elementwise"
-            g = Group(gk, n if gk in ("reduce", "matmul") else None, [n], members)
+            g = Group(gk, n if gk in ("reduce", "matmul", "custom") else None, [n], members)
             if gk == "aicpu" and k not in ("elementwise", "view"):
                 g.core = n
             groups.append(g)
@@ -741,6 +754,9 @@ class Planner:
         if g.kind == "rows":
             self._build_rows(g, internal)
             return
+        if g.kind == "custom":
+            self._build_custom(g)
+            return
         core = g.core
         if g.kind == "reduce":
             op, axes = core.arg
@@ -813,6 +829,24 @@ class Planner:
         )
         g.inputs = nodes + list(epi.input_nodes)
         g.has_prologue = any(p is not None for p in prologues)
+
+    def _build_custom(self, g: Group) -> None:
+        """A user kernel: its sources as dense GM views (offset 0, C order), one output."""
+        n = g.core
+        key, params = n.arg
+        defn = custom.get(key)
+        views_in = []
+        for s in n.srcs:
+            b = ExprBuilder(s.shape, set())
+            v = b.value(s)
+            ok = b.ops[v].op == "load" and b.inputs[0].contiguous and b.inputs[0].offset == 0
+            if not ok:
+                raise NeedMaterialize(s, f"user kernel {defn.name} reads dense inputs "
+                                      "(C order, offset 0)")  # fmt: skip
+            views_in.append(contiguous_view(s.dtype.name, s.shape))
+        g.ir = CustomKernel(key, defn.name, defn.unit, tuple(views_in),
+                            (contiguous_view(n.dtype.name, n.shape),), params)  # fmt: skip
+        g.inputs = list(n.srcs)
 
     def _build_rows(self, g: Group, internal: set[int]) -> None:
         from ..backend.templates import rows as rows_template

@@ -23,6 +23,21 @@ FUSE: dict[tuple[str, str], tuple[bool, str]] = {
     ("matmul", "reduce"): (False, "the Cube writes its tile once; a reduction over it runs after"),
     ("aicpu", "elementwise"): (False, "AI CPU kernels run separately from AI Core kernels"),
     ("elementwise", "aicpu"): (False, "AI CPU kernels run separately from AI Core kernels"),
+    # user kernels (`lazymath.kernel`) are fusion boundaries: they read and write dense GM
+    ("custom", "elementwise"): (
+        False,
+        "a user kernel writes its output to GM; its consumers run in their own kernel",
+    ),  # fmt: skip
+    ("elementwise", "custom"): (False, "a user kernel reads dense inputs from GM"),
+    ("custom", "custom"): (False, "a user kernel reads dense inputs from GM"),
+    ("custom", "reduce"): (
+        False,
+        "a user kernel writes its output to GM; its consumers run in their own kernel",
+    ),  # fmt: skip
+    ("custom", "matmul"): (
+        False,
+        "a user kernel writes its output to GM; its consumers run in their own kernel",
+    ),  # fmt: skip
 }
 
 # Ops the 910B FixPipe applies on the way L0C -> GM (relu, cast). A split-architecture Cube core
@@ -51,7 +66,7 @@ MAX_KERNEL_INPUTS = 16
 MAX_KERNEL_OPS = 192
 
 # Node kinds that always end a kernel and write their result to GM.
-MATERIALIZING_KINDS = frozenset({"reduce", "matmul", "pad", "concat", "conv1d", "fft"})
+MATERIALIZING_KINDS = frozenset({"reduce", "matmul", "pad", "concat", "conv1d", "fft", "custom"})
 
 # Kinds that have no AI Core template yet and run on the AI CPU (numpy).
 AICPU_KINDS = frozenset({"pad", "concat", "conv1d", "fft"})

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..backend.kernel_ir import ArgView, ElementwiseKernel, MatmulKernel, ReduceKernel, RowKernel
+from ..backend.kernel_ir import (
+    ArgView,
+    CustomKernel,
+    ElementwiseKernel,
+    MatmulKernel,
+    ReduceKernel,
+    RowKernel,
+)
 from ..graph.ops import ELEMENTWISE
 from .memory import MemoryPlan
 
@@ -49,6 +56,11 @@ def kernel_cost_class(ir, unit: str, spec, nodes) -> tuple[int, int]:
         moved = view_bytes(ir.a) + view_bytes(ir.b)
         moved += sum(map(view_bytes, ir.epi_inputs + ir.outputs + ir.col_sum_outputs))
         return flops, moved
+    if isinstance(ir, CustomKernel):  # the author's FLOP count (`lazymath.kernel(flops=...)`)
+        from ..graph.custom import get
+
+        flops = get(ir.key).flop_count(ir)
+        return flops, sum(map(view_bytes, ir.inputs + ir.outputs))
     # AI CPU: count elementwise ops over their sizes plus matmul/conv work approximately
     flops = 0
     for n in nodes:

@@ -24,6 +24,8 @@ Node ops that are not elementwise:
   matmul                           srcs (a, b) with equal batch dims: (..., m, k) @ (..., k, n)
   pad, concat                      copies, arg = (widths, value) / axis
   conv1d, fft                      arg = parameters; reference numpy paths (AI CPU kernels)
+  custom                           a user kernel (`lazymath.kernel`), arg = (key, params); the
+                                   definition lives in `graph.custom`, not here
 
 How to add an elementwise op (exp2 was added this way):
 1. one member below: `EXP2 = OpInfo("exp2", 1, EW, U(np.exp2), np.exp2, TRANSC,
@@ -62,6 +64,7 @@ class Kind(str, enum.Enum):
     CONCAT = "concat"
     CONV1D = "conv1d"
     FFT = "fft"
+    CUSTOM = "custom"  # a user kernel (`lazymath.kernel`)
 
     __str__ = str.__str__
     __format__ = str.__format__
@@ -137,7 +140,13 @@ class NoCode:
     """Nothing to run: leaves, and views (strides read in place)."""
 
 
-Lowering = Native | Composite | Emitted | ReduceInstr | Cube | AiCpu | NoCode
+@dataclass(frozen=True, slots=True)
+class UserKernel:
+    """A kernel written by the user with `lazymath.kernel`: the node's ``arg`` is (kernel key,
+    parameters), and the kernel's definition (registered in `graph.custom`) builds its program."""
+
+
+Lowering = Native | Composite | Emitted | ReduceInstr | Cube | AiCpu | NoCode | UserKernel
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +297,8 @@ class Op(str, enum.Enum):
     CONCAT = OpInfo("concat", -1, Kind.CONCAT, None, None, CHEAP, AiCpu())  # any number of srcs
     CONV1D = OpInfo("conv1d", -1, Kind.CONV1D, None, None, CHEAP, AiCpu())  # x, w[, bias]
     FFT = OpInfo("fft", 1, Kind.FFT, None, None, CHEAP, AiCpu())
+    # a user kernel (`lazymath.kernel`): arg = (kernel key, params); one record for all of them
+    CUSTOM = OpInfo("custom", -1, Kind.CUSTOM, None, None, CHEAP, UserKernel())
 
     def __new__(cls, info: OpInfo):
         obj = str.__new__(cls, info.name)

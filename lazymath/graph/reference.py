@@ -127,6 +127,10 @@ def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
             return _conv1d(srcs[0], srcs[1], bias, stride, padding, dilation, groups, node.dtype)
         if op == "fft":
             return _fft(srcs[0], *arg, node.dtype)
+        if op == "custom":  # a user kernel: its numpy reference (or its program, interpreted)
+            from .custom import get
+
+            return get(arg[0]).evaluate(srcs, dict(arg[1]), node.dtype, node.shape)
     raise NotImplementedError(f"reference executor has no rule for op {op!r}")
 
 

@@ -1,0 +1,41 @@
+"""The registry of user kernels (`lazymath.kernel`): kernel key -> its definition.
+
+A user kernel is one graph op (`Op.CUSTOM`); a node's ``arg`` is ``(key, params)``, where the
+key names the definition (module, qualified name and a hash of its source, so editing the
+kernel changes the key, the program-cache signature and the disk-cache key) and ``params`` is
+a sorted tuple of (name, value) keyword parameters. The definition object is opaque here: the
+layers that need it call its methods (`evaluate` for the reference executor, `build` for the
+backend template, `reference_run` for the IR oracle), so graph/ imports nothing above it.
+"""
+
+from __future__ import annotations
+
+_KERNELS: dict[str, object] = {}
+
+
+class UnknownKernelError(KeyError):
+    """A graph, schedule or cached program names a user kernel this process has not defined."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown user kernel"
+
+
+def register(key: str, definition: object) -> None:
+    """Make `definition` the kernel for `key` (a redefinition with the same source replaces the
+    previous object: same key, same program)."""
+    _KERNELS[key] = definition
+
+
+def get(key: str) -> object:
+    try:
+        return _KERNELS[key]
+    except KeyError:
+        raise UnknownKernelError(
+            f"user kernel {key!r} is not defined in this process (define it with "
+            "@lazymath.kernel before running a graph or program that uses it)"
+        ) from None
+
+
+def registered() -> dict[str, object]:
+    """key -> definition of every user kernel defined so far (a copy)."""
+    return dict(_KERNELS)

@@ -1,0 +1,306 @@
+"""The low-level API: write an NPU kernel in Python and use it as a lazy op (`lm.kernel`).
+
+    @lm.kernel(unit="vector", tiling=my_tiling, reference=np_gelu)
+    def gelu(k, x, y, *, tile):          # k: KernelBuilder, x/y: GlobalTensor (GM)
+        buf = k.ub(x.dtype, tile)         # declare UB buffers
+        with k.loop(lm.ceil_div(x.size, tile)) as t: ...   # movers, vector ops, flags
+    y = gelu(lazy_x)                      # records a graph node; fused around, cached, costed
+
+See docs/custom_kernels.md for the whole surface and a tutorial. A kernel is a `Kernel`
+object: calling it on tensors records one `custom` graph node (the op registry's
+`Op.CUSTOM`; its arg is the kernel key, which hashes the source of the kernel, tiling and shape
+functions, plus the call's keyword parameters). The fusion planner treats it as a boundary, and
+the rest of the stack (program and disk caches, `lm.schedule`/`lm.explain`, the profiler, the
+HTML report, LAZYMATH_VALIDATE, the llvm and interp backends, the cycle model) handles it like
+any built-in kernel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+
+import numpy as np
+
+from .backend import isa
+from .backend.kernel_ir import CustomKernel, contiguous_view
+from .backend.userkernel import (
+    UNITS,
+    GlobalTensor,
+    KernelBuilder,
+    KernelDefinitionError,
+    LocalTensor,
+    build_program,
+    check_dtype,
+)
+from .graph import custom
+from .graph import node as gn
+from .tensor import Tensor, tensor
+
+__all__ = [
+    "kernel",
+    "Kernel",
+    "KernelBuilder",
+    "GlobalTensor",
+    "LocalTensor",
+    "KernelDefinitionError",
+    "ceil_div",
+]
+
+BufferOverflowError = isa.BufferOverflowError
+
+
+def ceil_div(a, b):
+    """ceil(a / b) for b > 0, on ints or kernel integer expressions (AscendC tile counts)."""
+    return isa.ceildiv(a, b)
+
+
+def _source(fn) -> str:
+    if fn is None:
+        return ""
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return repr(fn)
+        return repr((code.co_code, code.co_consts, code.co_names))
+
+
+class _Spec:
+    """What a shape function receives per input: `shape`, `dtype`, `ndim`, `size`."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: math.prod(self.shape))
+
+    def __repr__(self) -> str:
+        return f"<{self.dtype.name}{list(self.shape)}>"
+
+
+class Kernel:
+    """A user kernel (made by `lm.kernel`). Call it on tensors to record a lazy op; `program`,
+    `compile` and `cost` look at what it builds for given shapes."""
+
+    def __init__(self, fn, unit: str, outputs, tiling, reference, flops, name: str | None,
+                 rtol: float | None, atol: float | None):  # fmt: skip
+        if not callable(fn):
+            raise KernelDefinitionError(f"lm.kernel decorates a function, got {fn!r}")
+        if unit not in UNITS:
+            raise KernelDefinitionError(
+                f"kernel {fn.__name__}: unit must be one of {', '.join(UNITS)}, got {unit!r}"
+            )
+        for what, f in (("outputs", outputs), ("tiling", tiling), ("reference", reference),
+                        ("flops", flops)):  # fmt: skip
+            if f is not None and not callable(f):
+                raise KernelDefinitionError(
+                    f"kernel {fn.__name__}: {what}= takes a function, got {type(f).__name__}"
+                )
+        params = list(inspect.signature(fn).parameters.values())
+        if not params:
+            raise KernelDefinitionError(
+                f"kernel {fn.__name__}: the function takes the builder first: def "
+                f"{fn.__name__}(k, x, ..., out)"
+            )
+        self.fn = fn
+        self.unit = unit
+        self.shape_fn = outputs
+        self.tiling = tiling
+        self.reference = reference
+        self.flops = flops
+        self.name = name or fn.__name__
+        self.rtol, self.atol = rtol, atol
+        self.__doc__ = fn.__doc__
+        self.__name__ = self.name
+        self.__wrapped__ = fn
+        positional = [p for p in params[1:]
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]  # fmt: skip
+        self.n_args = None if any(p.kind == p.VAR_POSITIONAL for p in params) else len(positional)
+        blob = "\0".join([unit, self.name, _source(fn), _source(tiling), _source(outputs)])
+        digest = hashlib.sha256(blob.encode()).hexdigest()[:16]
+        self.key = f"{fn.__module__}.{fn.__qualname__}:{digest}"
+        custom.register(self.key, self)
+
+    def __repr__(self) -> str:
+        return f"<lazymath kernel {self.name} unit={self.unit} key={self.key}>"
+
+    # ------------------------------------------------------------ the lazy op
+    def output_spec(self, inputs, params: dict) -> tuple[tuple[int, ...], np.dtype]:
+        """(shape, dtype) of the output for inputs with these shapes/dtypes (the shape
+        function; without one, the first input's)."""
+        specs = [_Spec(x.shape, x.dtype) for x in inputs]
+        if self.shape_fn is None:
+            if not specs:
+                raise KernelDefinitionError(
+                    f"kernel {self.name}: no inputs, so it needs outputs=(a shape function)"
+                )
+            return specs[0].shape, specs[0].dtype
+        try:
+            out = self.shape_fn(*specs, **params)
+        except Exception as e:
+            raise KernelDefinitionError(
+                f"kernel {self.name}: its shape function raised {type(e).__name__}: {e} "
+                f"(inputs {specs}, params {params})"
+            ) from e
+        ok = isinstance(out, (tuple, list)) and len(out) == 2
+        shape = out[0] if ok else None
+        ok = ok and isinstance(shape, (tuple, list))
+        ok = ok and all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape)
+        if not ok:
+            raise KernelDefinitionError(
+                f"kernel {self.name}: the shape function must return (shape, dtype) with a "
+                f"tuple of non-negative ints, got {out!r}"
+            )
+        dtype = check_dtype(out[1], f"kernel {self.name}: output")
+        return tuple(int(d) for d in shape), np.dtype(dtype)
+
+    def __call__(self, *inputs, **params) -> Tensor:
+        """Record the kernel on lazy tensors (arrays are converted); returns its output."""
+        if self.n_args is not None and len(inputs) + 1 != self.n_args:
+            raise TypeError(
+                f"kernel {self.name} takes {self.n_args - 1} input(s) (its function has "
+                f"{self.n_args} GM arguments including the output), got {len(inputs)}"
+            )
+        ts = [x if isinstance(x, Tensor) else tensor(x) for x in inputs]
+        for i, t in enumerate(ts):
+            check_dtype(t.dtype, f"kernel {self.name}: input {i}")
+        for k, v in params.items():
+            try:
+                hash(v)
+            except TypeError:
+                raise TypeError(
+                    f"kernel {self.name}: parameter {k}={v!r} must be hashable (an int, float, "
+                    "str or tuple): it is part of the kernel's cache key"
+                ) from None
+        shape, dtype = self.output_spec(ts, params)
+        arg = (self.key, tuple(sorted(params.items())))
+        node = gn.make("custom", dtype, shape, tuple(t._node for t in ts), arg)
+        return Tensor(node, ts[0]._device if ts else None)
+
+    # ------------------------------------------------------------ what the layers call
+    def ir(self, inputs, params: dict | None = None) -> CustomKernel:
+        """The kernel IR for inputs with these shapes/dtypes (objects with .shape/.dtype)."""
+        params = dict(params or {})
+        shape, dtype = self.output_spec(inputs, params)
+        views = tuple(contiguous_view(np.dtype(x.dtype).name, tuple(x.shape)) for x in inputs)
+        out = (contiguous_view(dtype.name, shape),)
+        return CustomKernel(self.key, self.name, self.unit, views, out,
+                            tuple(sorted(params.items())))  # fmt: skip
+
+    def build(self, ir: CustomKernel, spec, name: str) -> isa.Program:
+        """The checked ISA program for `ir` on `spec` (the backend template calls this)."""
+        return build_program(name, self.unit, self.fn, self.tiling, ir, spec)
+
+    def flop_count(self, ir: CustomKernel) -> int:
+        if self.flops is None:
+            return 0
+        ins = [_Spec(v.shape, v.dtype) for v in ir.inputs]
+        return int(self.flops(*ins, **dict(ir.params)))
+
+    def evaluate(self, srcs, params: dict, dtype, shape) -> np.ndarray:
+        """The reference executor's value of one call: the author's numpy reference, or the
+        kernel's own program on the ISA interpreter when there is none."""
+        if self.reference is not None:
+            out = np.asarray(self.reference(*srcs, **params))
+            if out.shape != tuple(shape):
+                raise ValueError(
+                    f"kernel {self.name}: the reference returned shape {out.shape}, the shape "
+                    f"function says {tuple(shape)}"
+                )
+            return out.astype(dtype, copy=False)
+        ir = self.ir([_Spec(s.shape, s.dtype) for s in srcs], params)
+        arrays = [np.ascontiguousarray(s).reshape(-1) for s in srcs]
+        outs = [np.zeros(math.prod(v.shape), v.dtype) for v in ir.outputs]
+        self._interp_run(ir, arrays + outs)
+        return outs[0].reshape(shape)
+
+    def reference_run(self, ir: CustomKernel, arrays) -> None:
+        """The IR oracle (LAZYMATH_VALIDATE, the irref backend): write the outputs into the
+        flat `arrays` (kernel_args order) from the numpy reference (or the interpreter)."""
+        n_in = len(ir.inputs)
+        if self.reference is None:
+            self._interp_run(ir, list(arrays))
+            return
+        srcs = [a.reshape(-1)[: math.prod(v.shape)].reshape(v.shape)
+                for a, v in zip(arrays, ir.inputs)]  # fmt: skip
+        out = np.asarray(self.reference(*srcs, **dict(ir.params)))
+        v = ir.outputs[0]
+        arrays[n_in].reshape(-1)[: math.prod(v.shape)] = np.broadcast_to(
+            out.astype(v.dtype, copy=False), v.shape
+        ).reshape(-1)
+
+    def _interp_run(self, ir: CustomKernel, arrays) -> None:
+        from .backend.compile import compile_kernel
+        from .runtime import current_device
+
+        ck = compile_kernel(ir, current_device().spec, "interp", self.name)
+        ck(*arrays)
+
+    # ------------------------------------------------------------ looking at it
+    def _shapes(self, inputs):
+        out = []
+        for x in inputs:
+            if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], tuple):
+                out.append(_Spec(*x))
+            else:
+                out.append(x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x))
+        return out
+
+    def program(self, *inputs, spec="ascend910", **params) -> isa.Program:
+        """The ISA program for inputs like these (arrays, tensors or (shape, dtype) pairs)."""
+        from .runtime.device import get_spec
+
+        ir = self.ir(self._shapes(inputs), params)
+        return self.build(ir, get_spec(spec), self.name)
+
+    def compile(self, *inputs, spec=None, backend: str | None = None, **params):
+        """The `CompiledKernel` for inputs like these (arrays, tensors or (shape, dtype)
+        pairs) through the kernel caches: `ck(*flat_arrays)` runs it, `ck.cost` is its
+        simulated cycles per pipe, `ck.isa_text` / `ck.llvm_ir` / `ck.asm` its code. Launch
+        it on a stream with `lm.launch` / `Device.launch`."""
+        from .backend.compile import compile_kernel
+        from .runtime import current_device
+        from .runtime.device import get_spec
+
+        spec = current_device().spec if spec is None else get_spec(spec)
+        ir = self.ir(self._shapes(inputs), params)
+        return compile_kernel(ir, spec, backend, self.name)
+
+    def cost(self, *inputs, spec="ascend910", **params):
+        """Simulated NPU cycles per pipe (`cost.KernelCost`) for inputs like these."""
+        from .backend.cost import estimate
+        from .runtime.device import get_spec
+
+        spec = get_spec(spec)
+        return estimate(self.program(*inputs, spec=spec, **params), spec)
+
+
+def kernel(fn=None, *, unit: str = "vector", outputs=None, tiling=None, reference=None,
+           flops=None, name: str | None = None, rtol: float | None = None,
+           atol: float | None = None):  # fmt: skip
+    """Define an NPU kernel in Python; the result is a lazy op (`Kernel`).
+
+    The decorated function is ``fn(k, *inputs, out, **params_and_tiling)``: `k` is a
+    `KernelBuilder`, every input and the output is a `GlobalTensor` (dense GM, C order).
+
+    unit: "vector" (UB, movers, vector instructions) or "cube" (L1/L0A/L0B/L0C, load_nz,
+        load_l0, mmad, fixpipe; plus UB on the coupled ascend910).
+    outputs: shape function ``outputs(*inputs, **params) -> (shape, dtype)``; inputs have
+        .shape/.dtype. Default: the first input's shape and dtype.
+    tiling: ``tiling(spec, *inputs, out, **params) -> dict`` of keyword arguments for the
+        kernel (tile sizes, ...); the key "blocks" sets the launch's block count (default 1).
+    reference: numpy ``reference(*arrays, **params) -> array``: the reference backend and
+        LAZYMATH_VALIDATE compare against it (without one they run the program on the ISA
+        interpreter).
+    flops: ``flops(*inputs, **params) -> int`` for the schedule's roofline class.
+    """
+
+    def wrap(f):
+        return Kernel(f, unit, outputs, tiling, reference, flops, name, rtol, atol)
+
+    return wrap(fn) if fn is not None else wrap
