@@ -46,6 +46,7 @@ __all__ = [
     "LocalTensor",
     "KernelDefinitionError",
     "ceil_div",
+    "pipe_timeline",
 ]
 
 BufferOverflowError = isa.BufferOverflowError
@@ -66,6 +67,57 @@ def _source(fn) -> str:
         if code is None:
             return repr(fn)
         return repr((code.co_code, code.co_consts, code.co_names))
+
+
+_PLAIN = (int, float, str, bytes, bool, type(None), np.generic)
+
+
+def _plain(v) -> str | None:
+    """repr of a constant a kernel may read (numbers, strings, tuples of them), else None."""
+    if isinstance(v, _PLAIN):
+        return repr(v)
+    if isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v):
+        return repr(v)
+    return None
+
+
+def _names(code) -> set[str]:
+    out = set(code.co_names)
+    for c in code.co_consts:
+        if inspect.iscode(c):
+            out |= _names(c)
+    return out
+
+
+def identity(fn, _seen: set | None = None) -> str:
+    """What a kernel's cache key hashes for one function: its source, its defaults and closure
+    values, and (one module deep, recursively) the source of the functions and the values of
+    the constants it reads from its module's globals. Editing any of these gives a new key;
+    objects that are neither functions nor plain constants are not followed."""
+    if fn is None:
+        return ""
+    seen = set() if _seen is None else _seen
+    if id(fn) in seen:
+        return ""
+    seen.add(id(fn))
+    parts = [_source(fn), repr(getattr(fn, "__defaults__", None))]
+    kw = getattr(fn, "__kwdefaults__", None)
+    parts.append(repr(sorted(kw.items())) if kw else "")
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:
+            continue
+        parts.append(identity(v, seen) if inspect.isfunction(v) else (_plain(v) or "?"))
+    code, g = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    mod = getattr(fn, "__module__", None)
+    for name in sorted(_names(code)) if code is not None else ():
+        v = g.get(name)
+        if inspect.isfunction(v) and v.__module__ == mod:
+            parts.append(f"{name}=" + identity(v, seen))
+        elif (p := _plain(v)) is not None:
+            parts.append(f"{name}={p}")
+    return "\0".join(parts)
 
 
 class _Spec:
@@ -121,7 +173,7 @@ class Kernel:
         positional = [p for p in params[1:]
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]  # fmt: skip
         self.n_args = None if any(p.kind == p.VAR_POSITIONAL for p in params) else len(positional)
-        blob = "\0".join([unit, self.name, _source(fn), _source(tiling), _source(outputs)])
+        blob = "\1".join([unit, self.name, identity(fn), identity(tiling), identity(outputs)])
         digest = hashlib.sha256(blob.encode()).hexdigest()[:16]
         self.key = f"{fn.__module__}.{fn.__qualname__}:{digest}"
         custom.register(self.key, self)
@@ -271,6 +323,24 @@ class Kernel:
         ir = self.ir(self._shapes(inputs), params)
         return compile_kernel(ir, spec, backend, self.name)
 
+    def launch(self, *arrays, stream=None, blocks: int | None = None, backend: str | None = None,
+               **params) -> np.ndarray:  # fmt: skip
+        """Compile for these arrays (numpy, C order) on the current device and enqueue one
+        launch on `stream` (aclrtLaunchKernel; default: the device's default stream) with
+        `blocks` blocks (default: the host mapping of the kernel's own count). Returns the
+        output array, valid once the stream is synchronized; work queued on the stream before
+        (an event wait, a memcpy) runs first."""
+        from .runtime import current_device
+
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        dev = stream.device if stream is not None else current_device()
+        ck = self.compile(*arrays, spec=dev.spec, backend=backend, **params)
+        v = ck.ir.outputs[0]
+        out = np.empty(v.shape, v.dtype)
+        flat = [a.reshape(-1) for a in arrays] + [out.reshape(-1)]
+        dev.launch(ck, blocks, flat, stream, unit=self.unit)
+        return out
+
     def cost(self, *inputs, spec="ascend910", **params):
         """Simulated NPU cycles per pipe (`cost.KernelCost`) for inputs like these."""
         from .backend.cost import estimate
@@ -278,6 +348,26 @@ class Kernel:
 
         spec = get_spec(spec)
         return estimate(self.program(*inputs, spec=spec, **params), spec)
+
+
+def pipe_timeline(cost, width: int = 64) -> str:
+    """The simulated per-pipe timeline of one kernel block (`Kernel.cost`, `CompiledKernel.cost`)
+    as text: one row per pipe, ``#`` where the pipe is busy, over the block's makespan."""
+    total = max(float(cost.total), 1.0)
+    order = [p for p in isa.PIPES if cost.intervals.get(p)]
+    lines = [f"{cost.name}: {cost.total:,.0f} cycles per block, {cost.blocks} block(s)"]
+    for p in order:
+        row = [" "] * width
+        for a, b in cost.intervals[p]:
+            lo = min(width - 1, int(a / total * width))
+            hi = max(lo + 1, min(width, int(round(b / total * width))))
+            for i in range(lo, hi):
+                row[i] = "#"
+        busy = cost.pipes.get(p, 0)
+        lines.append(f"  {p:8}|{''.join(row)}| {busy:>10,.0f} ({100 * busy / total:4.1f}%)")
+    if getattr(cost, "truncated", False):
+        lines.append("  (long loop: the middle iterations are summarised)")
+    return "\n".join(lines)
 
 
 def kernel(fn=None, *, unit: str = "vector", outputs=None, tiling=None, reference=None,

@@ -554,10 +554,25 @@ def test_flip_and_negative_strides_fuse():
 # ----------------------------------------------------------------------------- the rules table
 
 
+@lm.kernel
+def _copy(k, x, y):
+    """A user kernel (`lm.kernel`) for the rules: y = x through UB."""
+    b = k.ub(x.dtype, 256, "b")
+    with k.loop(lm.lowlevel.ceil_div(x.size, 256)) as i:
+        n = k.let(lm.lowlevel.isa.imin(256, x.size - i * 256))
+        k.copy_in(b, x[i * 256], n)
+        k.copy_out(y[i * 256], b, n)
+
+
 def _fuse_case(producer: str, consumer: str):
     """A graph whose one producer -> consumer edge is the FUSE entry (producer, consumer)."""
     f16 = "float16"
     cases = {
+        ("custom", "elementwise"): lambda: _copy(t(9)) * 2.0,
+        ("elementwise", "custom"): lambda: _copy(t(9) * 2.0),
+        ("custom", "custom"): lambda: _copy(_copy(t(9))),
+        ("custom", "reduce"): lambda: _copy(t(9)).sum(),
+        ("custom", "matmul"): lambda: _copy(t(8, 16, dtype=f16)) @ t(16, 8, dtype=f16),
         ("elementwise", "elementwise"): lambda: lm.relu(t(9) * 2.0),
         ("view", "elementwise"): lambda: t(5, 3).T[::-1] + 1.0,
         ("elementwise", "reduce"): lambda: (t(9) * 2.0).sum(),
