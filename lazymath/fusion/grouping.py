@@ -837,7 +837,7 @@ class Planner:
         defn = custom.get(key)
         views_in = []
         for s in n.srcs:
-            b = ExprBuilder(s.shape, set())
+            b = ExprBuilder(s.shape, set(), copied=self.copied)
             v = b.value(s)
             ok = b.ops[v].op == "load" and b.inputs[0].contiguous and b.inputs[0].offset == 0
             if not ok:

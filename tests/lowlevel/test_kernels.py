@@ -166,6 +166,15 @@ def test_kernel_inside_a_graph(spec, backend, check):
     check(out, (gelu_ref(c) * 3).sum(axis=0), rtol=1e-4, atol=1e-4)
 
 
+def test_strided_and_offset_inputs_are_made_dense(backend, check):
+    """A user kernel reads dense GM: views (transposed, sliced, offset, flipped) and
+    non-contiguous arrays reach it through a copy."""
+    a = np.linspace(-4, 4, 7 * 13, dtype=np.float32).reshape(7, 13)
+    check(gelu(lm.tensor(a).T), gelu_ref(a.T), rtol=1e-5, atol=1e-6)
+    check(gelu(lm.tensor(a)[2:, ::-3]), gelu_ref(a[2:, ::-3]), rtol=1e-5, atol=1e-6)
+    check(gelu(lm.asarray(a[:, 1:])), gelu_ref(a[:, 1:]), rtol=1e-5, atol=1e-6)
+
+
 def test_program_cache_and_params(check):
     a = np.linspace(-3, 3, 300, dtype=np.float32)
     x = lm.tensor(a)
