@@ -1352,27 +1352,58 @@ def conv1d(x, weight, bias=None, stride: int = 1, padding: int = 0, dilation: in
     return reshape(out, (cout, lout)) if unbatched else out
 
 
+_FFT_NORMS = (None, "backward", "ortho", "forward")
+_fft_dtypes: dict = {}
+
+
+def _fft_out_dtype(kind: str, d: np.dtype) -> np.dtype:
+    """numpy.fft's result dtype for `kind` on a `d` input (asked of numpy once per pair:
+    complex64 for float16/float32/complex64, complex128 for the rest; irfft's real result
+    keeps float16/float32, float64 otherwise)."""
+    key = (kind, d)
+    out = _fft_dtypes.get(key)
+    if out is None:
+        with np.errstate(all="ignore"):
+            out = np.dtype(getattr(np.fft, kind)(np.zeros(2, d)).dtype)
+        _fft_dtypes[key] = out
+    return out
+
+
+def _fft_n(kind: str, n) -> int | None:
+    if n is None:
+        return None
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"{kind}: n must be an int or None, got {n!r}") from None
+    if n < 1:
+        raise ValueError(f"{kind}: invalid number of data points ({n}): n must be >= 1")
+    return n
+
+
 def _fft_common(kind: str, x, n, axis, norm) -> Tensor:
     x = x if isinstance(x, Tensor) else tensor(x)
     if x.ndim == 0:
         raise ValueError(f"{kind}: input must have at least one dimension")
+    if not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{kind}: axis must be an int, got {axis!r}")
     ax = _axes(axis, x.ndim, kind)[0]
-    if norm not in (None, "backward", "ortho", "forward"):
-        raise ValueError(f"{kind}: norm must be None, 'backward', 'ortho' or 'forward'")
-    size = x.shape[ax]
-    double = x.dtype in (dt.float64, dt.complex128) or dt.is_int(x.dtype) or x.dtype == dt.bool_
+    if norm not in _FFT_NORMS:
+        raise ValueError(
+            f"{kind}: norm must be None, 'backward', 'ortho' or 'forward', got {norm!r}"
+        )
+    n = _fft_n(kind, n)
     if kind == "rfft" and dt.is_complex(x.dtype):
-        raise TypeError("rfft: input must be real")
+        raise TypeError("rfft: input must be real (use fft for complex input)")
+    size = x.shape[ax]
+    out_dtype = _fft_out_dtype(kind, x.dtype)
     if kind == "irfft":
         nout = n if n is not None else 2 * (size - 1)
-        out_dtype = dt.float64 if double else dt.float32
         length = nout
     else:
-        nin = n if n is not None else size
-        out_dtype = dt.complex128 if double else dt.complex64
-        length = nin // 2 + 1 if kind == "rfft" else nin
-        nout = nin
-    if nout is None or nout < 1:
+        nout = n if n is not None else size
+        length = nout // 2 + 1 if kind == "rfft" else nout
+    if nout < 1:
         raise ValueError(f"{kind}: invalid number of data points ({nout}) along axis {ax}")
     shape = list(x.shape)
     shape[ax] = length
@@ -1380,8 +1411,40 @@ def _fft_common(kind: str, x, n, axis, norm) -> Tensor:
     return _wrap(node, [x])
 
 
+def _fft2_common(kind: str, x, s, axes, norm) -> Tensor:
+    """numpy's fft2/ifft2: the 1-D transform over each of `axes`, last axis first, with the
+    lengths `s` (crop or zero-pad, like `n`)."""
+    x = x if isinstance(x, Tensor) else tensor(x)
+    if norm not in _FFT_NORMS:
+        raise ValueError(
+            f"{kind}: norm must be None, 'backward', 'ortho' or 'forward', got {norm!r}"
+        )
+    if axes is None:
+        axes = tuple(range(-len(s), 0)) if s is not None else tuple(range(-x.ndim, 0))
+    if not isinstance(axes, (tuple, list)) or not builtins.all(
+        isinstance(a, (int, np.integer)) for a in axes
+    ):
+        raise TypeError(f"{kind}: axes must be a sequence of ints, got {axes!r}")
+    if s is None:
+        for a in axes:
+            _axes(a, x.ndim, kind)
+        s = [None] * len(axes)
+    elif not isinstance(s, (tuple, list)):
+        raise TypeError(f"{kind}: s must be a sequence of ints, got {s!r}")
+    elif len(s) != len(axes):
+        raise ValueError(f"{kind}: s {tuple(s)} and axes {tuple(axes)} differ in length")
+    base = "ifft" if kind.startswith("i") else "fft"
+    for n in s:
+        _fft_n(kind, n)
+    out = x
+    for a, n in reversed(list(zip(axes, s))):
+        out = _fft_common(base, out, n, a, norm)
+    return out
+
+
 class _FFT:
-    """lm.fft: numpy.fft semantics (complex64 results for float32/float16 inputs)."""
+    """lm.fft: numpy.fft semantics (`n` crops or zero-pads, `norm` backward/ortho/forward;
+    complex64 results for float16/float32/complex64 inputs, complex128 for the others)."""
 
     @staticmethod
     def fft(x, n=None, axis=-1, norm=None) -> Tensor:
@@ -1398,6 +1461,14 @@ class _FFT:
     @staticmethod
     def irfft(x, n=None, axis=-1, norm=None) -> Tensor:
         return _fft_common("irfft", x, n, axis, norm)
+
+    @staticmethod
+    def fft2(x, s=None, axes=(-2, -1), norm=None) -> Tensor:
+        return _fft2_common("fft2", x, s, axes, norm)
+
+    @staticmethod
+    def ifft2(x, s=None, axes=(-2, -1), norm=None) -> Tensor:
+        return _fft2_common("ifft2", x, s, axes, norm)
 
 
 fft = _FFT()
