@@ -10,7 +10,24 @@ compile entry points, viz and the subpackages load on first use so `import lazym
 
 from . import dtypes
 from ._version import __version__
-from .dtypes import bool_, complex64, complex128, float16, float32, float64, int8, int32, int64
+from .array_api import *  # noqa: F403  (exactly array_api.__all__)
+from .array_api import __all__ as _array_api_all
+from .dtypes import (
+    bool_,
+    complex64,
+    complex128,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
 from .realize import realize
 from .tensor import *  # noqa: F403  (exactly tensor.__all__)
 from .tensor import __all__ as _tensor_all
@@ -26,10 +43,14 @@ _LAZY = {
 }  # fmt: skip
 # subpackages and public modules, importable as attributes (`lm.runtime.memory_stats()`)
 _SUBMODULES = ("backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel")
-_DTYPES = ("bool_", "int8", "int32", "int64", "float16", "float32", "float64", "complex64",
-           "complex128")  # fmt: skip
+_DTYPES = ("bool_", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+           "uint64", "float16", "float32", "float64", "complex64", "complex128")  # fmt: skip
+bool = bool_  # the standard's name of the dtype (the builtin stays builtins.bool)
+# the standard's constants
+e, inf, nan, pi, newaxis = 2.718281828459045, float("inf"), float("nan"), 3.141592653589793, None
+_CONSTANTS = ("e", "inf", "nan", "pi", "newaxis")
 
-__all__ = [*_tensor_all, *_DTYPES, "dtypes", "realize", *_LAZY]
+__all__ = [*_tensor_all, *_array_api_all, *_DTYPES, *_CONSTANTS, "dtypes", "realize", *_LAZY]
 
 
 def __getattr__(name):

@@ -13,13 +13,19 @@ float16 = np.dtype("float16")
 float32 = np.dtype("float32")
 float64 = np.dtype("float64")
 int8 = np.dtype("int8")
+int16 = np.dtype("int16")
 int32 = np.dtype("int32")
 int64 = np.dtype("int64")
+uint8 = np.dtype("uint8")
+uint16 = np.dtype("uint16")
+uint32 = np.dtype("uint32")
+uint64 = np.dtype("uint64")
 bool_ = np.dtype("bool")
 complex64 = np.dtype("complex64")
 complex128 = np.dtype("complex128")
 
-SUPPORTED = (float16, float32, float64, int8, int32, int64, bool_, complex64, complex128)
+SUPPORTED = (float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
+             bool_, complex64, complex128)  # fmt: skip
 _NAMES = {d.name: d for d in SUPPORTED} | {"bool_": bool_, "float": float64, "int": int64}
 
 # The AI Core computes in these; anything else runs on the AI CPU fallback.
@@ -56,9 +62,6 @@ def result_type(*operands) -> np.dtype:
     """numpy's result dtype for tensors (given as dtypes) and Python scalars (weak)."""
     out = np.result_type(*operands)
     if out not in SUPPORTED:
-        # e.g. uint8 from some odd input; widen to the nearest supported kind
-        if out.kind == "u":
-            return int64
         raise TypeError(f"operation would produce unsupported dtype {out.name}")
     return out
 
@@ -67,6 +70,8 @@ def default_float_for(d: np.dtype) -> np.dtype:
     """dtype numpy uses for float math on `d` (true division, sqrt, mean)."""
     if d.kind in "fc":
         return d
-    if d in (bool_, int8):  # numpy picks the smallest float that holds every value
+    if d in (bool_, int8, uint8):  # numpy picks the smallest float that holds every value
         return float16
+    if d in (int16, uint16):
+        return float32
     return float64

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import dtypes as dt
+from . import settings
 from .graph import node as gn
 from .graph.ops import ELEMENTWISE, Op, ufunc_dtypes
 from .realize import realize as _realize
@@ -93,10 +94,18 @@ class Tensor:
             yield self[i]
 
     def __bool__(self):
-        raise TypeError(
-            "the truth value of a lazy tensor is ambiguous and would force a hidden realize; "
-            "call .item() (for one element) or .numpy() explicitly"
-        )
+        return bool(self._scalar("bool"))
+
+    def _scalar(self, what: str):
+        """The value of a one-element tensor for bool()/int()/float()/complex()/index():
+        an implicit sync (it realizes), as in Dask and PyTorch; LAZYMATH_DEBUG counts them."""
+        if self.size != 1:
+            raise TypeError(
+                f"{what}() of a tensor needs exactly one element, this one has shape "
+                f"{self.shape}; use any()/all() or .item() on one element"
+            )
+        _note_sync(what, self)
+        return self.numpy().reshape(()).item()
 
     def __hash__(self):
         return id(self)
@@ -133,15 +142,66 @@ class Tensor:
         return self.numpy().tolist()
 
     def __float__(self):
-        return float(self.item())
+        if dt.is_complex(self.dtype):
+            raise TypeError("float() of a complex tensor; use complex() or real()")
+        return float(self._scalar("float"))
 
     def __int__(self):
-        return int(self.item())
+        if dt.is_complex(self.dtype):
+            raise TypeError("int() of a complex tensor")
+        v = self._scalar("int")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise (OverflowError if math.isinf(v) else ValueError)(f"int() of {v}")
+        return int(v)
+
+    def __complex__(self):
+        return complex(self._scalar("complex"))
 
     def __index__(self):
         if not dt.is_int(self.dtype):
             raise TypeError(f"only integer tensors can be used as an index, not {self.dtype}")
-        return int(self.item())
+        return int(self._scalar("index"))
+
+    # -- the Array API protocol --
+    def __array_namespace__(self, /, *, api_version=None):
+        """The namespace of the Array API standard: the lazymath module itself."""
+        if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12"):
+            raise ValueError(f"unsupported Array API version {api_version!r}")
+        import sys
+
+        return sys.modules["lazymath"]
+
+    def __dlpack__(self, /, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export the realized buffer (realizes first) through DLPack, zero-copy unless
+        `copy=True`. The buffer is read-only: a versioned consumer (max_version >= (1, 0))
+        gets it flagged read-only; a legacy consumer gets a copy (or BufferError with
+        copy=False), since the legacy protocol cannot say "read-only"."""
+        if stream is not None and stream != -1:
+            raise BufferError(f"__dlpack__: lazymath tensors live on the host; stream={stream!r}")
+        if dl_device is not None and tuple(dl_device)[0] != 1:
+            raise BufferError(f"__dlpack__: cannot export to device {dl_device}; only (1, 0)")
+        a = self.numpy()
+        if copy:
+            a = np.array(a, copy=True)
+        legacy = max_version is None or tuple(max_version)[0] < 1
+        if not a.flags.writeable and legacy:
+            if copy is False:
+                raise BufferError(
+                    "__dlpack__: the tensor's buffer is read-only and the consumer asked for the "
+                    "legacy (unversioned) protocol, which cannot mark it read-only; pass copy=None"
+                )
+            a = np.array(a, copy=True)
+        kw = {} if max_version is None else {"max_version": max_version}
+        return a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU: buffers live in host memory
+
+    def to_device(self, device, /, *, stream=None) -> Tensor:
+        if stream is not None:
+            raise ValueError("to_device: streams are not supported here (stream=None)")
+        d = _device_arg(device, "to_device")
+        return self if d is self._device else Tensor(self._node, d)
 
     # -- operators --
     def __add__(self, o):
@@ -316,6 +376,17 @@ class Tensor:
 
 # ----------------------------------------------------------------------------- devices
 
+SYNCS: dict[str, int] = {}  # implicit syncs (bool(t), int(t), ...) by kind, this process
+
+
+def _note_sync(what: str, t: Tensor) -> None:
+    SYNCS[what] = SYNCS.get(what, 0) + 1
+    if not t.is_realized and settings.DEBUG.get():
+        import sys
+
+        print(f"lazymath: implicit sync {what}() realizes a {t.shape} {t.dtype.name} tensor "
+              f"(#{SYNCS[what]} {what}() this process)", file=sys.stderr)  # fmt: skip
+
 
 def _current_device():
     try:
@@ -344,7 +415,7 @@ def _wrap(node: gn.Node, like: Sequence[Tensor] = ()) -> Tensor:
 
 def tensor(data, dtype=None) -> Tensor:
     """Copy `data` (array, nested list, scalar, anything with __dlpack__ or __array__) into a
-    new realized tensor."""
+    new realized tensor (numpy's dtype inference: a Python float gives float64)."""
     if isinstance(data, Tensor):
         return data if dtype is None else astype(data, dtype)
     if hasattr(data, "__dlpack__") and not isinstance(data, np.ndarray):
@@ -358,29 +429,172 @@ def tensor(data, dtype=None) -> Tensor:
         )
     except (TypeError, ValueError) as e:
         raise TypeError(f"tensor(): cannot convert {type(data).__name__} to a tensor: {e}") from e
+    return _from_numpy(arr, "tensor()")
+
+
+def _from_numpy(arr: np.ndarray, who: str, device=None) -> Tensor:
+    """A realized tensor owning `arr` (C-contiguous; made read-only: the tensor is immutable)."""
     if arr.dtype.kind in "OUSV":
-        raise TypeError(f"tensor(): non-numeric data of dtype {arr.dtype} is not supported")
+        raise TypeError(f"{who}: non-numeric data of dtype {arr.dtype} is not supported")
     if arr.dtype not in dt.SUPPORTED:
-        # widen only where every value survives: uint8/16/32 -> int64, int16 -> int32
-        if arr.dtype.kind == "u" and arr.dtype.itemsize < 8:
-            arr = arr.astype(np.int64)
-        elif arr.dtype.kind == "u":
-            raise TypeError(
-                f"tensor(): unsupported dtype {arr.dtype} (its values may not fit int64); "
-                f"cast the data to int64 or float64 first"
-            )
-        elif arr.dtype == np.int16:
-            arr = arr.astype(np.int32)
-        else:
-            dt.as_dtype(arr.dtype)  # raises with the supported list
+        dt.as_dtype(arr.dtype)  # raises with the supported list
     # np.array(order="C") is contiguous already; np.ascontiguousarray would turn 0-d into 1-d
     # the tensor owns this copy; read-only so that t.numpy() cannot mutate a graph input
     arr.flags.writeable = False
-    return Tensor(gn.buffer_node(arr))
+    return Tensor(gn.buffer_node(arr), device)
 
 
-def asarray(data, dtype=None) -> Tensor:
-    return tensor(data, dtype)
+_PY_SCALARS = (bool, int, float, complex)
+
+
+def _default_dtype_of(obj) -> np.dtype | None:
+    """The Array API default dtype of Python data (float -> float32, complex -> complex64,
+    int -> int64, bool -> bool), None for anything else (it keeps its own dtype)."""
+    if isinstance(obj, np.generic):
+        return None
+    if isinstance(obj, _PY_SCALARS):
+        kind = type(obj)
+    elif isinstance(obj, (list, tuple)):
+        kinds = set()
+        stack = [obj]
+        while stack:
+            o = stack.pop()
+            if isinstance(o, (list, tuple)):
+                stack.extend(o)
+            elif isinstance(o, _PY_SCALARS) and not isinstance(o, np.generic):
+                kinds.add(type(o))
+            elif isinstance(o, Tensor) and o.ndim == 0:
+                kinds.add({"b": bool, "i": int, "u": int, "f": float, "c": complex}[o.dtype.kind])
+            else:
+                return None
+        kind = next((k for k in (complex, float, int, bool) if k in kinds), float)
+    else:
+        return None
+    return {bool: dt.bool_, int: dt.int64, float: dt.float32, complex: dt.complex64}[kind]
+
+
+def asarray(obj, /, dtype=None, device=None, copy=None) -> Tensor:
+    """Array API `asarray`: a tensor from a tensor, a DLPack or buffer-protocol object, a numpy
+    array, a Python scalar or a nested sequence.
+
+    Python data takes the default dtypes (float32, complex64, int64, bool; see
+    `__array_namespace_info__().default_dtypes()`), arrays keep theirs. `copy=True` always
+    copies, `copy=False` never does (ValueError where a copy is needed: a dtype change, a
+    non-contiguous or foreign-device source, Python data), `copy=None` shares realized
+    tensors and copies host arrays (the tensor must not change behind the graph's back)."""
+    if copy not in (None, True, False):
+        raise ValueError(f"asarray: copy must be None, True or False, got {copy!r}")
+    want = None if dtype is None else dt.as_dtype(dtype)
+    if isinstance(obj, Tensor):
+        dev = obj._device if device is None else _device_arg(device, "asarray")
+        out = obj if want is None or want == obj.dtype else None
+        if out is None:
+            if copy is False:
+                raise ValueError(f"asarray: converting {obj.dtype} to {want} needs a copy")
+            out = astype(obj, want)
+        if copy or dev is not out._device:
+            # tensors are immutable (in-place operators rebind), so a new handle is a copy
+            out = Tensor(out._node, dev)
+        return out
+    dev = None if device is None else _device_arg(device, "asarray")
+    if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
+        try:
+            return from_dlpack(obj, copy=copy, dtype=want, device=dev)
+        except BufferError:
+            if copy is False:
+                raise
+    if want is None:
+        want = _default_dtype_of(obj)
+        if want is not None and copy is False:
+            raise ValueError("asarray: Python data always needs a copy (copy=False given)")
+    if copy is False:
+        try:
+            arr = np.asarray(obj, dtype=want)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"asarray: cannot convert {type(obj).__name__}: {e}") from e
+        if not arr.flags.c_contiguous or (
+            not np.shares_memory(arr, obj) if isinstance(obj, np.ndarray) else False
+        ):
+            raise ValueError("asarray: copy=False but the data is not C-contiguous or needs a "
+                             "dtype conversion")  # fmt: skip
+        view = arr.view()
+        view.flags.writeable = False
+        return _from_numpy(view, "asarray", dev)
+    try:
+        with np.errstate(over="raise"):
+            arr = np.array(obj, dtype=want, copy=True, order="C")
+    except OverflowError as e:
+        raise OverflowError(f"asarray: {e}") from None
+    except (TypeError, ValueError, FloatingPointError) as e:
+        raise TypeError(f"asarray: cannot convert {type(obj).__name__} to a tensor: {e}") from e
+    if arr.dtype == object and want is None and isinstance(obj, (int, list, tuple)):
+        raise OverflowError("asarray: a Python int does not fit int64")
+    return _from_numpy(arr, "asarray", dev)
+
+
+def from_dlpack(x, /, *, device=None, copy=None, dtype=None) -> Tensor:
+    """A tensor from any DLPack producer (torch, numpy, JAX, ...), zero-copy where allowed.
+
+    copy=None shares a C-contiguous CPU buffer and copies otherwise; copy=False shares or
+    raises BufferError; copy=True always copies. A shared buffer is read through, never
+    written: lazymath treats it as immutable, so writing it through the producer afterwards
+    changes what later realizes of the tensor read (the producer's contract, as with numpy's
+    views)."""
+    if copy not in (None, True, False):
+        raise ValueError(f"from_dlpack: copy must be None, True or False, got {copy!r}")
+    if not hasattr(x, "__dlpack__"):
+        raise TypeError(f"from_dlpack: {type(x).__name__} does not implement __dlpack__")
+    dev = None if device is None else _device_arg(device, "from_dlpack")
+    if hasattr(x, "__dlpack_device__"):
+        kind, _ = x.__dlpack_device__()
+        if int(kind) not in (1, 3):  # kDLCPU, kDLCUDAHost
+            if copy is False:
+                raise BufferError(
+                    f"from_dlpack: the producer's device {x.__dlpack_device__()} is not the "
+                    "host; it cannot be shared (copy=False)"
+                )
+            raise BufferError(
+                f"from_dlpack: the producer's buffer is on device {x.__dlpack_device__()}, "
+                "not the host; move it to the CPU first"
+            )
+    try:
+        arr = np.from_dlpack(x, copy=copy)
+    except TypeError:  # an older producer without the copy= keyword
+        if copy is False:
+            raise
+        arr = np.from_dlpack(x)
+        if copy:
+            arr = arr.copy()
+    if arr.dtype not in dt.SUPPORTED:
+        raise TypeError(f"from_dlpack: unsupported dtype {arr.dtype}")
+    if dtype is not None and arr.dtype != dtype:
+        if copy is False:
+            raise ValueError(f"from_dlpack: converting {arr.dtype} to {dtype} needs a copy")
+        arr = arr.astype(dtype)
+    if not arr.flags.c_contiguous:
+        if copy is False:
+            raise BufferError(
+                f"from_dlpack: the producer's buffer is not C-contiguous (strides "
+                f"{arr.strides}); lazymath shares only contiguous buffers (copy=False)"
+            )
+        arr = np.ascontiguousarray(arr)
+    elif arr.base is not None or not arr.flags.owndata:
+        arr = arr.view()  # our own read-only view; the producer's flags stay as they were
+    return _from_numpy(arr, "from_dlpack", dev)
+
+
+def _device_arg(device, who: str):
+    """A device keyword: a lazymath Device (or its name, e.g. "npu:0"); validated at the call."""
+    cur = _current_device()
+    if device is None or device is cur:
+        return cur
+    if isinstance(device, str):
+        if device == str(cur):
+            return cur
+        raise ValueError(f"{who}: unknown device {device!r}; the current device is {cur}")
+    if type(device).__name__ == "Device" or device == cur:
+        return device
+    raise ValueError(f"{who}: {device!r} is not a lazymath device")
 
 
 def _shape_arg(shape) -> tuple[int, ...]:
@@ -395,60 +609,106 @@ def _shape_arg(shape) -> tuple[int, ...]:
     return shape
 
 
-def full(shape, fill_value, dtype=None) -> Tensor:
+def full(shape, fill_value, dtype=None, *, device=None) -> Tensor:
+    """A constant tensor (free in the graph). Without `dtype` the fill value decides: a Python
+    bool, int, float, complex gives bool, int64, float32, complex64 (the Array API defaults)."""
     shape = _shape_arg(shape)
+    if isinstance(fill_value, Tensor):
+        if fill_value.ndim:
+            raise ValueError(f"full: fill_value must be a scalar, got shape {fill_value.shape}")
+        fill_value = fill_value.item()
     if dtype is None:
-        dtype = np.asarray(fill_value).dtype
-        if dtype.kind == "i":
-            dtype = dt.int64
+        dtype = _default_dtype_of(fill_value)
+        if dtype is None:
+            dtype = np.asarray(fill_value).dtype
     dtype = dt.as_dtype(dtype)
-    c = gn.const_node(fill_value, dtype)
-    return Tensor(gn.make("expand", dtype, shape, (c,)) if shape else c)
+    if isinstance(fill_value, complex) and dtype.kind != "c":
+        raise TypeError(f"full: a complex fill value needs a complex dtype, not {dtype}")
+    try:
+        c = gn.const_node(fill_value, dtype)
+    except OverflowError:
+        raise OverflowError(f"full: {fill_value!r} does not fit dtype {dtype}") from None
+    dev = None if device is None else _device_arg(device, "full")
+    return Tensor(gn.make("expand", dtype, shape, (c,)) if shape else c, dev)
 
 
-def zeros(shape, dtype=dt.float32) -> Tensor:
-    return full(shape, 0, dtype)
+def zeros(shape, dtype=None, *, device=None) -> Tensor:
+    return full(shape, 0, dt.float32 if dtype is None else dtype, device=device)
 
 
-def ones(shape, dtype=dt.float32) -> Tensor:
-    return full(shape, 1, dtype)
+def ones(shape, dtype=None, *, device=None) -> Tensor:
+    return full(shape, 1, dt.float32 if dtype is None else dtype, device=device)
 
 
-def empty(shape, dtype=dt.float32) -> Tensor:
+def empty(shape, dtype=None, *, device=None) -> Tensor:
     """Like numpy.empty; lazymath fills with zeros (a free constant in the graph)."""
-    return full(shape, 0, dtype)
+    return full(shape, 0, dt.float32 if dtype is None else dtype, device=device)
 
 
-def zeros_like(t: Tensor, dtype=None) -> Tensor:
-    return zeros(t.shape, dtype or t.dtype)
+def zeros_like(x: Tensor, /, dtype=None, *, device=None) -> Tensor:
+    return full(x.shape, 0, dtype or x.dtype, device=device or x.device)
 
 
-def ones_like(t: Tensor, dtype=None) -> Tensor:
-    return ones(t.shape, dtype or t.dtype)
+def ones_like(x: Tensor, /, dtype=None, *, device=None) -> Tensor:
+    return full(x.shape, 1, dtype or x.dtype, device=device or x.device)
 
 
-def full_like(t: Tensor, fill_value, dtype=None) -> Tensor:
-    return full(t.shape, fill_value, dtype or t.dtype)
+def empty_like(x: Tensor, /, dtype=None, *, device=None) -> Tensor:
+    """Like numpy.empty_like; lazymath fills with zeros."""
+    return full(x.shape, 0, dtype or x.dtype, device=device or x.device)
 
 
-def arange(start, stop=None, step=1, dtype=None) -> Tensor:
+def full_like(x: Tensor, /, fill_value, dtype=None, *, device=None) -> Tensor:
+    return full(x.shape, fill_value, dtype or x.dtype, device=device or x.device)
+
+
+def arange(start, /, stop=None, step=1, dtype=None, *, device=None) -> Tensor:
+    """Array API / numpy arange: [start, stop) by step; ``arange(n)`` is ``arange(0, n)``.
+
+    Without `dtype`: int64 when start, stop and step are all integers, else float32 (the
+    default floating dtype). The length is ceil((stop - start) / step)."""
+    if stop is None:
+        start, stop = 0, start
+    for name, v in (("start", start), ("stop", stop), ("step", step)):
+        if isinstance(v, (complex, np.complexfloating)) or not isinstance(
+            v, (int, float, np.integer, np.floating)
+        ):
+            raise TypeError(f"arange: {name} must be a real number, got {v!r}")
     if step == 0:
         raise ValueError("arange: step must not be zero")
-    arr = np.arange(start, stop, step) if stop is not None else np.arange(start)
-    if dtype is not None:
-        arr = arr.astype(dt.as_dtype(dtype))
-    return tensor(arr)
+    ints = builtins.all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                        for v in (start, stop, step))  # fmt: skip
+    want = dt.as_dtype(dtype) if dtype is not None else (dt.int64 if ints else dt.float32)
+    n = builtins.max(0, math.ceil((stop - start) / step)) if not ints else builtins.max(
+        0, -(-(stop - start) // step))  # fmt: skip
+    if n > 2**31:
+        raise ValueError(f"arange: {n} elements is too many")
+    if ints and want.kind in "iu":
+        arr = (start + step * np.arange(n, dtype=np.int64)).astype(want)
+    else:
+        arr = (float(start) + float(step) * np.arange(n, dtype=np.float64)).astype(want)
+    return _from_numpy(arr, "arange", None if device is None else _device_arg(device, "arange"))
 
 
-def linspace(start, stop, num=50, endpoint=True, dtype=None) -> Tensor:
+def linspace(start, stop, /, num=50, dtype=None, *, device=None, endpoint=True) -> Tensor:
+    """num evenly spaced values over [start, stop] (or [start, stop) without endpoint);
+    float32 without `dtype` (complex64 for complex endpoints)."""
+    num = operator.index(num)
     if num < 0:
         raise ValueError(f"linspace: num must be non-negative, got {num}")
+    cplx = isinstance(start, complex) or isinstance(stop, complex)
+    want = dt.as_dtype(dtype) if dtype is not None else (dt.complex64 if cplx else dt.float32)
     arr = np.linspace(start, stop, num, endpoint=endpoint)
-    return tensor(arr.astype(dt.as_dtype(dtype)) if dtype is not None else arr)
+    with np.errstate(all="ignore"):
+        arr = arr.astype(want)
+    return _from_numpy(arr, "linspace", None if device is None else _device_arg(device, "linspace"))
 
 
-def eye(n, m=None, k=0, dtype=dt.float32) -> Tensor:
-    return tensor(np.eye(n, m, k, dtype=dt.as_dtype(dtype)))
+def eye(n_rows, n_cols=None, /, k=0, dtype=None, *, device=None) -> Tensor:
+    dtype = dt.float32 if dtype is None else dt.as_dtype(dtype)
+    arr = np.eye(operator.index(n_rows), None if n_cols is None else operator.index(n_cols),
+                 operator.index(k), dtype=dtype)  # fmt: skip
+    return _from_numpy(arr, "eye", None if device is None else _device_arg(device, "eye"))
 
 
 class _Random:
@@ -1480,7 +1740,8 @@ fft = _FFT()
 __all__ = [
     # the array and its creation
     "Tensor", "tensor", "asarray", "full", "zeros", "ones", "empty", "zeros_like", "ones_like",
-    "full_like", "arange", "linspace", "eye", "random", "broadcast_shapes",
+    "full_like", "empty_like", "arange", "linspace", "eye", "random", "broadcast_shapes",
+    "from_dlpack",
     # elementwise (numpy spellings too)
     "neg", "abs", "exp", "exp2", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan", "tanh",
     "sigmoid", "relu", "sign", "floor", "ceil", "round", "logical_not", "add", "sub", "mul", "div",
