@@ -47,6 +47,8 @@ __all__ = [
     "KernelDefinitionError",
     "ceil_div",
     "pipe_timeline",
+    "Context",
+    "ascendcl_names",
 ]
 
 BufferOverflowError = isa.BufferOverflowError
@@ -348,6 +350,83 @@ class Kernel:
 
         spec = get_spec(spec)
         return estimate(self.program(*inputs, spec=spec, **params), spec)
+
+
+class Context:
+    """aclrtCreateContext: a device made current for a block of code (``with ctx:``), the
+    previous one restored after it. Lazy tensors created inside run on its device; `device`
+    holds its streams, events, memory pool and launches (the runtime layer, `lm.runtime`)."""
+
+    def __init__(self, device_id: int = 0, spec="ascend910", **device_kwargs):
+        from .runtime import init_device
+
+        prev = _current_or_none()
+        self.device = init_device(device_id, spec, **device_kwargs)
+        _restore(prev)
+        self._saved: list = []
+
+    def __enter__(self):
+        from .runtime import set_device
+
+        self._saved.append(_current_or_none())
+        set_device(self.device)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _restore(self._saved.pop())
+
+    def synchronize(self) -> None:
+        """aclrtSynchronizeDevice on this context's device."""
+        self.device.synchronize()
+
+    def __repr__(self) -> str:
+        return f"<lazymath Context {self.device} {self.device.spec.name}>"
+
+
+def _current_or_none():
+    from .runtime import api
+
+    return api._CURRENT
+
+
+def _restore(dev) -> None:
+    from .runtime import api
+
+    api._CURRENT = dev
+
+
+def _acl_table() -> dict:
+    from . import runtime as rt
+    from .runtime.stream import Event, Stream
+
+    return {
+        "aclInit / aclrtSetDevice": rt.init_device,
+        "aclrtGetDevice": rt.current_device,
+        "aclrtResetDevice": rt.Device.close,
+        "aclrtCreateContext / aclrtSetCurrentContext": Context,
+        "aclrtCreateStream": rt.create_stream,
+        "aclrtSynchronizeStream": Stream.synchronize,
+        "aclrtStreamWaitEvent": Stream.wait_event,
+        "aclrtCreateEvent": rt.create_event,
+        "aclrtRecordEvent": Event.record,
+        "aclrtSynchronizeEvent": Event.synchronize,
+        "aclrtQueryEvent": Event.query,
+        "aclrtEventElapsedTime": rt.elapsed_time,
+        "aclrtSynchronizeDevice": rt.synchronize,
+        "aclrtMalloc": rt.malloc,
+        "aclrtFree": rt.free,
+        "aclrtMemcpy (host to device)": rt.memcpy_h2d,
+        "aclrtMemcpy (device to host)": rt.memcpy_d2h,
+        "aclrtMemcpyAsync": rt.memcpy_async,
+        "aclrtLaunchKernel": rt.launch,
+        "aclrtLaunchKernel (compile + launch a user kernel)": Kernel.launch,
+    }
+
+
+def ascendcl_names() -> dict:
+    """AscendCL call -> the lazymath function or method that mirrors it (the low-level runtime
+    layer; docs/custom_kernels.md has the table)."""
+    return _acl_table()
 
 
 def pipe_timeline(cost, width: int = 64) -> str:

@@ -192,10 +192,11 @@ class CompiledKernel:
             ptrs.append(ws.ctypes.data)
         argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
         argv._lm_ws = ws  # keeps the workspace alive as long as the argv
-        if self.backend == "interp":
-            argv._lm_arrays = [np.asarray(a).reshape(-1) for a in arrays] + (
-                [ws] if ws is not None else []
-            )
+        if self.backend == "interp":  # raw device bytes (DeviceBuffer) viewed as the arg dtype
+            flat = [np.asarray(a).reshape(-1) for a in arrays]
+            flat = [a.view(v.dtype) if a.dtype == np.uint8 and v.dtype != "uint8" else a
+                    for a, v in zip(flat, self._args)]  # fmt: skip
+            argv._lm_arrays = flat + ([ws] if ws is not None else [])
         return argv
 
     def argv_from_addresses(self, addresses) -> ctypes.Array:

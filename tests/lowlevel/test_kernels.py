@@ -331,3 +331,48 @@ def test_disk_cache_hit_in_a_second_process_and_edits_recompile(tmp_path):
     assert run("1.0") == (1, 0)  # first process: compiles and stores
     assert run("1.0") == (0, 1)  # second process: loads the kernel from disk
     assert run("2.0") == (1, 0)  # the source changed: a new key, compiled again
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_launch_on_a_user_stream_after_an_event(backend):
+    """The runtime layer beside lazy graphs: a realize, an event recorded after it on the
+    default stream, a user stream that waits on it and runs a user kernel on device memory
+    (aclrtMalloc / aclrtMemcpy / aclrtLaunchKernel with a chosen block count)."""
+    rt = lm.runtime
+    a = np.linspace(-3, 3, 3001, dtype=np.float32)
+    dev = lm.current_device()
+    h = (lm.tensor(a) * 0.5).realize()
+    ev = rt.create_event("after-realize")
+    ev.record(dev.default_stream)
+    st = dev.create_stream()
+    st.wait_event(ev)
+    y = gelu.launch(h.numpy(), stream=st, blocks=3, backend=backend, max_tile=512)
+    st.synchronize()
+    np.testing.assert_allclose(y, gelu_ref(a * np.float32(0.5)), rtol=1e-5, atol=1e-6)
+    # the same on device buffers, the kernel compiled once and launched with 5 blocks
+    ck = gelu.compile(a, backend=backend, max_tile=512)
+    src, dst = rt.malloc(a.nbytes), rt.malloc(a.nbytes)
+    rt.memcpy_h2d(src, a)
+    rt.launch(ck, 5, [src, dst], st)
+    st.synchronize()
+    out = rt.memcpy_d2h(np.empty_like(a), dst)
+    rt.free(src)
+    rt.free(dst)
+    np.testing.assert_allclose(out, gelu_ref(a), rtol=1e-5, atol=1e-6)
+
+
+def test_context_and_ascendcl_names():
+    from lazymath.lowlevel import Context, ascendcl_names
+
+    names = ascendcl_names()
+    assert "aclrtLaunchKernel" in names and "aclrtStreamWaitEvent" in names
+    assert all(callable(f) for f in names.values())
+    before = lm.current_device()
+    ctx = Context(0, spec="ascend910b")
+    assert lm.current_device() is before
+    with ctx:
+        assert lm.current_device().spec.name == "ascend910b"
+        x = lm.tensor(np.arange(40, dtype=np.float32))
+        k = lm.schedule(gelu(x)).kernels[0]
+        assert k.unit == "vector" and "ascend910b" in str(lm.schedule(gelu(x)))
+    assert lm.current_device() is before
