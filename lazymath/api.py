@@ -36,6 +36,9 @@ def clear_cache() -> None:
 
     engine._programs.clear()
     clear_kernels()
+    import gc
+
+    gc.collect()  # kernels in reference cycles: their code is freed now, not at some later GC
 
 
 def precompile(fn, *example_inputs, autotune: bool = False) -> int:
@@ -59,7 +62,7 @@ def precompile(fn, *example_inputs, autotune: bool = False) -> int:
     backend = engine.backend_name()
     outputs, key, leaves, order = plan_outputs(roots)
     prog = engine.compile_program(outputs, leaves, order, spec, backend, tiered=False)
-    engine._programs[(key, spec.key(), backend)] = prog
+    engine._remember((key, spec.key(), backend), prog)
     return len(prog.kernels)
 
 

@@ -42,6 +42,13 @@ def as_dtype(d) -> np.dtype:
         raise TypeError(f"not a dtype: {d!r}") from e
     if nd not in SUPPORTED:
         names = ", ".join(x.name for x in SUPPORTED)
+        if not nd.isnative and nd.newbyteorder("=") in SUPPORTED:
+            order = "big" if nd.byteorder == ">" else "little"
+            raise TypeError(
+                f"unsupported byte order: {nd.name} stored {order}-endian ({nd.str!r}); "
+                f"lazymath computes in native byte order, use "
+                f"{nd.newbyteorder('=').name} (arrays are converted by lm.asarray)"
+            )
         raise TypeError(f"unsupported dtype {nd.name}; lazymath supports {names}")
     return nd
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -300,6 +301,15 @@ def _argv(ck, arrays, addrs, slot_ids):
 _HOST_POOL = None
 
 
+def _forget_host_pool() -> None:  # a forked child: the pool's threads stayed in the parent
+    global _HOST_POOL
+    _HOST_POOL = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_host_pool)
+
+
 def _host_pool():
     global _HOST_POOL
     if _HOST_POOL is None:
@@ -381,11 +391,21 @@ def _run_validated(sk, ck, args) -> None:
 
 # ----------------------------------------------------------------------------- caches
 
-_programs: dict = {}
+_programs: dict = {}  # insertion order = least recently used first
 _BACKEND = settings.BACKEND
 _DEBUG = settings.DEBUG
 _VALIDATE = settings.VALIDATE
-STATS = {"program_hits": 0, "program_misses": 0}
+STATS = {"program_hits": 0, "program_misses": 0, "program_evictions": 0}
+
+
+def _remember(key, prog) -> None:
+    """Cache `prog`; beyond LAZYMATH_PROGRAM_CACHE_LIMIT programs the least recently used go
+    (with the arenas they keep, and the kernels only they use)."""
+    _programs[key] = prog
+    limit = settings.PROGRAM_CACHE_LIMIT.get()
+    while len(_programs) > limit:
+        del _programs[next(iter(_programs))]
+        STATS["program_evictions"] += 1
 
 
 def backend_name() -> str:
@@ -457,6 +477,57 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
                    copy_leaves=copy_leaves, label=label, inline=inline)  # fmt: skip
 
 
+LONG_WORK = 1 << 27  # flops + bytes from which a realize runs interruptibly (Ctrl-C)
+
+
+def _program_work(prog: Program) -> int:
+    w = prog.__dict__.get("_work")
+    if w is None:
+        w = prog.__dict__["_work"] = sum(int(k.flops) + int(k.bytes)
+                                         for k in prog.schedule.kernels)  # fmt: skip
+    return w
+
+
+def _run_program(prog: Program, leaves: list, validate: bool, hit: bool):
+    """prog.run, interruptible when long: on the main thread a long program runs on a helper
+    thread while this one waits in an interruptible join. Ctrl-C there raises the cancel flag
+    that native tile loops poll, waits for the kernels to return and re-raises the
+    KeyboardInterrupt (its outputs are discarded). A run that overlapped someone else's
+    cancel request may have had kernels cut short: it runs again."""
+    jit = sys.modules.get("lazymath.backend.jit")
+    epoch = jit.cancel_epoch() if jit is not None else 0
+    data = [n.realized for n in leaves]
+    if (jit is None or _program_work(prog) < LONG_WORK
+            or threading.current_thread() is not threading.main_thread()):  # fmt: skip
+        results = prog.run(data, validate=validate, hit=hit, leaf_nodes=leaves)
+    else:
+        box: list = []
+
+        def work() -> None:
+            try:
+                box.append((True, prog.run(data, validate=validate, hit=hit, leaf_nodes=leaves)))
+            except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
+                box.append((False, e))
+
+        t = threading.Thread(target=work, name="lazymath-realize", daemon=True)
+        t.start()
+        try:
+            while t.is_alive():
+                t.join(0.05)
+        except BaseException:
+            jit.request_cancel()
+            t.join()
+            jit.clear_cancel()
+            raise
+        ok, results = box[0]
+        if not ok:
+            raise results
+    jit = sys.modules.get("lazymath.backend.jit")
+    if jit is not None and jit.cancel_epoch() != epoch:
+        return _run_program(prog, leaves, validate, hit)
+    return results
+
+
 def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
     """Realize `roots` (pending nodes) through the program cache."""
     t0 = time.perf_counter()
@@ -465,19 +536,19 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
         backend = _BACKEND.get()
     outputs, key, leaves, order = plan_outputs(roots)
     key = (key, spec.key(), backend)
-    prog = _programs.get(key)
+    prog = _programs.pop(key, None)
     hit = prog is not None
     if hit:
         STATS["program_hits"] += 1
         prog.hits += 1
+        _programs[key] = prog  # most recently used last
     else:
         STATS["program_misses"] += 1
         prog = compile_program(outputs, leaves, order, spec, backend)
-        _programs[key] = prog
+        _remember(key, prog)
         leaves = [n for n in leaves]  # planner may have made some contiguous
     validate = _VALIDATE.get()
-    results = prog.run([n.realized for n in leaves], validate=validate, hit=hit,
-                       leaf_nodes=leaves)  # fmt: skip
+    results = _run_program(prog, leaves, validate, hit)
     for n, v in zip(outputs, results):
         commit(n, v)
     level = _debug_level()

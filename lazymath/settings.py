@@ -247,6 +247,41 @@ AUTOTUNE = Setting(
     "later processes reuse it without timing (`lm.precompile(fn, *x, autotune=True)` does it for "
     "one function); otherwise a model picks. `lm.explain` shows the plan and its origin",
 )  # fmt: skip
+COMPILE_ISOLATE = Setting(
+    "LAZYMATH_COMPILE_ISOLATE", "choice", "auto",
+    "`auto` (default): a kernel whose compile killed an earlier process (an LLVM abort) is "
+    "compiled in a child process (vectorizers on, then off, else the interpreter runs it); `1` "
+    "compiles every kernel in a child process; `0` never",
+    choices={"auto": "auto", "1": "always", "true": "always", "on": "always", "yes": "always",
+             "always": "always", "0": "off", "false": "off", "off": "off", "no": "off",
+             "never": "off"},
+    shown=("auto", "1", "0"),
+)  # fmt: skip
+TEST_COMPILE_FAULT = Setting(
+    "LAZYMATH_TEST_COMPILE_FAULT", "choice", "",
+    "tests only: make the isolated compiler process fail (`abort`, `abort-vectorized`, `hang`, "
+    "`hang-vectorized`) to exercise the fallbacks",
+    choices={"": "", "abort": "abort", "abort-vectorized": "abort-vectorized", "hang": "hang",
+             "hang-vectorized": "hang-vectorized"},
+    shown=("abort", "abort-vectorized", "hang", "hang-vectorized"),
+)  # fmt: skip
+KERNEL_CACHE_LIMIT = Setting(
+    "LAZYMATH_KERNEL_CACHE_LIMIT", "int", 4096,
+    "kernels kept in the in-memory kernel cache; the least recently used beyond it are dropped "
+    "and their native code freed once no cached program uses them",
+    minimum=1,
+)  # fmt: skip
+PROGRAM_CACHE_LIMIT = Setting(
+    "LAZYMATH_PROGRAM_CACHE_LIMIT", "int", 1024,
+    "compiled programs (realize plans) kept in memory; least recently used beyond it are dropped",
+    minimum=1,
+)  # fmt: skip
+DISK_CACHE_LIMIT = Setting(
+    "LAZYMATH_DISK_CACHE_LIMIT", "int", 1 << 30,
+    "bytes of kernel files kept in the disk cache; the least recently used (written or loaded) "
+    "files beyond it are deleted when a new one is stored",
+    minimum=1,
+)  # fmt: skip
 
 SETTINGS: tuple[Setting, ...] = (
     BACKEND,
@@ -265,6 +300,11 @@ SETTINGS: tuple[Setting, ...] = (
     AUTOTUNE,
     TIERED,
     COMPILE_THREADS,
+    COMPILE_ISOLATE,
+    KERNEL_CACHE_LIMIT,
+    PROGRAM_CACHE_LIMIT,
+    DISK_CACHE_LIMIT,
+    TEST_COMPILE_FAULT,
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -436,6 +436,8 @@ def _from_numpy(arr: np.ndarray, who: str, device=None) -> Tensor:
     """A realized tensor owning `arr` (C-contiguous; made read-only: the tensor is immutable)."""
     if arr.dtype.kind in "OUSV":
         raise TypeError(f"{who}: non-numeric data of dtype {arr.dtype} is not supported")
+    if not arr.dtype.isnative and arr.dtype.newbyteorder("=") in dt.SUPPORTED:
+        arr = arr.astype(arr.dtype.newbyteorder("="))  # byte-swapped data: same values, native
     if arr.dtype not in dt.SUPPORTED:
         dt.as_dtype(arr.dtype)  # raises with the supported list
     # np.array(order="C") is contiguous already; np.ascontiguousarray would turn 0-d into 1-d
@@ -1096,7 +1098,26 @@ mul = _binary(Op.MUL)
 div = _binary(Op.DIV)
 floor_divide = _binary(Op.FLOOR_DIVIDE)
 remainder = _binary(Op.REMAINDER)
-pow = _binary(Op.POW)
+_pow = _binary(Op.POW)
+
+
+def _negative_int(x) -> bool:
+    """x is a negative Python/numpy integer (a tensor exponent is checked when it is computed:
+    the reference backend raises at realize, naming the line)."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+        return x < 0
+    return False
+
+
+def pow(a, b) -> Tensor:
+    """Elementwise power with broadcasting, numpy semantics: an integer base raised to a
+    negative integer exponent is a ValueError, as in numpy."""
+    base = a.dtype if isinstance(a, Tensor) else np.asarray(a).dtype
+    if base.kind in "iub" and _negative_int(b) and dt.result_type(base, b).kind in "iu":
+        raise ValueError("Integers to negative integer powers are not allowed.")
+    return _pow(a, b)
+
+
 maximum = _binary(Op.MAXIMUM)
 minimum = _binary(Op.MINIMUM)
 eq = _binary(Op.EQ)
@@ -1561,7 +1582,11 @@ def pad(x: Tensor, pad_width, mode: str = "constant", constant_values=0) -> Tens
     if not builtins.any(a or b for a, b in widths):  # nothing to pad (also every 0-d tensor)
         return x
     shape = tuple(s + a + b for s, (a, b) in zip(x.shape, widths))
-    value = np.array(constant_values).astype(x.dtype).item()
+    try:  # numpy's rule: a Python int that does not fit the dtype is an OverflowError
+        value = np.asarray(constant_values, dtype=x.dtype).item()
+    except OverflowError as e:
+        raise OverflowError(f"pad: constant_values {constant_values!r} does not fit dtype "
+                            f"{x.dtype}: {e}") from None  # fmt: skip
     return _wrap(gn.make("pad", x.dtype, shape, (x._node,), (widths, value)), [x])
 
 

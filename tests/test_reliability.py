@@ -112,3 +112,116 @@ def test_flip_of_small_rows_compiles(shape, dtype, spec, monkeypatch):
     x = (np.arange(np.prod(shape)).reshape(shape) % 3).astype(dtype)
     for axis in (0, 1, (0, 1)):
         np.testing.assert_array_equal(lm.flip(lm.asarray(x), axis).numpy(), np.flip(x, axis))
+
+
+# ----------------------------------------------------------------------------- defect 8 (caches)
+
+
+def test_caches_are_bounded_and_evicted_code_is_freed(tmp_path, monkeypatch):
+    from lazymath.backend import jit, kernel_cache
+
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path / "kc"))
+    monkeypatch.setenv("LAZYMATH_KERNEL_CACHE_LIMIT", "4")
+    monkeypatch.setenv("LAZYMATH_PROGRAM_CACHE_LIMIT", "3")
+    monkeypatch.setenv("LAZYMATH_DISK_CACHE_LIMIT", "1")  # keeps just the newest file
+    lm.clear_cache()
+    base = jit.loaded_code()["symbols"]
+    x = np.linspace(-1, 1, 1003).astype(np.float32)
+    kept = lm.tensor(x) * 7.0 + 1.0  # a live result keeps nothing compiled alive
+    kept.realize()
+    for i in range(12):
+        s = 1.0 + i * 1e-3
+        np.testing.assert_allclose((lm.tensor(x) * s).numpy(), x * np.float32(s), rtol=1e-6)
+        info = lm.cache_info()
+        assert info["programs"] <= 3 and info["memory_entries"] <= 4
+        assert info["disk_files"] <= 1
+    assert jit.loaded_code()["symbols"] - base <= 4 + 3  # code of evicted kernels is freed
+    assert info["program_evictions"] >= 9 and info["memory_evictions"] >= 8
+    assert info["disk_evictions"] >= 11
+    lm.clear_cache()
+    assert jit.loaded_code()["symbols"] == base
+    np.testing.assert_allclose(kept.numpy(), x * 7 + 1, rtol=1e-6)
+    # everything still compiles and runs after the code was freed
+    np.testing.assert_allclose((lm.tensor(x) * 1.0).numpy(), x, rtol=1e-6)
+    kernel_cache.reset_stats()
+
+
+# ----------------------------------------------------------------------------- defect 9
+
+
+def test_big_endian_input_is_converted_and_named_clearly(backend, check):
+    x = np.arange(6, dtype=">f4").reshape(2, 3)
+    check(lm.asarray(x) * 2, x.astype(np.float32) * 2)
+    check(lm.asarray(np.arange(3, dtype=">i8")) + 1, np.arange(3) + 1)
+    with pytest.raises(TypeError, match="byte order.*big-endian"):
+        lm.asarray(np.ones(3, np.float32)).astype(">f4")
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32])
+def test_pad_constant_that_does_not_fit_raises_like_numpy(dtype):
+    x = np.ones(3, dtype)
+    big = 1000 if dtype == np.int8 else 2**40
+    with pytest.raises(OverflowError):
+        np.pad(x, 1, constant_values=big)
+    with pytest.raises(OverflowError, match="does not fit"):
+        lm.pad(lm.asarray(x), 1, constant_values=big)
+    lo = int(np.iinfo(dtype).min)
+    np.testing.assert_array_equal(lm.pad(lm.asarray(x), 1, constant_values=lo).numpy(),
+                                  np.pad(x, 1, constant_values=lo))  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.bool_])
+def test_integer_to_negative_integer_power_raises_like_numpy(dtype, backend, check):
+    x = np.array([1, 2, 3], dtype)
+    for e in (-1, np.int64(-2), np.array([1, -1, 2])):
+        with pytest.raises(ValueError, match="negative integer powers"):
+            np.power(x, e)
+        with pytest.raises(ValueError, match="negative integer powers"):
+            lm.asarray(x) ** (lm.asarray(e) if isinstance(e, np.ndarray) else e)
+    if dtype != np.bool_:
+        check(lm.asarray(x) ** 2, x**2)
+        check(lm.asarray(x) ** -1.0, x**-1.0)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: lm.zeros((2**62, 4)), lambda: lm.zeros((2**61, 4)).reshape(-1),
+     lambda: lm.broadcast_to(lm.asarray(np.ones(3)), (2**62, 3)),
+     lambda: lm.ones((2**40, 2**40), "int8")],
+)  # fmt: skip
+def test_sizes_overflowing_int64_are_refused_at_the_call(make):
+    with pytest.raises(ValueError, match="too big"):
+        make()
+
+
+_SIGINT = r"""
+import os, signal, threading, time
+import numpy as np
+import lazymath as lm
+x = lm.asarray(np.ones(1, np.float32))
+t = lm.sum(lm.broadcast_to(x, (2**22, 2**22)))  # 2**44 elements: many minutes of work
+threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    t.realize()
+    print("finished")
+except KeyboardInterrupt:
+    print("interrupted")
+print(float(lm.sum(lm.broadcast_to(x, (1000, 1000))).numpy()))  # the process still works
+"""
+
+
+@pytest.mark.parametrize("be", ["llvm", "interp"])
+def test_ctrl_c_stops_a_huge_reduction(be, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "LAZYMATH_BACKEND": be,
+           "LAZYMATH_CACHE_DIR": str(tmp_path / "kc")}  # fmt: skip
+    p = subprocess.run([sys.executable, "-c", _SIGINT], env=env, capture_output=True, text=True,
+                       timeout=240)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["interrupted", "1000000.0"], p.stdout + p.stderr[-2000:]

@@ -23,6 +23,7 @@ import dataclasses
 import importlib
 import math
 import os
+import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING
@@ -85,6 +86,37 @@ def host_blocks(ir, program: isa.Program, workers: int | None = None) -> int:
     return max(1, min(workers, program.blocks, flops // MIN_FLOPS_PER_WORKER))
 
 
+def _after_fork_in_child() -> None:
+    """The block thread pool's threads do not exist in a forked child; its locks may be held.
+    Background tier-ups of the parent never finish in the child: its kernels keep their tier-0
+    code, and the child's exit does not wait for them."""
+    global _pool, _pool_lock, _tiering, _tiering_cv
+    _pool = None
+    _pool_lock = threading.Lock()
+    _tiering = 0
+    _tiering_cv = threading.Condition()
+    kernel_cache._lock = threading.RLock()
+    interp = sys.modules.get("lazymath.backend.interp")
+    if interp is not None:
+        interp._ATOMIC = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def replace_family_code(family: list, addr: int, symbol: str, tier: int) -> None:
+    """`CompiledKernel.replace_code` for every live kernel of `family`; with none alive the
+    new function is dropped at once and its code released (unmapped)."""
+    from lazymath.backend import jit
+
+    cf = jit.held_cfunc(addr, symbol)
+    for ref in list(family):
+        k = ref()
+        if k is not None:
+            k._addr, k._cfunc, k.tier = addr, cf, tier
+
+
 def view_extent(v: ArgView) -> int:
     """Elements a flat buffer needs so every element of view `v` is in bounds."""
     if any(s == 0 for s in v.shape):
@@ -98,7 +130,9 @@ class CompiledKernel:
 
     def __init__(self, name: str, ir, program: isa.Program, spec, backend: str,
                  addr: int | None = None, symbol: str | None = None,
-                 llvm_ir: str | None = None) -> None:  # fmt: skip
+                 llvm_ir: str | None = None, code_symbol: str | None = None) -> None:  # fmt: skip
+        """`addr`: native code whose symbol (`code_symbol`, default `symbol`) the caller holds
+        one user of (`jit.load_cached(..., hold=True)`); the kernel's function owns it."""
         self.name = name
         self.ir = ir
         self.program = program
@@ -115,9 +149,9 @@ class CompiledKernel:
         self.tier = 2  # 0: quickly compiled code an optimized version replaces (tiering)
         self._family = [weakref.ref(self)]  # copies sharing this code (see `renamed`)
         if addr is not None:
-            from lazymath.backend.jit import as_cfunc
+            from lazymath.backend import jit
 
-            self._cfunc = as_cfunc(addr)
+            self._cfunc = jit.held_cfunc(addr, code_symbol or symbol)
 
     # ----------------------------------------------------------------- reports
     @property
@@ -163,20 +197,18 @@ class CompiledKernel:
         k.__dict__.update(self.__dict__)
         k.name = name
         k.program = dataclasses.replace(self.program, name=name)
-        self._family.append(weakref.ref(k))
+        self._family[:] = [r for r in self._family if r() is not None]
+        self._family.append(weakref.ref(k))  # shares this kernel's function (and its hold)
         return k
 
-    def replace_code(self, addr: int, tier: int = 2) -> None:
-        """Run the native code at `addr` from now on, in this kernel and every renamed copy
-        (tiered compilation: the optimized code replaces the quick one; a launch already
-        running finishes on the old code, which stays mapped)."""
-        from lazymath.backend.jit import as_cfunc
-
-        cf = as_cfunc(addr)
-        for ref in list(self._family):
-            k = ref()
-            if k is not None:
-                k._addr, k._cfunc, k.tier = addr, cf, tier
+    def replace_code(self, addr: int, symbol: str, tier: int = 2) -> None:
+        """Run the native code at `addr` (`symbol`, one user held by the caller, see
+        `__init__`) from now on, in this kernel and every renamed copy (tiered compilation:
+        the optimized code replaces the quick one). Code lifetime follows the ctypes function
+        object (`jit.held_cfunc`): the old code is released once, when the last reference to
+        its function is gone -- a launch already running holds one, so it finishes on mapped
+        code."""
+        replace_family_code(self._family, addr, symbol, tier)
 
     # ----------------------------------------------------------------- running
     def make_argv(self, arrays) -> ctypes.Array:
@@ -425,7 +457,7 @@ def _load_llvm(ir, spec, name: str, key: str) -> CompiledKernel | None:
         if not isinstance(symbol, str):
             raise ValueError("symbol is not a string")
         _link_library(program)
-        addr, how = jit.load_cached(cached.obj, symbol, f"lmmod_{key[:24]}")
+        addr, how = jit.load_cached(cached.obj, symbol, f"lmmod_{key[:24]}", hold=True)
     except (elfload.ElfLoadError, ValueError, KeyError, TypeError, AttributeError,
             RuntimeError) as e:  # fmt: skip
         kernel_cache.reject(key, f"{type(e).__name__}: {e}")  # recompiled and replaced
@@ -451,6 +483,7 @@ def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
     kernel = _load_llvm(ir, spec, name, key)
     if kernel is not None:
         return kernel
+    from lazymath.backend import isolate
     from lazymath.backend.lower_llvm import lower_program
 
     program = build_program(ir, spec, name, calls)
@@ -461,10 +494,16 @@ def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
     symbol = f"lm_{ir.kind}_{key[:24]}"
     text = str(lower_program(program, spec, symbol=symbol))
     job = _Job(ir, spec, name, key, program, symbol, text, 1 if quick else 3)
+    how = isolate.mode()
+    if how == "always" or (how == "auto" and isolate.crashed_before(key)):
+        return job.isolated(how)
+    # the workers mark the key while LLVM runs on it (`isolate.compiling`): a process that
+    # dies in LLVM leaves the mark, and the next process compiles that kernel in a child
     if tiered and _tier_first(ir, text):
-        job.tier0 = workers.submit(_renamed_ir(text, symbol, job.symbol0), job.module0, 0)
+        job.tier0 = workers.submit(_renamed_ir(text, symbol, job.symbol0), job.module0, 0,
+                                   marker=isolate.tier0_marker(key))  # fmt: skip
     else:
-        job.final = workers.submit(text, job.module, job.level)
+        job.final = workers.submit(text, job.module, job.level, marker=key)
     return job
 
 
@@ -550,20 +589,42 @@ class _Job:
 
         _link_library(self.program)
         if self.tier0 is not None:
-            addr, _ = jit.load_cached(_result(self.tier0, self), self.symbol0, self.module0)
+            obj0 = _result(self.tier0, self, 0)
+            addr, _ = jit.load_cached(obj0, self.symbol0, self.module0, hold=True)
             kernel_cache.count("compiled")
             kernel = CompiledKernel(self.name, self.ir, self.program, self.spec, "llvm", addr,
-                                    self.symbol, self.text)  # fmt: skip
+                                    self.symbol, self.text, code_symbol=self.symbol0)  # fmt: skip
             kernel.tier = 0
             TIER_STATS["tiered"] += 1
             _tiering_started()
-            fut = workers.submit(self.text, self.module, self.level)
-            fut.add_done_callback(lambda f, k=kernel: self._tier_up(k, f))
+            fut = workers.submit(self.text, self.module, self.level, marker=self.key)
+            # the callback holds the kernel's family weakly: a kernel evicted (and collected)
+            # before its optimized code is ready gets none mapped; the code still goes to disk
+            fut.add_done_callback(lambda f, fam=kernel._family: self._tier_up(fam, f))
             return kernel
         obj = _result(self.final, self)
-        addr, _ = jit.load_cached(obj, self.symbol, self.module)
+        addr, _ = jit.load_cached(obj, self.symbol, self.module, hold=True)
         kernel_cache.count("compiled")
         self._store(obj)
+        return CompiledKernel(self.name, self.ir, self.program, self.spec, "llvm", addr,
+                              self.symbol, self.text)  # fmt: skip
+
+    def isolated(self, how: str) -> CompiledKernel:
+        """Compile in a child process (`isolate`): LAZYMATH_COMPILE_ISOLATE=1, or a previous
+        process died in LLVM on this kernel. The child's object is linked like a disk-cache
+        hit; if LLVM fails there even with the vectorizers off, the interpreter runs it."""
+        from lazymath.backend import isolate, jit
+
+        why = ("LAZYMATH_COMPILE_ISOLATE=1" if how == "always"
+               else "a previous process died compiling it")  # fmt: skip
+        obj = isolate.compile_in_child(self.text, self.module, self.level, why)
+        kernel_cache.count("compiled")
+        if obj is None:  # the marker stays: later processes go straight to the child too
+            return CompiledKernel(self.name, self.ir, self.program, self.spec, "interp")
+        _link_library(self.program)
+        addr, _ = jit.load_cached(obj, self.symbol, self.module, hold=True)
+        self._store(obj)
+        isolate.clear(self.key)
         return CompiledKernel(self.name, self.ir, self.program, self.spec, "llvm", addr,
                               self.symbol, self.text)  # fmt: skip
 
@@ -580,17 +641,20 @@ class _Job:
         header = {"symbol": self.symbol, "kind": self.ir.kind, "name": self.name}
         kernel_cache.disk_store(self.key, header, obj, {"program": blob})
 
-    def _tier_up(self, kernel: CompiledKernel, fut) -> None:
+    def _tier_up(self, family: list, fut) -> None:
         """Background: the optimized code replaces the tier-0 code in every copy of the
         kernel (memory-cache hits share it) and goes to the disk cache. Same IR, IEEE
-        arithmetic at every level: results do not change."""
+        arithmetic at every level: results do not change. The tier-0 code is released when
+        its function object goes (`jit.held_cfunc`); if every copy is gone already (evicted),
+        the optimized code is only stored, never mapped."""
         from lazymath.backend import jit
 
         try:
             obj = fut.result()
-            addr, _ = jit.load_cached(obj, self.symbol, self.module)
             self._store(obj)
-            kernel.replace_code(addr, 2)
+            if any(r() is not None for r in family):
+                addr, _ = jit.load_cached(obj, self.symbol, self.module, hold=True)
+                replace_family_code(family, addr, self.symbol, 2)
             TIER_STATS["tiered_up"] += 1
         except Exception as e:  # noqa: BLE001 - the tier-0 code stays, correct and slower
             import warnings
@@ -602,7 +666,7 @@ class _Job:
             _tiering_done()
 
 
-def _result(fut, job: _Job) -> bytes:
+def _result(fut, job: _Job, level: int | None = None) -> bytes:
     """The worker's object code, under the compile watchdog: LLVM 22's loop vectorizer has been
     seen to spin for good on rare kernels, and a C call cannot be interrupted. After
     LAZYMATH_COMPILE_TIMEOUT seconds (default 300) the stuck worker is abandoned (the pool gets
@@ -627,7 +691,11 @@ def _result(fut, job: _Job) -> bytes:
         stacklevel=4,
     )
     workers.abandon()
-    fut = workers.submit(job.text, job.module, job.level, vectorize=False)
+    if level == 0:  # the tier-0 compile (its own symbol and module)
+        text, module = _renamed_ir(job.text, job.symbol, job.symbol0), job.module0
+    else:
+        text, module, level = job.text, job.module, job.level
+    fut = workers.submit(text, module, level, vectorize=False, marker=job.key)
     try:
         return fut.result(timeout=timeout)
     except FutTimeout:

@@ -17,6 +17,7 @@ Table keyed by instruction type; other modules add entries with
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -470,7 +471,11 @@ def _copy_out(m: Machine, i: isa.CopyOut) -> None:
 def _loop(m: Machine, i: isa.Loop) -> None:
     start, stop, step = m.int(i.start), m.int(i.stop), m.int(i.step)
     saved = m.env.get(i.var)
+    jit = sys.modules.get("lazymath.backend.jit")
+    cancel = jit.CANCEL if jit is not None else None
     for v in range(start, stop, step):
+        if cancel is not None and cancel.value:  # Ctrl-C on a long realize: stop like native code
+            break
         m.env[i.var] = v
         m.run(i.body)
     if saved is not None:

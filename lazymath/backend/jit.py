@@ -40,6 +40,7 @@ import os
 import platform
 import sys
 import threading
+import weakref
 
 import llvmlite  # the package only: its version, no LLVM shared library
 
@@ -135,7 +136,28 @@ def _make_ws_key() -> int:
     return addr
 
 
-RUNTIME_SYMBOLS = {WS_KEY_SYMBOL: _make_ws_key}  # name -> maker of its address
+# The cancel flag kernels poll in their tile loops (lower_llvm.LowerCtx.cancelled): nonzero asks
+# every running kernel to return early. Set only while the engine interrupts a realize (Ctrl-C).
+CANCEL_SYMBOL = "lazymath_cancel"
+CANCEL = ctypes.c_int32(0)
+_cancel_epoch = [0]  # bumped by every request: runs that overlapped one are run again
+
+
+def request_cancel() -> None:
+    _cancel_epoch[0] += 1
+    CANCEL.value = 1
+
+
+def clear_cancel() -> None:
+    CANCEL.value = 0
+
+
+def cancel_epoch() -> int:
+    return _cancel_epoch[0]
+
+
+RUNTIME_SYMBOLS = {WS_KEY_SYMBOL: _make_ws_key,
+                   CANCEL_SYMBOL: lambda: ctypes.addressof(CANCEL)}  # fmt: skip
 _runtime: dict[str, int] = {}
 _runtime_lock = threading.Lock()
 
@@ -179,7 +201,51 @@ def _publish_runtime_symbols() -> None:
 
 _native_lock = threading.RLock()
 _native: dict[str, tuple[int, bytes | None]] = {}  # symbol -> (address, object code)
-_elf_objects: list[elfload.LoadedObject] = []  # code mapped by elfload (never unmapped)
+_elf_objects: list[elfload.LoadedObject] = []  # code mapped by elfload (until released)
+# Code lifetime: every CompiledKernel holding a symbol's address counts as a user
+# (`retain`/`release`); when the last one is gone (evicted from the kernel and program caches,
+# lm.clear_cache()) the code is freed: elfload's mapping unmapped, MCJIT's module removed from
+# the engine (its IR freed). Nothing else calls kernel code by address.
+_users: dict[str, int] = {}
+_free: dict[str, object] = {}  # symbol -> callable that frees its code
+
+
+def retain(symbol: str) -> None:
+    with _native_lock:
+        _users[symbol] = _users.get(symbol, 0) + 1
+
+
+def release(symbol: str) -> None:
+    """One user of `symbol`'s code is gone; the last one frees it."""
+    with _native_lock:
+        n = _users.get(symbol, 0) - 1
+        if n > 0:
+            _users[symbol] = n
+            return
+        _users.pop(symbol, None)
+        free = _free.pop(symbol, None)
+        if free is None:
+            return
+        _native.pop(symbol, None)
+        try:
+            free()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the process frees it anyway
+            pass
+
+
+def _unmap(lo: elfload.LoadedObject) -> None:
+    try:
+        _elf_objects.remove(lo)
+    except ValueError:
+        pass
+    elfload._munmap(lo.base, lo.size)
+
+
+def loaded_code() -> dict:
+    """Symbols with loaded code and how many kernels use each (tests, cache_info)."""
+    with _native_lock:
+        return {"symbols": len(_native), "elf_objects": len(_elf_objects),
+                "elf_bytes": sum(lo.size for lo in _elf_objects)}  # fmt: skip
 
 
 # elfload understands x86-64 ELF only; elsewhere MCJIT emits objects it must not judge
@@ -199,13 +265,33 @@ def loaded_address(symbol: str) -> int | None:
         return hit[0] if hit else None
 
 
-def load_cached(obj: bytes, symbol: str, module_name: str) -> tuple[int, str]:
+def load_cached(obj: bytes, symbol: str, module_name: str,
+                hold: bool = False) -> tuple[int, str]:  # fmt: skip
     """Load cached object code; returns (address of `symbol`, "elf" | "mcjit" | "memory").
+    `hold`: count one user of the code (`retain`) under the same lock, so it cannot be freed
+    between loading and use; the caller hands it to `held_cfunc`.
 
     Raises elfload.ElfFormatError for bytes that are not a sane object defining `symbol`, or
     that need a symbol nobody defines (never executed, and never handed to MCJIT, which would
     abort the process on it), and whatever MCJIT raises on the fallback path.
     """
+    with _native_lock:
+        out = _load_cached(obj, symbol, module_name)
+        if hold:
+            retain(symbol)
+        return out
+
+
+def held_cfunc(addr: int, symbol: str):
+    """The kernel function at `addr`, owning one user of `symbol`'s code (taken by the caller,
+    see `load_cached(hold=True)`): released exactly once, when the function object is gone --
+    every kernel sharing it dropped and no launch running on it (a call holds a reference)."""
+    cf = KERNEL_CFUNC(addr)
+    weakref.finalize(cf, release, symbol).atexit = False  # at exit the process frees it all
+    return cf
+
+
+def _load_cached(obj: bytes, symbol: str, module_name: str) -> tuple[int, str]:
     with _native_lock:
         hit = _native.get(symbol)
         if hit is not None:
@@ -222,6 +308,7 @@ def load_cached(obj: bytes, symbol: str, module_name: str) -> tuple[int, str]:
                 _elf_objects.append(lo)
                 addr = lo.address(symbol)
                 _native[symbol] = (addr, obj)
+                _free[symbol] = lambda lo=lo: _unmap(lo)
                 return addr, "elf"
         jit = get_jit()
         binding = _binding()
@@ -291,6 +378,12 @@ class Jit:
         abandoned thread keeps a core busy, which the warning says."""
         timeout = _compile_timeout()
         opt = self._optimizer
+        if opt is None:  # dropped in a forked child (it was busy in the parent at fork time)
+            with self._swap_lock:
+                if self._optimizer is None:
+                    self._optimizer = _Optimizer(self, context=_binding().create_context(),
+                                                 vectorize=True)  # fmt: skip
+                opt = self._optimizer
         mod = _run_with_timeout(lambda: opt.run(ir_text, module_name, quick), timeout)
         if mod is not _TIMED_OUT:
             return mod
@@ -354,6 +447,7 @@ class Jit:
         self.engine.add_module(mod)
         self.engine.finalize_object()
         self._modules.append(mod)
+        _free[symbol] = lambda mod=mod: self._remove(mod)
         addr = self.engine.get_function_address(symbol)
         if not addr:
             raise RuntimeError(f"JIT: symbol {symbol} not found after loading {module_name}")
@@ -362,6 +456,15 @@ class Jit:
         with _native_lock:
             _native[symbol] = (addr, obj)
         return addr, obj
+
+    def _remove(self, mod) -> None:
+        """Take a released kernel's module out of the engine (its IR is freed with it)."""
+        with self.lock:
+            try:
+                self._modules.remove(mod)
+            except ValueError:
+                return
+            self.engine.remove_module(mod)
 
     def assembly(self, ir_text: str) -> str:
         """Host assembly of the optimized module (debug output; computed on demand)."""
@@ -455,6 +558,38 @@ def get_jit() -> Jit:
             if jit is None:
                 jit = _JITS[name] = Jit(host.target(name))
     return jit
+
+
+def _after_fork_in_child() -> None:
+    """fork() copies locks in whatever state other threads held them: a child forked while a
+    parent thread compiled would wait forever on the optimizer's, the engine's or llvmlite's
+    lock. The child gets fresh locks; an optimizer that was busy at fork time (its LLVM
+    context mid-run) is dropped and the next compile makes a fresh one in a new context."""
+    global _native_lock, _runtime_lock, _JIT_LOCK
+    _native_lock = threading.RLock()
+    _runtime_lock = threading.Lock()
+    _JIT_LOCK = threading.Lock()
+    elfload._sym_lock = threading.Lock()
+    binding = sys.modules.get("llvmlite.binding")
+    if binding is not None:
+        ffi_lock = getattr(getattr(binding.ffi, "lib", None), "_lock", None)
+        if ffi_lock is not None and hasattr(ffi_lock, "_lock"):
+            ffi_lock._lock = threading.RLock()
+    j = _JIT
+    if j is not None:
+        j.lock = _native_lock
+        j._swap_lock = threading.Lock()
+        opt = j._optimizer
+        if opt is not None:
+            if opt.lock.locked():
+                j._retired.append(opt)
+                j._optimizer = None
+            else:
+                opt.lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def as_cfunc(addr: int):

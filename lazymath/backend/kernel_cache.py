@@ -58,7 +58,8 @@ _lock = threading.RLock()
 _memory: dict = {}
 # elf_loads / mcjit_loads: how disk hits got into memory (elfload, or MCJIT as fallback/forced)
 _stats = {"compiled": 0, "memory_hits": 0, "disk_hits": 0, "disk_writes": 0, "disk_rejected": 0,
-          "disk_errors": 0, "elf_loads": 0, "mcjit_loads": 0}  # fmt: skip
+          "disk_errors": 0, "elf_loads": 0, "mcjit_loads": 0, "memory_evictions": 0,
+          "disk_evictions": 0}  # fmt: skip
 _code_version: str | None = None
 _dir_verdict: dict[str, str | None] = {}  # cache dir -> why it is refused (None: usable)
 _warned: set = set()
@@ -160,17 +161,27 @@ def disk_key(signature_repr: str, host_key: tuple) -> str:
 # ----------------------------------------------------------------------------- memory level
 
 
+
+
 def memory_get(sig):
     with _lock:
-        k = _memory.get(sig)
+        k = _memory.pop(sig, None)
         if k is not None:
+            _memory[sig] = k  # most recently used last
             _stats["memory_hits"] += 1
         return k
 
 
 def memory_put(sig, kernel) -> None:
+    """Keep `kernel`; the least recently used ones beyond LAZYMATH_KERNEL_CACHE_LIMIT are
+    dropped (their code is freed once no cached program uses them either)."""
     with _lock:
+        _memory.pop(sig, None)
         _memory[sig] = kernel
+        limit = settings.KERNEL_CACHE_LIMIT.get()
+        while len(_memory) > limit:
+            del _memory[next(iter(_memory))]
+            _stats["memory_evictions"] += 1
 
 
 def count(stat: str) -> None:
@@ -252,6 +263,10 @@ def disk_load(key: str) -> CacheEntry | None:
     if parsed is None:
         reject(key, "bad magic, length, checksum or header (truncated, corrupt or foreign)")
         return None
+    try:
+        os.utime(p)  # the mtime orders files for least-recently-used eviction
+    except OSError:
+        pass
     return parsed
 
 
@@ -347,9 +362,39 @@ def disk_store(key: str, header: dict, obj: bytes, parts: dict[str, bytes] | Non
                 pass
             raise
         count("disk_writes")
+        _evict(d)
     except OSError as e:
         count("disk_errors")
         _warn(f"directory {d}", f"cannot write a kernel file ({e.strerror or e})")
+
+
+def _evict(d: Path) -> None:
+    """Delete the least recently used kernel files until the directory holds at most
+    LAZYMATH_DISK_CACHE_LIMIT bytes (a file is used when it is written or loaded)."""
+    limit = settings.DISK_CACHE_LIMIT.get()
+    files = []
+    total = 0
+    with os.scandir(d) as it:
+        for e in it:
+            if e.name.endswith(SUFFIX) and not e.name.startswith("."):
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                files.append((st.st_mtime_ns, e.name, st.st_size))
+                total += st.st_size
+    if total <= limit:
+        return
+    files.sort()
+    for _mtime, name, size in files[:-1]:  # never the file just written
+        try:
+            os.unlink(d / name)
+        except OSError:
+            continue
+        count("disk_evictions")
+        total -= size
+        if total <= limit:
+            return
 
 
 def disk_files() -> list[Path]:
@@ -390,7 +435,7 @@ def clear_cache(memory: bool = True, disk: bool = True) -> None:
     """Empty the memory level and delete this cache directory's kernel files."""
     with _lock:
         if memory:
-            _memory.clear()
+            _memory.clear()  # kernels no cached program uses free their code now
         if disk:
             for p in disk_files():
                 try:

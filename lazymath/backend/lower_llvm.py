@@ -258,7 +258,8 @@ class LowerCtx:
         return md
 
     def _loop(self, start, stop, step, body, parallel: bool, carry=(), no_unroll=False,
-              width: int | None = None, no_vectorize: bool = False):  # fmt: skip
+              width: int | None = None, no_vectorize: bool = False,
+              exit_if=None):  # fmt: skip
         """Counted loop; `body(i)` emits into the loop body. step must be > 0 (or static).
 
         With `carry` (initial values), `body(i, *values)` returns the next values (loop-carried
@@ -286,6 +287,10 @@ class LowerCtx:
             phis.append(ph)
         b.cbranch(b.icmp_signed(">" if down else "<", i, stop), bodyb, done)
         b.position_at_end(bodyb)
+        if exit_if is not None:  # leave the loop early when exit_if() (an i1) is true
+            cont = self.func.append_basic_block(f"cont{k}")
+            b.cbranch(exit_if(), done, cont)
+            b.position_at_end(cont)
         saved = self._access_group
         if parallel:
             self._access_group = self._distinct(lambda md: [])
@@ -332,9 +337,20 @@ class LowerCtx:
         self._loop(start, n, 1, body, parallel=True, width=width)
 
     def for_range(self, start, stop, step, body: Callable[[ir.Value], None], no_unroll=False,
-                  no_vectorize=False):  # fmt: skip
+                  no_vectorize=False, exit_if=None):  # fmt: skip
         self._loop(start, stop, step, body, parallel=False, no_unroll=no_unroll,
-                   no_vectorize=no_vectorize)  # fmt: skip
+                   no_vectorize=no_vectorize, exit_if=exit_if)  # fmt: skip
+
+    def cancelled(self) -> ir.Value:
+        """i1: the process asked running kernels to stop (a volatile read of the runtime
+        symbol CANCEL_SYMBOL, set by the engine when Ctrl-C interrupts a long realize)."""
+        mod = self.module
+        flag = mod.globals.get(CANCEL_SYMBOL)
+        if flag is None:
+            flag = ir.GlobalVariable(mod, I32, name=CANCEL_SYMBOL)
+        v = self.builder.load(flag, name="cancel")
+        v.volatile = True
+        return self.builder.icmp_unsigned("!=", v, ir.Constant(I32, 0))
 
     def map(self, dst: isa.Ref, srcs: tuple, n, fn: Callable, dtypes=None) -> None:
         """dst[i] = fn(*[src[i] for src in srcs]) for i < n, values in compute types."""
@@ -1363,6 +1379,21 @@ def _copy_out(ctx: LowerCtx, i: isa.CopyOut) -> None:
 # ============================================================================= control
 
 
+CANCEL_SYMBOL = "lazymath_cancel"  # == jit.CANCEL_SYMBOL
+_MOVERS = (isa.CopyIn, isa.CopyOut)
+
+
+def _moves_data(body) -> bool:
+    """Whether a loop body moves tiles between GM and on-chip memory (a tile loop)."""
+    for instr in body:
+        if isinstance(instr, _MOVERS) or type(instr).__name__ in ("LoadNz", "FixPipe"):
+            return True
+        inner = getattr(instr, "body", None)
+        if isinstance(inner, tuple) and _moves_data(inner):
+            return True
+    return False
+
+
 @register(isa.Loop)
 def _loop(ctx: LowerCtx, i: isa.Loop) -> None:
     def body(v):
@@ -1379,7 +1410,10 @@ def _loop(ctx: LowerCtx, i: isa.Loop) -> None:
             ctx.for_range(i.start, i.stop, i.step, body)
             return
         raise ValueError(f"loop {i.var} has step 0")
-    ctx.for_range(i.start, i.stop, i.step, body)
+    # Tile loops check the cancel flag once per iteration (a tile is thousands of elements):
+    # Ctrl-C can stop even a 2**40-element reduction within a tile's time.
+    exit_if = ctx.cancelled if _moves_data(i.body) else None
+    ctx.for_range(i.start, i.stop, i.step, body, exit_if=exit_if)
 
 
 @register(isa.Let)

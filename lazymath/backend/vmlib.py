@@ -21,6 +21,7 @@ calls it is loaded. Kernels reference the symbol by name: elfload resolves it th
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from concurrent.futures import Future
 
@@ -283,8 +284,11 @@ def _request(symbol: str) -> _Fn:
         fn = _fns.get(symbol)
         if fn is not None:
             return fn
-        op, dtype = parse_symbol(symbol)
-        fn = _fns[symbol] = _Fn(symbol, op, dtype)
+        fn = _orphans.pop(symbol, None)  # keeps its cell: kernels may already point at it
+        if fn is None:
+            op, dtype = parse_symbol(symbol)
+            fn = _Fn(symbol, op, dtype)
+        _fns[symbol] = fn
     try:
         addr = _load(fn)
         if addr is not None:
@@ -388,3 +392,24 @@ def symbols_of(program: isa.Program) -> list[str]:
 def stats() -> dict:
     return {"vmlib_compiled": _stats["compiled"], "vmlib_disk_hits": _stats["disk_hits"],
             "vmlib_loaded": len(_fns)}  # fmt: skip
+
+
+_orphans: dict[str, _Fn] = {}  # a forked child's functions whose compile stayed in the parent
+
+
+def _after_fork_in_child() -> None:
+    """A function whose compile was running in the parent at fork time never gets its code in
+    the child (the workers are gone): it is compiled again on its next request, through the
+    same pointer cell. Fresh locks (they may have been held)."""
+    global _lock, _cell_lock
+    _lock = threading.RLock()
+    _cell_lock = threading.Lock()
+    for symbol, fn in list(_fns.items()):
+        if fn.tier < 0:
+            fn.ready = threading.Event()
+            fn.error = None
+            _orphans[symbol] = _fns.pop(symbol)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

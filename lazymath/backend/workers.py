@@ -141,18 +141,42 @@ def _compiler() -> Compiler:
     return c
 
 
-def _work(ir_text: str, module_name: str, level: int, vectorize: bool = True) -> bytes:
-    return _compiler().compile(ir_text, module_name, level, vectorize)
+def _work(ir_text: str, module_name: str, level: int, vectorize: bool = True,
+          marker: str | None = None) -> bytes:  # fmt: skip
+    if marker is None:
+        return _compiler().compile(ir_text, module_name, level, vectorize)
+    from lazymath.backend import isolate
+
+    with isolate.compiling(marker):  # a process dying in LLVM here leaves the mark
+        return _compiler().compile(ir_text, module_name, level, vectorize)
 
 
-def submit(ir_text: str, module_name: str, level: int = 3, vectorize: bool = True) -> Future:
-    """Compile on a worker thread; the Future's result is the object code."""
+def submit(ir_text: str, module_name: str, level: int = 3, vectorize: bool = True,
+           marker: str | None = None) -> Future:  # fmt: skip
+    """Compile on a worker thread; the Future's result is the object code. `marker`: the
+    kernel's disk key, marked as being compiled while LLVM runs (see `isolate`)."""
     _start_threads()
     fut: Future = Future()
-    _queue.put((fut, _work, (ir_text, module_name, level, vectorize)))
+    _queue.put((fut, _work, (ir_text, module_name, level, vectorize, marker)))
     return fut
 
 
 def compile_here(ir_text: str, module_name: str, level: int = 3, vectorize: bool = True) -> bytes:
     """Compile on the calling thread (its own LLVM state, no lock held during the work)."""
     return _work(ir_text, module_name, level, vectorize)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's worker threads (the list still names them) and
+    may have inherited the queue's or the list's lock held: fresh ones; compiles the parent
+    had queued or running are lost to the child (their futures never finish there)."""
+    global _queue, _threads, _threads_lock, _abandoned, _local
+    _queue = queue.SimpleQueue()
+    _threads = []
+    _threads_lock = threading.Lock()
+    _abandoned = 0
+    _local = threading.local()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

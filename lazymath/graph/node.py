@@ -118,6 +118,9 @@ def _gone(ref: _Ref) -> None:
         del _interned[key]
 
 
+_MAX_BYTES = 2**63 - 1  # numpy's limit too: size * itemsize must fit intp
+
+
 def make(
     op: str,
     dtype: np.dtype,
@@ -142,6 +145,13 @@ def make(
         node = ref()
         if node is not None:
             return node
+    size = 1
+    for d in shape:
+        size *= d
+    if size * dtype.itemsize > _MAX_BYTES:
+        nbytes = size * dtype.itemsize
+        raise ValueError(f"{op}: shape {shape} of {dtype.name} is too big: {size} elements "
+                         f"({nbytes} bytes) do not fit the int64 address range")  # fmt: skip
     node = Node()
     node.op, node.dtype, node.shape, node.arg, node.srcs = op, dtype, shape, arg, srcs
     node._loc = loc if loc is not None else _user_frame()

@@ -74,7 +74,10 @@ def _after_fork_in_child() -> None:
     """Worker and pool threads do not survive fork(): the child's devices run in sync mode."""
     from . import pool
 
+    global _CURRENT_LOCK
+    _CURRENT_LOCK = threading.Lock()
     pool._BLOCK_POOL = None
+    pool._BLOCK_POOL_LOCK = threading.Lock()
     for dev in list(_DEVICES):
         dev._after_fork()
 

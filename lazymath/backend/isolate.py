@@ -1,0 +1,200 @@
+"""Crash isolation for the LLVM compiler: an abort in LLVM costs a warning, not the process.
+
+LLVM reports internal errors with abort() (assertions, "VPlan cost model and legacy cost model
+disagreed", ...) and can loop forever on rare inputs; neither can be caught in the process that
+runs it. So:
+
+- Every in-process compile leaves a marker ``.<key>.compiling`` (holding the pid) in the kernel
+  cache directory while LLVM runs, and removes it afterwards. A marker whose process is gone
+  means that process died inside LLVM on this kernel.
+- A kernel with such a marker (or every kernel with ``LAZYMATH_COMPILE_ISOLATE=1``) is compiled
+  in a child process (``python -c ... isolate._child_main``) that returns the object code; the
+  parent loads it like a disk-cache hit (`jit.load_cached`: elfload or MCJIT, no optimizer in
+  the parent). If the child dies or exceeds LAZYMATH_COMPILE_TIMEOUT, the kernel is compiled
+  again in a child with the vectorizers off; if that fails too, the kernel runs on the numpy
+  interpreter (exact, slow). Each step is reported with a RuntimeWarning saying what happened.
+- A kernel compiled in a child is stored in the disk cache as usual, and the marker removed:
+  later processes load it without compiling.
+
+``LAZYMATH_COMPILE_ISOLATE``: ``auto`` (default: a child after a crash), ``1`` (always a child),
+``0`` (never; a crash in LLVM ends the process as before).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+from lazymath.backend import kernel_cache
+
+
+def mode() -> str:
+    """"auto", "always" or "off" (LAZYMATH_COMPILE_ISOLATE)."""
+    from lazymath import settings
+
+    return settings.COMPILE_ISOLATE.get()
+
+
+def _marker(key: str) -> Path | None:
+    d = kernel_cache.usable_dir()
+    return None if d is None else d / f".{key}.compiling"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # a marker of ours that survived: a previous process with our pid
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def tier0_marker(key: str) -> str:
+    """The mark of `key`'s tier-0 compile (it may run beside the optimizing one)."""
+    return f"{key}.t0"
+
+
+def crashed_before(key: str) -> bool:
+    """Whether a process died while compiling `key` (either tier's marker is left, its pid is
+    gone)."""
+    return _crashed(key) or _crashed(tier0_marker(key))
+
+
+def _crashed(key: str) -> bool:
+    p = _marker(key)
+    if p is None:
+        return False
+    try:
+        st = os.lstat(p)
+        if not (st.st_size < 64 and st.st_uid == os.geteuid()):
+            return True
+        pid = int(p.read_text().strip() or 0)
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    return not _alive(pid)
+
+
+@contextmanager
+def compiling(key: str):
+    """Marks `key` as being compiled by this process while the body runs."""
+    p = _marker(key)
+    if p is not None:
+        try:
+            p.write_text(str(os.getpid()))
+        except OSError:
+            p = None
+    try:
+        yield
+    finally:
+        if p is not None:
+            try:
+                p.unlink()
+            except OSError:
+                pass
+
+
+def clear(key: str) -> None:
+    for k in (key, tier0_marker(key)):
+        p = _marker(k)
+        if p is not None:
+            try:
+                p.unlink()
+            except OSError:
+                pass
+
+
+def _warn(msg: str) -> None:
+    warnings.warn(f"lazymath: {msg}", RuntimeWarning, stacklevel=4)
+
+
+def _describe(rc: int | None) -> str:
+    if rc is None:
+        return "did not finish in time"
+    if rc < 0:
+        try:
+            return f"died of {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"died of signal {-rc}"
+    return f"exited with status {rc}"
+
+
+def compile_in_child(text: str, module_name: str, level: int, why: str) -> bytes | None:
+    """Object code for `text` compiled in a child process (vectorizers on, then off); None if
+    both attempts failed (the caller falls back to the interpreter). `why` is said in the
+    warnings."""
+    from lazymath.backend.jit import _compile_timeout
+
+    timeout = _compile_timeout()
+    if mode() != "always":
+        _warn(f"compiling kernel {module_name} in a separate process: {why}")
+    first = ""
+    for vectorize in (True, False):
+        payload = json.dumps({"text": text, "module": module_name, "level": level,
+                              "vectorize": vectorize}).encode()  # fmt: skip
+        rc: int | None
+        try:
+            out = subprocess.run(
+                [sys.executable, "-c", "from lazymath.backend.isolate import _child_main; "
+                 "_child_main()"],
+                input=payload, capture_output=True, timeout=timeout,
+                env={**os.environ, "LAZYMATH_CACHE": "0"},
+            )  # fmt: skip
+            rc = out.returncode
+        except subprocess.TimeoutExpired:
+            rc, out = None, None
+        except OSError as e:
+            _warn(f"cannot start a compiler process for kernel {module_name} ({e})")
+            return None
+        if rc == 0 and out is not None and out.stdout:
+            if not vectorize:
+                _warn(f"kernel {module_name}: compiled with the vectorizers off in a separate "
+                      f"process ({why}; the first attempt {first})")  # fmt: skip
+            return out.stdout
+        first = _describe(rc)
+        tail = (out.stderr.decode(errors="replace").strip().splitlines() or [""])[-1] if out \
+            else ""  # fmt: skip
+        if vectorize:
+            _warn(
+                f"LLVM {first} compiling kernel {module_name} in a separate process ({why})"
+                + (f": {tail[:300]}" if tail else "")
+                + "; retrying with the vectorizers off"
+            )
+        else:
+            _warn(f"LLVM {first} compiling kernel {module_name} even with the vectorizers off"
+                  + (f": {tail[:300]}" if tail else "") + "; this kernel runs on the numpy "
+                  "interpreter (correct, slow)")  # fmt: skip
+    return None
+
+
+def _child_main() -> None:
+    """The compiler process: JSON request on stdin, object code on stdout."""
+    req = json.loads(sys.stdin.buffer.read())
+    from lazymath import settings
+
+    fault = settings.TEST_COMPILE_FAULT.get()  # tests: simulate LLVM failing
+    if fault == "abort" or (fault == "abort-vectorized" and req["vectorize"]):
+        os.abort()
+    if fault == "hang" or (fault == "hang-vectorized" and req["vectorize"]):
+        import time
+
+        time.sleep(3600)
+    from lazymath.backend import workers
+
+    # the same compiler as the parent's workers (own context, target machine, pass builders)
+    obj = workers.compile_here(req["text"], req["module"], int(req["level"]),
+                               bool(req["vectorize"]))  # fmt: skip
+    if not obj:
+        sys.exit(3)
+    sys.stdout.buffer.write(obj)
+    sys.stdout.buffer.flush()

@@ -1,0 +1,81 @@
+"""Crash isolation for the compiler (issue 13, defect 2): LLVM aborting or hanging on a kernel
+costs a warning and a fallback, never the user's process after the first crash.
+
+The first process dies inside LLVM (simulated: the optimizer calls abort()) and leaves its
+compile marker behind; the next process compiles that kernel in a child process, which also
+aborts while the vectorizers are on (simulated), so it retries with them off and succeeds; the
+result is stored, so a third process loads it from the disk cache. With
+LAZYMATH_COMPILE_ISOLATE=1 and a compiler that hangs every time, the kernel runs on the
+interpreter after the timeouts, with warnings that say so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("llvmlite.binding")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_SCRIPT = r"""
+import json, os, sys, warnings
+import numpy as np
+warnings.simplefilter("always")
+import lazymath as lm
+from lazymath.backend import jit, kernel_cache
+if os.environ.get("CRASH_IN_PROCESS"):
+    def run(self, ir, name, quick):
+        os.abort()
+    jit._Optimizer.run = run
+x = np.linspace(-3, 3, 1001).astype(np.float32)
+with warnings.catch_warnings(record=True) as caught:
+    got = (lm.exp(lm.tensor(x)) * float(sys.argv[1])).numpy()
+ok = bool(np.allclose(got, np.exp(x) * float(sys.argv[1]), rtol=1e-6))
+print(json.dumps({**kernel_cache.cache_info(), "ok": ok,
+                  "warnings": [str(m.message) for m in caught]}))
+"""
+
+
+def _run(cache: Path, scale: float, **env) -> subprocess.CompletedProcess:
+    e = {**os.environ, "LAZYMATH_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT),
+         "LAZYMATH_BACKEND": "llvm", **env}  # fmt: skip
+    e.pop("LAZYMATH_CACHE", None)
+    return subprocess.run([sys.executable, "-c", _SCRIPT, str(scale)], env=e,
+                          capture_output=True, timeout=300)  # fmt: skip
+
+
+def _out(p: subprocess.CompletedProcess) -> dict:
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    return json.loads(p.stdout.decode().strip().splitlines()[-1])
+
+
+def test_a_crash_in_llvm_is_survived_by_the_next_process(tmp_path):
+    cache = tmp_path / "kc"
+    first = _run(cache, 2.0, CRASH_IN_PROCESS="1")
+    assert first.returncode == -signal.SIGABRT
+    assert list(cache.glob(".*.compiling")), "the crashed compile left its marker"
+    second = _out(_run(cache, 2.0, LAZYMATH_TEST_COMPILE_FAULT="abort-vectorized"))
+    w = "\n".join(second["warnings"])
+    assert second["ok"] and second["compiled"] == 1 and second["disk_writes"] == 1
+    assert "a previous process died compiling it" in w
+    assert "died of SIGABRT" in w and "retrying with the vectorizers off" in w
+    assert "compiled with the vectorizers off in a separate process" in w
+    assert not list(cache.glob(".*.compiling"))
+    third = _out(_run(cache, 2.0))
+    assert third["ok"] and third["disk_hits"] == 1 and third["compiled"] == 0
+    assert not third["warnings"]
+
+
+def test_a_compiler_that_always_fails_falls_back_to_the_interpreter(tmp_path):
+    out = _out(_run(tmp_path / "kc", 3.0, LAZYMATH_COMPILE_ISOLATE="1",
+                    LAZYMATH_COMPILE_TIMEOUT="1", LAZYMATH_TEST_COMPILE_FAULT="hang"))  # fmt: skip
+    w = "\n".join(out["warnings"])
+    assert out["ok"] and out["disk_writes"] == 0
+    assert "did not finish in time" in w and "numpy interpreter" in w
