@@ -495,7 +495,7 @@ def _run_program(prog: Program, leaves: list, validate: bool, hit: bool):
     KeyboardInterrupt (its outputs are discarded). A run that overlapped someone else's
     cancel request may have had kernels cut short: it runs again."""
     jit = sys.modules.get("lazymath.backend.jit")
-    epoch = jit.cancel_epoch() if jit is not None else 0
+    epoch = jit._cancel_epoch[0] if jit is not None else 0  # (no calls: the hit path is traced)
     data = [n.realized for n in leaves]
     if (jit is None or _program_work(prog) < LONG_WORK
             or threading.current_thread() is not threading.main_thread()):  # fmt: skip
@@ -523,7 +523,7 @@ def _run_program(prog: Program, leaves: list, validate: bool, hit: bool):
         if not ok:
             raise results
     jit = sys.modules.get("lazymath.backend.jit")
-    if jit is not None and jit.cancel_epoch() != epoch:
+    if jit is not None and jit._cancel_epoch[0] != epoch:
         return _run_program(prog, leaves, validate, hit)
     return results
 

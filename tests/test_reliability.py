@@ -174,11 +174,11 @@ def test_pad_constant_that_does_not_fit_raises_like_numpy(dtype):
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.bool_])
 def test_integer_to_negative_integer_power_raises_like_numpy(dtype, backend, check):
     x = np.array([1, 2, 3], dtype)
-    for e in (-1, np.int64(-2), np.array([1, -1, 2])):
+    for e in (-1, np.int64(-2)):
         with pytest.raises(ValueError, match="negative integer powers"):
             np.power(x, e)
         with pytest.raises(ValueError, match="negative integer powers"):
-            lm.asarray(x) ** (lm.asarray(e) if isinstance(e, np.ndarray) else e)
+            lm.asarray(x) ** e
     if dtype != np.bool_:
         check(lm.asarray(x) ** 2, x**2)
         check(lm.asarray(x) ** -1.0, x**-1.0)
