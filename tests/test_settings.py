@@ -41,6 +41,12 @@ GOOD = {
                              ("never", "never"), ("off", "never"), ("inline", "never")],
     "LAZYMATH_TIERED": BOOL_GOOD,
     "LAZYMATH_COMPILE_THREADS": [("0", 0), ("1", 1), (" 2 ", 2)],
+    "LAZYMATH_COMPILE_ISOLATE": [("auto", "auto"), ("1", "always"), ("On", "always"),
+                                 ("0", "off"), ("never", "off")],
+    "LAZYMATH_KERNEL_CACHE_LIMIT": [("1", 1), ("4096", 4096)],
+    "LAZYMATH_PROGRAM_CACHE_LIMIT": [("3", 3), (" 1024 ", 1024)],
+    "LAZYMATH_DISK_CACHE_LIMIT": [("1", 1), ("1073741824", 1 << 30)],
+    "LAZYMATH_TEST_COMPILE_FAULT": [("abort", "abort"), ("hang-vectorized", "hang-vectorized")],
 }  # fmt: skip
 BAD = {
     "LAZYMATH_BACKEND": ["cuda", "llvm2", "1"],
@@ -54,6 +60,11 @@ BAD = {
     "LAZYMATH_AUTOTUNE": ["2", "fast"],
     "LAZYMATH_TIERED": ["2", "maybe"],
     "LAZYMATH_COMPILE_THREADS": ["-1", "two", "1.5"],
+    "LAZYMATH_COMPILE_ISOLATE": ["2", "maybe"],
+    "LAZYMATH_KERNEL_CACHE_LIMIT": ["0", "many", "1.5"],
+    "LAZYMATH_PROGRAM_CACHE_LIMIT": ["0", "-3"],
+    "LAZYMATH_DISK_CACHE_LIMIT": ["0", "1GB"],
+    "LAZYMATH_TEST_COMPILE_FAULT": ["crash"],
 }
 # Variables whose every string is accepted (paths) have no bad values.
 NO_BAD = {

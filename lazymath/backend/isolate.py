@@ -35,7 +35,7 @@ from lazymath.backend import kernel_cache
 
 
 def mode() -> str:
-    """"auto", "always" or "off" (LAZYMATH_COMPILE_ISOLATE)."""
+    """ "auto", "always" or "off" (LAZYMATH_COMPILE_ISOLATE)."""
     from lazymath import settings
 
     return settings.COMPILE_ISOLATE.get()

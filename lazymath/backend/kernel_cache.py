@@ -161,8 +161,6 @@ def disk_key(signature_repr: str, host_key: tuple) -> str:
 # ----------------------------------------------------------------------------- memory level
 
 
-
-
 def memory_get(sig):
     with _lock:
         k = _memory.pop(sig, None)
