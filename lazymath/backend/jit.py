@@ -575,8 +575,7 @@ def _after_fork_in_child() -> None:
         ffi_lock = getattr(getattr(binding.ffi, "lib", None), "_lock", None)
         if ffi_lock is not None and hasattr(ffi_lock, "_lock"):
             ffi_lock._lock = threading.RLock()
-    j = _JIT
-    if j is not None:
+    for j in list(_JITS.values()):  # one engine per target
         j.lock = _native_lock
         j._swap_lock = threading.Lock()
         opt = j._optimizer
