@@ -35,6 +35,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PKG = ROOT / "lazymath"
 
 ALLOWED = {
+    "testing": {"base", "graph", "ir", "fusion", "backend", "runtime", "driver", "tensor", "api"},
     "base": set(),
     "graph": {"base"},
     "ir": {"base", "graph"},
@@ -123,6 +124,8 @@ def layer(mod: str) -> str | None:
         return "api"
     if mod == "lazymath.tensor":
         return "tensor"
+    if mod.startswith("lazymath.testing"):
+        return "testing"
     parts = mod.split(".")
     if len(parts) >= 2 and parts[1] in (
         "graph",

@@ -305,7 +305,9 @@ def _apply(mod, step: Step, vals: list):
 
 def _infer(step: Step, meta, leaves):
     """(shape, dtype) of the step's result; raises when lazymath rejects the step."""
-    import lazymath as lm
+    import lazymath.tensor  # noqa: F401 (the package attribute `tensor` is the function)
+
+    lm = sys.modules["lazymath.tensor"]
 
     vals = []
     for s, d in meta:
@@ -314,9 +316,17 @@ def _infer(step: Step, meta, leaves):
     return out.shape, out.dtype.name
 
 
+def _realize(*tensors) -> None:
+    from lazymath.realize import realize
+
+    realize(*tensors)
+
+
 def _run(case: Case, backend: str, steps=None):
     """Values of the case's outputs on `backend` (numpy arrays), realized in the case's order."""
-    import lazymath as lm
+    import lazymath.tensor  # noqa: F401 (the package attribute `tensor` is the function)
+
+    lm = sys.modules["lazymath.tensor"]
 
     steps = case.steps if steps is None else steps
     from lazymath import settings
@@ -331,15 +341,15 @@ def _run(case: Case, backend: str, steps=None):
                 vals.append(_apply(lm, st, vals))
             outs = [vals[i] for i in case.outputs if i < len(vals)]
             if case.order == "together":
-                lm.realize(*[outs[i] for i in case.perm if i < len(outs)])
+                _realize(*[outs[i] for i in case.perm if i < len(outs)])
             elif case.order == "intermediate" and len(vals) > len(case.leaves) + 1:
                 mid = vals[len(case.leaves)]
-                lm.realize(mid)
-                lm.realize(*outs)
+                _realize(mid)
+                _realize(*outs)
             else:
                 for i in case.perm:
                     if i < len(outs):
-                        lm.realize(outs[i])
+                        _realize(outs[i])
             return [o.numpy() for o in outs]
     finally:
         if old is None:
