@@ -134,10 +134,18 @@ class Compiler:
             ffi.lib.LLVMPY_DisposeMemoryBuffer(mb)
 
 
+# Every thread's compiler, referenced here too: a forked child deletes the parent's other
+# threads' state, and freeing their compilers there would dispose LLVM contexts another parent
+# thread may have been using (under llvmlite's lock, inherited held): they are never freed.
+_compilers: list[Compiler] = []
+
+
 def _compiler() -> Compiler:
     c = getattr(_local, "compiler", None)
     if c is None:
         c = _local.compiler = Compiler()
+        with _threads_lock:
+            _compilers.append(c)
     return c
 
 
@@ -170,12 +178,11 @@ def _after_fork_in_child() -> None:
     """A forked child has none of the parent's worker threads (the list still names them) and
     may have inherited the queue's or the list's lock held: fresh ones; compiles the parent
     had queued or running are lost to the child (their futures never finish there)."""
-    global _queue, _threads, _threads_lock, _abandoned, _local
+    global _queue, _threads, _threads_lock, _abandoned
     _queue = queue.SimpleQueue()
     _threads = []
     _threads_lock = threading.Lock()
     _abandoned = 0
-    _local = threading.local()
 
 
 if hasattr(os, "register_at_fork"):

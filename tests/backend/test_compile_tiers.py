@@ -196,3 +196,82 @@ def test_a_tiered_kernel_reaches_the_disk_cache(tmp_path):
     assert second["info"]["compiled"] == 0 and second["info"]["vmlib_compiled"] == 0
     assert second["info"]["tiered"] == 0
     assert second["r"] == first["r"]
+
+
+def _loaded(symbol: str) -> tuple[int, bool]:
+    """(kernels' functions holding `symbol`'s code, is it mapped)"""
+    from lazymath.backend import jit
+
+    with jit._native_lock:
+        return jit._users.get(symbol, 0), symbol in jit._native
+
+
+def test_tier_up_releases_the_tier0_code_once_and_holds_the_new(monkeypatch):
+    """The O3 code replaces the tier-0 code in the kernel and its memory-cache copy: the
+    tier-0 code is unmapped (its one user released exactly once), the O3 code has one user
+    (the function object the copies share), and dropping every copy unmaps it too."""
+    import gc
+
+    monkeypatch.setenv("LAZYMATH_CACHE", "0")
+    monkeypatch.setattr(bc, "TIER_IR_CHARS", 0)
+    ir, ins, outs = _chain("float32", 1013)
+    kernel_cache.clear_cache(disk=False)
+    (k,) = bc.compile_kernels([(ir, "k")], "ascend910b", "llvm", tiered=True)
+    copy = bc.compile_kernel(ir, "ascend910b", "llvm", name="k_copy")
+    assert k.tier == 0
+    sym0 = f"{k.symbol}_t0"
+    assert _loaded(sym0)[1] and k._cfunc is copy._cfunc
+    assert bc.wait_tiering(120)
+    assert k.tier == 2 and copy.tier == 2 and k._cfunc is copy._cfunc
+    gc.collect()
+    assert _loaded(sym0) == (0, False)  # released once: not negative, not mapped
+    assert _loaded(k.symbol) == (1, True)
+    k(*ins, *outs)
+    want = [np.zeros_like(o) for o in outs]
+    bc.compile_kernel(ir, "ascend910b", "interp", name="ref")(*ins, *want)
+    np.testing.assert_allclose(outs[0], want[0], rtol=1e-5, atol=1e-6)  # runs the O3 code
+    symbol = k.symbol
+    kernel_cache.clear_cache(disk=False)
+    del k, copy
+    gc.collect()
+    assert _loaded(symbol) == (0, False)
+
+
+def test_kernel_evicted_during_its_tier_up_leaves_no_code_mapped(monkeypatch, tmp_path):
+    """Every copy of a tier-0 kernel is dropped while its optimizing compile still runs: the
+    tier-0 code is unmapped at once, the optimized code is stored on disk but never mapped,
+    and nothing crashes."""
+    import gc
+    import threading
+
+    monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path / "kc"))
+    monkeypatch.delenv("LAZYMATH_CACHE", raising=False)
+    monkeypatch.setattr(bc, "TIER_IR_CHARS", 0)
+    go = threading.Event()
+    tier_up = bc._Job._tier_up
+
+    def slow_tier_up(self, family, fut):  # the background compile "still running"
+        go.wait(60)
+        tier_up(self, family, fut)
+
+    monkeypatch.setattr(bc._Job, "_tier_up", slow_tier_up)
+    ir, ins, outs = _chain("float32", 1019)
+    kernel_cache.clear_cache(disk=False)
+    (k,) = bc.compile_kernels([(ir, "k")], "ascend910", "llvm", tiered=True)
+    assert k.tier == 0
+    k(*ins, *outs)
+    symbol, sym0 = k.symbol, f"{k.symbol}_t0"
+    kernel_cache.clear_cache(disk=False)  # evicted ...
+    del k
+    gc.collect()
+    assert _loaded(sym0) == (0, False)  # ... and its tier-0 code unmapped
+    go.set()
+    assert bc.wait_tiering(120)
+    gc.collect()
+    assert _loaded(symbol) == (0, False)  # the optimized code was never mapped
+    assert kernel_cache.cache_info()["disk_files"] >= 1  # but it reached the disk cache
+    (k2,) = bc.compile_kernels([(ir, "k")], "ascend910", "llvm", tiered=True)  # a disk hit
+    assert k2.tier == 2 and _loaded(symbol) == (1, True)
+    got = [np.zeros_like(o) for o in outs]
+    k2(*ins, *got)
+    np.testing.assert_array_equal(got[0], outs[0])

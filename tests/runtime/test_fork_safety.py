@@ -21,7 +21,8 @@ _SCRIPT = r"""
 import os, sys, threading, time
 import numpy as np
 import lazymath as lm
-from lazymath.backend import compile as bc, jit, kernel_cache
+from concurrent.futures import Future
+from lazymath.backend import compile as bc, jit, kernel_cache, vmlib, workers
 
 x = np.linspace(-2, 2, 3001).astype(np.float32)
 (lm.exp(lm.tensor(x)) + 1.0).numpy()  # LLVM loaded, pools and streams running
@@ -29,8 +30,13 @@ j = jit.get_jit()
 held, release = threading.Event(), threading.Event()
 
 
+parked = Future()  # a compile worker busy at fork time
+workers._queue.put((parked, release.wait, ()))
+
+
 def hold():  # what a thread compiling at fork time holds
-    with j._optimizer.lock, jit._native_lock, kernel_cache._lock, bc._pool_lock:
+    with j._optimizer.lock, jit._native_lock, kernel_cache._lock, bc._pool_lock, \
+            workers._threads_lock, vmlib._lock:
         with jit._binding().ffi.lib._lock:
             held.set()
             release.wait()
