@@ -617,7 +617,8 @@ class _Job:
 
         why = ("LAZYMATH_COMPILE_ISOLATE=1" if how == "always"
                else "a previous process died compiling it")  # fmt: skip
-        obj = isolate.compile_in_child(self.text, self.module, self.level, why)
+        obj = isolate.compile_in_child(self.text, self.module, self.level, why,
+                                       jit._compile_timeout())  # fmt: skip
         kernel_cache.count("compiled")
         if obj is None:  # the marker stays: later processes go straight to the child too
             return CompiledKernel(self.name, self.ir, self.program, self.spec, "interp")

@@ -8,7 +8,7 @@ runs it. So:
   cache directory while LLVM runs, and removes it afterwards. A marker whose process is gone
   means that process died inside LLVM on this kernel.
 - A kernel with such a marker (or every kernel with ``LAZYMATH_COMPILE_ISOLATE=1``) is compiled
-  in a child process (``python -c ... isolate._child_main``) that returns the object code; the
+  in a child process (``python -c ... workers.child_main``) that returns the object code; the
   parent loads it like a disk-cache hit (`jit.load_cached`: elfload or MCJIT, no optimizer in
   the parent). If the child dies or exceeds LAZYMATH_COMPILE_TIMEOUT, the kernel is compiled
   again in a child with the vectorizers off; if that fails too, the kernel runs on the numpy
@@ -129,13 +129,11 @@ def _describe(rc: int | None) -> str:
     return f"exited with status {rc}"
 
 
-def compile_in_child(text: str, module_name: str, level: int, why: str) -> bytes | None:
-    """Object code for `text` compiled in a child process (vectorizers on, then off); None if
-    both attempts failed (the caller falls back to the interpreter). `why` is said in the
-    warnings."""
-    from lazymath.backend.jit import _compile_timeout
-
-    timeout = _compile_timeout()
+def compile_in_child(text: str, module_name: str, level: int, why: str,
+                     timeout: float) -> bytes | None:  # fmt: skip
+    """Object code for `text` compiled in a child process (`workers.child_main`: vectorizers
+    on, then off, each within `timeout` seconds); None if both attempts failed (the caller
+    falls back to the interpreter). `why` is said in the warnings."""
     if mode() != "always":
         _warn(f"compiling kernel {module_name} in a separate process: {why}")
     first = ""
@@ -145,8 +143,8 @@ def compile_in_child(text: str, module_name: str, level: int, why: str) -> bytes
         rc: int | None
         try:
             out = subprocess.run(
-                [sys.executable, "-c", "from lazymath.backend.isolate import _child_main; "
-                 "_child_main()"],
+                [sys.executable, "-c", "from lazymath.backend.workers import child_main; "
+                 "child_main()"],
                 input=payload, capture_output=True, timeout=timeout,
                 env={**os.environ, "LAZYMATH_CACHE": "0"},
             )  # fmt: skip
@@ -175,26 +173,3 @@ def compile_in_child(text: str, module_name: str, level: int, why: str) -> bytes
                   + (f": {tail[:300]}" if tail else "") + "; this kernel runs on the numpy "
                   "interpreter (correct, slow)")  # fmt: skip
     return None
-
-
-def _child_main() -> None:
-    """The compiler process: JSON request on stdin, object code on stdout."""
-    req = json.loads(sys.stdin.buffer.read())
-    from lazymath import settings
-
-    fault = settings.TEST_COMPILE_FAULT.get()  # tests: simulate LLVM failing
-    if fault == "abort" or (fault == "abort-vectorized" and req["vectorize"]):
-        os.abort()
-    if fault == "hang" or (fault == "hang-vectorized" and req["vectorize"]):
-        import time
-
-        time.sleep(3600)
-    from lazymath.backend import workers
-
-    # the same compiler as the parent's workers (own context, target machine, pass builders)
-    obj = workers.compile_here(req["text"], req["module"], int(req["level"]),
-                               bool(req["vectorize"]))  # fmt: skip
-    if not obj:
-        sys.exit(3)
-    sys.stdout.buffer.write(obj)
-    sys.stdout.buffer.flush()

@@ -174,6 +174,30 @@ def compile_here(ir_text: str, module_name: str, level: int = 3, vectorize: bool
     return _work(ir_text, module_name, level, vectorize)
 
 
+def child_main() -> None:
+    """The isolated compiler process (`isolate.compile_in_child`): JSON request on stdin,
+    object code on stdout."""
+    import json
+    import sys
+
+    req = json.loads(sys.stdin.buffer.read())
+    from lazymath import settings
+
+    fault = settings.TEST_COMPILE_FAULT.get()  # tests: simulate LLVM failing
+    if fault == "abort" or (fault == "abort-vectorized" and req["vectorize"]):
+        os.abort()
+    if fault == "hang" or (fault == "hang-vectorized" and req["vectorize"]):
+        import time
+
+        time.sleep(3600)
+    # the same compiler as the parent's workers (own context, target machine, pass builders)
+    obj = compile_here(req["text"], req["module"], int(req["level"]), bool(req["vectorize"]))
+    if not obj:
+        sys.exit(3)
+    sys.stdout.buffer.write(obj)
+    sys.stdout.buffer.flush()
+
+
 def _after_fork_in_child() -> None:
     """A forked child has none of the parent's worker threads (the list still names them) and
     may have inherited the queue's or the list's lock held: fresh ones; compiles the parent
