@@ -100,7 +100,7 @@ def gelu_single(k, x, y, *, tile=2048):
 
 # -- step 3: double buffering. Two halves per queue (ping-pong on t % 2), one event id each:
 # MTE2 fills half pp of x while Vector computes the other half and MTE3 drains y.
-@lm.kernel(unit="vector", tiling=tiling, reference=gelu_ref)
+@lm.kernel(unit="vector", tiling=tiling, reference=gelu_ref, epilogue=True)
 def gelu_double(k, x, y, *, tile=2048):
     xq, yq = k.ub(x.dtype, 2 * tile, "xq"), k.ub(y.dtype, 2 * tile, "yq")
     tmp = k.ub(x.dtype, tile, "tmp")
@@ -118,6 +118,7 @@ def gelu_double(k, x, y, *, tile=2048):
         k.wait_flag("MTE2", "V", pp)
         k.wait_flag("MTE3", "V", pp)
         gelu_math(k, yb, xb, tmp, n)
+        k.epilogue(yb, n, size=tile)  # the slot: fused elementwise consumers run here
         k.set_flag("V", "MTE2", pp)
         k.set_flag("V", "MTE3", pp)
         k.wait_flag("V", "MTE3", pp)
@@ -239,6 +240,12 @@ def main() -> int:
     good = close(out.numpy(), want3, 1e-4, 1e-2)
     ok &= good
     print(f"graph result: {'ok' if good else 'WRONG'}")
+    epi = lm.tanh(gelu_double(lm.tensor(x)) * 0.5) + 1  # consumers fuse into the epilogue slot
+    print("gelu_double(x) then * 0.5, tanh, + 1:",
+          [k.ops for k in lm.schedule(epi).kernels], "kernel(s)")  # fmt: skip
+    good = close(epi.numpy(), np.tanh(gelu_ref(x) * np.float32(0.5)) + 1, 1e-5, 1e-5)
+    ok &= good
+    print(f"epilogue result: {'ok' if good else 'WRONG'}")
 
     print("\n== 4. runtime layer: a user stream waits on an event recorded after a realize")
     dev = lm.current_device()

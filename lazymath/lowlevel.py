@@ -142,7 +142,7 @@ class Kernel:
     `compile` and `cost` look at what it builds for given shapes."""
 
     def __init__(self, fn, unit: str, outputs, tiling, reference, flops, name: str | None,
-                 rtol: float | None, atol: float | None):  # fmt: skip
+                 rtol: float | None, atol: float | None, epilogue: bool = False):  # fmt: skip
         if not callable(fn):
             raise KernelDefinitionError(f"lm.kernel decorates a function, got {fn!r}")
         if unit not in UNITS:
@@ -169,13 +169,15 @@ class Kernel:
         self.flops = flops
         self.name = name or fn.__name__
         self.rtol, self.atol = rtol, atol
+        self.epilogue = bool(epilogue)
         self.__doc__ = fn.__doc__
         self.__name__ = self.name
         self.__wrapped__ = fn
         positional = [p for p in params[1:]
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]  # fmt: skip
         self.n_args = None if any(p.kind == p.VAR_POSITIONAL for p in params) else len(positional)
-        blob = "\1".join([unit, self.name, identity(fn), identity(tiling), identity(outputs)])
+        blob = "\1".join([unit, self.name, identity(fn), identity(tiling), identity(outputs),
+                          "epilogue" if epilogue else ""])  # fmt: skip
         digest = hashlib.sha256(blob.encode()).hexdigest()[:16]
         self.key = f"{fn.__module__}.{fn.__qualname__}:{digest}"
         custom.register(self.key, self)
@@ -284,6 +286,11 @@ class Kernel:
                 for a, v in zip(arrays, ir.inputs)]  # fmt: skip
         out = np.asarray(self.reference(*srcs, **dict(ir.params)))
         v = ir.outputs[0]
+        if ir.epilogue:  # the consumers fused into the epilogue slot
+            from .backend.ir_reference import eval_expr
+
+            acc = out.astype(v.dtype, copy=False).reshape(v.shape)
+            out = eval_expr(ir.epilogue, [], v.shape, acc)[ir.epilogue_result]
         arrays[n_in].reshape(-1)[: math.prod(v.shape)] = np.broadcast_to(
             out.astype(v.dtype, copy=False), v.shape
         ).reshape(-1)
@@ -451,7 +458,7 @@ def pipe_timeline(cost, width: int = 64) -> str:
 
 def kernel(fn=None, *, unit: str = "vector", outputs=None, tiling=None, reference=None,
            flops=None, name: str | None = None, rtol: float | None = None,
-           atol: float | None = None):  # fmt: skip
+           atol: float | None = None, epilogue: bool = False):  # fmt: skip
     """Define an NPU kernel in Python; the result is a lazy op (`Kernel`).
 
     The decorated function is ``fn(k, *inputs, out, **params_and_tiling)``: `k` is a
@@ -467,9 +474,12 @@ def kernel(fn=None, *, unit: str = "vector", outputs=None, tiling=None, referenc
         LAZYMATH_VALIDATE compare against it (without one they run the program on the ISA
         interpreter).
     flops: ``flops(*inputs, **params) -> int`` for the schedule's roofline class.
+    epilogue: the kernel has an epilogue slot (it calls ``k.epilogue(tile, n)`` on each output
+        tile before copying it out): elementwise consumers of its result that read nothing
+        else but constants fuse into it instead of running as another kernel.
     """
 
     def wrap(f):
-        return Kernel(f, unit, outputs, tiling, reference, flops, name, rtol, atol)
+        return Kernel(f, unit, outputs, tiling, reference, flops, name, rtol, atol, epilogue)
 
     return wrap(fn) if fn is not None else wrap

@@ -175,7 +175,7 @@ class CustomKernel:
     """A user kernel (`lazymath.kernel`): the definition registered under `key` (module,
     name and source hash; `graph.custom`) builds the program from these GM views (dense,
     offset 0) and the keyword `params` (a sorted tuple of (name, value)). `unit` is "vector"
-    or "cube"."""
+    or "cube". `outputs[0]` holds epilogue(value) when an epilogue is fused, else the value."""
 
     key: str
     name: str
@@ -183,6 +183,10 @@ class CustomKernel:
     inputs: tuple[ArgView, ...]
     outputs: tuple[ArgView, ...]
     params: tuple = ()
+    # consumers fused into the author's epilogue slot (`k.epilogue(tile, n)`): an expression
+    # over ``acc`` (the kernel's value, its output dtype) and constants; () = none
+    epilogue: Expr = ()
+    epilogue_result: int = -1
     kind: str = "custom"
 
 

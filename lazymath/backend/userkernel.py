@@ -152,6 +152,10 @@ class KernelBuilder(isa.Builder):
         self._names: set[str] = set()
         self._vars = 0
         self.workspace = 0
+        self.epilogue_expr: tuple = ()  # set by build_program: consumers fused into the slot
+        self.epilogue_result = -1
+        self.epilogue_calls = 0
+        self._epi_pools: dict = {}
 
     # ------------------------------------------------------------ buffers
     def alloc(self, scope: str, dtype, size: int, name: str | None = None) -> LocalTensor:
@@ -186,21 +190,25 @@ class KernelBuilder(isa.Builder):
             name = f"{scope.lower()}{len(self.buffers)}"
         if name in self._names:
             raise KernelDefinitionError(f"kernel {self.name}: two buffers named {name!r}")
-        buf = isa.Buffer(name, scope, dt, size)
+        return LocalTensor(self._declare(isa.Buffer(name, scope, dt, size)))
+
+    def _declare(self, buf: isa.Buffer, what: str = "") -> isa.Buffer:
+        scope, name = buf.scope, buf.name
         align = self.spec.align.get(scope, 32)
         nb = (buf.nbytes + align - 1) // align * align
         used = self._used.get(scope, 0)
         cap = self.spec.capacity(scope)
         if used + nb > cap:
+            extra = f" ({what})" if what else ""
             raise isa.BufferOverflowError(
-                f"kernel {self.name}: {scope} buffer {name} ({size} x {dt} = {buf.nbytes} B) "
-                f"does not fit: {used} B of {scope} already declared, {scope} capacity {cap} B "
-                f"on {self.spec.name}"
+                f"kernel {self.name}: {scope} buffer {name}{extra} ({buf.size} x {buf.dtype} = "
+                f"{buf.nbytes} B) does not fit: {used} B of {scope} already declared, {scope} "
+                f"capacity {cap} B on {self.spec.name}"
             )
         self._used[scope] = used + nb
         self._names.add(name)
         self.buffers.append(buf)
-        return LocalTensor(buf)
+        return buf
 
     def ub(self, dtype, size: int, name: str | None = None) -> LocalTensor:
         """A UB buffer (Vector unit's working memory)."""
@@ -299,6 +307,41 @@ class KernelBuilder(isa.Builder):
         start = self.let(isa.mul(isa.BLOCK_IDX, factor), "block_start")
         stop = self.let(isa.imin(isa.add(start, factor), items), "block_stop")
         return start, stop
+
+    # ------------------------------------------------------------ epilogue slot
+    def epilogue(self, tile, n, size: int | None = None) -> None:
+        """The epilogue slot (kernels defined with ``epilogue=True``): `tile` (a UB tensor or a
+        position in one) holds `n` output elements about to be copied out; elementwise
+        consumers the planner fused into this kernel are applied to them here, in place (in
+        the output dtype). Call it on the Vector pipe after computing the tile and before the
+        V -> MTE3 flag of its copy-out. Nothing is emitted when no consumer was fused.
+        `size`: the static upper bound of `n` (default: the tensor's size)."""
+        self.epilogue_calls += 1
+        if not self.epilogue_expr:
+            return
+        from lazymath.backend.templates.common import ExprEmitter, TilePool
+
+        ref = _norm(tile)
+        if not isinstance(ref, isa.Ref) or ref.buf.scope != "UB":
+            raise KernelDefinitionError(f"kernel {self.name}: epilogue() takes a UB tile")
+        if size is None:
+            size = ref.buf.size if isinstance(tile, LocalTensor) else None
+        if not isinstance(size, int) or size <= 0:
+            raise KernelDefinitionError(
+                f"kernel {self.name}: epilogue(tile[off], n, size=...) needs the static upper "
+                "bound of n when the tile is a position inside a buffer"
+            )
+        pool = self._epi_pools.get(size)
+        if pool is None:
+            pool = self._epi_pools[size] = TilePool(size, prefix=f"epi{len(self._epi_pools)}_")
+        b = isa.Builder(tile=size, prefix=f"epi_s{self.epilogue_calls}_")
+        em = ExprEmitter(b, pool, _int(n))
+        em.emit(self.epilogue_expr, (self.epilogue_result,), {}, ref, {0: ref})
+        for buf in [*pool.buffers, *b.buffers]:
+            if buf.name not in self._names:
+                self._declare(buf, "the fused epilogue's temporaries")
+        self.body.extend(em.hoisted)
+        self.body.extend(b.body)
 
     # ------------------------------------------------------------ flags
     def _pipe(self, p: str) -> str:
@@ -416,7 +459,13 @@ def build_program(name: str, unit: str, fn, tiling, ir: CustomKernel, spec,
     if not isinstance(blocks, int) or blocks < 1:
         raise KernelDefinitionError(f"kernel {name}: blocks must be an int >= 1, got {blocks!r}")
     k = KernelBuilder(name, unit, spec, {**params, **tiles})
+    k.epilogue_expr, k.epilogue_result = ir.epilogue, ir.epilogue_result
     fn(k, *gts, **params, **tiles, **(extra_params or {}))
+    if ir.epilogue and not k.epilogue_calls:
+        raise KernelDefinitionError(
+            f"kernel {name} is defined with epilogue=True but never calls k.epilogue(tile, n): "
+            "the fused consumers would be lost"
+        )
     work = sum(g.size for g in gts)
     host = C.host_blocks(blocks, work)
     prog = isa.Program(name, args, tuple(k.buffers), tuple(k.body), host, blocks, unit,

@@ -51,7 +51,10 @@ class LogEntry:
 
 
 def describe(n: Node) -> str:
-    return f"{n.op}{list(n.shape)}:{n.dtype.name}"
+    op = n.op
+    if op == "custom":  # a user kernel: its name (`lazymath.kernel`)
+        op = f"{custom.get(n.arg[0]).name}"
+    return f"{op}{list(n.shape)}:{n.dtype.name}"
 
 
 @dataclass(eq=False)
@@ -530,8 +533,12 @@ class Planner:
             e = g.roots[0]
             for b in self._boundary(g):
                 host = self.group_of_root.get(id(b))
-                if host is None or host.kind not in ("reduce", "matmul") or b is not host.core:
+                if host is None or host.kind not in ("reduce", "matmul", "custom"):
                     continue
+                if b is not host.core:
+                    continue
+                if host.kind == "custom" and not custom.get(b.arg[0]).epilogue:
+                    continue  # a user kernel without an epilogue slot: a boundary
                 core = host.core
                 if [d for d in e.shape if d != 1] != [d for d in core.shape if d != 1]:
                     self.log.append(
@@ -578,6 +585,10 @@ class Planner:
                 host.members = trial.members
                 host.epi_roots = trial.epi_roots
                 self.group_of_root[id(e)] = host
+                if host.kind == "custom":  # fused into the author's epilogue slot after all
+                    self.log[:] = [x for x in self.log if not (
+                        x.what == "refuse" and x.producer is core
+                        and x.consumer is not None and id(x.consumer) in g.members)]  # fmt: skip
                 merged = True
                 break
             if not merged:
@@ -844,8 +855,23 @@ class Planner:
                 raise NeedMaterialize(s, f"user kernel {defn.name} reads dense inputs "
                                       "(C order, offset 0)")  # fmt: skip
             views_in.append(contiguous_view(s.dtype.name, s.shape))
+        epilogue, result = (), -1
+        if g.epi_roots:  # consumers fused into the author's epilogue slot
+            if len(g.outputs) != 1:
+                raise NeedMaterialize(n, f"user kernel {defn.name} writes one output: its "
+                                      "value is also read elsewhere")  # fmt: skip
+            e = g.epi_roots[0]
+            epi = ExprBuilder(n.shape, set(g.members), acc=n, acc_dtype=n.dtype.name,
+                              copied=self.copied)  # fmt: skip
+            result = self._epi_value(epi, e, n)
+            if epi.inputs or e.dtype != n.dtype:
+                raise NeedMaterialize(e, f"user kernel {defn.name}'s epilogue slot takes "
+                                      "elementwise ops on its value and constants, in its "
+                                      "output dtype")  # fmt: skip
+            epilogue = tuple(epi.ops)
         g.ir = CustomKernel(key, defn.name, defn.unit, tuple(views_in),
-                            (contiguous_view(n.dtype.name, n.shape),), params)  # fmt: skip
+                            (contiguous_view(n.dtype.name, n.shape),), params, epilogue,
+                            result)  # fmt: skip
         g.inputs = list(n.srcs)
 
     def _build_rows(self, g: Group, internal: set[int]) -> None:

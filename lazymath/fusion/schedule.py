@@ -60,6 +60,7 @@ def kernel_cost_class(ir, unit: str, spec, nodes) -> tuple[int, int]:
         from ..graph.custom import get
 
         flops = get(ir.key).flop_count(ir)
+        flops += math.prod(ir.outputs[0].shape) * _expr_flops(ir.epilogue)
         return flops, sum(map(view_bytes, ir.inputs + ir.outputs))
     # AI CPU: count elementwise ops over their sizes plus matmul/conv work approximately
     flops = 0

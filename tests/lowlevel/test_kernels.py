@@ -37,7 +37,7 @@ def gelu_tiling(spec, x, y, *, max_tile=1 << 30):
     return {"tile": tile, "blocks": min(8, max(1, ceil_div(x.size, tile)))}
 
 
-@lm.kernel(unit="vector", tiling=gelu_tiling, reference=gelu_ref)
+@lm.kernel(unit="vector", tiling=gelu_tiling, reference=gelu_ref, epilogue=True)
 def gelu(k, x, y, *, tile, max_tile=1 << 30):
     """y = gelu(x), tile by tile, ping-pong UB queues, pipe flags between the movers and V."""
     n = x.size
@@ -65,6 +65,7 @@ def gelu(k, x, y, *, tile, max_tile=1 << 30):
         k.vexp(tmp, tmp, cnt)
         k.vadds(tmp, tmp, 1.0, cnt)
         k.vdiv(ya, xa, tmp, cnt)
+        k.epilogue(ya, cnt, size=tile)  # fused elementwise consumers run here, in place
         k.set_flag("V", "MTE2", pp)
         k.set_flag("V", "MTE3", pp)
         k.wait_flag("V", "MTE3", pp)
@@ -164,6 +165,27 @@ def test_kernel_inside_a_graph(spec, backend, check):
     assert "a user kernel reads dense inputs from GM" in str(s)
     c = mm_ref(a * np.float16(2), b) + 1
     check(out, (gelu_ref(c) * 3).sum(axis=0), rtol=1e-4, atol=1e-4)
+
+
+def test_epilogue_slot_fuses_elementwise_consumers(spec, backend, monkeypatch):
+    """gelu is defined with epilogue=True and calls k.epilogue(tile, n): consumers that read
+    only its value and constants run inside it (composites included); others stay apart."""
+    a = np.linspace(-4, 4, 3001, dtype=np.float32)
+    y = lm.sin(gelu(lm.tensor(a)) * 2 + 1)
+    (k,) = lm.schedule(y).kernels
+    assert k.ops == ["gelu", "mul", "add", "sin"] and k.kind == "custom"
+    assert not lm.schedule(y).fusion_log
+    monkeypatch.setenv("LAZYMATH_VALIDATE", "1")  # also checks the reference + epilogue path
+    np.testing.assert_allclose(y.numpy(), np.sin(gelu_ref(a) * 2 + 1), rtol=1e-5, atol=1e-5)
+    x = lm.tensor(a)
+    z = gelu(x) * x  # reads another tensor: not an epilogue
+    s = lm.schedule(z)
+    assert [k.ops for k in s.kernels] == [["gelu"], ["mul"]]
+    assert "epilogue slot takes elementwise ops on its value and constants" in str(s)
+    np.testing.assert_allclose(z.numpy(), gelu_ref(a) * a, rtol=1e-5, atol=1e-6)
+    # small_mm has no epilogue slot: its consumers stay a separate kernel
+    b = np.ones((4, 4), np.float32)
+    assert len(lm.schedule(small_mm(lm.tensor(b), lm.tensor(b)) * 2).kernels) == 2
 
 
 def test_strided_and_offset_inputs_are_made_dense(backend, check):
@@ -273,6 +295,15 @@ def test_definition_and_call_errors():
     ub_on_910b_cube.program(a)  # the coupled 910's Cube core has UB
     with pytest.raises(KernelDefinitionError, match="Cube cores have no UB"):
         ub_on_910b_cube.program(a, spec="ascend910b")
+
+    @lm.kernel(epilogue=True)
+    def no_slot_call(k, x, y):
+        t = k.ub(x.dtype, 64, "t")
+        k.copy_in(t, x[0], x.size)
+        k.copy_out(y[0], t, x.size)
+
+    with pytest.raises(KernelDefinitionError, match="never calls k.epilogue"):
+        (no_slot_call(a) + 1).numpy()
 
     @lm.kernel
     def bad_pipe(k, x, y):
