@@ -21,6 +21,7 @@ from sys import getrefcount as _getrefcount
 import numpy as np
 
 from . import settings
+from .backend import cancel as _cancel
 from .backend import ir_reference
 from .backend.host_kernels import AicpuKernel, IrRefKernel
 from .graph import node as gn
@@ -494,10 +495,9 @@ def _run_program(prog: Program, leaves: list, validate: bool, hit: bool):
     that native tile loops poll, waits for the kernels to return and re-raises the
     KeyboardInterrupt (its outputs are discarded). A run that overlapped someone else's
     cancel request may have had kernels cut short: it runs again."""
-    jit = sys.modules.get("lazymath.backend.jit")
-    epoch = jit._cancel_epoch[0] if jit is not None else 0  # (no calls: the hit path is traced)
+    epoch = _cancel.EPOCH[0]  # (no calls: the hit path is traced)
     data = [n.realized for n in leaves]
-    if (jit is None or _program_work(prog) < LONG_WORK
+    if (_program_work(prog) < LONG_WORK
             or threading.current_thread() is not threading.main_thread()):  # fmt: skip
         results = prog.run(data, validate=validate, hit=hit, leaf_nodes=leaves)
     else:
@@ -515,15 +515,14 @@ def _run_program(prog: Program, leaves: list, validate: bool, hit: bool):
             while t.is_alive():
                 t.join(0.05)
         except BaseException:
-            jit.request_cancel()
+            _cancel.request()
             t.join()
-            jit.clear_cancel()
+            _cancel.clear()
             raise
         ok, results = box[0]
         if not ok:
             raise results
-    jit = sys.modules.get("lazymath.backend.jit")
-    if jit is not None and jit._cancel_epoch[0] != epoch:
+    if _cancel.EPOCH[0] != epoch:
         return _run_program(prog, leaves, validate, hit)
     return results
 

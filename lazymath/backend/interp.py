@@ -17,14 +17,13 @@ Table keyed by instruction type; other modules add entries with
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
 
-from lazymath.backend import isa
+from lazymath.backend import cancel, isa
 
 INTERP: dict[type, Callable] = {}
 
@@ -471,10 +470,9 @@ def _copy_out(m: Machine, i: isa.CopyOut) -> None:
 def _loop(m: Machine, i: isa.Loop) -> None:
     start, stop, step = m.int(i.start), m.int(i.stop), m.int(i.step)
     saved = m.env.get(i.var)
-    jit = sys.modules.get("lazymath.backend.jit")
-    cancel = jit.CANCEL if jit is not None else None
+    flag = cancel.CANCEL
     for v in range(start, stop, step):
-        if cancel is not None and cancel.value:  # Ctrl-C on a long realize: stop like native code
+        if flag.value:  # Ctrl-C on a long realize: stop like native code
             break
         m.env[i.var] = v
         m.run(i.body)

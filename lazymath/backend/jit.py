@@ -45,7 +45,7 @@ import weakref
 import llvmlite  # the package only: its version, no LLVM shared library
 
 from lazymath import settings
-from lazymath.backend import elfload
+from lazymath.backend import cancel, elfload
 
 KERNEL_CFUNC = ctypes.CFUNCTYPE(
     None, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)
@@ -136,25 +136,11 @@ def _make_ws_key() -> int:
     return addr
 
 
-# The cancel flag kernels poll in their tile loops (lower_llvm.LowerCtx.cancelled): nonzero asks
-# every running kernel to return early. Set only while the engine interrupts a realize (Ctrl-C).
-CANCEL_SYMBOL = "lazymath_cancel"
-CANCEL = ctypes.c_int32(0)
-_cancel_epoch = [0]  # bumped by every request: runs that overlapped one are run again
-
-
-def request_cancel() -> None:
-    _cancel_epoch[0] += 1
-    CANCEL.value = 1
-
-
-def clear_cancel() -> None:
-    CANCEL.value = 0
-
-
-def cancel_epoch() -> int:
-    return _cancel_epoch[0]
-
+# The cancel flag kernels poll in their tile loops (lower_llvm.LowerCtx.cancelled), shared with
+# the interpreter and set by the engine on Ctrl-C (`backend.cancel`).
+CANCEL_SYMBOL = cancel.CANCEL_SYMBOL
+CANCEL = cancel.CANCEL
+request_cancel, clear_cancel, cancel_epoch = cancel.request, cancel.clear, cancel.epoch
 
 RUNTIME_SYMBOLS = {WS_KEY_SYMBOL: _make_ws_key,
                    CANCEL_SYMBOL: lambda: ctypes.addressof(CANCEL)}  # fmt: skip

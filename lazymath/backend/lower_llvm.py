@@ -57,6 +57,7 @@ import numpy as np
 from llvmlite import ir
 
 from lazymath.backend import isa, vmath
+from lazymath.backend.cancel import CANCEL_SYMBOL  # the flag tile loops poll (Ctrl-C)
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -1379,7 +1380,6 @@ def _copy_out(ctx: LowerCtx, i: isa.CopyOut) -> None:
 # ============================================================================= control
 
 
-CANCEL_SYMBOL = "lazymath_cancel"  # == jit.CANCEL_SYMBOL
 _MOVERS = (isa.CopyIn, isa.CopyOut)
 
 

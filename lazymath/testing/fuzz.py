@@ -459,9 +459,10 @@ def run(graphs: int, seed: int = 0, backends=("llvm", "interp"), out=sys.stdout,
                   flush=True)  # fmt: skip
             if len(failures) >= stop_after:
                 break
-        if (k + 1) % 500 == 0:
-            print(f"[fuzz] {k + 1} graphs, {len(failures)} failures, {time.time() - t0:.0f} s",
-                  file=out, flush=True)  # fmt: skip
+        if (k + 1) % 100 == 0:
+            dt = time.time() - t0
+            print(f"[fuzz] {k + 1} graphs (seeds {seed}..{s}), {len(failures)} failures, "
+                  f"{dt:.0f} s, {(k + 1) / dt:.2f} graphs/s", file=out, flush=True)  # fmt: skip
     return failures
 
 
