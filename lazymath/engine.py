@@ -67,21 +67,25 @@ class Program:
     copy_leaves: set[int] = field(default_factory=set)
     hits: int = 0
     label: str = ""
+    origins: list = field(default_factory=list)  # per kernel: memory / disk / compiled / ...
+    miss_reason: str = ""  # why the program cache missed when this program was compiled
     _events: list | None = None
     inline: bool = False  # single stream, no events: launch on the caller's thread
     _replay: tuple | None = None  # fast-path plan (`_replay_plan`), built on first use
     _contexts: list = field(default_factory=list)  # idle replay contexts (arena + argvs)
 
     def run(self, leaves: list[np.ndarray], validate: bool = False, hit: bool = False,
-            leaf_nodes: list[gn.Node] | None = None):  # fmt: skip
+            leaf_nodes: list[gn.Node] | None = None, on_kernel=None):  # fmt: skip
         """Bind inputs, allocate the arena and outputs from the device pool, launch every
         kernel on its stream (events order cross-stream work) and wait for the results.
 
         `leaf_nodes` (the nodes behind `leaves`, optional) let the replay path cache each
         input's data address on its node: weights and other inputs reused across calls then
-        cost nothing to bind."""
+        cost nothing to bind. `on_kernel(i, seconds)` (LAZYMATH_DEBUG>=2): the kernels run
+        one after another on this thread, each timed, and the callback hears of each as it
+        finishes."""
         dev = _rt_api._CURRENT or _rt_api.current_device()
-        if self.inline and not validate and rprof.active() is None:
+        if self.inline and not validate and on_kernel is None and rprof.active() is None:
             plan = self._replay
             if plan is None:
                 plan = self._replay = _replay_plan(self)
@@ -111,6 +115,15 @@ class Program:
             if validate:
                 for sk, ck, slot_ids in self.kernels:
                     _run_validated(sk, ck, [arrays[j] for j in slot_ids])
+            elif on_kernel is not None:  # timed, in schedule order (a valid order)
+                for i, (_sk, ck, slot_ids) in enumerate(self.kernels):
+                    argv = _argv(ck, arrays, addrs, slot_ids)
+                    t = time.perf_counter()
+                    if ck.blocks <= 1:
+                        ck.run_block(argv, 0, 1)
+                    else:
+                        _host_pool().run(ck.run_block, argv, ck.blocks)
+                    on_kernel(i, time.perf_counter() - t)
             elif self.inline and rprof.active() is None:
                 # one stream, no events: run in order on this thread (what host-assisted
                 # synchronize would do) and skip waking a stream worker
@@ -455,18 +468,25 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
     kernels = []
     native = [sk for sk in sched.kernels if sk.group.kind != "aicpu"]
     compiled = {}
+    origin = {}
     if backend != "irref" and native:  # independent kernels compile in parallel
         items = [(sk.group.ir, sk.name) for sk in native]
-        done = compile_kernels(items, spec, backend, tiered=tiered)
+        origins: list = []
+        done = compile_kernels(items, spec, backend, tiered=tiered, origins=origins)
         compiled = {id(sk): ck for sk, ck in zip(native, done)}
+        origin = {id(sk): o for sk, o in zip(native, origins)}
+    prog_origins = []
     for sk in sched.kernels:
         g = sk.group
         if g.kind == "aicpu":
             ck = AicpuKernel(sk.name, g.member_nodes, g.inputs, g.outputs)
+            prog_origins.append("AI CPU (numpy)")
         elif backend == "irref":
             ck = IrRefKernel(sk.name, g.ir)
+            prog_origins.append("irref (numpy)")
         else:
             ck = compiled[id(sk)]
+            prog_origins.append(origin.get(id(sk)) or "?")
         ck.source_loc = sk.source_loc
         sk.compiled = ck
         kernels.append((sk, ck, [slot(n) for n in g.inputs] + [slot(n) for n in g.outputs]))
@@ -475,7 +495,8 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
     label = "+".join(sk.name for sk in sched.kernels)[:120]
     inline = sched.n_events == 0 and len({sk.stream for sk in sched.kernels}) <= 1
     return Program(sched, kernels, slots, sched.memory.arena_bytes, outs,
-                   copy_leaves=copy_leaves, label=label, inline=inline)  # fmt: skip
+                   copy_leaves=copy_leaves, label=label, inline=inline,
+                   origins=prog_origins)  # fmt: skip
 
 
 LONG_WORK = 1 << 27  # flops + bytes from which a realize runs interruptibly (Ctrl-C)
@@ -489,7 +510,7 @@ def _program_work(prog: Program) -> int:
     return w
 
 
-def _run_program(prog: Program, leaves: list, validate: bool, hit: bool):
+def _run_program(prog: Program, leaves: list, validate: bool, hit: bool, on_kernel=None):
     """prog.run, interruptible when long: on the main thread a long program runs on a helper
     thread while this one waits in an interruptible join. Ctrl-C there raises the cancel flag
     that native tile loops poll, waits for the kernels to return and re-raises the
@@ -499,13 +520,15 @@ def _run_program(prog: Program, leaves: list, validate: bool, hit: bool):
     data = [n.realized for n in leaves]
     if (_program_work(prog) < LONG_WORK
             or threading.current_thread() is not threading.main_thread()):  # fmt: skip
-        results = prog.run(data, validate=validate, hit=hit, leaf_nodes=leaves)
+        results = prog.run(data, validate=validate, hit=hit, leaf_nodes=leaves,
+                           on_kernel=on_kernel)  # fmt: skip
     else:
         box: list = []
 
         def work() -> None:
             try:
-                box.append((True, prog.run(data, validate=validate, hit=hit, leaf_nodes=leaves)))
+                box.append((True, prog.run(data, validate=validate, hit=hit, leaf_nodes=leaves,
+                                           on_kernel=on_kernel)))  # fmt: skip
             except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
                 box.append((False, e))
 
@@ -523,7 +546,7 @@ def _run_program(prog: Program, leaves: list, validate: bool, hit: bool):
         if not ok:
             raise results
     if _cancel.EPOCH[0] != epoch:
-        return _run_program(prog, leaves, validate, hit)
+        return _run_program(prog, leaves, validate, hit, on_kernel)
     return results
 
 
@@ -534,54 +557,241 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
     if backend is None:
         backend = _BACKEND.get()
     outputs, key, leaves, order = plan_outputs(roots)
-    key = (key, spec.key(), backend)
-    prog = _programs.pop(key, None)
+    full_key = (key, spec.key(), backend)
+    prog = _programs.pop(full_key, None)
     hit = prog is not None
     if hit:
         STATS["program_hits"] += 1
         prog.hits += 1
-        _programs[key] = prog  # most recently used last
+        _programs[full_key] = prog  # most recently used last
     else:
         STATS["program_misses"] += 1
+        reason = _miss_reason(key, order, spec, backend)
         prog = compile_program(outputs, leaves, order, spec, backend)
-        _remember(key, prog)
+        prog.miss_reason = reason
+        _remember(full_key, prog)
         leaves = [n for n in leaves]  # planner may have made some contiguous
     validate = _VALIDATE.get()
-    results = _run_program(prog, leaves, validate, hit)
+    level = _DEBUG.get()
+    out_dir = settings.DEBUG_DIR.get()
+    on_kernel = None
+    if level >= 2 and not validate:
+        on_kernel = _kernel_printer(prog, out_dir)
+    results = _run_program(prog, leaves, validate, hit, on_kernel)
     for n, v in zip(outputs, results):
         commit(n, v)
-    level = _debug_level()
-    if level:
-        _debug_print(prog, hit, level, t0)
+    if level or out_dir:
+        _debug_print(prog, hit, level, t0, out_dir, validate)
 
 
-def _debug_print(prog: Program, hit: bool, level: int, t0: float) -> None:
-    from .fusion.schedule import fmt_bytes
+# ----------------------------------------------------------------------------- debug output
 
+# structure (ops and edges, no shapes/dtypes/constants) -> the last full signature seen with it
+_SKELETONS: dict = {}
+_SKELETONS_MAX = 512
+
+
+def _skeleton(key) -> tuple:
+    parts, outs = key
+    return tuple(p[0] if p[0] in ("L", "c") else (p[0], p[4]) for p in parts), outs
+
+
+def _miss_reason(key, order, spec, backend: str) -> str:
+    """Why the program cache missed: a graph of a new structure, or which input shape / dtype /
+    layout, constant, op argument, device spec or backend differs from the last graph of the
+    same structure (the program a user expected to reuse)."""
+    sk = _skeleton(key)
+    last = _SKELETONS.get(sk)
+    if len(_SKELETONS) >= _SKELETONS_MAX:
+        _SKELETONS.clear()
+    _SKELETONS[sk] = (key, spec, backend)
+    n_ops = sum(1 for p in key[0] if p[0] not in ("L", "c"))
+    if last is None:
+        return f"new graph, {_plural(n_ops, 'op')}"
+    old_key, old_spec, old_backend = last
+    why = []
+    if old_spec.key() != spec.key():
+        why.append(f"device {old_spec.name} -> {spec.name}")
+    if old_backend != backend:
+        why.append(f"backend {old_backend} -> {backend}")
+    leaf_no = 0
+    ops = []  # op entries that differ: shown only when no input explains them, or an argument
+    for i, (new, old) in enumerate(zip(key[0], old_key[0])):
+        if new != old:
+            if new[0] in ("L", "c"):
+                why.append(_part_change(new, old, order[i], leaf_no))
+            elif not why or (new[3] != old[3] and new[2] == old[2]):
+                ops.append(_part_change(new, old, order[i], leaf_no))
+        leaf_no += new[0] == "L"
+    why += ops if not why else [w for w in ops if "argument" in w]
+    if not why:
+        return (
+            "same signature as an earlier program, no longer cached (evicted beyond "
+            "LAZYMATH_PROGRAM_CACHE_LIMIT, or lm.clear_cache())"
+        )
+    more = f" (+{len(why) - 3} more)" if len(why) > 3 else ""
+    return "; ".join(why[:3]) + more
+
+
+def _part_change(new, old, node, leaf_no: int) -> str:
+    """One signature entry that differs, in words."""
+    where = ""
+    try:
+        loc = node.loc
+        where = f" (from {loc.rsplit('/', 1)[-1]})" if loc else ""
+    except Exception:  # noqa: BLE001 - a location is a nicety
+        pass
+    if new[0] == "L":  # ("L", dtype, shape, strides)
+        what = []
+        if new[2] != old[2]:
+            what.append(f"shape {old[2]} -> {new[2]}")
+        if new[1] != old[1]:
+            what.append(f"dtype {old[1]} -> {new[1]}")
+        if not what and new[3] != old[3]:
+            what.append(f"strides {old[3]} -> {new[3]}")
+        return f"input {leaf_no}{where}: {', '.join(what)}"
+    if new[0] == "c":  # ("c", dtype, value): constants are compiled into the kernels
+        if new[1] != old[1]:
+            return f"constant{where}: dtype {old[1]} -> {new[1]}"
+        return f"constant{where}: {old[2]!r} -> {new[2]!r} (constants are compiled in)"
+    what = []
+    if new[2] != old[2]:
+        what.append(f"shape {old[2]} -> {new[2]}")
+    if new[1] != old[1]:
+        what.append(f"dtype {old[1]} -> {new[1]}")
+    if new[3] != old[3] and not what:
+        what.append(f"argument {old[3]!r} -> {new[3]!r}")
+    return f"{new[0]}{where}: {', '.join(what) or 'inputs changed'}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _fmt_seconds(s: float) -> str:
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.0f} us"
+
+
+def _kernel_printer(prog: Program, out_dir):
+    """LAZYMATH_DEBUG>=2: a callback printing each kernel's line as it finishes (tinygrad's
+    DEBUG=2): name, unit, time, GFLOPS and GB/s of the work the schedule counts (useful flops;
+    bytes read and written once), where its code came from."""
+    kernels = prog.kernels
+    width = max([len(sk.name) for sk, _, _ in kernels] + [6])
+    origins = prog.origins or ["?"] * len(kernels)
+
+    def on_kernel(i: int, seconds: float) -> None:
+        sk = kernels[i][0]
+        where = origins[i] if not prog.hits else "replay"
+        s = max(seconds, 1e-9)
+        print(f"[lazymath]   {sk.name:<{width}} {sk.unit:<6} {_fmt_seconds(seconds):>9} "
+              f"{sk.flops / s / 1e9:9.2f} GFLOPS {sk.bytes / s / 1e9:8.2f} GB/s  "
+              f"{where}", file=sys.stderr, flush=True)  # fmt: skip
+
+    return on_kernel
+
+
+def _debug_print(prog: Program, hit: bool, level: int, t0: float, out_dir, validate) -> None:
+    """LAZYMATH_DEBUG on stderr: one line per realize (level 1), the schedule table and fusion
+    log (2), the ISA (3), LLVM IR (4) and assembly (5) of each kernel; with LAZYMATH_DEBUG_DIR,
+    every stage of every newly compiled program goes to files there instead."""
     sched = prog.schedule
-    dt_us = (time.perf_counter() - t0) * 1e6
-    line = (f"[lazymath] realize: {len(sched.kernels)} kernel(s), program cache "
-            f"{'hit' if hit else 'miss'}, planned peak {fmt_bytes(sched.planned_peak_bytes)}, "
-            f"{dt_us:.0f} us")  # fmt: skip
-    out_dir = settings.DEBUG_DIR.get()
-    chunks = [line]
+    seconds = time.perf_counter() - t0
+    names = [sk.name for sk, _, _ in prog.kernels]
+    shown = ", ".join(names[:4]) + (f", +{len(names) - 4} more" if len(names) > 4 else "")
+    if hit:
+        how = "program hit"
+    else:
+        counts: dict = {}
+        for o in prog.origins:
+            counts[o] = counts.get(o, 0) + 1
+        order = ("compiled", "compiled (tier 0)", "disk", "memory")
+        words = {"disk": "loaded {} from disk", "memory": "{} from memory",
+                 "compiled (tier 0)": "{} quick-compiled (tier 0)"}  # fmt: skip
+        parts = [words.get(k, k + " {}").format(counts[k]) for k in order if counts.get(k)]
+        parts += [f"{v} {k}" for k, v in counts.items() if k not in order]
+        how = f"program miss ({prog.miss_reason or 'new graph'}); " + ", ".join(parts)
+    line = (f"[lazymath] realize {_plural(len(names), 'kernel')} ({shown}): {how}; planned peak "
+            f"{_fmt_bytes(sched.planned_peak_bytes)}; {_fmt_seconds(seconds)}")  # fmt: skip
+    if validate:
+        checked = sum(1 for sk, _, _ in prog.kernels if sk.kind != "aicpu")
+        line += f"; validated {checked} of {len(names)} kernels against numpy"
+    if level:
+        print(line, file=sys.stderr, flush=True)
+    if out_dir:
+        if not hit:
+            _write_debug_dir(prog, line, out_dir)
+        return
+    chunks = []
     if level >= 2:
         chunks.append(str(sched))
     for sk, _ck, _ in prog.kernels:
         if level >= 3:
             chunks.append(f"--- ISA {sk.name}\n{sk.isa}")
         if level >= 4:
-            chunks.append(f"--- LLVM IR {sk.name}\n{sk.llvm_ir}")
+            chunks.append(f"--- LLVM IR {sk.name} (before optimization)\n{sk.llvm_ir}")
+            opt = _optimized_ir(_ck)
+            if opt:
+                chunks.append(f"--- LLVM IR {sk.name} (optimized)\n{opt}")
         if level >= 5:
             chunks.append(f"--- assembly {sk.name}\n{sk.asm}")
-    text = "\n".join(chunks)
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        n = len(os.listdir(out_dir))
-        with open(os.path.join(out_dir, f"realize_{n:04d}.txt"), "w") as f:
-            f.write(text + "\n")
-    else:
-        print(text, file=sys.stdout)
+    if chunks:
+        print("\n".join(chunks), file=sys.stderr, flush=True)
+
+
+def _fmt_bytes(n: int) -> str:
+    from .fusion.schedule import fmt_bytes
+
+    return fmt_bytes(n)
+
+
+def _optimized_ir(ck) -> str | None:
+    """The kernel's LLVM IR after the O3 pipeline (None without LLVM code)."""
+    text = getattr(ck, "llvm_ir", None)
+    if not text or getattr(ck, "backend", None) != "llvm":
+        return None
+    from .backend.jit import get_jit
+
+    return get_jit().optimized_ir(text)
+
+
+_DEBUG_DIRS: dict = {}  # debug directory -> number of programs written there by this process
+
+
+def _write_debug_dir(prog: Program, line: str, out_dir: str) -> None:
+    """LAZYMATH_DEBUG_DIR: one directory per compiled program (program_NNNN), holding
+    summary.txt (the debug line, kernel table, fusion log) and, per kernel, NAME.isa, NAME.ll
+    (LLVM IR before optimization), NAME.opt.ll (after) and NAME.s (host assembly). Says where on
+    stderr, once per directory."""
+    base = os.path.abspath(out_dir)
+    n = _DEBUG_DIRS.get(base)
+    if n is None:
+        os.makedirs(base, exist_ok=True)
+        n = sum(1 for f in os.listdir(base) if f.startswith("program_"))
+        print(f"[lazymath] LAZYMATH_DEBUG_DIR: writing debug files under {base}",
+              file=sys.stderr, flush=True)  # fmt: skip
+    _DEBUG_DIRS[base] = n + 1
+    d = os.path.join(base, f"program_{n:04d}")
+    os.makedirs(d, exist_ok=True)
+
+    def write(name: str, text) -> None:
+        if text:
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text if text.endswith("\n") else text + "\n")
+
+    origins = prog.origins or ["?"] * len(prog.kernels)
+    listing = "\n".join(f"  {sk.name}: {o}" for (sk, _, _), o in zip(prog.kernels, origins))
+    write("summary.txt", f"{line}\n\n{prog.schedule}\n\nkernel code:\n{listing}")
+    for sk, ck, _ in prog.kernels:
+        write(f"{sk.name}.isa", sk.isa if sk.compiled is not None else None)
+        if getattr(ck, "backend", None) == "llvm":
+            write(f"{sk.name}.ll", ck.llvm_ir)
+            write(f"{sk.name}.opt.ll", _optimized_ir(ck))
+            write(f"{sk.name}.s", ck.asm)
 
 
 def schedule_of(roots: list[gn.Node], spec=None):

@@ -7,6 +7,7 @@ node by node with numpy.
 
 from __future__ import annotations
 
+import sys
 import time
 
 from . import settings
@@ -82,4 +83,5 @@ def _debug_line(outputs, what: str, t0: float) -> None:
     level = _DEBUG.get()
     if level >= 1:
         dt_us = (time.perf_counter() - t0) * 1e6
-        print(f"[lazymath] realize {len(outputs)} output(s) via {what} in {dt_us:.0f} us")
+        print(f"[lazymath] realize {len(outputs)} output(s) via {what} in {dt_us:.0f} us",
+              file=sys.stderr, flush=True)

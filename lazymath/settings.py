@@ -175,13 +175,18 @@ CACHE = Setting(
 DEBUG_LEVELS = {"off": 0, "realize": 1, "kernels": 2, "isa": 3, "ir": 4, "asm": 5}
 DEBUG = Setting(
     "LAZYMATH_DEBUG", "int", 0,
-    "`1`/`realize`: one line per realize; `2`/`kernels`: kernel table and fusion log; "
-    "`3`/`isa`: ISA listing; `4`/`ir`: LLVM IR; `5`/`asm`: host assembly (default 0/`off`)",
+    "on stderr: `1`/`realize` one line per realize (kernel names; compiled, loaded from disk or "
+    "program-cache hit; why a program-cache miss; time); `2`/`kernels` also each kernel's time, "
+    "GFLOPS and GB/s as it runs (one after another, no stream overlap), the kernel table and "
+    "fusion log; `3`/`isa` ISA listings; `4`/`ir` LLVM IR before and after optimization; "
+    "`5`/`asm` host assembly (default 0/`off`)",
     choices=DEBUG_LEVELS, minimum=0,
 )  # fmt: skip
 DEBUG_DIR = Setting(
     "LAZYMATH_DEBUG_DIR", "path", None,
-    "write the `LAZYMATH_DEBUG` output to numbered files in this directory instead of stdout",
+    "write every stage of each newly compiled program to files under this directory "
+    "(`program_NNNN/`: `summary.txt`, per kernel `.isa`, `.ll` and `.opt.ll` (LLVM IR before "
+    "and after optimization), `.s`); the path is printed once on stderr",
 )  # fmt: skip
 VALIDATE = Setting(
     "LAZYMATH_VALIDATE", "bool", False,

@@ -329,15 +329,19 @@ def compile_kernel(ir, spec, backend: str | None = None, name: str | None = None
     return compile_kernels([(ir, name)], spec, backend)[0]
 
 
-def compile_kernels(items, spec, backend: str | None = None,
-                    tiered: bool = False) -> list[CompiledKernel]:  # fmt: skip
+def compile_kernels(items, spec, backend: str | None = None, tiered: bool = False,
+                    origins: list | None = None) -> list[CompiledKernel]:  # fmt: skip
     """`compile_kernel` for several independent kernels [(ir, name), ...], compiled in
     parallel: templates and lowering run here, LLVM on the compile workers (`workers`, one
     thread per core), so kernel k+1 is lowered while kernel k is optimized.
 
     `tiered` (the realize path): a kernel whose optimization would take long starts on
     quickly compiled code, replaced in the background by the optimized code (`_tier_first`);
-    without it every kernel returns with its final code, stored in the disk cache."""
+    without it every kernel returns with its final code, stored in the disk cache.
+
+    `origins`, if given, receives one word per item saying where its code came from:
+    "memory" (kernel cache in memory, or the same kernel earlier in `items`), "disk" (disk
+    cache), "compiled", or "compiled (tier 0)" (quick code, optimized in the background)."""
     from lazymath.runtime.device import get_spec
 
     spec = get_spec(spec)
@@ -345,6 +349,7 @@ def compile_kernels(items, spec, backend: str | None = None,
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
     out: list = [None] * len(items)
+    origin: list = [None] * len(items)
     pending: list = []  # (index, sig, job)
     first: dict = {}  # sig -> index of the first item compiling it (duplicates wait for it)
     dups: list = []
@@ -359,6 +364,7 @@ def compile_kernels(items, spec, backend: str | None = None,
         hit = kernel_cache.memory_get(sig)
         if hit is not None:
             out[idx] = hit if hit.name == name else hit.renamed(name)
+            origin[idx] = "memory"
             continue
         if sig in first:
             dups.append((idx, first[sig], name))
@@ -368,20 +374,26 @@ def compile_kernels(items, spec, backend: str | None = None,
             program = build_program(ir, spec, name, calls)
             kernel = CompiledKernel(name, ir, program, spec, backend)
             kernel_cache.count("compiled")
+            origin[idx] = "compiled"
         else:
             kernel = _start_llvm(ir, spec, name, calls, tiered)
             if isinstance(kernel, _Job):
                 pending.append((idx, sig, kernel))
                 continue
+            origin[idx] = "disk" if kernel.__dict__.get("from_disk") else "compiled (child process)"
         kernel_cache.memory_put(sig, kernel)
         out[idx] = kernel
     for idx, sig, job in pending:
         kernel = job.finish()
         kernel_cache.memory_put(sig, kernel)
         out[idx] = kernel
+        origin[idx] = "compiled (tier 0)" if kernel.tier == 0 else "compiled"
     for idx, src, name in dups:
         k = out[src]
         out[idx] = k if k.name == name else k.renamed(name)
+        origin[idx] = "memory"
+    if origins is not None:
+        origins[:] = origin
     return out
 
 
@@ -465,7 +477,9 @@ def _load_llvm(ir, spec, name: str, key: str) -> CompiledKernel | None:
     kernel_cache.count("disk_hits")
     if how != "memory":
         kernel_cache.count("elf_loads" if how == "elf" else "mcjit_loads")
-    return CompiledKernel(name, ir, program, spec, "llvm", addr, symbol)
+    kernel = CompiledKernel(name, ir, program, spec, "llvm", addr, symbol)
+    kernel.from_disk = True  # (for compile_kernels' `origins`)
+    return kernel
 
 
 def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):

@@ -160,8 +160,11 @@ def runtime_symbol(name: str) -> int | None:
         addr = _runtime.get(name)
         if addr:
             return addr
-        binding = sys.modules.get("llvmlite.binding")
-        if binding is not None:
+        binding = None
+        if "llvmlite.binding" in sys.modules:
+            # a compile worker may be importing it right now: its module is in sys.modules
+            # before it is complete; the import statement waits for the import to finish
+            binding = _binding()
             addr = binding.address_of_symbol(name)
         if not addr:
             maker = RUNTIME_SYMBOLS.get(name)

@@ -1,6 +1,7 @@
-"""LAZYMATH_DEBUG levels print what they promise; LAZYMATH_DEBUG_DIR writes them to files;
-LAZYMATH_VALIDATE=1 passes correct kernels and names the kernel and the user's line of a wrong
-one. Shapes are unusual primes so every test compiles its own program (a cache miss)."""
+"""LAZYMATH_DEBUG levels print what they promise, on stderr; LAZYMATH_DEBUG_DIR writes every
+stage to files; LAZYMATH_VALIDATE=1 passes correct kernels and names the kernel and the user's
+line of a wrong one. Shapes are unusual primes so every test compiles its own program (a cache
+miss)."""
 
 from __future__ import annotations
 
@@ -39,29 +40,73 @@ def _matmul_graph(m: int, k: int, n: int):
 def test_debug_0_prints_nothing(monkeypatch, capsys):
     monkeypatch.setenv("LAZYMATH_DEBUG", "0")
     _refused_graph(3, 101)[0].realize()
-    assert capsys.readouterr().out == ""
+    assert capsys.readouterr() == ("", "")
 
 
-def test_debug_1_one_line_per_realize(monkeypatch, capsys):
+_LINE = (r"\[lazymath\] realize 2 kernels \((?P<names>[\w, ]+)\): (?P<how>.*); planned peak "
+         r"\d+(\.\d)? (B|KiB|MiB); \d+(\.\d+)? (us|ms|s)")  # fmt: skip
+
+
+def test_debug_1_one_line_per_realize_on_stderr(monkeypatch, capsys):
     monkeypatch.setenv("LAZYMATH_DEBUG", "1")
     out, want = _refused_graph(5, 103)
+    names = [k.name for k in lm.schedule(out).kernels]
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
     again, _ = _refused_graph(5, 103)  # same structure, new data: program cache hit
     again.realize()
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2
-    assert re.fullmatch(r"\[lazymath\] realize: 2 kernel\(s\), program cache miss, planned "
-                        r"peak \d+(\.\d)? (B|KiB|MiB), \d+ us", lines[0])  # fmt: skip
-    assert "program cache hit" in lines[1]
+    other, _ = _refused_graph(5, 104)  # same structure, another shape: a miss that says why
+    other.realize()
+    got = capsys.readouterr()
+    assert got.out == ""
+    lines = got.err.splitlines()
+    assert len(lines) == 3, lines
+    m = [re.fullmatch(_LINE, ln) for ln in lines]
+    assert all(m), lines
+    assert m[0]["names"] == ", ".join(names)
+    # kernels compiled here, loaded from the disk cache or found in memory (another test
+    # may have made them): the counts add up to the kernel count
+    how = m[0]["how"]
+    assert how.startswith("program miss (")  # a new graph, or one that differs from another test's
+    counts = re.findall(r"(?:compiled |loaded |quick-compiled )?(\d+)", how.split(";", 1)[1])
+    assert sum(map(int, counts)) == 2, how
+    assert m[1]["how"] == "program hit"
+    assert m[2]["how"].startswith("program miss (input 0 (from test_debug.py:")
+    assert "shape (2, 5, 103) -> (2, 5, 104)" in m[2]["how"]
 
 
-def test_debug_2_kernel_table_and_fusion_log(monkeypatch, capsys):
-    monkeypatch.setenv("LAZYMATH_DEBUG", "2")
-    out, _ = _refused_graph(7, 107)
+def test_debug_1_counts_compiled_loaded_and_hit(monkeypatch, capsys, tmp_path):
+    """The first realize compiles (a fresh cache directory), a process without the in-memory
+    kernels loads them from disk, a second realize of the same graph is a program hit."""
+    from lazymath.backend import kernel_cache
+
+    monkeypatch.setenv("LAZYMATH_DEBUG", "1")
+    monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("LAZYMATH_TIERED", "0")
+    _refused_graph(3, 137)[0].realize()
+    # a new process: no programs, no kernels in memory (the disk files stay)
+    engine._programs.clear()
+    kernel_cache.clear_cache(memory=True, disk=False)
+    _refused_graph(3, 137)[0].realize()
+    _refused_graph(3, 137)[0].realize()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3, lines
+    assert lines[0].split("; ")[1] == "compiled 2", lines[0]
+    assert "program miss (same signature as an earlier program" in lines[1]
+    assert lines[1].split("; ")[1] == "loaded 2 from disk", lines[1]
+    assert "program hit" in lines[2]
+
+
+def test_debug_2_kernel_times_table_and_fusion_log(monkeypatch, capsys):
+    monkeypatch.setenv("LAZYMATH_DEBUG", "kernels")
+    out, want = _refused_graph(7, 107)
     names = [k.name for k in lm.schedule(out).kernels]
-    out.realize()
-    text = capsys.readouterr().out
-    assert text.startswith("[lazymath] realize:")
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
+    text = capsys.readouterr().err
+    for name in names:  # one line per kernel, as it runs: time, GFLOPS, GB/s, code origin
+        assert re.search(rf"^\[lazymath\]   {name}\s+vector\s+\d+(\.\d+)? (us|ms|s)\s+"
+                         r"\d+\.\d\d GFLOPS\s+\d+\.\d\d GB/s  (compiled|disk|memory)",
+                         text, re.M), text  # fmt: skip
+    assert re.search(r"^\[lazymath\] realize 2 kernels", text, re.M)
     assert re.search(r"^kernel\s+unit\s+ops\s+bound\s+flops\s+bytes\s+stream", text, re.M)
     for name in names:
         assert re.search(rf"^{name}\s+vector\s", text, re.M)
@@ -74,7 +119,7 @@ def test_debug_3_isa_listing_per_kernel(monkeypatch, capsys):
     out, want = _matmul_graph(29, 31, 37)
     (k,) = lm.schedule(out).kernels
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
-    text = capsys.readouterr().out
+    text = capsys.readouterr().err
     assert f"--- ISA {k.name}" in text
     isa = text.split(f"--- ISA {k.name}", 1)[1]
     assert re.search(rf"^kernel {k.name}\(a: gm float32, b: gm float32, out0: gm float32\)",
@@ -89,12 +134,14 @@ def test_debug_4_llvm_ir(monkeypatch, capsys):
     out, _ = _refused_graph(11, 109)
     names = [k.name for k in lm.schedule(out).kernels]
     out.realize()
-    text = capsys.readouterr().out
+    text = capsys.readouterr().err
     for name in names:
         assert f"--- ISA {name}" in text and f"--- LLVM IR {name}" in text
     ir = text.split("--- LLVM IR", 1)[1]
     assert re.search(r'^define void @"?lm_\w+"?\(i64 %"?block_idx"?', ir, re.M)
     assert "getelementptr" in ir and "--- assembly" not in text
+    opt = text.split("(optimized)", 1)[1]  # and the optimized module
+    assert re.search(r'^define void @"?lm_\w+"?\(i64 ', opt, re.M)
 
 
 def test_debug_5_host_assembly(monkeypatch, capsys):
@@ -102,7 +149,7 @@ def test_debug_5_host_assembly(monkeypatch, capsys):
     out, _ = _refused_graph(13, 113)
     names = [k.name for k in lm.schedule(out).kernels]
     out.realize()
-    text = capsys.readouterr().out
+    text = capsys.readouterr().err
     for name in names:
         assert f"--- assembly {name}" in text
     asm = text.split("--- assembly", 1)[1]
@@ -110,18 +157,41 @@ def test_debug_5_host_assembly(monkeypatch, capsys):
     assert re.search(r"^\s*(retq?|vmovups|vmovaps|vaddps|vfmadd\w+)\b", asm, re.M)
 
 
-def test_debug_dir_writes_one_file_per_realize(monkeypatch, capsys, tmp_path):
-    monkeypatch.setenv("LAZYMATH_DEBUG", "4")
+def test_debug_dir_writes_every_stage_and_says_where(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("LAZYMATH_DEBUG", "1")
     monkeypatch.setenv("LAZYMATH_DEBUG_DIR", str(tmp_path / "dbg"))
-    _refused_graph(17, 127)[0].realize()
-    _matmul_graph(19, 23, 41)[0].realize()
-    assert capsys.readouterr().out == ""  # files instead of stdout
-    files = sorted((tmp_path / "dbg").iterdir())
-    assert [f.name for f in files] == ["realize_0000.txt", "realize_0001.txt"]
-    first, second = (f.read_text() for f in files)
-    assert first.startswith("[lazymath] realize: 2 kernel(s)")
-    assert "fusion log:" in first and "--- LLVM IR" in first and "define void" in first
-    assert second.startswith("[lazymath] realize: 1 kernel(s)") and "mmad" in second
+    out1, _ = _refused_graph(17, 127)
+    names1 = [k.name for k in lm.schedule(out1).kernels]
+    out1.realize()
+    out2, _ = _matmul_graph(19, 23, 41)
+    (name2,) = [k.name for k in lm.schedule(out2).kernels]
+    out2.realize()
+    _matmul_graph(19, 23, 41)[0].realize()  # a program hit writes nothing
+    got = capsys.readouterr()
+    assert got.out == ""
+    where = [ln for ln in got.err.splitlines() if "LAZYMATH_DEBUG_DIR" in ln]
+    assert where == [f"[lazymath] LAZYMATH_DEBUG_DIR: writing debug files under {tmp_path / 'dbg'}"]
+    assert len([ln for ln in got.err.splitlines() if " realize " in ln]) == 3
+    dirs = sorted((tmp_path / "dbg").iterdir())
+    assert [d.name for d in dirs] == ["program_0000", "program_0001"]
+    for d, names in zip(dirs, (names1, [name2])):
+        files = {f.name for f in d.iterdir()}
+        want = {"summary.txt"} | {f"{n}{ext}" for n in names
+                                  for ext in (".isa", ".ll", ".opt.ll", ".s")}  # fmt: skip
+        assert files == want
+    summary = (dirs[0] / "summary.txt").read_text()
+    assert summary.startswith("[lazymath] realize 2 kernels") and "fusion log:" in summary
+    assert "define void" in (dirs[0] / f"{names1[0]}.ll").read_text()
+    assert "define void" in (dirs[0] / f"{names1[0]}.opt.ll").read_text()
+    assert "mmad" in (dirs[1] / f"{name2}.isa").read_text()
+    assert ".globl" in (dirs[1] / f"{name2}.s").read_text()
+
+
+def test_validate_says_how_many_kernels_it_checked(monkeypatch, capsys):
+    monkeypatch.setenv("LAZYMATH_VALIDATE", "1")
+    monkeypatch.setenv("LAZYMATH_DEBUG", "1")
+    _refused_graph(3, 139)[0].realize()
+    assert "validated 2 of 2 kernels against numpy" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- VALIDATE
