@@ -186,16 +186,18 @@ class Kernel:
         return f"<lazymath kernel {self.name} unit={self.unit} key={self.key}>"
 
     # ------------------------------------------------------------ the lazy op
-    def output_spec(self, inputs, params: dict) -> tuple[tuple[int, ...], np.dtype]:
-        """(shape, dtype) of the output for inputs with these shapes/dtypes (the shape
-        function; without one, the first input's)."""
+    def output_specs(self, inputs, params: dict) -> tuple[list, bool]:
+        """([(shape, dtype), ...] of the outputs, several?) for inputs with these
+        shapes/dtypes: the shape function's answer, or the first input's shape and dtype.
+        The shape function returns ``(shape, dtype)`` for one output or a list of such pairs
+        for several."""
         specs = [_Spec(x.shape, x.dtype) for x in inputs]
         if self.shape_fn is None:
             if not specs:
                 raise KernelDefinitionError(
                     f"kernel {self.name}: no inputs, so it needs outputs=(a shape function)"
                 )
-            return specs[0].shape, specs[0].dtype
+            return [(specs[0].shape, specs[0].dtype)], False
         try:
             out = self.shape_fn(*specs, **params)
         except Exception as e:
@@ -203,6 +205,12 @@ class Kernel:
                 f"kernel {self.name}: its shape function raised {type(e).__name__}: {e} "
                 f"(inputs {specs}, params {params})"
             ) from e
+        multi = (isinstance(out, (tuple, list)) and len(out) > 0
+                 and isinstance(out[0], (tuple, list)) and len(out[0]) == 2
+                 and isinstance(out[0][0], (tuple, list)))  # fmt: skip
+        return [self._one_spec(o) for o in (out if multi else [out])], multi
+
+    def _one_spec(self, out) -> tuple[tuple[int, ...], np.dtype]:
         ok = isinstance(out, (tuple, list)) and len(out) == 2
         shape = out[0] if ok else None
         ok = ok and isinstance(shape, (tuple, list))
@@ -210,18 +218,27 @@ class Kernel:
         if not ok:
             raise KernelDefinitionError(
                 f"kernel {self.name}: the shape function must return (shape, dtype) with a "
-                f"tuple of non-negative ints, got {out!r}"
+                f"tuple of non-negative ints, or a list of such pairs, got {out!r}"
             )
         dtype = check_dtype(out[1], f"kernel {self.name}: output")
         return tuple(int(d) for d in shape), np.dtype(dtype)
 
-    def __call__(self, *inputs, **params) -> Tensor:
-        """Record the kernel on lazy tensors (arrays are converted); returns its output."""
-        if self.n_args is not None and len(inputs) + 1 != self.n_args:
+    def output_spec(self, inputs, params: dict) -> tuple[tuple[int, ...], np.dtype]:
+        """(shape, dtype) of the (first) output."""
+        return self.output_specs(inputs, params)[0][0]
+
+    def _check_arity(self, n_in: int, n_out: int) -> None:
+        if self.n_args is not None and n_in + n_out != self.n_args:
             raise TypeError(
-                f"kernel {self.name} takes {self.n_args - 1} input(s) (its function has "
-                f"{self.n_args} GM arguments including the output), got {len(inputs)}"
+                f"kernel {self.name} takes {self.n_args - n_out} input(s) (its function has "
+                f"{self.n_args} GM arguments including {n_out} output(s)), got {n_in}"
             )
+
+    def __call__(self, *inputs, **params):
+        """Record the kernel on lazy tensors (arrays are converted); returns its output, or a
+        tuple of outputs when the shape function declares several."""
+        if self.shape_fn is None:
+            self._check_arity(len(inputs), 1)
         ts = [x if isinstance(x, Tensor) else tensor(x) for x in inputs]
         for i, t in enumerate(ts):
             check_dtype(t.dtype, f"kernel {self.name}: input {i}")
@@ -233,18 +250,36 @@ class Kernel:
                     f"kernel {self.name}: parameter {k}={v!r} must be hashable (an int, float, "
                     "str or tuple): it is part of the kernel's cache key"
                 ) from None
-        shape, dtype = self.output_spec(ts, params)
-        arg = (self.key, tuple(sorted(params.items())))
-        node = gn.make("custom", dtype, shape, tuple(t._node for t in ts), arg)
-        return Tensor(node, ts[0]._device if ts else None)
+        outs, multi = self.output_specs(ts, params)
+        self._check_arity(len(ts), len(outs))
+        if multi and self.epilogue:
+            raise KernelDefinitionError(
+                f"kernel {self.name}: an epilogue slot needs a single output"
+            )
+        p = tuple(sorted(params.items()))
+        srcs = tuple(t._node for t in ts)
+        dev = ts[0]._device if ts else None
+        if not multi:
+            shape, dtype = outs[0]
+            return Tensor(gn.make("custom", dtype, shape, srcs, (self.key, p)), dev)
+        return tuple(Tensor(gn.make("custom", dt, sh, srcs, (self.key, p, j)), dev)
+                     for j, (sh, dt) in enumerate(outs))  # fmt: skip
+
+    def output_nodes(self, node) -> tuple:
+        """Every output node of the multi-output call `node` belongs to (the planner writes
+        them all: one launch computes them together)."""
+        outs, _ = self.output_specs(node.srcs, dict(node.arg[1]))
+        key, p = node.arg[0], node.arg[1]
+        return tuple(gn.make("custom", dt, sh, node.srcs, (key, p, j), loc=node.loc)
+                     for j, (sh, dt) in enumerate(outs))  # fmt: skip
 
     # ------------------------------------------------------------ what the layers call
     def ir(self, inputs, params: dict | None = None) -> CustomKernel:
         """The kernel IR for inputs with these shapes/dtypes (objects with .shape/.dtype)."""
         params = dict(params or {})
-        shape, dtype = self.output_spec(inputs, params)
+        outs, _ = self.output_specs(inputs, params)
         views = tuple(contiguous_view(np.dtype(x.dtype).name, tuple(x.shape)) for x in inputs)
-        out = (contiguous_view(dtype.name, shape),)
+        out = tuple(contiguous_view(dt.name, sh) for sh, dt in outs)
         return CustomKernel(self.key, self.name, self.unit, views, out,
                             tuple(sorted(params.items())))  # fmt: skip
 
@@ -258,22 +293,35 @@ class Kernel:
         ins = [_Spec(v.shape, v.dtype) for v in ir.inputs]
         return int(self.flops(*ins, **dict(ir.params)))
 
-    def evaluate(self, srcs, params: dict, dtype, shape) -> np.ndarray:
-        """The reference executor's value of one call: the author's numpy reference, or the
-        kernel's own program on the ISA interpreter when there is none."""
+    def _reference_outputs(self, srcs, params: dict, n_out: int) -> list:
+        out = self.reference(*srcs, **params)
+        if n_out > 1:
+            if not isinstance(out, (tuple, list)) or len(out) != n_out:
+                raise ValueError(
+                    f"kernel {self.name}: the reference must return {n_out} arrays (one per "
+                    f"output), got {type(out).__name__}"
+                )
+            return [np.asarray(o) for o in out]
+        return [np.asarray(out)]
+
+    def evaluate(self, srcs, arg, dtype, shape) -> np.ndarray:
+        """The reference executor's value of one output of one call (`arg` is the node's):
+        the author's numpy reference, or the kernel's own program on the ISA interpreter."""
+        params = dict(arg[1])
+        j = arg[2] if len(arg) > 2 else 0
+        ir = self.ir([_Spec(s.shape, s.dtype) for s in srcs], params)
         if self.reference is not None:
-            out = np.asarray(self.reference(*srcs, **params))
+            out = self._reference_outputs(srcs, params, len(ir.outputs))[j]
             if out.shape != tuple(shape):
                 raise ValueError(
-                    f"kernel {self.name}: the reference returned shape {out.shape}, the shape "
-                    f"function says {tuple(shape)}"
+                    f"kernel {self.name}: the reference returned shape {out.shape} for output "
+                    f"{j}, the shape function says {tuple(shape)}"
                 )
             return out.astype(dtype, copy=False)
-        ir = self.ir([_Spec(s.shape, s.dtype) for s in srcs], params)
         arrays = [np.ascontiguousarray(s).reshape(-1) for s in srcs]
         outs = [np.zeros(math.prod(v.shape), v.dtype) for v in ir.outputs]
         self._interp_run(ir, arrays + outs)
-        return outs[0].reshape(shape)
+        return outs[j].reshape(shape)
 
     def reference_run(self, ir: CustomKernel, arrays) -> None:
         """The IR oracle (LAZYMATH_VALIDATE, the irref backend): write the outputs into the
@@ -284,16 +332,16 @@ class Kernel:
             return
         srcs = [a.reshape(-1)[: math.prod(v.shape)].reshape(v.shape)
                 for a, v in zip(arrays, ir.inputs)]  # fmt: skip
-        out = np.asarray(self.reference(*srcs, **dict(ir.params)))
-        v = ir.outputs[0]
-        if ir.epilogue:  # the consumers fused into the epilogue slot
-            from .backend.ir_reference import eval_expr
+        outs = self._reference_outputs(srcs, dict(ir.params), len(ir.outputs))
+        for j, (out, v) in enumerate(zip(outs, ir.outputs)):
+            if ir.epilogue:  # the consumers fused into the epilogue slot
+                from .backend.ir_reference import eval_expr
 
-            acc = out.astype(v.dtype, copy=False).reshape(v.shape)
-            out = eval_expr(ir.epilogue, [], v.shape, acc)[ir.epilogue_result]
-        arrays[n_in].reshape(-1)[: math.prod(v.shape)] = np.broadcast_to(
-            out.astype(v.dtype, copy=False), v.shape
-        ).reshape(-1)
+                acc = out.astype(v.dtype, copy=False).reshape(v.shape)
+                out = eval_expr(ir.epilogue, [], v.shape, acc)[ir.epilogue_result]
+            arrays[n_in + j].reshape(-1)[: math.prod(v.shape)] = np.broadcast_to(
+                np.asarray(out).astype(v.dtype, copy=False), v.shape
+            ).reshape(-1)
 
     def _interp_run(self, ir: CustomKernel, arrays) -> None:
         from .backend.compile import compile_kernel
@@ -344,11 +392,10 @@ class Kernel:
         arrays = [np.ascontiguousarray(a) for a in arrays]
         dev = stream.device if stream is not None else current_device()
         ck = self.compile(*arrays, spec=dev.spec, backend=backend, **params)
-        v = ck.ir.outputs[0]
-        out = np.empty(v.shape, v.dtype)
-        flat = [a.reshape(-1) for a in arrays] + [out.reshape(-1)]
+        outs = [np.empty(v.shape, v.dtype) for v in ck.ir.outputs]
+        flat = [a.reshape(-1) for a in arrays] + [o.reshape(-1) for o in outs]
         dev.launch(ck, blocks, flat, stream, unit=self.unit)
-        return out
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def cost(self, *inputs, spec="ascend910", **params):
         """Simulated NPU cycles per pipe (`cost.KernelCost`) for inputs like these."""

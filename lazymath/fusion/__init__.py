@@ -33,7 +33,8 @@ def _ops(g) -> list[str]:
         elif n.op == "reduce":
             ops.append(n.arg[0])
         elif n.op == "custom":
-            ops.append(g.ir.name)
+            if g.ir.name not in ops:  # a multi-output call: one kernel
+                ops.append(g.ir.name)
         elif n.op not in VIEWS:
             ops.append(n.op)
     return ops or ["copy"]

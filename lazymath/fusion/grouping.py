@@ -432,6 +432,7 @@ class Planner:
             groups.append(g)
             self.group_of_root[id(n)] = g
         groups = self._merge_rows(groups)
+        groups = self._merge_custom_siblings(groups)
         groups = self._merge_epilogues(groups)
         groups = self._merge_col_sums(groups)
         groups = self._merge_elementwise(groups)
@@ -537,7 +538,7 @@ class Planner:
                     continue
                 if b is not host.core:
                     continue
-                if host.kind == "custom" and not custom.get(b.arg[0]).epilogue:
+                if host.kind == "custom" and (len(b.arg) > 2 or not custom.get(b.arg[0]).epilogue):
                     continue  # a user kernel without an epilogue slot: a boundary
                 core = host.core
                 if [d for d in e.shape if d != 1] != [d for d in core.shape if d != 1]:
@@ -842,9 +843,10 @@ class Planner:
         g.has_prologue = any(p is not None for p in prologues)
 
     def _build_custom(self, g: Group) -> None:
-        """A user kernel: its sources as dense GM views (offset 0, C order), one output."""
+        """A user kernel: its sources as dense GM views (offset 0, C order); all its outputs
+        (a multi-output kernel's sibling nodes, `lowlevel.Kernel.__call__`) are written."""
         n = g.core
-        key, params = n.arg
+        key, params = n.arg[0], n.arg[1]
         defn = custom.get(key)
         views_in = []
         for s in n.srcs:
@@ -856,7 +858,9 @@ class Planner:
                                       "(C order, offset 0)")  # fmt: skip
             views_in.append(contiguous_view(s.dtype.name, s.shape))
         epilogue, result = (), -1
-        if g.epi_roots:  # consumers fused into the author's epilogue slot
+        if len(n.arg) > 2:  # several outputs: every sibling node is written
+            g.outputs = list(defn.output_nodes(n))
+        elif g.epi_roots:  # consumers fused into the author's epilogue slot
             if len(g.outputs) != 1:
                 raise NeedMaterialize(n, f"user kernel {defn.name} writes one output: its "
                                       "value is also read elsewhere")  # fmt: skip
@@ -869,10 +873,32 @@ class Planner:
                                       "elementwise ops on its value and constants, in its "
                                       "output dtype")  # fmt: skip
             epilogue = tuple(epi.ops)
+        outs = g.outputs if len(n.arg) > 2 else [n]
         g.ir = CustomKernel(key, defn.name, defn.unit, tuple(views_in),
-                            (contiguous_view(n.dtype.name, n.shape),), params, epilogue,
-                            result)  # fmt: skip
+                            tuple(contiguous_view(o.dtype.name, o.shape) for o in outs),
+                            params, epilogue, result)  # fmt: skip
         g.inputs = list(n.srcs)
+
+    def _merge_custom_siblings(self, groups: list[Group]) -> list[Group]:
+        """The outputs of one call of a multi-output user kernel are one kernel."""
+        first: dict = {}
+        out = []
+        for g in groups:
+            n = g.core
+            if g.kind != "custom" or len(n.arg) <= 2:
+                out.append(g)
+                continue
+            k = (n.arg[0], n.arg[1], n.srcs)
+            host = first.get(k)
+            if host is None:
+                first[k] = g
+                out.append(g)
+                continue
+            host.roots = host.roots + g.roots
+            host.members = host.members | g.members
+            for r in g.roots:
+                self.group_of_root[id(r)] = host
+        return out
 
     def _build_rows(self, g: Group, internal: set[int]) -> None:
         from ..backend.templates import rows as rows_template

@@ -130,7 +130,7 @@ def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
         if op == "custom":  # a user kernel: its numpy reference (or its program, interpreted)
             from .custom import get
 
-            return get(arg[0]).evaluate(srcs, dict(arg[1]), node.dtype, node.shape)
+            return get(arg[0]).evaluate(srcs, arg, node.dtype, node.shape)
     raise NotImplementedError(f"reference executor has no rule for op {op!r}")
 
 

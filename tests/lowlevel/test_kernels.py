@@ -407,3 +407,42 @@ def test_context_and_ascendcl_names():
         k = lm.schedule(gelu(x)).kernels[0]
         assert k.unit == "vector" and "ascend910b" in str(lm.schedule(gelu(x)))
     assert lm.current_device() is before
+
+
+def _exp_and_sum_ref(x):
+    e = np.exp(x.astype(np.float32))
+    return e, np.asarray(e.sum(dtype=np.float32) if e.size else np.float32(0))
+
+
+@lm.kernel(outputs=lambda x: [(x.shape, "float32"), ((), "float32")], reference=_exp_and_sum_ref,
+           rtol=1e-4)  # fmt: skip
+def exp_and_sum(k, x, e, total, *, tile=256):
+    """Two outputs: e = exp(x) and total = sum(e) (one block, no flags: serialised)."""
+    xb, acc = k.ub("float32", tile, "xb"), k.ub("float32", 8, "acc")
+    k.vdup(acc, 0.0, 1)
+    with k.loop(ceil_div(x.size, tile)) as t:
+        n = k.let(isa.imin(tile, x.size - t * tile), "n")
+        k.copy_in(xb, x[t * tile], n)
+        k.vexp(xb, xb, n)
+        k.copy_out(e[t * tile], xb, n)
+        k.vreduce("vcadd", acc, xb, n)
+    k.copy_out(total[0], acc, 1)
+
+
+def test_a_kernel_with_two_outputs(backend, spec):
+    a = np.linspace(-2, 2, 7 * 101, dtype=np.float32).reshape(7, 101)
+    x = lm.tensor(a)
+    e, total = exp_and_sum(x + 1)
+    assert e.shape == (7, 101) and total.shape == ()
+    s = lm.schedule(e * 2, total)
+    assert [k.ops for k in s.kernels if k.kind == "custom"] == [["exp_and_sum"]]
+    want_e, want_t = _exp_and_sum_ref(a + 1)
+    np.testing.assert_allclose((e * 2).numpy(), want_e * 2, rtol=1e-5)
+    np.testing.assert_allclose(total.numpy(), want_t, rtol=1e-5)
+    (t_only,) = [exp_and_sum(lm.tensor(a))[1]]  # one output used: the other is scratch
+    np.testing.assert_allclose(t_only.numpy(), _exp_and_sum_ref(a)[1], rtol=1e-5)
+    e2, t2 = exp_and_sum.launch(a, backend="interp" if backend == "interp" else None)
+    lm.current_device().synchronize()
+    np.testing.assert_allclose(e2, want_e / np.e, rtol=1e-5)
+    with pytest.raises(KernelDefinitionError, match="shape function raised TypeError"):
+        exp_and_sum.launch(a, a)
