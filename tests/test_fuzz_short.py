@@ -40,3 +40,12 @@ def test_fuzzer_detects_and_shrinks_a_mismatch(monkeypatch):
     small = fuzz.shrink(case, "interp")
     assert [s.op for s in small.steps] == ["neg", "sum"] and small.outputs == [2]
     assert "Step('sum'" in small.repro("interp")
+
+
+def test_tolerance_follows_the_least_precise_dtype_of_the_chain():
+    """Fuzzer seed 201072: a float32 log_softmax cast to float64 carries float32 rounding; it
+    is compared at float32's tolerance, a value computed in float64 throughout at float64's."""
+    want = [np.array([-0.0004583738336805254, 1.0])]
+    got = [np.array([-0.00045849301386624575, 1.0])]
+    assert fuzz._compare(got, want, [{"float64", "float32"}]) is None
+    assert "differs" in fuzz._compare(got, want, [{"float64"}])

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import lazymath as lm
+from lazymath import settings
 from lazymath.fusion.memory import plan_memory
 
 
@@ -249,3 +250,27 @@ def test_ctrl_c_stops_a_huge_reduction(be, tmp_path):
                        timeout=240)  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.split() == ["interrupted", "1000000.0"], p.stdout + p.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- fuzzer findings
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_complex_cast_feeding_a_row_region_stays_on_ai_cpu(backend):
+    """Fuzzer seed 200196: a complex -> bool cast (an AI CPU kernel: complex has no AI Core
+    lowering) read by a softmax's row region was fused into the row kernel (the region's
+    nodes skipped the AI CPU boundary check): 'dtype complex64 has no LLVM lowering'."""
+    x = np.array([-2.29 - 0.018j, -0.61 + 0.97j, 0j, -0.25 + 1.01j], np.complex64)
+    s = np.float32(0.87)
+    xs = lm.asarray(x)
+    e = lm.expand_dims(lm.asarray(s), 0)
+    e.realize()  # a realized broadcast operand, as in the fuzzer's 'intermediate' order
+    w = lm.where(lm.logical_and(xs, xs), e, lm.asarray(np.float32(-1.5)))
+    out = lm.softmax(w)
+    kinds = {sk.group.kind for sk in lm.schedule(out).kernels}
+    assert "aicpu" in kinds and "rows" in kinds
+    with settings.override(LAZYMATH_BACKEND=backend):
+        got = out.numpy()
+    v = np.where(np.logical_and(x, x), s, np.float32(-1.5))
+    want = np.exp(v - v.max()) / np.exp(v - v.max()).sum()
+    np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -120,6 +120,7 @@ class Planner:
                 # region's kernel); its reductions otherwise stay in the kernel
                 if any(self.region_of.get(id(c)) != reg for c in self.consumers[id(n)]):
                     M.add(id(n))
+                self._aicpu_boundary(n, M)  # an AI CPU source (a complex cast) stays outside
                 continue
             if kind(n.op) in rules.MATERIALIZING_KINDS:
                 M.add(id(n))
@@ -131,25 +132,22 @@ class Planner:
                         self.log.append(LogEntry("materialize", (describe(s), describe(n)),
                                                  rules.FUSE[("elementwise", "custom")][1],
                                                  s, n))  # fmt: skip
-            for s in n.srcs:
-                if id(s) in self.aicpu and self.aicpu[id(s)] != self.aicpu[id(n)]:
-                    if id(s) not in M:
-                        M.add(id(s))
-                        self.log.append(
-                            LogEntry(
-                                "materialize",
-                                (describe(s), describe(n)),
-                                rules.FUSE[("elementwise", "aicpu")][1],
-                                s,
-                                n,
-                            )
-                        )
+            self._aicpu_boundary(n, M)
         if not self.spec.coupled:
             self._fixpipe_chains(M)
         self._operand_prologues(M)
         self._cap_cones(M)
         self._multi_consumers(M)
         return M
+
+    def _aicpu_boundary(self, n: Node, M: set[int]) -> None:
+        """AI CPU and AI Core nodes never share a kernel: a source on the other unit is
+        written to GM."""
+        for s in n.srcs:
+            if id(s) in self.aicpu and self.aicpu[id(s)] != self.aicpu[id(n)] and id(s) not in M:
+                M.add(id(s))
+                why = rules.FUSE[("elementwise", "aicpu")][1]
+                self.log.append(LogEntry("materialize", (describe(s), describe(n)), why, s, n))
 
     # ------------------------------------------------------------------ row regions
     def _row_regions(self) -> None:
