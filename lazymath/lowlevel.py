@@ -325,11 +325,14 @@ class Kernel:
 
     def reference_run(self, ir: CustomKernel, arrays) -> None:
         """The IR oracle (LAZYMATH_VALIDATE, the irref backend): write the outputs into the
-        flat `arrays` (kernel_args order) from the numpy reference (or the interpreter)."""
+        flat `arrays` (kernel_args order) from the numpy reference (or the interpreter). The
+        program is always stepped through the interpreter too, so a missing pipe flag is a
+        `RaceError` under LAZYMATH_VALIDATE whatever the backend."""
         n_in = len(ir.inputs)
         if self.reference is None:
             self._interp_run(ir, list(arrays))
             return
+        self._interp_run(ir, [np.array(a, copy=True) for a in arrays])  # the race check
         srcs = [a.reshape(-1)[: math.prod(v.shape)].reshape(v.shape)
                 for a, v in zip(arrays, ir.inputs)]  # fmt: skip
         outs = self._reference_outputs(srcs, dict(ir.params), len(ir.outputs))
@@ -395,6 +398,37 @@ class Kernel:
         outs = [np.empty(v.shape, v.dtype) for v in ck.ir.outputs]
         flat = [a.reshape(-1) for a in arrays] + [o.reshape(-1) for o in outs]
         dev.launch(ck, blocks, flat, stream, unit=self.unit)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def check(self, *arrays, spec=None, **params):
+        """Step the kernel through the ISA interpreter on these arrays (exact; every pipe
+        hazard without a flag raises `RaceError`, unpaired flags raise too) and compare with
+        the numpy reference when there is one (AssertionError naming the output and the first
+        differing index). Returns the outputs (a tuple when there are several)."""
+        from .backend.compile import compile_kernel
+        from .runtime import current_device
+        from .runtime.device import get_spec
+
+        spec = current_device().spec if spec is None else get_spec(spec)
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        ck = compile_kernel(self.ir(arrays, params), spec, "interp", self.name)
+        outs = [np.zeros(v.shape, v.dtype) for v in ck.ir.outputs]
+        ck(*[a.reshape(-1) for a in arrays], *[o.reshape(-1) for o in outs])
+        if self.reference is not None:
+            want = self._reference_outputs(arrays, params, len(outs))
+            for j, (g, w) in enumerate(zip(outs, want)):
+                w = np.broadcast_to(np.asarray(w).astype(g.dtype), g.shape)
+                tol = 2e-2 if g.dtype == np.float16 else 1e-4
+                rtol = tol if self.rtol is None else self.rtol
+                atol = tol if self.atol is None else self.atol
+                close = (np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+                         if g.dtype.kind in "fc" else g == w)  # fmt: skip
+                if not np.all(close):
+                    i = int(np.argmin(np.asarray(close).reshape(-1)))
+                    raise AssertionError(
+                        f"kernel {self.name}: output {j} differs from the reference at flat "
+                        f"index {i}: got {g.reshape(-1)[i]!r}, expected {w.reshape(-1)[i]!r}"
+                    )
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def cost(self, *inputs, spec="ascend910", **params):

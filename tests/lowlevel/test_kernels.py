@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 C = 1.5957691216057308  # 2 * sqrt(2 / pi): gelu(x) ~ x * sigmoid(C * (x + 0.044715 x^3))
 
 
-def gelu_ref(x):
+def gelu_ref(x, **_params):  # the call's keyword parameters (max_tile) are passed too
     x = x.astype(np.float32)
     with np.errstate(over="ignore"):  # exp(-C * ...) -> inf for very negative x: gelu -> -0
         return x / (1 + np.exp(-C * (x + np.float32(0.044715) * x * x * x)))
@@ -257,6 +257,32 @@ def test_missing_flag_is_a_race_on_the_interpreter():
     a = np.zeros(200, np.float32)
     with pytest.raises(RaceError, match=r"race on b: MTE3 .* Vector->MTE3"):
         racy.compile(a, backend="interp")(a, np.zeros_like(a))
+    with pytest.raises(RaceError, match="race on b"):
+        racy.check(a)
+    np.testing.assert_allclose(gelu.check(a + 1, max_tile=64), gelu_ref(a + 1), rtol=1e-5)
+
+
+def test_validate_steps_user_kernels_through_the_interpreter(monkeypatch):
+    """With a numpy reference the validate run still interprets the program: a race is found
+    even when the kernel runs natively."""
+
+    @lm.kernel(reference=np.exp, tiling=lambda spec, x, y: {"tile": 64})
+    def racy_exp(k, x, y, *, tile):
+        a, b = k.ub(x.dtype, tile, "a"), k.ub(x.dtype, tile, "b")
+        with k.loop(ceil_div(x.size, tile)) as t:
+            cnt = k.let(isa.imin(tile, x.size - t * tile))
+            k.copy_in(a, x[t * tile], cnt)
+            k.set_flag("MTE2", "V")
+            k.wait_flag("MTE2", "V")
+            k.vexp(b, a, cnt)
+            k.copy_out(y[t * tile], b, cnt)
+
+    a = np.zeros(100, np.float32)
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    np.testing.assert_allclose(racy_exp(lm.tensor(a)).numpy(), np.exp(a))  # llvm trusts flags
+    monkeypatch.setenv("LAZYMATH_VALIDATE", "1")
+    with pytest.raises(RaceError, match="race on b"):
+        racy_exp(lm.tensor(a + 1)).numpy()
 
 
 def test_definition_and_call_errors():
