@@ -472,3 +472,30 @@ def test_a_kernel_with_two_outputs(backend, spec):
     np.testing.assert_allclose(e2, want_e / np.e, rtol=1e-5)
     with pytest.raises(KernelDefinitionError, match="shape function raised TypeError"):
         exp_and_sum.launch(a, a)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_a_hand_scheduled_program_of_user_kernels(backend):
+    """Your own schedule: two independent user kernels on streams 1 and 2, a third on stream 1
+    that waits for stream 2's event (Device.execute replays the launches; `Launch` names the
+    stream, the block count, the waits and the record)."""
+    rt = lm.runtime
+    a = np.linspace(-3, 3, 2000, dtype=np.float32)
+    g1 = gelu.compile(a, backend=backend, max_tile=256)
+    e1 = exp_and_sum.compile(a, backend=backend)
+    g2 = gelu.compile(a, backend=backend, max_tile=128)
+    y1, y2, y3 = (np.empty_like(a) for _ in range(3))
+    tot = np.zeros((), np.float32)
+    steps = [
+        rt.Launch(g1, blocks=4, stream=1, unit="vector"),
+        rt.Launch(e1, blocks=1, stream=2, record=0, unit="vector"),
+        rt.Launch(g2, blocks=2, stream=1, waits=(0,), unit="vector"),  # reads y2 (stream 2)
+    ]
+    argvs = [g1.make_argv([a, y1]), e1.make_argv([a, y2, tot.reshape(1)]),
+             g2.make_argv([y2, y3])]  # fmt: skip
+    dev = lm.current_device()
+    with lm.profile() as p:
+        dev.execute(steps, argvs, [rt.create_event()])
+    np.testing.assert_allclose(y1, gelu_ref(a), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y3, gelu_ref(np.exp(a)), rtol=1e-5, atol=1e-6)
+    assert sorted({k.stream for k in p.kernels}) == [1, 2]
