@@ -139,8 +139,8 @@ def test_vector_kernel_equals_numpy(spec, backend):
 @pytest.mark.parametrize("backend", ["llvm", "interp"])
 def test_cube_kernel_equals_numpy(spec, backend):
     rng = np.random.default_rng(0)
-    for dt, (m, kk, n) in (("float16", (1, 1, 1)), ("float16", (37, 70, 29)),
-                           ("float32", (64, 33, 96))):  # fmt: skip
+    # (each Cube compile costs ~1 s of LLVM: two shapes, both dtypes, tails on every axis)
+    for dt, (m, kk, n) in (("float32", (1, 1, 1)), ("float16", (37, 70, 29))):
         a = rng.standard_normal((m, kk)).astype(dt)
         b = rng.standard_normal((kk, n)).astype(dt)
         ck = small_mm.compile(a, b, backend=backend)
