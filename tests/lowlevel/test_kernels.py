@@ -499,3 +499,44 @@ def test_a_hand_scheduled_program_of_user_kernels(backend):
     np.testing.assert_allclose(y1, gelu_ref(a), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(y3, gelu_ref(np.exp(a)), rtol=1e-5, atol=1e-6)
     assert sorted({k.stream for k in p.kernels}) == [1, 2]
+
+
+def _affine3_ref(x):
+    with np.errstate(over="ignore"):
+        return (x * x.dtype.type(3) + x.dtype.type(1)).astype(x.dtype)
+
+
+@lm.kernel(reference=_affine3_ref)
+def affine3(k, x, y, *, tile=128):
+    """y = 3x + 1 in x's dtype (integers wrap like numpy)."""
+    b = k.ub(x.dtype, tile, "b")
+    with k.loop(ceil_div(x.size, tile)) as t:
+        n = k.let(isa.imin(tile, x.size - t * tile))
+        k.copy_in(b, x[t * tile], n)
+        k.vmuls(b, b, 3, n)
+        k.vadds(b, b, 1, n)
+        k.copy_out(y[t * tile], b, n)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_every_buffer_dtype(backend):
+    for dt in ("float16", "float32", "float64", "int8", "int32", "int64"):
+        a = (np.arange(-150, 151) % 100).astype(dt)  # int8: 3 * 99 + 1 wraps
+        out = np.zeros_like(a)
+        affine3.compile(a, backend=backend)(a, out)
+        np.testing.assert_array_equal(out, _affine3_ref(a), err_msg=dt)
+
+
+@lm.kernel(outputs=lambda *, n, value: ((n,), "float32"),
+           reference=lambda *, n, value: np.full(n, value, np.float32))  # fmt: skip
+def fill(k, y, *, n, value):
+    """A kernel without inputs: its output's shape comes from its parameters."""
+    b = k.ub("float32", 256, "b")
+    k.vdup(b, float(value), 256)
+    with k.loop(ceil_div(n, 256)) as t:
+        k.copy_out(y[t * 256], b, k.let(isa.imin(256, n - t * 256)))
+
+
+def test_a_kernel_without_inputs(backend, check):
+    check(fill(n=1000, value=2.5) + 1, np.full(1000, 3.5, np.float32))
+    check(fill(n=0, value=1.0), np.zeros(0, np.float32))
