@@ -6,6 +6,12 @@ Branch A (exp, scale, row sums) and branch B (sin, shift, row maxima) share noth
 assignment puts them on different streams; the join (a reduction of A * B) waits for the other
 branch through one event. The profiler prints each kernel's measured host time beside its
 simulated NPU time, and trace.json shows both timelines (open it in ui.perfetto.dev).
+
+Whether the two branches overlap on the simulated NPU depends on how many AI cores each kernel
+occupies: with 1024 rows each branch's kernel takes all 32 cores of the ascend910 (one block
+per core), so the other stream waits for free cores and nothing overlaps; with 16 rows each
+takes 16 cores and the branches run side by side. `lm.explain` says which, and why; the
+profiler's `cores` column is the simulated core count (`blk` is the host's threads).
 """
 
 from __future__ import annotations
@@ -34,7 +40,10 @@ def main(path: str = "trace.json") -> None:
     x, y = lm.tensor(xn), lm.tensor(yn)
 
     print(f"device: {dev!r}")
-    print(lm.schedule(build(x, y)))
+    print(lm.explain(build(x, y)))
+    few = [lm.tensor(rng.standard_normal((16, 65536), dtype=np.float32)) for _ in range(2)]
+    streams = str(lm.explain(build(*few))).rsplit("streams:", 1)[1].strip()
+    print(f"\nthe same program on 16 rows of 65536 (16 cores per branch):\n  {streams}\n")
     build(x, y).realize()  # compile once, so the profile shows the cached replay
     with lm.profile() as p:
         c = build(x, y)

@@ -10,7 +10,15 @@ from .graph.walk import nodes_of, plan_outputs
 from .realize import schedule_of
 from .tensor import Tensor, tensor
 
-__all__ = ["schedule", "explain", "precompile", "cache_info", "clear_cache", "show_config"]
+__all__ = [
+    "schedule",
+    "explain",
+    "precompile",
+    "cache_info",
+    "clear_cache",
+    "show_config",
+    "Explanation",
+]
 
 
 def schedule(*tensors, spec=None):
@@ -18,8 +26,172 @@ def schedule(*tensors, spec=None):
     return schedule_of(nodes_of(tensors), spec)
 
 
-def explain(*tensors, spec=None) -> str:
-    return str(schedule(*tensors, spec=spec))
+def explain(*tensors, spec=None) -> Explanation:
+    """Everything `lm.schedule` shows (kernel table, memory plan, fusion log, vector math and
+    host GEMM plans) and why: each kernel's unit (AI CPU reasons included), its roofline class
+    spelled out, its simulated AI cores next to its host blocks, each fusion decision with the
+    user's lines, and whether the streams overlap in the simulated timeline (and if not, why).
+    Nothing runs. The result is a str (print it, search it) that a REPL shows as text and
+    Jupyter as HTML."""
+    sched = schedule(*tensors, spec=spec)
+    from .fusion.schedule import Schedule
+
+    if not isinstance(sched, Schedule):  # a distributed plan explains itself
+        return Explanation(str(sched), sched)
+    return Explanation(str(sched) + "\n\n" + _decisions(sched), sched)
+
+
+class Explanation(str):
+    """`lm.explain`'s text: a str whose repr is the text itself (no quotes, no \\n in a REPL)
+    and which renders as preformatted HTML in Jupyter. `.schedule` is what it explains."""
+
+    schedule: object
+
+    def __new__(cls, text: str, sched=None):
+        self = super().__new__(cls, text)
+        self.schedule = sched
+        return self
+
+    def __repr__(self) -> str:
+        return str.__str__(self)
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        return f"<pre style='white-space: pre; font-size: 12px'>{escape(str(self))}</pre>"
+
+    def _repr_pretty_(self, p, cycle) -> None:  # IPython's plain-text display
+        p.text(str.__str__(self))
+
+
+def _unit_reason(sk) -> str:
+    """Why the kernel runs on its unit."""
+    g = sk.group
+    if sk.unit == "aicpu":
+        from .fusion.grouping import aicpu_reason
+
+        for n in getattr(g, "member_nodes", None) or []:
+            why = aicpu_reason(n)
+            if why:
+                return f"AI CPU: {why}"
+        return "AI CPU: an op or dtype the AI Core kernels do not cover"
+    kind = sk.kind
+    if kind == "custom":
+        return f"{sk.unit}: a user kernel (lm.kernel) written for this unit"
+    if sk.unit == "mix":
+        return ("mix (Cube + Vector): a matmul whose operand is computed by a Vector prologue "
+                "in the same kernel")  # fmt: skip
+    if sk.unit == "cube":
+        epi = [op for op in sk.ops if op != "matmul"]
+        tail = f"; epilogue {' '.join(epi)} on the L0C tile before write-out" if epi else ""
+        return f"Cube: a matmul on the 16x16x16 fractal multiply-accumulate unit{tail}"
+    what = {"rows": "a row kernel (reductions over rows and the elementwise ops around them)",
+            "reduce": "a reduction", "elementwise": "elementwise ops"}.get(kind, kind)  # fmt: skip
+    return f"Vector: {what} (the Cube unit only multiplies matrices)"
+
+
+def _bound_reason(sk, spec) -> str:
+    from .fusion.schedule import ridge_point
+
+    if sk.unit == "aicpu":
+        return f"{_fmt_num(sk.flops)}FLOP, {_fmt_num(sk.bytes)}B on the host CPU (no roofline)"
+    ridge = ridge_point(sk.unit, spec)
+    if not sk.bytes:
+        return "compute-bound (moves no bytes)"
+    ai = sk.flops / sk.bytes
+    unit = "Cube" if sk.unit in ("cube", "mix") else "Vector"
+    rel = ">=" if sk.bound == "compute" else "<"
+    return (f"{sk.bound}-bound: {_fmt_num(sk.flops)}FLOP / {_fmt_num(sk.bytes)}B = {ai:.3g} "
+            f"FLOP/byte {rel} the {unit} unit's ridge point {ridge:.3g} FLOP/byte on "
+            f"{spec.name}")  # fmt: skip
+
+
+def _kernel_costs(sched):
+    """(cost or None, host blocks or None) per kernel: the ISA program built from the kernel IR
+    (templates only, no LLVM) and the cost model's cycles; None where that is not possible."""
+    from .backend.compile import build_program, host_blocks
+    from .backend.cost import estimate
+
+    out = []
+    for sk in sched.kernels:
+        if sk.unit == "aicpu" or sk.ir is None or sk.kind == "custom":
+            out.append((None, None))
+            continue
+        try:
+            program = build_program(sk.ir, sched.spec, sk.name)
+            out.append((estimate(program, sched.spec), host_blocks(sk.ir, program)))
+        except Exception:  # noqa: BLE001 - an explanation never fails on a costing problem
+            out.append((None, None))
+    return out
+
+
+EXPLAIN_SIM_MAX_KERNELS = 200  # above this, explain skips the simulated timeline (cost)
+
+
+def _decisions(sched) -> str:
+    from .runtime.timeline import SimKernel, explain_overlap, simulate
+
+    spec = sched.spec
+    costs = (_kernel_costs(sched) if len(sched.kernels) <= EXPLAIN_SIM_MAX_KERNELS
+             else [(None, None)] * len(sched.kernels))  # fmt: skip
+    sims = [SimKernel(sk.name, sk.stream, cost, tuple(sk.waits), sk.records, sk.unit)
+            for sk, (cost, _) in zip(sched.kernels, costs)]  # fmt: skip
+    tl = simulate(sims, spec) if sims else None
+    free = simulate(sims, None, clock_hz=spec.clock_hz) if sims else None
+    lines = ["why each kernel runs where it does:"]
+    for i, (sk, (cost, host)) in enumerate(zip(sched.kernels, costs)):
+        at = f"  (created at {sk.source_loc})" if sk.source_loc else ""
+        lines.append(f"  {sk.name}{at}")
+        lines.append(f"    unit:  {_unit_reason(sk)}")
+        lines.append(f"    bound: {_bound_reason(sk, spec)}")
+        if cost is not None:
+            slot = tl.kernels[i]
+            cap, pool = _pool(spec, sk.unit)
+            lines.append(
+                f"    cores: {_plural(slot.cores, 'block')} on the simulated {spec.name} "
+                f"({min(slot.cores, cap)} of its {cap} {pool}), "
+                f"{cost.total / spec.clock_hz * 1e6:.3f} us, bound by the {cost.bound} pipe; "
+                f"{_plural(host, 'block')} on this host (threads over its cores)"
+            )  # fmt: skip
+    lines.append("fusion decisions:")
+    if not sched.fusion_log:
+        lines.append("  none logged: every op fused into the kernels above, no refusal")
+    for e in sched.fusion_log:
+        where = e.location(full=True) if hasattr(e, "location") else ""
+        lines.append(f"  {e.what} {' -> '.join(e.nodes)}")
+        lines.append(f"    why: {e.reason}")
+        if where:
+            lines.append(f"    at:  {where}")
+    lines.append("streams:")
+    busy = {sk.stream for sk, (c, _) in zip(sched.kernels, costs) if c is not None}
+    if tl is None:
+        lines.append("  no kernels")
+    elif sched.n_streams > 1 and len(busy) <= 1:
+        lines.append(f"  {sched.n_streams} streams, but only {len(busy)} with simulated AI "
+                     "Core work (AI CPU and user kernels are not in the simulated "
+                     "timeline)")  # fmt: skip
+    else:
+        lines.append("  " + explain_overlap(tl, free, spec))
+    return "\n".join(lines)
+
+
+def _fmt_num(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.1f} {unit}"
+    return f"{x:.0f} "
+
+
+def _plural(n, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _pool(spec, unit: str) -> tuple[int, str]:
+    if spec.coupled:
+        return spec.cube_cores, "AI cores"
+    if unit == "cube":
+        return spec.cube_cores, "Cube cores"
+    return spec.vector_cores, "Vector cores"
 
 
 def cache_info() -> dict:

@@ -38,7 +38,8 @@ def _strip(sched) -> None:
     for k in sched.kernels:
         k.group = None
     sched.outputs = []
-    sched.fusion_log = [type(e)(e.what, e.nodes, e.reason) for e in sched.fusion_log]
+    sched.fusion_log = [type(e)(e.what, e.nodes, e.reason, where=e.location())
+                        for e in sched.fusion_log]  # fmt: skip
 
 
 @dataclass

@@ -45,15 +45,38 @@ class LogEntry:
     reason: str
     producer: Node | None = None
     consumer: Node | None = None
+    where: str = ""  # the user's lines, kept when the nodes are dropped (cached programs)
+
+    def location(self, full: bool = False) -> str:
+        """The user's lines that created the producer and the consumer ("a.py:3 -> a.py:5");
+        file names only, unless `full`."""
+        if self.where:
+            return self.where
+        locs: list[str] = []
+        for n in (self.producer, self.consumer):
+            if n is None:
+                continue
+            loc = n.loc
+            if not loc or loc == "<unknown>":
+                continue
+            if not full:
+                loc = loc.replace("\\", "/").rsplit("/", 1)[-1]
+            if loc not in locs:
+                locs.append(loc)
+        return " -> ".join(locs)
 
     def __str__(self) -> str:
-        return f"{self.what:11s} {' -> '.join(self.nodes)}: {self.reason}"
+        where = self.location()
+        at = f"  [{where}]" if where else ""
+        return f"{self.what:11s} {' -> '.join(self.nodes)}: {self.reason}{at}"
 
 
 def describe(n: Node) -> str:
     op = n.op
     if op == "custom":  # a user kernel: its name (`lazymath.kernel`)
         op = f"{custom.get(n.arg[0]).name}"
+    elif op == "reduce" and n.arg:  # which reduction
+        op = f"reduce.{n.arg[0]}"
     return f"{op}{list(n.shape)}:{n.dtype.name}"
 
 
@@ -77,15 +100,31 @@ class Group:
 
 
 def _is_aicpu(n: Node) -> bool:
+    return aicpu_reason(n) is not None
+
+
+def aicpu_reason(n: Node) -> str | None:
+    """Why node `n` runs on the AI CPU (numpy on the host) instead of an AI Core unit, or None
+    if it does not (what `lm.explain` prints for an "aicpu" kernel)."""
     if n.op == "custom":  # a user kernel runs on the unit it was written for, any dtype
-        return False
-    if kind(n.op) in rules.AICPU_KINDS:
-        return True
-    if n.dtype not in AICORE or any(s.dtype not in AICORE for s in n.srcs):
-        return True
+        return None
+    k = kind(n.op)
+    if k in rules.AICPU_KINDS:
+        return f"{n.op} has no AI Core kernel template yet (rules.AICPU_KINDS)"
+    bad = [d for d in dict.fromkeys([n.dtype] + [s.dtype for s in n.srcs]) if d not in AICORE]
+    if bad:
+        names = ", ".join(d.name for d in bad)
+        core = ", ".join(d.name for d in AICORE)
+        return (f"{names} is not an AI Core dtype (the Vector and Cube units take {core}); "
+                "this op runs on the AI CPU")  # fmt: skip
     if n.op == "matmul" and n.dtype.name not in ("float16", "float32"):
-        return True
-    return False
+        article = "an" if n.dtype.name[0] in "aeiou" else "a"
+        return (f"{article} {n.dtype.name} matmul: lazymath's Cube kernels take float16 or float32 "
+                "operands (fp16 MACs, float32 at 1/4 rate, float32 accumulation; the real "
+                "Cube's int8 mode is not modelled), so integer products run on the AI CPU; "
+                "cast to float32 to use the Cube (exact while products and sums stay below "
+                "2**24)")  # fmt: skip
+    return None
 
 
 class Planner:

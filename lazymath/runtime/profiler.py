@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 
-from .timeline import PIPES, SimKernel, Timeline, simulate_ops
+from .timeline import PIPES, SimKernel, Timeline, explain_overlap, simulate_ops
 
 _ACTIVE: Profiler | None = None  # read by the runtime on every enqueue
 _EPS_US = 0.001  # width of event marker slices in the trace (1 ns)
@@ -410,6 +410,7 @@ class Profiler:
                 self._resolve(op)
             groups.setdefault(op.segment, []).append(op)
         self._timelines: dict[int, Timeline] = {}
+        self._overlap: dict[int, str] = {}
         for seg, ops in groups.items():
             spec = self._seg_spec.get(seg) or self.spec or _default_spec()
             sim_ops, kernels = [], []
@@ -442,6 +443,9 @@ class Profiler:
             for rec, (s, e) in zip(syncs, tl.sync_spans):
                 rec.sim_start_cycles, rec.sim_cycles = s, e
             self._timelines[seg] = tl
+            if len({k.stream for k in kernels}) > 1:  # did the streams overlap? why (not)?
+                free = simulate_ops(sim_ops, None, clock_hz=op_clock(spec))
+                self._overlap[seg] = explain_overlap(tl, free, spec)
         for r in self._realizes:
             r.timeline = self._timelines.get(r.segment)
         # which events each kernel waited for / recorded (for the table)
@@ -470,20 +474,27 @@ class Profiler:
     def _summary_text(self) -> str:
         ks = self.kernels
         head = (
-            f"{'kernel':26} {'unit':6} {'strm':>4} {'blk':>3} {'host us':>9} {'sim cyc':>9} "
+            f"{'kernel':26} {'unit':6} {'strm':>4} {'blk':>3} {'cores':>5} {'host us':>9} "
+            f"{'sim cyc':>9} "
             f"{'sim us':>8} {'bound':7} {'waits':8} {'records'}"
         )
         lines = [head, "-" * len(head)]
+        # blk: host blocks (threads on this machine); cores: AI cores the kernel occupies on
+        # the simulated device (its NPU block count), what the simulated timeline schedules
         for k in ks:
             ev = lambda ids: ",".join(f"e{i}" for i in ids) or "-"  # noqa: E731
             lines.append(
                 f"{k.name[:26]:26} {k.unit or '-':6} {k.stream:>4} {k.blocks:>3} "
+                f"{k.cores or '-':>5} "
                 f"{k.host_us:>9.1f} {k.sim_cycles:>9} {k.sim_us:>8.3f} {k.bound or '-':7} "
                 f"{ev(k.waits):8} {ev(k.records)}"
             )
         lines.append("-" * len(head))
         for r in self._realizes:
             lines.append(self._realize_line(r))
+            note = getattr(self, "_overlap", {}).get(r.segment)
+            if note:
+                lines.append(f"  {note}")
         n_events = len({op.event for op in self._ops if isinstance(op, SyncRecord)})
         streams = sorted({k.stream for k in ks})
         host_total = sum(k.host_us for k in ks)
@@ -788,3 +799,7 @@ __all__ = [
     "profile",
     "realize",
 ]
+
+
+def op_clock(spec) -> float:
+    return spec.clock_hz if spec is not None else 1e9

@@ -330,3 +330,49 @@ def merge_intervals(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append((s, e))
     return out
+
+
+def _pool_words(spec, unit: str) -> tuple[int, str]:
+    """(capacity, name) of the pool of AI cores a kernel of `unit` occupies."""
+    if spec is None:
+        return 0, "cores"
+    if getattr(spec, "coupled", True):
+        return spec.cube_cores, "AI cores"
+    if unit == "cube":
+        return spec.cube_cores, "Cube cores (AIC)"
+    return spec.vector_cores, "Vector cores (AIV)"
+
+
+def explain_overlap(tl: Timeline, unconstrained: Timeline, spec) -> str:
+    """Why kernels on different streams did or did not run side by side on the simulated
+    device: `tl` is the timeline with core limits, `unconstrained` the same work simulated
+    without them (`simulate(..., spec=None)`: only streams and events order it)."""
+    busy = [k for k in tl.kernels if k.cycles > 0]
+    streams = sorted({k.stream for k in busy})
+    us = 1e6 / tl.clock_hz
+    if len(streams) <= 1:
+        return ("one stream: the kernels run one after another (no independent branches to put "
+                "on a second stream)")  # fmt: skip
+    saved = tl.serial_cycles - tl.makespan
+    lost = tl.makespan - unconstrained.makespan
+    if saved > 0:
+        text = (f"streams overlapped: makespan {tl.makespan * us:.3f} us against "
+                f"{tl.serial_cycles * us:.3f} us one after another "
+                f"({saved * us:.3f} us saved)")  # fmt: skip
+        if lost > 0:
+            text += f"; with unlimited cores {lost * us:.3f} us more"
+        return text
+    if lost > 0:
+        cap, pool = _pool_words(spec, busy[0].unit)
+        users = ", ".join(f"{k.name} {min(k.cores, cap) if cap else k.cores}" for k in busy[:4])
+        more = ", ..." if len(busy) > 4 else ""
+        name = getattr(spec, "name", "device")
+        return (f"streams did not overlap: the branches are independent, but each kernel "
+                f"occupies (nearly) all {cap} {pool} of the simulated {name} ({users}{more}), "
+                f"so a kernel on one stream waits for the cores the other holds; kernels with "
+                f"fewer blocks (fewer rows or tiles than cores) would run side by side "
+                f"(unlimited cores: {unconstrained.makespan * us:.3f} us instead of "
+                f"{tl.makespan * us:.3f} us)")  # fmt: skip
+    return ("streams did not overlap: the kernels on different streams wait for each other "
+            "through events (each branch needs the other's result), so they run in "
+            "turn")  # fmt: skip

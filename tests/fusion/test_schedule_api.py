@@ -1,6 +1,6 @@
 """The introspection API (issue 5): `lm.schedule(*tensors)` returns a Schedule (kernels with
 name/unit/ops/inputs/outputs/flops/bytes/bound/stream/waits, planned_peak_bytes, fusion_log)
-whose `__str__` is a readable table; `lm.explain(*tensors)` returns the same text.
+whose `__str__` is a readable table; `lm.explain(*tensors)` starts with the same text.
 
 Nothing here compiles or executes a kernel.
 """
@@ -197,11 +197,11 @@ def test_units_and_numbers_are_human_readable():
     assert "planned peak 2.0 MiB" in text
 
 
-def test_explain_returns_the_schedule_text():
+def test_explain_starts_with_the_schedule_text_and_says_more():
     g = softmax_graph()
-    assert lm.explain(g) == str(lm.schedule(g))
+    assert lm.explain(g).startswith(str(lm.schedule(g)) + "\n\nwhy each kernel runs where")
     h = custom_op_graph()
-    assert lm.explain(h, spec="ascend910b") == str(lm.schedule(h, spec="ascend910b"))
+    assert lm.explain(h, spec="ascend910b").startswith(str(lm.schedule(h, spec="ascend910b")))
     assert isinstance(lm.explain(g), str)
 
 
@@ -209,7 +209,7 @@ def test_explain_of_several_tensors():
     x = t(9)
     a, b = lm.sin(x), lm.exp(x)
     text = lm.explain(a, b)
-    assert text == str(lm.schedule(a, b))
+    assert text.startswith(str(lm.schedule(a, b)))
     assert "1 kernel," in text
 
 
