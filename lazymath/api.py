@@ -195,6 +195,8 @@ def _pool(spec, unit: str) -> tuple[int, str]:
 
 
 def cache_info() -> dict:
+    """Counters and sizes of the caches: kernels compiled, memory and disk hits, disk files and
+    bytes, the directory, program-cache hits/misses and programs held (this process)."""
     from .backend.kernel_cache import cache_info as kernel_cache_info
 
     info = dict(kernel_cache_info())
@@ -204,6 +206,8 @@ def cache_info() -> dict:
 
 
 def clear_cache() -> None:
+    """Forget every cached program and kernel, and delete the kernel files of the disk cache
+    directory in force (LAZYMATH_CACHE_DIR)."""
     from .backend.kernel_cache import clear_cache as clear_kernels
 
     engine._programs.clear()

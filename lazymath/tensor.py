@@ -78,11 +78,44 @@ class Tensor:
         return self._node
 
     def __repr__(self) -> str:
-        state = "realized" if self.is_realized else "lazy"
-        return (
-            f"lazymath.Tensor(shape={self.shape}, dtype={self.dtype.name}, {state}, "
-            f"device={self._device})"
-        )
+        """A lazy tensor shows its shape and dtype (repr never computes); a realized one its
+        values, as numpy prints them."""
+        value = self._node.realized
+        if value is None:
+            return (f"lazymath.Tensor(shape={self.shape}, dtype={self.dtype.name}, lazy, "
+                    f"device={self._device})")  # fmt: skip
+        import numpy as np
+
+        prefix = "lazymath.Tensor("
+        body = np.array2string(np.asarray(value), separator=", ", prefix=prefix)
+        shape = f"shape={self.shape}, " if value.size > np.get_printoptions()["threshold"] else ""
+        return f"{prefix}{body}, {shape}dtype={self.dtype.name}, realized, device={self._device})"
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the repr, and for a lazy tensor the kernels it would run (the fused
+        kernel graph as SVG when Graphviz is installed; `lm.explain(t)` says why)."""
+        from html import escape
+
+        text = f"<pre>{escape(repr(self))}</pre>"
+        if self.is_realized:
+            return text
+        try:
+            svg = self._repr_svg_()
+        except Exception as e:  # noqa: BLE001 - a display never raises
+            return f"{text}<p><i>(no kernel picture: {escape(str(e))})</i></p>"
+        return f"{text}<div style='overflow-x: auto'>{svg}</div>"
+
+    def _repr_svg_(self) -> str | None:
+        """The kernel graph of a lazy tensor as inline SVG (None when realized or without
+        Graphviz, so Jupyter falls back to the other displays)."""
+        if self.is_realized:
+            return None
+        from .viz import dot_binary, visualize
+        from .viz.render import render, svg_inline
+
+        if dot_binary() is None:
+            return None
+        return svg_inline(render(visualize(self), "svg"))
 
     def __len__(self) -> int:
         if not self.shape:

@@ -220,4 +220,15 @@ class Schedule:
         return out
 
     def __repr__(self) -> str:
-        return f"<Schedule {len(self.kernels)} kernels on {self.spec.name}>"
+        # the table itself: `lm.schedule(t)` in a REPL shows what `print` shows
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the same text, preformatted."""
+        from html import escape
+
+        n = len(self.kernels)
+        head = (f"Schedule: {n} kernel{'s' if n != 1 else ''} on {self.spec.name}, planned peak "
+                f"{fmt_bytes(self.planned_peak_bytes)}")  # fmt: skip
+        return (f"<div><b>{escape(head)}</b><pre style='white-space: pre; font-size: 12px'>"
+                f"{escape(str(self))}</pre></div>")  # fmt: skip

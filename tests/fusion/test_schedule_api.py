@@ -216,7 +216,11 @@ def test_explain_of_several_tensors():
 def test_repr():
     s = lm.schedule(softmax_graph())  # exp (read twice: materialized) | sum | div
     assert len(s.kernels) == 3
-    assert repr(s) == "<Schedule 3 kernels on ascend910>"
+    assert repr(s) == str(s)  # a REPL shows the table, not "<Schedule 3 kernels ...>"
+    assert repr(s).startswith("kernel ") and "3 kernels, " in repr(s)
+    html = s._repr_html_()
+    assert html.startswith("<div><b>Schedule: 3 kernels on ascend910, planned peak ")
+    assert "fusion log:" in html and "&lt;" not in str(s)
 
 
 # ----------------------------------------------------------------------------- streams

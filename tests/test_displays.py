@@ -1,0 +1,76 @@
+"""REPL and notebook displays: a realized tensor's repr shows its values as numpy prints them, a
+lazy one's never computes; Jupyter gets HTML (and the kernel graph as SVG when Graphviz is
+installed) from tensors, schedules and explanations; `dir(lm)` lists the lazily loaded names."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import lazymath as lm
+
+VALUES = [
+    np.arange(6, dtype=np.float32).reshape(2, 3),
+    np.array([True, False]),
+    np.arange(-3, 4, dtype=np.int8),
+    np.array([1 + 2j, -0.5j], dtype=np.complex64),
+    np.float64(2.5),
+    np.zeros((0, 3), np.float16),
+    np.linspace(0, 1, 3000, dtype=np.float32),  # summarized by numpy
+]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=lambda v: f"{np.asarray(v).dtype}{np.shape(v)}")
+def test_realized_repr_shows_the_values(value):
+    t = lm.tensor(value)
+    t.realize()
+    r = repr(t)
+    body = np.array2string(np.asarray(value), separator=", ", prefix="lazymath.Tensor(")
+    assert r.startswith(f"lazymath.Tensor({body}, ")
+    assert f"dtype={t.dtype.name}, realized, device=npu:0)" in r
+    assert ("shape=" in r) == (np.size(value) > np.get_printoptions()["threshold"])
+    assert t._repr_html_().startswith("<pre>lazymath.Tensor(")
+    assert t._repr_svg_() is None  # a realized tensor has no kernels to draw
+
+
+def test_lazy_repr_does_not_compute():
+    t = lm.exp(lm.tensor(np.ones((2, 3), np.float32)))
+    assert repr(t) == "lazymath.Tensor(shape=(2, 3), dtype=float32, lazy, device=npu:0)"
+    assert not t.is_realized
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="needs Graphviz's dot")
+def test_lazy_tensor_html_shows_the_kernel_graph():
+    t = lm.exp(lm.tensor(np.ones((2, 3), np.float32))) + 1
+    svg = t._repr_svg_()
+    assert svg.startswith("<svg") and "</svg>" in svg
+    html = t._repr_html_()
+    assert html.startswith("<pre>lazymath.Tensor(shape=(2, 3)") and "<svg" in html
+    assert not t.is_realized  # drawing schedules, it does not run
+
+
+def test_lazy_tensor_html_without_graphviz(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    t = lm.exp(lm.tensor(np.ones(3, np.float32)))
+    assert t._repr_svg_() is None
+    assert t._repr_html_().startswith("<pre>lazymath.Tensor(shape=(3,)")
+
+
+def test_schedule_and_explanation_display_as_text_and_html():
+    t = lm.sum(lm.exp(lm.tensor(np.ones((4, 5), np.float32))), axis=1)
+    s = lm.schedule(t)
+    assert repr(s) == str(s) and "1 kernel" in repr(s)
+    assert "<pre" in s._repr_html_()
+    e = lm.explain(t)
+    assert repr(e) == str(e) and "<pre" in e._repr_html_()
+
+
+def test_dir_lists_the_lazy_functions():
+    names = dir(lm)
+    for name in ("schedule", "explain", "profile", "report", "visualize", "init_device",
+                 "precompile", "cache_info", "show_config"):  # fmt: skip
+        assert name in names
+        assert callable(getattr(lm, name))
+        assert getattr(lm, name).__doc__, f"lm.{name} has no docstring"
