@@ -142,7 +142,8 @@ class Kernel:
     `compile` and `cost` look at what it builds for given shapes."""
 
     def __init__(self, fn, unit: str, outputs, tiling, reference, flops, name: str | None,
-                 rtol: float | None, atol: float | None, epilogue: bool = False):  # fmt: skip
+                 rtol: float | None, atol: float | None, epilogue: bool = False,
+                 check: bool = True):  # fmt: skip
         if not callable(fn):
             raise KernelDefinitionError(f"lm.kernel decorates a function, got {fn!r}")
         if unit not in UNITS:
@@ -170,6 +171,7 @@ class Kernel:
         self.name = name or fn.__name__
         self.rtol, self.atol = rtol, atol
         self.epilogue = bool(epilogue)
+        self.check_build = bool(check)
         self.__doc__ = fn.__doc__
         self.__name__ = self.name
         self.__wrapped__ = fn
@@ -285,7 +287,8 @@ class Kernel:
 
     def build(self, ir: CustomKernel, spec, name: str) -> isa.Program:
         """The checked ISA program for `ir` on `spec` (the backend template calls this)."""
-        return build_program(name, self.unit, self.fn, self.tiling, ir, spec)
+        return build_program(name, self.unit, self.fn, self.tiling, ir, spec,
+                             check=self.check_build)  # fmt: skip
 
     def flop_count(self, ir: CustomKernel) -> int:
         if self.flops is None:
@@ -539,7 +542,7 @@ def pipe_timeline(cost, width: int = 64) -> str:
 
 def kernel(fn=None, *, unit: str = "vector", outputs=None, tiling=None, reference=None,
            flops=None, name: str | None = None, rtol: float | None = None,
-           atol: float | None = None, epilogue: bool = False):  # fmt: skip
+           atol: float | None = None, epilogue: bool = False, check: bool = True):  # fmt: skip
     """Define an NPU kernel in Python; the result is a lazy op (`Kernel`).
 
     The decorated function is ``fn(k, *inputs, out, **params_and_tiling)``: `k` is a
@@ -555,12 +558,17 @@ def kernel(fn=None, *, unit: str = "vector", outputs=None, tiling=None, referenc
         LAZYMATH_VALIDATE compare against it (without one they run the program on the ISA
         interpreter).
     flops: ``flops(*inputs, **params) -> int`` for the schedule's roofline class.
+    check: when the program is built (once per shape, before any native code exists), step
+        its block 0 through the ISA interpreter on zeros: a missing pipe flag (`RaceError`),
+        an unpaired flag or an out-of-bounds access is reported then, on every backend
+        (skipped above 4M GM elements; False turns it off).
     epilogue: the kernel has an epilogue slot (it calls ``k.epilogue(tile, n)`` on each output
         tile before copying it out): elementwise consumers of its result that read nothing
         else but constants fuse into it instead of running as another kernel.
     """
 
     def wrap(f):
-        return Kernel(f, unit, outputs, tiling, reference, flops, name, rtol, atol, epilogue)
+        return Kernel(f, unit, outputs, tiling, reference, flops, name, rtol, atol, epilogue,
+                      check)  # fmt: skip
 
     return wrap(fn) if fn is not None else wrap

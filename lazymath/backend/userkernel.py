@@ -427,10 +427,36 @@ class KernelBuilder(isa.Builder):
                                _int(rows), _int(cols), bool(relu)))  # fmt: skip
 
 
+RACE_CHECK_MAX_ELEMENTS = 1 << 22  # GM elements up to which a build steps block 0 (~ms)
+
+
+def dry_run(prog: isa.Program, ir: CustomKernel) -> None:
+    """Step block 0 of `prog` through the interpreter on zero-filled arguments: a pipe race
+    (`races.RaceError`), an unpaired flag (`interp.FlagError`) or an out-of-bounds access
+    (IndexError) is the author's bug whatever the data, and the native code would not see
+    it. Other interpreter failures are left to the run. Skipped above
+    RACE_CHECK_MAX_ELEMENTS elements of GM arguments."""
+    from lazymath.backend import interp, races
+
+    views = (*ir.inputs, *ir.outputs)
+    if sum(math.prod(v.shape) for v in views) > RACE_CHECK_MAX_ELEMENTS:
+        return
+    arrays = [np.zeros(math.prod(v.shape), v.dtype) for v in views]
+    try:
+        interp.run(prog, arrays, 0, max(prog.device_blocks or prog.blocks, 1))
+    except (races.RaceError, interp.FlagError, IndexError) as e:
+        raise type(e)(
+            f"{e} [found when the kernel was built: its block 0 stepped through the ISA "
+            "interpreter on zeros; lm.kernel(check=False) skips this check]"
+        ) from None
+    except Exception:  # noqa: BLE001 - e.g. an op the interpreter lacks: the run will say
+        pass
+
+
 def build_program(name: str, unit: str, fn, tiling, ir: CustomKernel, spec,
-                  extra_params: dict | None = None) -> isa.Program:  # fmt: skip
+                  extra_params: dict | None = None, check: bool = True) -> isa.Program:  # fmt: skip
     """Run the author's tiling hook and kernel function for `ir` on `spec`; the checked
-    program."""
+    program (with `check`, also stepped once through the interpreter: `dry_run`)."""
     params = dict(ir.params)
     n_in = len(ir.inputs)
     names = [f"in{i}" for i in range(n_in)] + [f"out{j}" for j in range(len(ir.outputs))]
@@ -470,7 +496,10 @@ def build_program(name: str, unit: str, fn, tiling, ir: CustomKernel, spec,
     host = C.host_blocks(blocks, work)
     prog = isa.Program(name, args, tuple(k.buffers), tuple(k.body), host, blocks, unit,
                        k.workspace)  # fmt: skip
-    return prog.check(spec)
+    prog.check(spec)
+    if check:
+        dry_run(prog, ir)
+    return prog
 
 
 def build(ir: CustomKernel, spec, name: str) -> isa.Program:
