@@ -33,15 +33,6 @@ from .runtime.pool import aligned
 # ----------------------------------------------------------------------------- programs
 
 
-def _strip(sched) -> None:
-    """Drop graph references from a cached program's schedule (they would keep inputs alive)."""
-    for k in sched.kernels:
-        k.group = None
-    sched.outputs = []
-    sched.fusion_log = [type(e)(e.what, e.nodes, e.reason, where=e.location())
-                        for e in sched.fusion_log]  # fmt: skip
-
-
 @dataclass
 class Slot:
     kind: str  # leaf | arena | out
@@ -466,7 +457,6 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
         slot_of[id(n)] = len(slots) - 1
         return len(slots) - 1
 
-    kernels = []
     native = [sk for sk in sched.kernels if sk.group.kind != "aicpu"]
     compiled = {}
     origin = {}
@@ -477,6 +467,7 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
         compiled = {id(sk): ck for sk, ck in zip(native, done)}
         origin = {id(sk): o for sk, o in zip(native, origins)}
     prog_origins = []
+    cks, arg_slots = [], []
     for sk in sched.kernels:
         g = sk.group
         if g.kind == "aicpu":
@@ -489,10 +480,11 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
             ck = compiled[id(sk)]
             prog_origins.append(origin.get(id(sk)) or "?")
         ck.source_loc = sk.source_loc
-        sk.compiled = ck
-        kernels.append((sk, ck, [slot(n) for n in g.inputs] + [slot(n) for n in g.outputs]))
+        cks.append(ck)
+        arg_slots.append([slot(n) for n in g.inputs] + [slot(n) for n in g.outputs])
     outs = [slot(o) for o in outputs]
-    _strip(sched)
+    sched = sched.compiled_with(cks)  # the compiled stage: no graph references
+    kernels = list(zip(sched.kernels, cks, arg_slots))
     label = "+".join(sk.name for sk in sched.kernels)[:120]
     inline = sched.n_events == 0 and len({sk.stream for sk in sched.kernels}) <= 1
     return Program(sched, kernels, slots, sched.memory.arena_bytes, outs,

@@ -57,9 +57,10 @@ def _inplace_ok(groups):
 
 
 def make_schedule(outputs: list[Node], spec, n_streams: int = 2) -> Schedule:
-    """Fuse and plan; no backend compilation, no execution."""
+    """Fuse and plan; no backend compilation, no execution. The result is frozen: later
+    stages (compile, replay, the visualizations) read it and build their own objects."""
     groups, log, planner = plan(outputs, spec)
-    kernels = []
+    rows = []
     for i, g in enumerate(groups):
         unit = _unit(g)
         ops = _ops(g)
@@ -71,12 +72,7 @@ def make_schedule(outputs: list[Node], spec, n_streams: int = 2) -> Schedule:
             bound = "compute"
         name = f"k{i}_" + "_".join(dict.fromkeys(ops))[:40]
         src = (g.core or g.outputs[0]).loc if (g.core or g.outputs) else ""
-        kernels.append(ScheduledKernel(
-            name=name, unit=unit, kind=g.kind, ops=ops,
-            inputs=[f"{n.op}{list(n.shape)}:{n.dtype.name}" for n in g.inputs],
-            outputs=[f"{n.op}{list(n.shape)}:{n.dtype.name}" for n in g.outputs],
-            flops=flops, bytes=nbytes, bound=bound, ir=g.ir, group=g, source_loc=src,
-        ))  # fmt: skip
+        rows.append((name, unit, ops, flops, nbytes, bound, src))
     out_ids = {id(o) for o in outputs}
     mem = plan_memory(
         [([(id(n), n.nbytes) for n in g.inputs], [(id(n), n.nbytes) for n in g.outputs])
@@ -84,35 +80,42 @@ def make_schedule(outputs: list[Node], spec, n_streams: int = 2) -> Schedule:
         out_ids,
         _inplace_ok(groups),
     )  # fmt: skip
-    sched = Schedule(kernels, mem, log, spec, outputs=list(outputs), copy_inputs=planner.copied)
-    _assign_streams(sched, groups, n_streams)
-    return sched
+    sp = _stream_plan(mem, groups, rows, n_streams)
+    kernels = [
+        ScheduledKernel(
+            name=name, unit=unit, kind=g.kind, ops=ops,
+            inputs=[f"{n.op}{list(n.shape)}:{n.dtype.name}" for n in g.inputs],
+            outputs=[f"{n.op}{list(n.shape)}:{n.dtype.name}" for n in g.outputs],
+            flops=flops, bytes=nbytes, bound=bound, ir=g.ir, group=g, source_loc=src,
+            stream=ks.stream, waits=tuple(ks.waits), records=ks.records,
+        )
+        for g, (name, unit, ops, flops, nbytes, bound, src), ks in zip(groups, rows, sp.kernels)
+    ]  # fmt: skip
+    return Schedule(
+        kernels, mem, log, spec,
+        n_streams=len({k.stream for k in kernels}) or 1, n_events=sp.n_events,
+        outputs=list(outputs), copy_inputs=planner.copied,
+    )  # fmt: skip
 
 
-def _assign_streams(sched: Schedule, groups, n_streams: int) -> None:
+def _stream_plan(mem, groups, rows, n_streams: int):
     """Streams and events from buffer hazards. Buffers are identified by *memory*, not by
     node: arena blocks reused by a later buffer (best fit or in place) are the same memory,
     so the hazard check sees write-after-read across streams on a reused block."""
     from .streams import KernelDeps, assign_streams
 
-    segs = _arena_segments(sched.memory)
+    segs = _arena_segments(mem)
 
     def ids(n) -> list:
         return segs.get(id(n)) or [("node", id(n))]
 
     deps = []
-    for g, k in zip(groups, sched.kernels):
+    for g, (name, _unit, _ops, flops, nbytes, _bound, _src) in zip(groups, rows):
         reads = frozenset(x for n in g.inputs for x in ids(n))
         writes = frozenset(x for n in g.outputs for x in ids(n))
-        deps.append(KernelDeps(reads=reads, writes=writes, name=k.name,
-                               weight=float(max(k.flops, k.bytes, 1))))  # fmt: skip
-    sp = assign_streams(deps, n_streams)
-    for k, ks in zip(sched.kernels, sp.kernels):
-        k.stream = ks.stream
-        k.waits = tuple(ks.waits)
-        k.records = ks.records
-    sched.n_events = sp.n_events
-    sched.n_streams = len({k.stream for k in sched.kernels}) or 1
+        deps.append(KernelDeps(reads=reads, writes=writes, name=name,
+                               weight=float(max(flops, nbytes, 1))))  # fmt: skip
+    return assign_streams(deps, n_streams)
 
 
 def _arena_segments(mem) -> dict[int, list]:
@@ -123,11 +126,3 @@ def _arena_segments(mem) -> dict[int, list]:
     edges = sorted({e for span in spans.values() for e in span})
     index = {e: i for i, e in enumerate(edges)}
     return {nid: [("arena", i) for i in range(index[a], index[b])] for nid, (a, b) in spans.items()}
-
-
-def _root_block(mem, nid: int) -> int:
-    b = mem.buffers[nid]
-    while b.inplace_of is not None:
-        nid = b.inplace_of
-        b = mem.buffers[nid]
-    return nid

@@ -8,6 +8,7 @@ AI Core lacks, run by the numpy reference on the host CPU).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -83,8 +84,12 @@ def ridge_point(unit: str, spec) -> float:
     return vec_peak / spec.hbm_bytes_per_s
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, frozen=True)
 class ScheduledKernel:
+    """One fused kernel as planned: its unit, ops, roofline class, stream and events, and its
+    kernel IR. Frozen: the compile stage returns a new record with `compiled` set
+    (`Schedule.compiled_with`) rather than writing into the planned one."""
+
     name: str
     unit: str  # cube | mix | vector | aicpu
     kind: str  # elementwise | reduce | matmul | aicpu
@@ -105,6 +110,17 @@ class ScheduledKernel:
     @property
     def intensity(self) -> float:
         return self.flops / self.bytes if self.bytes else float("inf")
+
+    def as_text(self) -> str:
+        """This kernel in words: a header line, then its NPU program once compiled (else its
+        kernel IR)."""
+        head = (
+            f"{self.name}: {self.unit} {self.kind}, {' '.join(self.ops)}; "
+            f"{_fmt_num(self.flops)}flop {fmt_bytes(self.bytes)} ({self.bound}-bound), "
+            f"stream {self.stream}"
+        )
+        body = self.isa if self.compiled is not None else (str(self.ir) if self.ir else "")
+        return head + ("\n" + body if body else "")
 
     @property
     def isa(self) -> str:
@@ -154,8 +170,12 @@ def _host_lines(kernels, spec) -> list[str]:
     return lines
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, frozen=True)
 class Schedule:
+    """The planned program: fused kernels in launch order, the memory plan, the fusion log and
+    the stream/event assignment. Frozen: `lm.schedule`, `lm.explain`, the debug levels and the
+    visualizations read it; the compile stage derives a new Schedule (`compiled_with`)."""
+
     kernels: list[ScheduledKernel]
     memory: MemoryPlan
     fusion_log: list
@@ -211,7 +231,7 @@ class Schedule:
 
         out = []
         for sk in self.kernels:
-            ir = getattr(sk.group, "ir", None)
+            ir = sk.ir
             if ir is None:
                 continue
             why = call_plan(ir)[1]
@@ -232,3 +252,19 @@ class Schedule:
                 f"{fmt_bytes(self.planned_peak_bytes)}")  # fmt: skip
         return (f"<div><b>{escape(head)}</b><pre style='white-space: pre; font-size: 12px'>"
                 f"{escape(str(self))}</pre></div>")  # fmt: skip
+
+    def as_text(self) -> str:
+        """The whole plan in words: the table and log of `str()`, then every kernel's
+        `as_text()` (its NPU program once compiled)."""
+        return "\n\n".join([str(self)] + [k.as_text() for k in self.kernels])
+
+    def compiled_with(self, compiled: list) -> Schedule:
+        """The compile stage's view of this plan: each kernel carries its compiled kernel, and
+        nothing refers to graph nodes any more (a cached program must not keep user inputs
+        alive). `compiled` is parallel to `kernels`."""
+        kernels = [
+            dataclasses.replace(k, group=None, compiled=ck)
+            for k, ck in zip(self.kernels, compiled, strict=True)
+        ]
+        log = [type(e)(e.what, e.nodes, e.reason, where=e.location()) for e in self.fusion_log]
+        return dataclasses.replace(self, kernels=kernels, fusion_log=log, outputs=[])
