@@ -252,6 +252,12 @@ AUTOTUNE = Setting(
     "later processes reuse it without timing (`lm.precompile(fn, *x, autotune=True)` does it for "
     "one function); otherwise a model picks. `lm.explain` shows the plan and its origin",
 )  # fmt: skip
+SCALAR_ARGS = Setting(
+    "LAZYMATH_SCALAR_ARGS", "bool", False,
+    "`1`: a Python float in `a + s`, `a - s`, `a * s`, `a / s` (either side, written in your "
+    "code) becomes a runtime argument of the kernel (a 0-d input of the scalar's weak dtype), so "
+    "a loop over values of `s` compiles once; off by default (constants fold into the kernel)",
+)  # fmt: skip
 COMPILE_ISOLATE = Setting(
     "LAZYMATH_COMPILE_ISOLATE", "choice", "auto",
     "`auto` (default): a kernel whose compile killed an earlier process (an LLVM abort) is "
@@ -306,6 +312,7 @@ SETTINGS: tuple[Setting, ...] = (
     TIERED,
     COMPILE_THREADS,
     COMPILE_ISOLATE,
+    SCALAR_ARGS,
     KERNEL_CACHE_LIMIT,
     PROGRAM_CACHE_LIMIT,
     DISK_CACHE_LIMIT,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import math
 import operator
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -238,27 +239,43 @@ class Tensor:
 
     # -- operators --
     def __add__(self, o):
+        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "add", False, sys._getframe(1).f_code)
         return add(self, o)
 
     def __radd__(self, o):
+        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "add", True, sys._getframe(1).f_code)
         return add(o, self)
 
     def __sub__(self, o):
+        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "sub", False, sys._getframe(1).f_code)
         return sub(self, o)
 
     def __rsub__(self, o):
+        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "sub", True, sys._getframe(1).f_code)
         return sub(o, self)
 
     def __mul__(self, o):
+        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "mul", False, sys._getframe(1).f_code)
         return mul(self, o)
 
     def __rmul__(self, o):
+        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "mul", True, sys._getframe(1).f_code)
         return mul(o, self)
 
     def __truediv__(self, o):
+        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "div", False, sys._getframe(1).f_code)
         return div(self, o)
 
     def __rtruediv__(self, o):
+        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "div", True, sys._getframe(1).f_code)
         return div(o, self)
 
     def __floordiv__(self, o):
@@ -463,6 +480,29 @@ def tensor(data, dtype=None) -> Tensor:
     except (TypeError, ValueError) as e:
         raise TypeError(f"tensor(): cannot convert {type(data).__name__} to a tensor: {e}") from e
     return _from_numpy(arr, "tensor()")
+
+
+_SCALAR_ARGS = settings.SCALAR_ARGS
+
+
+def _scalar_arg(t: Tensor, value: float, op: str, reflected: bool, caller):
+    """LAZYMATH_SCALAR_ARGS: the Python float operand of `t op value` (written in user code)
+    as a realized 0-d tensor of the dtype numpy's weak-scalar rule gives it, so the kernel
+    reads it at run time: the program and its kernels are the same for every value (the
+    program cache key holds the leaf's dtype, not its value) and nothing recompiles when the
+    value changes. lazymath's own composites keep their constants folded into the kernel."""
+    if gn.is_lazymath_code(caller):
+        return value
+    kinds = (float, t.dtype) if reflected else (t.dtype, float)
+    try:
+        in_dtypes, _ = ufunc_dtypes(op, kinds)
+    except Exception:  # the op reports its own error with the scalar
+        return value
+    d = in_dtypes[0 if reflected else 1]
+    with np.errstate(over="ignore"):  # as a folded constant: out of range -> inf
+        arr = np.array(value, dtype=d)
+    arr.flags.writeable = False
+    return Tensor(gn.buffer_node(arr), t._device)
 
 
 def _from_numpy(arr: np.ndarray, who: str, device=None) -> Tensor:

@@ -274,3 +274,49 @@ def test_complex_cast_feeding_a_row_region_stays_on_ai_cpu(backend):
     v = np.where(np.logical_and(x, x), s, np.float32(-1.5))
     want = np.exp(v - v.max()) / np.exp(v - v.max()).sum()
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- defect 8: scalars
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_scalar_args_compile_once_for_every_value(backend):
+    """LAZYMATH_SCALAR_ARGS=1: `a * s + 0.5` over 25 values of s builds one program and one
+    set of kernels (the scalar is a 0-d kernel input, not a literal); every result is right."""
+    from lazymath import engine
+
+    x = np.linspace(-3, 3, 1001).astype(np.float32)
+    a = lm.asarray(x)
+    with settings.override(LAZYMATH_SCALAR_ARGS="1", LAZYMATH_BACKEND=backend):
+        misses = engine.STATS["program_misses"]
+        for i in range(25):
+            s = 1.0 + i * 1e-3
+            got = (a * s + 0.5).numpy()
+            np.testing.assert_allclose(got, x * np.float32(s) + np.float32(0.5), rtol=1e-6)
+        assert engine.STATS["program_misses"] - misses == 1
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "bool", "complex64"])
+def test_scalar_args_keep_the_weak_scalar_dtype(dtype):
+    """The scalar argument has the dtype numpy's weak-scalar rule gives a Python float, on
+    either side of + - * /: results (values and dtypes) are numpy's."""
+    v = (np.arange(7) - 3).astype(dtype)
+    t = lm.asarray(v)
+    with settings.override(LAZYMATH_SCALAR_ARGS="1"):
+        for f in (lambda u: u * 2.5, lambda u: 2.5 - u, lambda u: u / 0.75, lambda u: 1.5 + u):
+            got, want = f(t).numpy(), f(v)
+            assert got.dtype == want.dtype
+            np.testing.assert_allclose(got, want, rtol=1e-3)
+
+
+def test_scalar_args_leave_lazymath_composites_folded():
+    """Only scalars written in user code become arguments: softmax's own kernels (built from
+    operators inside lazymath) are the same with the setting on."""
+    a = lm.asarray(np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8))
+
+    def inputs():
+        return [len(sk.group.ir.inputs) for sk in lm.schedule(lm.softmax(a * 2.0)).kernels]
+
+    off = inputs()
+    with settings.override(LAZYMATH_SCALAR_ARGS="1"):
+        assert inputs() == [n + 1 for n in off[:1]] + off[1:]  # only the user's `* 2.0`

@@ -34,6 +34,16 @@ def user_location() -> str:
     return "<unknown>" if where is None else f"{where[0]}:{where[1]}"
 
 
+def is_lazymath_code(code) -> bool:
+    """Whether a code object belongs to the lazymath package (not the user's code)."""
+    if id(code) in _internal_code:
+        return True
+    if code.co_filename.startswith(_PKG_DIR):
+        _internal_code.add(id(code))
+        return True
+    return False
+
+
 def _user_frame() -> tuple[str, int] | None:
     """(file, line) of the user's call site, unformatted: nodes store this and format it only
     when someone reads `loc` (formatting on every op cost more than the walk)."""
