@@ -1183,8 +1183,8 @@ def _negative_int(x) -> bool:
 
 
 def pow(a, b) -> Tensor:
-    """Elementwise power with broadcasting, numpy semantics: an integer base raised to a
-    negative integer exponent is a ValueError, as in numpy."""
+    """Elementwise power with broadcasting (numpy.power's dtype rule): an integer base raised
+    to a negative integer exponent is a ValueError, as in numpy."""
     base = a.dtype if isinstance(a, Tensor) else np.asarray(a).dtype
     if base.kind in "iub" and _negative_int(b) and dt.result_type(base, b).kind in "iu":
         raise ValueError("Integers to negative integer powers are not allowed.")
