@@ -1,0 +1,55 @@
+"""The benchmark runner (`python -m benchmarks`, benchmarks/run.py) and its plots run end to end
+on tiny sizes; nothing about timings is asserted (speed belongs to the benchmarks)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+BENCH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_quick_run_writes_the_table_and_results(tmp_path, capsys, monkeypatch):
+    run = _load("run")
+    # smaller than --quick, on the interpreter (no LLVM compile): this checks the plumbing
+    monkeypatch.setattr(run, "QUICK", {"matmul": [16], "elementwise": [256, 512]})
+    monkeypatch.setenv("LAZYMATH_BACKEND", "interp")
+    out = tmp_path / "results.json"
+    doc = run.main(["--quick", "--only", "matmul,elementwise", "--peers", "numpy",
+                    "--out", str(out)])  # fmt: skip
+    text = capsys.readouterr().out
+    assert "peer/lm" in text and "GFLOPS" in text and "GB/s" in text
+    saved = json.loads(out.read_text())
+    assert saved["quick"] is True and saved["machine"]["cores"] >= 1
+    assert "host_target" in saved["machine"] and "numpy" in saved["machine"]["versions"]
+    suites = [r["suite"] for r in saved["results"]]
+    assert suites == ["matmul"] * len(run.QUICK["matmul"]) + ["elementwise"] * len(
+        run.QUICK["elementwise"]
+    )
+    for r in saved["results"]:
+        assert set(r["seconds"]) == {"lazymath", "numpy"}
+        assert all(t > 0 for t in r["seconds"].values())
+        assert [row["peer"] for row in r["rows"]] == ["lazymath", "numpy"]
+    assert doc["results"][0]["unit"] == "GFLOPS"
+
+    pytest.importorskip("matplotlib")
+    plot = _load("plot")
+    paths = plot.main([str(out), "--outdir", str(tmp_path / "plots")])
+    assert sorted(pathlib.Path(p).name for p in paths) == ["elementwise.png", "matmul.png"]
+    assert all(pathlib.Path(p).read_bytes()[:4] == b"\x89PNG" for p in paths)
+
+
+def test_unknown_suite_is_refused():
+    run = _load("run")
+    with pytest.raises(SystemExit):
+        run.main(["--only", "fft"])
