@@ -1832,13 +1832,17 @@ def _complex_planes(x: Tensor, ax: int) -> Tensor:
 
 
 def _dft_planes(p: Tensor, fs: tuple, sign: int, scale: float, real: bool) -> Tensor:
-    """The DFT of each row of `p` as planes (b, 2, n): p is (b, 2, n) planes, or (b, n) real
-    rows when `real`. fs: the plan's factors (one: direct; more: four-step)."""
-    b, n = p.shape[0], p.shape[-1]
-    if len(fs) == 1:  # direct: rows (b) x (plane, t) @ (plane, t) x (plane', k)
+    """The DFT of each row of `p` as planes: p is (..., 2, n) planes, or (..., n) real rows when
+    `real`; the result holds (..., 2, n) in C order (direct: shape (..., 2n), the batch axes
+    kept; four-step: (b, 2, n), the batch axes merged). fs: the plan's factors."""
+    lead = p.shape[:-1] if real else p.shape[:-2]
+    n = p.shape[-1]
+    if len(fs) == 1:  # direct: rows (lead) x (plane, t) @ (plane, t) x (plane', k)
         m = _fft_table(p, dft.block_matrix, n, sign, scale, real, True, False)
-        rows = p if real else reshape(p, (b, 2 * n))
-        return reshape(matmul(rows, m), (b, 2, n))
+        rows = p if real else reshape(p, lead + (2 * n,))
+        return matmul(rows, m)  # lead + (2n,): the planes in C order, batch axes kept
+    b = math.prod(lead)
+    p = reshape(p, (b, n) if real else (b, 2, n))
     n1 = fs[0]
     n2 = n // n1
     # step 1: the length-n1 DFTs over t1 (stride n2): rows (b, t2), contraction (plane, t1)
@@ -1871,26 +1875,21 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, fs: tuple, why:
             p = _fit_last(astype(_to_last(x, ax), dt.float32), m)
             mat = _fft_table(p, dft.irfft_matrix, m, nout, dft.norm_scale(norm, nout, True))
             mat = _slice_node(mat, ((0, m, 1), (0, nout, 1)))
-            other = p.shape[:-1]
-            rows = reshape(p, (math.prod(other), m))
+            rows = p
         else:
             p = _fit_last(p, m)
-            other = p.shape[:-2]
             mat = _fft_table(p, dft.irfft_matrix, m, nout, dft.norm_scale(norm, nout, True))
-            rows = reshape(p, (math.prod(other), 2 * m))
-        out = reshape(matmul(rows, mat), other + (nout,))
-        return _from_last(astype(out, out_dtype), ax)
+            rows = reshape(p, p.shape[:-2] + (2 * m,))
+        return _from_last(astype(matmul(rows, mat), out_dtype), ax)
     nin = n if n is not None else size
     scale = dft.norm_scale(norm, nin, inverse)
     real = not dt.is_complex(x.dtype)
     if real:
         rows = _fit_last(astype(_to_last(x, ax), dt.float32), nin)
         other = rows.shape[:-1]
-        rows = reshape(rows, (math.prod(other), nin))
     else:
-        p = _fit_last(_complex_planes(x, ax), nin)
-        other = p.shape[:-2]
-        rows = reshape(p, (math.prod(other), 2, nin))
+        rows = _fit_last(_complex_planes(x, ax), nin)
+        other = rows.shape[:-2]
     out = _dft_planes(rows, fs, sign, scale, real)._node
     if out.op == "reshape":  # the join reads the planes in C order: the matmul's own layout
         out = out.srcs[0]

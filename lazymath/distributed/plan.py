@@ -320,6 +320,16 @@ def _batched(axis_of):
     return rule
 
 
+def _complex_join(n, srcs, b):
+    """The Cube FFT's join: split along a batch axis when its source keeps the batch axes (a
+    direct plan; a four-step plan merges them into one)."""
+    (x,) = srcs
+    lead = len(n.shape) - 1
+    if x.place.kind == "S" and x.place.axis < lead and n.srcs[0].shape[:lead] == n.shape[:lead]:
+        return x.place, [x]
+    return _all_r(b, srcs)
+
+
 def _pad(n, srcs, b):
     (s,) = srcs
     if s.place.kind == "S" and tuple(n.arg[0][s.place.axis]) == (0, 0):
@@ -352,6 +362,8 @@ _RULES = {
     "reduce": _reduce,
     "matmul": _matmul,
     "fft": _batched(lambda n: n.arg[2]),
+    "complex_planes": _batched(lambda n: len(n.srcs[0].shape) - 1),  # (..., n) -> (..., 2, n)
+    "complex_join": _complex_join,
     "conv1d": _batched(lambda n: -1),  # only the batch axis (checked in the rule)
     "pad": _pad,
     "concat": _concat,
