@@ -300,3 +300,13 @@ def test_show_config_reports_a_bad_value_instead_of_failing(monkeypatch, capsys)
     lm.show_config()
     line = next(ln for ln in capsys.readouterr().out.splitlines() if "LAZYMATH_CACHE " in ln)
     assert "invalid" in line and "maybe" in line
+
+
+def test_docs_settings_reference_is_generated():
+    doc = (ROOT / "docs" / "settings.md").read_text()
+    assert doc.rstrip("\n") == settings.markdown_reference(), (
+        "docs/settings.md differs from lazymath.settings: regenerate it with "
+        "`python -m lazymath.settings --docs > docs/settings.md`"
+    )
+    for s in settings.SETTINGS:
+        assert f"## `{s.name}`" in doc
