@@ -3,16 +3,18 @@
     @lm.kernel(unit="vector", tiling=my_tiling, reference=np_gelu)
     def gelu(k, x, y, *, tile):          # k: KernelBuilder, x/y: GlobalTensor (GM)
         buf = k.ub(x.dtype, tile)         # declare UB buffers
-        with k.loop(lm.ceil_div(x.size, tile)) as t: ...   # movers, vector ops, flags
+        with k.loop(lm.lowlevel.ceil_div(x.size, tile)) as t: ...  # movers, vector ops, flags
     y = gelu(lazy_x)                      # records a graph node; fused around, cached, costed
 
 See docs/custom_kernels.md for the whole surface and a tutorial. A kernel is a `Kernel`
 object: calling it on tensors records one `custom` graph node (the op registry's
 `Op.CUSTOM`; its arg is the kernel key, which hashes the source of the kernel, tiling and shape
-functions, plus the call's keyword parameters). The fusion planner treats it as a boundary, and
-the rest of the stack (program and disk caches, `lm.schedule`/`lm.explain`, the profiler, the
+functions, plus the call's keyword parameters). The fusion planner treats it as a boundary
+(or fuses elementwise consumers into its epilogue slot, `epilogue=True`), and the rest of the
+stack (program and disk caches, `lm.schedule`/`lm.explain`, the profiler, the
 HTML report, LAZYMATH_VALIDATE, the llvm and interp backends, the cycle model) handles it like
-any built-in kernel.
+any built-in kernel. Also here: `Context` and `ascendcl_names()` (the runtime layer with its
+AscendCL names), `pipe_timeline` (a kernel's simulated per-pipe timeline as text).
 """
 
 from __future__ import annotations
