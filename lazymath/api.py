@@ -351,7 +351,7 @@ def _format_config(c: dict) -> str:
     width = max(len(n) for n in c["settings"])
     for name, row in c["settings"].items():
         val = row["value"]
-        shown = "-" if val is None else (str(val) if not isinstance(val, str) else val)
+        shown = "-" if val is None or val == "" else str(val)
         lines.append(f"  {name:<{width}}  {shown}   ({row['source']})")
     lines.append("optional:")
     for what, ver in c["optional"].items():

@@ -39,7 +39,7 @@ def as_dtype(d) -> np.dtype:
     try:
         nd = np.dtype(d)
     except TypeError as e:
-        raise TypeError(f"not a dtype: {d!r}") from e
+        raise TypeError(f"not a dtype: {d!r}{_suggest(d)}") from e
     if nd not in SUPPORTED:
         names = ", ".join(x.name for x in SUPPORTED)
         if not nd.isnative and nd.newbyteorder("=") in SUPPORTED:
@@ -51,6 +51,30 @@ def as_dtype(d) -> np.dtype:
             )
         raise TypeError(f"unsupported dtype {nd.name}; lazymath supports {names}")
     return nd
+
+
+# spellings from other frameworks that numpy does not know, and what they mean here
+_ALIASES = {"fp16": "float16", "f16": "float16", "fp32": "float32", "f32": "float32",
+            "fp64": "float64", "f64": "float64", "i8": "int8", "i16": "int16", "i32": "int32",
+            "i64": "int64", "u8": "uint8", "bool": "bool_", "boolean": "bool_",
+            "c64": "complex64", "c128": "complex128", "long": "int64"}  # fmt: skip
+
+
+def _suggest(d) -> str:
+    """ "; did you mean 'float32'?" for a misspelled or foreign dtype name (else "")."""
+    if not isinstance(d, str):
+        return ""
+    key = d.strip().lower().removeprefix("torch.").removeprefix("np.").removeprefix("numpy.")
+    if key in _ALIASES:
+        return f"; did you mean {_ALIASES[key]!r}?"
+    if key in ("bf16", "bfloat16"):
+        return "; bfloat16 is not supported (float16 or float32 are)"
+    import difflib
+
+    close = difflib.get_close_matches(key, [n for n in _NAMES if n != "bool_"], n=2, cutoff=0.6)
+    if close:
+        return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+    return ""
 
 
 def is_float(d: np.dtype) -> bool:

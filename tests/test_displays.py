@@ -74,3 +74,20 @@ def test_dir_lists_the_lazy_functions():
         assert name in names
         assert callable(getattr(lm, name))
         assert getattr(lm, name).__doc__, f"lm.{name} has no docstring"
+
+
+@pytest.mark.parametrize(
+    "typo,hint",
+    [("fp16", "'float16'"), ("flaot32", "'float32'"), ("int33", "'int32'"), ("FP32", "'float32'"),
+     ("torch.f64", "'float64'"), ("bf16", "bfloat16 is not supported")],
+)  # fmt: skip
+def test_dtype_typos_get_a_suggestion(typo, hint):
+    with pytest.raises(TypeError, match="did you mean|not supported") as e:
+        lm.zeros(3, dtype=typo)
+    assert hint in str(e.value) and repr(typo) in str(e.value)
+
+
+def test_item_assignment_says_tensors_are_immutable():
+    t = lm.tensor(np.zeros(3, np.float32))
+    with pytest.raises(TypeError, match="lazymath tensors are immutable.*lm.where"):
+        t[0] = 1

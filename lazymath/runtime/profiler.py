@@ -500,7 +500,8 @@ class Profiler:
         host_total = sum(k.host_us for k in ks)
         sim_total = sum(tl.makespan_s for tl in self._timelines.values()) * 1e6
         lines.append(
-            f"total: {len(ks)} kernels on {len(streams)} stream(s) {streams}, {n_events} events; "
+            f"total: {_n(len(ks), 'kernel')} on {len(streams)} stream(s) {streams}, "
+            f"{_n(n_events, 'event')}; "
             f"kernel host time {host_total:.1f} us (sum); simulated device time "
             f"{sim_total:.3f} us (sum of makespans)"
         )
@@ -523,7 +524,8 @@ class Profiler:
             sim = "simulated -"
         label = f" {r.label}" if r.label else ""
         return (
-            f"realize {r.index}{label}: {len(ks)} kernels, streams {streams}, {n_ev} events, "
+            f"realize {r.index}{label}: {_n(len(ks), 'kernel')}, streams {streams}, "
+            f"{_n(n_ev, 'event')}, "
             f"host {r.host_us:.1f} us, {sim}{(' ' + extra) if extra else ''}"
         )
 
@@ -803,3 +805,7 @@ __all__ = [
 
 def op_clock(spec) -> float:
     return spec.clock_hz if spec is not None else 1e9
+
+
+def _n(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"

@@ -74,7 +74,7 @@ def test_summary_table(device):
     text = p.summary(print_=False)
     for word in ("kernel", "host us", "sim cyc", "join", "vector", "memory", "e0"):
         assert word in text
-    assert "realize 0 branches: 3 kernels, streams [0, 1], 1 events" in text
+    assert "realize 0 branches: 3 kernels, streams [0, 1], 1 event," in text
     assert "simulated 5.000 us (serial 7.000 us)" in text
     assert repr(text).startswith("<profile summary")
 
