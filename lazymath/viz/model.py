@@ -168,6 +168,14 @@ def op_label(n: Node) -> str:
         return f"leaky_relu({_short(arg, 10)})"
     if op in ("pad", "concat", "conv1d", "fft") and arg is not None:
         return f"{op} {_short(arg, 20)}"
+    if op == "custom" and isinstance(arg, tuple):  # a user kernel (`lazymath.kernel`): its name
+        from ..graph.custom import UnknownKernelError, get
+
+        try:
+            name = get(arg[0]).name
+        except UnknownKernelError:
+            name = str(arg[0]).split(":")[0].rsplit(".", 1)[-1]
+        return f"{name}[{arg[2]}] (kernel)" if len(arg) > 2 else f"{name} (kernel)"
     return op
 
 

@@ -240,6 +240,8 @@ def test_cost_profile_and_report(tmp_path):
     assert "gelu" in p.summary(print_=False)
     path = lm.report(gelu(x) + 1, filename=tmp_path / "r.html")
     assert "gelu" in open(path).read()
+    (gelu(x * 3) * lm.tensor(a)).visualize(str(tmp_path / "g.dot"))
+    assert "gelu (kernel)" in (tmp_path / "g.dot").read_text()
 
 
 def test_missing_flag_is_a_race_on_the_interpreter():
