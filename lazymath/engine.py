@@ -437,6 +437,7 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
         from .backend.compile import compile_kernels
 
     sched = make_schedule(outputs, spec)
+    check_capacity(sched, spec)
     copy_leaves = {i for i, n in enumerate(leaves) if id(n) in sched.copy_inputs}
     leaf_pos = {id(n): i for i, n in enumerate(leaves)}
     out_pos = {id(n): i for i, n in enumerate(outputs)}
@@ -490,6 +491,46 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
     return Program(sched, kernels, slots, sched.memory.arena_bytes, outs,
                    copy_leaves=copy_leaves, label=label, inline=inline,
                    origins=prog_origins)  # fmt: skip
+
+
+def _host_memory_bytes() -> int:
+    """Physical memory of this host (0 if unknown)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_capacity(sched, spec) -> None:
+    """Refuse, before compiling or allocating anything, a plan whose peak (live intermediates
+    plus outputs) exceeds the device's memory (`DeviceSpec.hbm_bytes`) or this host's physical
+    memory (the emulated device's memory is host memory): MemoryError naming the largest
+    tensor, its size, the peak and the capacity."""
+    from .fusion.schedule import fmt_bytes
+
+    need = sched.planned_peak_bytes
+    cap = getattr(spec, "hbm_bytes", 0) or 0
+    host = _host_memory_bytes()
+    if not ((cap and need > cap) or (host and need > host)):
+        return
+    if cap and need > cap:
+        what = f"the {fmt_bytes(cap)} of device memory of the {spec.name} (DeviceSpec.hbm_bytes)"
+    else:
+        what = f"this host's {fmt_bytes(host)} of physical memory"
+    big, where = None, ""
+    for sk in sched.kernels:
+        for n in getattr(sk.group, "outputs", None) or []:
+            if big is None or n.nbytes > big.nbytes:
+                big = n
+    if big is not None:
+        loc = big.loc
+        where = (f"; the largest tensor is {big.op}{list(big.shape)}:{big.dtype.name} "
+                 f"({fmt_bytes(big.nbytes)})" + (f" created at {loc}" if loc else ""))  # fmt: skip
+    raise MemoryError(
+        f"lazymath: this realize needs {fmt_bytes(need)} at its peak, more than {what}"
+        f"{where}. Nothing was compiled or allocated. Realize smaller pieces (slices of the "
+        "inputs, fewer outputs at once) or spread the work with lazymath.distributed."
+    )
 
 
 LONG_WORK = 1 << 27  # flops + bytes from which a realize runs interruptibly (Ctrl-C)

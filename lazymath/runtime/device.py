@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 KiB = 1024
 MiB = 1024 * KiB
+GiB = 1024 * MiB
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class DeviceSpec:
     hbm_bytes_per_s: float = 1.2e12
     l2_bytes: int = 32 * MiB
     event_ids_per_pipe_pair: int = 4  # [doc]
+    # device memory (HBM); a realize whose planned peak exceeds it is refused before any work
+    hbm_bytes: int = 32 * GiB  # 910: 32 GB as commonly quoted [3rd, unverified]
     # Vector latency per instruction, cycles [model]
     vector_latency: dict = field(
         default_factory=lambda: {
@@ -141,6 +144,7 @@ ASCEND910B = DeviceSpec(
     hbm_bytes_per_s=1.6e12,
     l2_bytes=192 * MiB,
     event_ids_per_pipe_pair=8,
+    hbm_bytes=64 * GiB,  # [doc]
 )
 
 PRESETS = {"ascend910": ASCEND910, "ascend910b": ASCEND910B}
