@@ -74,16 +74,38 @@ MIN_FLOPS_PER_WORKER = 4_000_000  # ~50 us of host microkernel work per extra ho
 def host_blocks(ir, program: isa.Program, workers: int | None = None) -> int:
     """Host mapping: how many host threads run a program's blocks.
 
-    Cube programs carry the device's block count and take their items GetBlockIdx() style, so
-    any count is correct: at most one thread per host core and per device block, and one for a
-    tiny product (a host hand-off costs tens of microseconds). It changes neither the program
-    nor its simulated cost. Vector templates still choose their (host) block count themselves.
-    """
-    if program.unit != "cube" or getattr(ir, "kind", None) != "matmul":
+    Template programs carry the device's block count and take their items GetBlockIdx()
+    style (a contiguous range of items per BLOCK_IDX of BLOCK_NUM), so any count is correct:
+    at most one thread per host core and per device block, and one for tiny work (a host
+    hand-off costs tens of microseconds). It changes neither the program nor its simulated
+    cost. User kernels (`lm.kernel`) read BLOCK_IDX/BLOCK_NUM the same way."""
+    kind = getattr(ir, "kind", None)
+    if kind not in _HOST_MAPPED:
         return program.blocks
     workers = workers or os.cpu_count() or 1
-    flops = 2 * math.prod(ir.batch) * max(ir.m, 1) * max(ir.n, 1) * max(ir.k, 1)
-    return max(1, min(workers, program.blocks, flops // MIN_FLOPS_PER_WORKER))
+    if kind == "matmul":
+        if program.unit != "cube":
+            return program.blocks
+        flops = 2 * math.prod(ir.batch) * max(ir.m, 1) * max(ir.n, 1) * max(ir.k, 1)
+        return max(1, min(workers, program.blocks, flops // MIN_FLOPS_PER_WORKER))
+    if _vector_elems(ir) < SMALL_VECTOR_WORK:
+        return 1
+    return max(1, min(workers, program.blocks))
+
+
+_HOST_MAPPED = frozenset({"matmul", "elementwise", "reduce", "rows", "custom"})
+SMALL_VECTOR_WORK = 32 * 1024  # elements a Vector kernel touches below which one thread runs it
+
+
+def _vector_elems(ir) -> int:
+    """Elements a Vector kernel reads or writes (its host work measure)."""
+    if ir.kind == "elementwise":
+        return math.prod(ir.shape)
+    if ir.kind == "reduce":
+        return max(math.prod(ir.in_shape), math.prod(ir.out_shape))
+    if ir.kind == "custom":
+        return sum(math.prod(v.shape) for v in (*ir.inputs, *ir.outputs))
+    return math.prod(ir.in_shape)
 
 
 def _after_fork_in_child() -> None:

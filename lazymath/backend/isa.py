@@ -989,11 +989,13 @@ class Program:
 
     `workspace` > 0 asks the launcher for that many zeroed bytes of GM scratch, passed as one
     extra argument after the kernel_args (split reductions keep their partials and their
-    completion counter there). `blocks` is how many blocks the host launches (the body reads
-    BLOCK_IDX/BLOCK_NUM and splits its work GetBlockIdx()/GetBlockNum() style, so the same body
-    is correct for any block count). `device_blocks` is the useful block count on the NPU, used
-    by the cost model (0 = same as `blocks`). `unit` is the AI-core kind that runs it
-    ("vector" or "cube").
+    completion counter there). `blocks` is the block count the program asks of the device
+    (templates: one per AI core the work can use, from the DeviceSpec, never from the host).
+    The body reads BLOCK_IDX/BLOCK_NUM and splits its work GetBlockIdx()/GetBlockNum() style,
+    so the same body is correct for any block count, and the host mapping
+    (`compile.host_blocks`) launches as many host threads as pay. `device_blocks` is the useful
+    block count on the NPU, used by the cost model (0 = same as `blocks`). `unit` is the AI-core
+    kind that runs it ("vector" or "cube").
     """
 
     name: str

@@ -492,9 +492,9 @@ def build_program(name: str, unit: str, fn, tiling, ir: CustomKernel, spec,
             f"kernel {name} is defined with epilogue=True but never calls k.epilogue(tile, n): "
             "the fused consumers would be lost"
         )
-    work = sum(g.size for g in gts)
-    host = C.host_blocks(blocks, work)
-    prog = isa.Program(name, args, tuple(k.buffers), tuple(k.body), host, blocks, unit,
+    # the program asks the device for `blocks`; how many host threads run them is the host
+    # mapping's choice (compile.host_blocks), as for the templates
+    prog = isa.Program(name, args, tuple(k.buffers), tuple(k.body), blocks, blocks, unit,
                        k.workspace)  # fmt: skip
     prog.check(spec)
     if check:

@@ -11,7 +11,6 @@ templates emit twice: once to count, once with the real tile size.
 from __future__ import annotations
 
 import math
-import os
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -33,11 +32,11 @@ def itemsize(dtype: str) -> int:
     return np.dtype(dtype).itemsize
 
 
-def host_blocks(work_items: int, total_elems: int) -> int:
-    """How many blocks the host launches: one per core, one when the work is tiny."""
-    if total_elems < SMALL_WORK or work_items <= 1:
-        return 1
-    return max(1, min(os.cpu_count() or 1, work_items))
+def device_blocks(spec, work_items: int) -> int:
+    """How many blocks a Vector program asks of the device: one per AI core the work can use.
+    A property of the device and the kernel, never of the host: the host mapping
+    (`compile.host_blocks`) decides how many host threads run them."""
+    return max(1, min(spec.vector_cores, work_items))
 
 
 def collapse(shape: tuple[int, ...], strides_list: list[tuple[int, ...]]):

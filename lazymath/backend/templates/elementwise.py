@@ -56,11 +56,9 @@ def _plan(ir: ElementwiseKernel, spec, name: str):
 
     tile = C.fit_tile(spec, bytes_at, cap=total)
     geo = _geometry(shape, tile)
-    blocks = C.host_blocks(geo["items"], total)
+    blocks = C.device_blocks(spec, geo["items"])
     body, bufs = _program_body(ir, args, strides, used, tile, geo)
-    prog = isa.Program(
-        name, args, tuple(bufs), tuple(body), blocks, min(spec.vector_cores, geo["items"])
-    )
+    prog = isa.Program(name, args, tuple(bufs), tuple(body), blocks, blocks)
     info = {"tile": tile, "blocks": blocks, **geo, "shape": shape}
     return prog, info
 

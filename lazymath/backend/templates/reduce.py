@@ -24,8 +24,6 @@ the first NaN, like numpy.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from lazymath.backend import isa
@@ -109,7 +107,6 @@ def _plan(ir: ReduceKernel, spec, name: str):
     used = sorted({op.arg for op in ir.prologue if op.op == "load"})
     used_epi = sorted({op.arg for op in ir.epilogue if op.op == "load"})
     total = C.prod(ir.in_shape)
-    cores = os.cpu_count() or 1
     # candidates for splitting the reduction itself over blocks: few outputs, lots of input
     maybe_split = out_size <= SPLIT_MAX_OUT and total >= 2 * C.SMALL_WORK
 
@@ -118,18 +115,19 @@ def _plan(ir: ReduceKernel, spec, name: str):
 
     tile = C.fit_tile(spec, bytes_at, cap=max(red_size, 1) * out_size)
     geo = _geometry(mode, kshape, rshape, tile)
-    split = maybe_split and geo["items"] < cores and geo["steps"] >= 2
+    # a reduction with fewer output items than the device has Vector cores also splits its
+    # reduced axis over blocks (partials combined through a GM workspace)
+    split = maybe_split and geo["items"] < spec.vector_cores and geo["steps"] >= 2
     em = _Emitter(ir, tile, mode, used, used_epi, split)
     workspace = 0
     if split:
-        cap = min(max(cores, spec.vector_cores), geo["steps"])
+        cap = min(spec.vector_cores, geo["steps"])
         args, em.ws, workspace = _workspace(args, em, cap * geo["items"] * geo["k_t"])
         body = em.program_body(geo, in_kstr, out_kstr, rstr, args, cap)
-        blocks, device_blocks = min(cores, cap), min(spec.vector_cores, cap)
+        blocks = device_blocks = cap
     else:
         body = em.program_body(geo, in_kstr, out_kstr, rstr, args)
-        blocks = C.host_blocks(geo["items"], max(total, out_size))
-        device_blocks = min(spec.vector_cores, geo["items"])
+        blocks = device_blocks = C.device_blocks(spec, geo["items"])
     prog = isa.Program(name, args, tuple(em.buffers()), tuple(body), blocks, device_blocks,
                        workspace=workspace)  # fmt: skip
     return prog, {"mode": mode, "tile": tile, "blocks": blocks, "split": split, **geo}

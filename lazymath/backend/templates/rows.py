@@ -500,9 +500,9 @@ def _plan(ir: RowKernel, spec, name: str):
     start, stop, lets = C.block_range(items)
     body = [*lets, *bd.hoisted(), *C.pipeline_flags_prologue(),
             isa.Loop(it, start, stop, 1, tuple(loop)), *C.pipeline_flags_epilogue()]  # fmt: skip
-    blocks = C.host_blocks(items, C.prod(ir.in_shape))
+    blocks = C.device_blocks(spec, items)
     prog = isa.Program(name, args, (*queues.values(), *bd.buffers()), tuple(body), blocks,
-                       min(spec.vector_cores, items))  # fmt: skip
+                       blocks)  # fmt: skip
     return prog, {"mode": "resident", "rows_t": rows_t, "items": items, "blocks": blocks}
 
 
@@ -852,8 +852,8 @@ def _plan_online(ir, info, spec, name, args):
     start, stop, lets = C.block_range(items)
     body = [*lets, *bd.hoisted(), *C.pipeline_flags_prologue(),
             isa.Loop(it, start, stop, 1, tuple(row)), *C.pipeline_flags_epilogue()]  # fmt: skip
-    blocks = C.host_blocks(items, C.prod(ir.in_shape))
+    blocks = C.device_blocks(spec, items)
     prog = isa.Program(name, args, (*queues.values(), *bd.buffers()), tuple(body), blocks,
-                       min(spec.vector_cores, items))  # fmt: skip
+                       blocks)  # fmt: skip
     return prog, {"mode": "online", "chunk": chunk, "chunks": nch, "items": items,
                   "blocks": blocks}  # fmt: skip
