@@ -108,8 +108,10 @@ def _graph_section(name: str, prefix: str, vg: VGraph, pic: dict, hidden: bool =
     cls = "graph-view hidden" if hidden else "graph-view"
     head = f'<div class="{cls}" id="view-{name}" data-graph="{name}" data-prefix="{prefix}">'
     if pic["svg"] is not None:
-        body = (f'<button type="button" class="fit-toggle">fit to width</button>'
-                f'<div class="svgbox" id="svg-{name}">{pic["svg"]}</div>')  # fmt: skip
+        # fitted to the page's width by default (a wide graph is not cut off); the button
+        # switches to the picture's actual size
+        body = (f'<button type="button" class="fit-toggle">actual size</button>'
+                f'<div class="svgbox fit" id="svg-{name}">{pic["svg"]}</div>')  # fmt: skip
     else:
         body = (f'<p class="warn" id="no-graphviz-{name}">No picture: {escape(pic["error"])}</p>'
                 f'<details open><summary>DOT source ({len(vg.nodes)} nodes)</summary>'

@@ -77,7 +77,7 @@ def test_report_under_profile_realizes_and_draws_timelines(needs_dot, tmp_path):
         np.testing.assert_allclose(got.numpy().astype(np.float32), want, rtol=2e-2, atol=5e-2)
     page = open(path, encoding="utf-8").read()
     _assert_offline(page)
-    assert re.search(r'<div class="svgbox" id="svg-kernels"><svg ', page)
+    assert re.search(r'<div class="svgbox fit" id="svg-kernels"><svg ', page)  # fitted by default
     for k in sched.kernels:
         assert f"{k.name} | {k.bound} | stream {k.stream}" in page
     for chart in ("timeline-npu", "timeline-host"):
