@@ -1674,9 +1674,11 @@ def pad(x: Tensor, pad_width, mode: str = "constant", constant_values=0) -> Tens
 # ----------------------------------------------------------------------------- conv1d, fft
 
 
-def conv1d(x, weight, bias=None, stride: int = 1, padding: int = 0, dilation: int = 1,
+def conv1d(x, weight, bias=None, stride: int = 1, padding: int | str = 0, dilation: int = 1,
            groups: int = 1) -> Tensor:  # fmt: skip
-    """torch.nn.functional.conv1d: x (N, C_in, L) or (C_in, L), weight (C_out, C_in/groups, K)."""
+    """torch.nn.functional.conv1d: x (N, C_in, L) or (C_in, L), weight (C_out, C_in/groups, K);
+    `padding` an int, "valid" (0) or "same" (stride 1 only; the output keeps L, the odd
+    padding element on the right, as torch)."""
     x = x if isinstance(x, Tensor) else tensor(x)
     w = weight if isinstance(weight, Tensor) else tensor(weight)
     unbatched = x.ndim == 2
@@ -1687,35 +1689,106 @@ def conv1d(x, weight, bias=None, stride: int = 1, padding: int = 0, dilation: in
             f"conv1d: expected x of shape (N, C_in, L) or (C_in, L) and weight (C_out, C_in/groups,"
             f" K), got {x.shape} and {w.shape}"
         )
+    same = isinstance(padding, str) and padding == "same"
+    if isinstance(padding, str):
+        if padding not in ("same", "valid"):
+            raise ValueError(f"conv1d: padding must be an int, 'same' or 'valid', got {padding!r}")
+        padding = 0
     for name, v, lo in (("stride", stride, 1), ("padding", padding, 0), ("dilation", dilation, 1),
                         ("groups", groups, 1)):  # fmt: skip
-        if not isinstance(v, (int, np.integer)) or v < lo:
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
             raise ValueError(f"conv1d: {name} must be an int >= {lo}, got {v!r}")
     n, cin, length = x.shape
     cout, cpg, k = w.shape
+    pads = (int(padding), int(padding))
+    if same:
+        if stride != 1:
+            raise ValueError("conv1d: padding='same' is not supported for strided convolutions")
+        total = dilation * (k - 1)
+        pads = (total // 2, total - total // 2)
     if cin % groups or cout % groups or cpg != cin // groups:
         raise ValueError(
             f"conv1d: weight {w.shape} does not match input channels {cin} with groups={groups} "
             f"(need C_in/groups = {cin // groups if cin % groups == 0 else '?'} and C_out % groups"
             f" == 0)"
         )
-    lout = (length + 2 * padding - dilation * (k - 1) - 1) // stride + 1
+    lout = (length + pads[0] + pads[1] - dilation * (k - 1) - 1) // stride + 1
     if lout < 1:
         raise ValueError(
-            f"conv1d: input length {length} (padding {padding}) is shorter than the dilated kernel"
+            f"conv1d: input length {length} (padding {pads}) is shorter than the dilated kernel"
             f" {dilation * (k - 1) + 1}"
         )
     out_dtype = dt.result_type(x.dtype, w.dtype)
     srcs = [_cast(x._node, out_dtype), _cast(w._node, out_dtype)]
+    b = None
     if bias is not None:
         b = bias if isinstance(bias, Tensor) else tensor(bias)
         if b.shape != (cout,):
             raise ValueError(f"conv1d: bias must have shape ({cout},), got {b.shape}")
         srcs.append(_cast(b._node, out_dtype))
+    impl = _conv1d_impl(out_dtype, n * lout * cout, cpg, cout, groups, dilation)
+    if impl is not None:
+        out = impl(x, w, b, out_dtype, stride, pads, dilation, lout)
+        return reshape(out, (cout, lout)) if unbatched else out
     node = gn.make("conv1d", out_dtype, (n, cout, lout), srcs,
-                   (int(stride), int(padding), int(dilation), int(groups)))  # fmt: skip
+                   (int(stride), pads, int(dilation), int(groups)))  # fmt: skip
     out = _wrap(node, [x])
     return reshape(out, (cout, lout)) if unbatched else out
+
+
+def _conv1d_impl(out_dtype, size: int, cpg: int, cout: int, groups: int, dilation: int):
+    """The AI Core form of a conv1d, None for the AI CPU's: a dense convolution (groups 1,
+    dilation 1) is one Cube matmul over an im2col *view* (no im2col buffer: the packing reads
+    overlapping windows of the input in place); a depthwise one (C_in/groups = 1 = C_out/groups)
+    is one Vector kernel (K multiply-adds over shifted views)."""
+    if out_dtype not in (dt.float16, dt.float32) or size == 0:
+        return None
+    if groups == 1 and dilation == 1:
+        return _conv1d_cube
+    if cpg == 1 and cout == groups:
+        return _conv1d_vector
+    return None
+
+
+def _conv1d_padded(x: Tensor, dtype, pads) -> Tensor:
+    x = astype(x, dtype)
+    return pad(x, [(0, 0), (0, 0), pads]) if builtins.any(pads) else x
+
+
+def _conv1d_cube(x, w, b, dtype, stride, pads, dilation, lout) -> Tensor:
+    """out[n] = W' (C_out, K*C_in) @ X'[n] (K*C_in, L_out): X' is a window view of the input in
+    (N, L, C_in) layout, X'[n, j*C_in + c, l] = x[n, l*stride + j, c] -- one stride for the
+    contraction (j, c) because it is the input's own (position, channel) order."""
+    n, cin = x.shape[0], x.shape[1]
+    cout, _, k = w.shape
+    xp = _conv1d_padded(x, dtype, pads)
+    lp = xp.shape[2]
+    flat = reshape(permute_dims(xp, (0, 2, 1)), (n * lp * cin,))
+    node = gn.make("window", dtype, (n, k * cin, lout), (flat._node,),
+                   ((lp * cin, 1, stride * cin), 0))  # fmt: skip
+    wt = reshape(permute_dims(astype(w, dtype), (0, 2, 1)), (cout, k * cin))
+    out = matmul(wt, _wrap(node, [x]))
+    if b is not None:
+        out = out + reshape(astype(b, dtype), (cout, 1))
+    return out
+
+
+def _conv1d_vector(x, w, b, dtype, stride, pads, dilation, lout) -> Tensor:
+    """Depthwise: out[n, c, l] = sum_j w[c, 0, j] * x[n, c, l*stride + j*dilation], float32
+    accumulation (float16 rounded once, as the Cube would)."""
+    n, c = x.shape[0], x.shape[1]
+    k = w.shape[2]
+    acc = dt.float32
+    xp = _conv1d_padded(x, acc, pads)
+    wf = astype(w, acc)
+    out = None
+    for j in range(k):
+        xs = _slice_node(xp, ((0, n, 1), (0, c, 1), (j * dilation, lout, stride)))
+        wj = reshape(_slice_node(wf, ((0, c, 1), (0, 1, 1), (j, 1, 1))), (c, 1))
+        out = xs * wj if out is None else out + xs * wj
+    if b is not None:
+        out = out + reshape(astype(b, acc), (c, 1))
+    return astype(out, dtype)
 
 
 _FFT_NORMS = (None, "backward", "ortho", "forward")

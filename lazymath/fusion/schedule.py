@@ -72,6 +72,13 @@ def kernel_cost_class(ir, unit: str, spec, nodes) -> tuple[int, int]:
             flops += 2 * n.size * n.srcs[0].shape[-1]
         elif n.op == "reduce":
             flops += n.srcs[0].size
+        elif n.op == "conv1d":  # 2 * C_in/groups * K per output element (+ the bias add)
+            cpg, k = n.srcs[1].shape[1:]
+            flops += n.size * (2 * cpg * k + (len(n.srcs) > 2))
+        elif n.op == "fft":  # the radix-2 count, 5 n log2 n per transform of length n
+            length = max(n.arg[1] or n.srcs[0].shape[n.arg[2]], n.shape[n.arg[2]])
+            flops += int(5 * (n.size // max(n.shape[n.arg[2]], 1)) * length
+                         * math.log2(max(length, 2)))  # fmt: skip
     return flops, 0
 
 

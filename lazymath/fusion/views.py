@@ -93,6 +93,10 @@ def apply(view: Node, sv: SView) -> SView | None:
         return SView(shape, tuple(strides), off)
     if op == "reshape":
         return _reshape(sv, shape)
+    if op == "window":  # over a 1-D source
+        strides, off = arg
+        (st,) = sv.strides
+        return SView(shape, tuple(s * st for s in strides), sv.offset + off * st)
     raise ValueError(f"not a view op: {op}")
 
 

@@ -20,6 +20,7 @@ What derives from the records (nothing restates the vocabulary):
 Node ops that are not elementwise:
   buffer, const                    leaves
   reshape, permute, expand, slice  views (zero-copy; `slice` also covers flip via step -1)
+  window                           strided (overlapping) view of a 1-D source, arg (strides, offset)
   reduce                           arg = (op, axes), op one of `REDUCE_OPS`; drops the axes
   matmul                           srcs (a, b) with equal batch dims: (..., m, k) @ (..., k, n)
   pad, concat                      copies, arg = (widths, value) / axis
@@ -292,6 +293,9 @@ class Op(str, enum.Enum):
     PERMUTE = OpInfo("permute", 1, VIEW, None, None, FREE, NoCode())
     EXPAND = OpInfo("expand", 1, VIEW, None, None, FREE, NoCode())
     SLICE = OpInfo("slice", 1, VIEW, None, None, FREE, NoCode())
+    # arg = (strides, offset) in elements of a 1-D source: overlapping windows (conv1d's im2col
+    # as a view: the Cube's GM -> L1 packing reads it in place)
+    WINDOW = OpInfo("window", 1, VIEW, None, None, FREE, NoCode())
     REDUCE = OpInfo("reduce", 1, RED, None, None, CHEAP, NoCode())  # the node; arg[0] says which
     MATMUL = OpInfo("matmul", 2, Kind.MATMUL, None, None, CHEAP, Cube())
     PAD = OpInfo("pad", 1, Kind.PAD, None, None, CHEAP, AiCpu())

@@ -59,8 +59,9 @@ def _conv1d(x, w, bias, stride, padding, dilation, groups, out_dtype):
     w = w.astype(acc, copy=False)
     n, cin, _ = x.shape
     cout, cpg, k = w.shape
-    if padding:
-        x = np.pad(x, ((0, 0), (0, 0), (padding, padding)))
+    pads = (padding, padding) if isinstance(padding, int) else tuple(padding)  # (left, right)
+    if any(pads):
+        x = np.pad(x, ((0, 0), (0, 0), pads))
     lp = x.shape[2]
     lout = (lp - dilation * (k - 1) - 1) // stride + 1
     out = np.zeros((n, cout, max(lout, 0)), dtype=acc)
@@ -112,6 +113,13 @@ def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
             return np.broadcast_to(srcs[0], node.shape)
         if op == "slice":
             return _slice(srcs[0], arg)
+        if op == "window":
+            strides, off = arg
+            flat = np.ascontiguousarray(srcs[0])[off:]
+            size = flat.dtype.itemsize
+            return np.lib.stride_tricks.as_strided(
+                flat, node.shape, tuple(s * size for s in strides), writeable=False
+            )
         if op == "reduce":
             return reduce_array(srcs[0], arg[0], arg[1], node.dtype)
         if op == "matmul":

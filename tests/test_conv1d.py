@@ -1,0 +1,119 @@
+"""conv1d against torch.nn.functional.conv1d (a numpy reference where torch is absent), and the
+form it takes on the AI Core.
+
+Protects: torch's semantics (stride, padding int/'same'/'valid', dilation, groups, bias,
+unbatched input, errors at the call); the dense convolution as ONE Cube kernel over an im2col
+view (no im2col buffer) with bias and elementwise consumers in its epilogue; depthwise as one
+Vector kernel. tests/test_ops_matmul_conv_fft.py holds the older per-dtype sweep.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lazymath as lm
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+# (x shape, w shape, kwargs, bias)
+CASES = [
+    ((2, 5, 19), (4, 5, 3), dict(padding="same"), True),
+    ((2, 5, 19), (4, 5, 4), dict(padding="same"), False),  # even K: the extra pad on the right
+    ((3, 4, 23), (6, 4, 5), dict(stride=3, padding=2), True),
+    ((1, 3, 7), (2, 3, 7), dict(padding="valid"), True),  # K == L
+    ((2, 6, 17), (6, 1, 3), dict(groups=6, dilation=2, padding="same"), True),  # depthwise
+    ((2, 6, 16), (6, 1, 4), dict(groups=6, stride=2, padding=3), False),
+    ((2, 6, 13), (4, 3, 3), dict(groups=2, dilation=2, padding=1), True),  # AI CPU
+    ((3, 11), (2, 3, 2), dict(stride=2), True),  # unbatched
+    ((1, 1, 1), (1, 1, 1), {}, False),
+    ((0, 3, 8), (2, 3, 3), dict(padding=1), True),  # empty batch
+]
+
+
+def _torch(x, w, b, kw):
+    t = lambda a: None if a is None else torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    return F.conv1d(t(x), t(w), t(b), **kw).numpy()
+
+
+def _tol(dtype):
+    return dict(rtol=3e-3, atol=3e-3) if dtype == "float16" else dict(rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_conv1d_against_torch(backend, check, data, dtype):
+    outs = []
+    for xs, ws, kw, with_bias in CASES:
+        x, w = data.rand(xs, dtype, -1, 1), data.rand(ws, dtype, -1, 1)
+        b = data.rand((ws[0],), dtype, -1, 1) if with_bias else None
+        got = lm.conv1d(lm.tensor(x), lm.tensor(w), None if b is None else lm.tensor(b), **kw)
+        # torch's CPU float16 conv is the float32 one rounded (the NPU's float32 accumulation)
+        f32 = [None if a is None else a.astype(np.float32) for a in (x, w, b)]
+        want = _torch(*f32, kw).astype(dtype)
+        outs.append((f"{dtype} x{xs} w{ws} {kw} bias={with_bias}", got, want))
+    lm.realize(*[o for _, o, _ in outs])
+    for label, got, want in outs:
+        try:
+            check(got, want, **_tol(dtype))
+        except AssertionError as e:
+            raise AssertionError(f"{label}: {e}") from None
+
+
+@pytest.fixture(params=["ascend910", "ascend910b"])
+def preset(request):
+    lm.init_device(0, spec=request.param)
+    yield request.param
+    lm.init_device(0, spec="ascend910")
+
+
+def test_conv1d_layouts_and_epilogue(backend, preset, check, data):
+    """Strided/flipped/transposed inputs, and relu(conv1d(x, w, b)) * s (one Cube kernel on the
+    910; on the 910B the split Cube core has no UB and the epilogue is a Vector kernel)."""
+    w = data.rand((3, 4, 3), "float32", -1, 1)
+    b = data.rand((3,), "float32", -1, 1)
+    outs = []
+    for name, xv, t in data.layouts((2, 4, 15), "float32"):
+        got = lm.relu(lm.conv1d(t, lm.tensor(w), lm.tensor(b), padding=1)) * 0.5
+        want = np.maximum(_torch(xv, w, b, dict(padding=1)), 0) * 0.5
+        outs.append((name, got, want))
+    lm.realize(*[o for _, o, _ in outs])
+    for name, got, want in outs:
+        try:
+            check(got, want, rtol=2e-5, atol=2e-5)
+        except AssertionError as e:
+            raise AssertionError(f"x {name}: {e}") from None
+
+
+def test_conv1d_is_one_cube_kernel_with_its_epilogue():
+    """relu(conv1d(x, w, b)) * s: the matmul, bias, relu and scale are one Cube kernel reading
+    an im2col view on the 910 (counted, not executed); depthwise is one Vector kernel."""
+    x = lm.tensor(np.ones((4, 16, 64), np.float32))
+    w = lm.tensor(np.ones((8, 16, 5), np.float32))
+    b = lm.tensor(np.ones(8, np.float32))
+    s = lm.schedule(lm.relu(lm.conv1d(x, w, b, padding="same")) * 2.0)
+    cube = [k for k in s.kernels if k.unit == "cube"]
+    assert len(cube) == 1 and {"matmul", "relu", "mul"} <= set(cube[0].ops), s
+    assert cube[0].flops >= 2 * 4 * 8 * 64 * 16 * 5
+    assert not any("im2col" in k.name for k in s.kernels)
+    dw = lm.tensor(np.ones((16, 1, 5), np.float32))
+    s = lm.schedule(lm.conv1d(x, dw, lm.tensor(np.ones(16, np.float32)), groups=16, padding=2))
+    units = [k.unit for k in s.kernels]
+    assert units.count("vector") == 1 and "cube" not in units, units
+    # grouped with dilation stays on the AI CPU, which reports its flops
+    g = lm.conv1d(x, lm.tensor(np.ones((8, 8, 3), np.float32)), groups=2, dilation=2)
+    (k,) = lm.schedule(g).kernels
+    assert k.unit == "aicpu" and k.flops == 4 * 8 * 60 * 2 * 8 * 3
+
+
+def test_conv1d_padding_errors_at_call():
+    x = lm.tensor(np.zeros((2, 4, 10), np.float32))
+    w = lm.tensor(np.zeros((3, 4, 3), np.float32))
+    with pytest.raises(ValueError, match="conv1d: padding='same' is not supported for strided"):
+        lm.conv1d(x, w, padding="same", stride=2)
+    with pytest.raises(ValueError, match="conv1d: padding must be an int, 'same' or 'valid'"):
+        lm.conv1d(x, w, padding="full")
+    with pytest.raises(ValueError, match="conv1d: padding must be an int >= 0"):
+        lm.conv1d(x, w, padding=-1)
+    with pytest.raises(ValueError, match="conv1d: stride must be an int"):
+        lm.conv1d(x, w, stride=True)
