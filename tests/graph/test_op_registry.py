@@ -30,7 +30,7 @@ def test_members_are_their_names():
 
 def test_derived_op_sets():
     assert set(ELEMENTWISE) == {m for m in Op if m.kind is Kind.ELEMENTWISE}
-    assert ops.VIEWS == views.VIEW_OPS == {"reshape", "permute", "expand", "slice"}
+    assert ops.VIEWS == views.VIEW_OPS == {"reshape", "permute", "expand", "slice", "window"}
     assert ops.REDUCE_OPS == ("sum", "prod", "max", "min", "argmax", "argmin")
     assert kernel_ir.REDUCE_OPS == ops.REDUCE_OPS
     assert ops.COMPARISONS == {"eq", "ne", "lt", "le", "gt", "ge"}
