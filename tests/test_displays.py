@@ -91,3 +91,15 @@ def test_item_assignment_says_tensors_are_immutable():
     t = lm.tensor(np.zeros(3, np.float32))
     with pytest.raises(TypeError, match="lazymath tensors are immutable.*lm.where"):
         t[0] = 1
+
+
+def test_standalone_picture_has_a_legend_and_spells_out_the_bound():
+    x = lm.tensor(np.ones((4, 6, 5), np.float32))
+    src = lm.visualize(lm.exp(x) + lm.sum(x, axis=(0, 2), keepdims=True))
+    assert '"legend" [shape=plaintext' in src
+    for words in ("Vector kernel (SIMD unit)", "input buffer (GM)", "output buffer (GM)",
+                  "fusion refused", "memory-bound: moves more bytes per FLOP"):  # fmt: skip
+        assert words in src, words
+    assert "| memory-bound | stream 0" in src  # the kernel titles say memory-bound
+    i = lm.tensor(np.ones((3, 3), np.int32))
+    assert "AI CPU kernel (host numpy)" in lm.visualize(i @ i)

@@ -91,7 +91,7 @@ def _dot_of(tensors, stage, chain_min, max_nodes, spec) -> str:
         if src is not None:
             return src
     vg = collapse(build(*tensors, stage=stage, spec=spec), chain_min, max_nodes)
-    return to_dot(vg, title=_title(vg))
+    return to_dot(vg, title=_title(vg), legend=True)
 
 
 def _title(vg: VGraph) -> str:

@@ -62,9 +62,10 @@ def edge_attrs(e: VEdge, prefix: str, i: int, labels: bool) -> dict[str, object]
 
 
 def to_dot(vg: VGraph, prefix: str = "", title: str | None = None,
-           labels: bool | None = None) -> str:  # fmt: skip
+           labels: bool | None = None, legend: bool = False) -> str:  # fmt: skip
     """DOT source for `vg`. `prefix` goes in front of every id; `labels` forces edge labels on or
-    off (default: on for pictures up to `LARGE` nodes)."""
+    off (default: on for pictures up to `LARGE` nodes); `legend` adds one legend node saying
+    what the colours, shapes and edge styles in this picture mean (standalone pictures)."""
     large = len(vg.nodes) > LARGE
     if labels is None:
         labels = not large
@@ -107,5 +108,50 @@ def to_dot(vg: VGraph, prefix: str = "", title: str | None = None,
     for i, e in enumerate(vg.edges):
         if e.src in vg.nodes and e.dst in vg.nodes:
             w(f"  {quote(e.src)} -> {quote(e.dst)} {_attrs(edge_attrs(e, prefix, i, labels))};")
+    if legend:
+        w(legend_node(vg, prefix))
     w("}")
     return "\n".join(out) + "\n"
+
+
+_UNIT_WORDS = {"cube": "Cube kernel (matrix unit)", "vector": "Vector kernel (SIMD unit)",
+               "mix": "mix kernel (Cube + Vector prologue)",
+               "aicpu": "AI CPU kernel (host numpy)"}  # fmt: skip
+_ROLE_WORDS = {"input": "input buffer (GM)", "output": "output buffer (GM)",
+               "const": "constant (folded into the kernel)", "chain": "collapsed chain of ops",
+               "region": "collapsed region", "group": "collapsed kernels"}  # fmt: skip
+_EDGE_WORDS = {"buffer": ("━━━", "through GM between kernels (bytes)"),
+               "refused": ("- - -", "fusion refused (hover for why)"),
+               "recompute": ("· · ·", "recomputed in each consumer")}  # fmt: skip
+
+
+def legend_node(vg: VGraph, prefix: str = "") -> str:
+    """One plaintext node with an HTML table: the units, node roles and edge kinds this picture
+    uses, and what "memory-bound" / "compute-bound" in the kernel titles mean."""
+    from html import escape
+
+    rows = []
+    units = list(dict.fromkeys(c.unit for c in vg.clusters.values()))
+    for u in units:
+        rows.append(f'<tr><td bgcolor="{unit_color(u)}" width="18"> </td>'
+                    f'<td align="left">{escape(_UNIT_WORDS.get(u, u))}</td></tr>')  # fmt: skip
+    roles = dict.fromkeys(n.role for n in vg.nodes.values())
+    for r in roles:
+        if r in _ROLE_WORDS:
+            fill = ROLE_ATTRS[r].get("fillcolor", "#ffffff")
+            rows.append(f'<tr><td bgcolor="{fill}"> </td>'
+                        f'<td align="left">{escape(_ROLE_WORDS[r])}</td></tr>')  # fmt: skip
+    kinds = dict.fromkeys(e.kind for e in vg.edges)
+    for k in kinds:
+        if k in _EDGE_WORDS:
+            mark, words = _EDGE_WORDS[k]
+            rows.append(f'<tr><td><font color="{EDGE_ATTRS[k]["color"]}">{mark}</font></td>'
+                        f'<td align="left">{escape(words)}</td></tr>')  # fmt: skip
+    if vg.clusters:
+        rows.append('<tr><td colspan="2" align="left">memory-bound: moves more bytes per FLOP '
+                    "than the unit's ridge point<br align=\"left\"/>compute-bound: the unit's "
+                    'arithmetic limits it</td></tr>')  # fmt: skip
+    head = '<tr><td colspan="2"><b>legend</b></td></tr>'
+    table = ('<table border="0" cellborder="1" cellspacing="0" cellpadding="3">'
+             + head + "".join(rows) + "</table>")  # fmt: skip
+    return f'  "{prefix}legend" [shape=plaintext, id="{prefix}legend", label=<{table}>];'

@@ -92,7 +92,7 @@ class VCluster:
 
     @property
     def title(self) -> str:
-        return f"{self.name} | {self.bound} | stream {self.stream}"
+        return f"{self.name} | {self.bound}-bound | stream {self.stream}"
 
 
 @dataclass(slots=True)

@@ -45,7 +45,7 @@ def test_custom_op_svg_has_the_cube_cluster(custom_op_graph, tmp_path):
     assert UNIT_COLORS["cube"] in _fills(cluster)
     (title,) = _texts(cluster)
     assert title.startswith("k0_matmul_relu_mul | ") and title.endswith(" | stream 0")
-    assert title.split(" | ")[1] in ("compute", "memory")
+    assert title.split(" | ")[1] in ("compute-bound", "memory-bound")
     nodes = {g.get("id"): g for g in _groups(root, "node")}
     ops = {}
     for g in nodes.values():

@@ -79,7 +79,7 @@ def test_report_under_profile_realizes_and_draws_timelines(needs_dot, tmp_path):
     _assert_offline(page)
     assert re.search(r'<div class="svgbox fit" id="svg-kernels"><svg ', page)  # fitted by default
     for k in sched.kernels:
-        assert f"{k.name} | {k.bound} | stream {k.stream}" in page
+        assert f"{k.name} | {k.bound}-bound | stream {k.stream}" in page
     for chart in ("timeline-npu", "timeline-host"):
         m = re.search(rf'<svg [^>]*id="{chart}".*?</svg>', page, re.S)
         assert m, chart
