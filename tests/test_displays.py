@@ -103,3 +103,23 @@ def test_standalone_picture_has_a_legend_and_spells_out_the_bound():
     assert "| memory-bound | stream 0" in src  # the kernel titles say memory-bound
     i = lm.tensor(np.ones((3, 3), np.int32))
     assert "AI CPU kernel (host numpy)" in lm.visualize(i @ i)
+
+
+def test_missing_output_folder_is_named_not_a_temporary_file(tmp_path):
+    t = lm.exp(lm.tensor(np.ones(3, np.float32)))
+    missing = tmp_path / "no" / "such"
+    calls = {
+        "lm.visualize": lambda: t.visualize(missing / "k.dot"),
+        "lm.report": lambda: lm.report(t, filename=missing / "r.html"),
+    }
+    for what, call in calls.items():
+        with pytest.raises(FileNotFoundError) as e:
+            call()
+        msg = str(e.value)
+        assert msg.startswith(f"{what}: cannot write") and f"{missing}' does not exist" in msg
+        assert ".tmp" not in msg
+    assert not t.is_realized
+    with lm.profile() as p:
+        t.realize()
+    with pytest.raises(FileNotFoundError, match="profile.save: cannot write .* does not exist"):
+        p.save(missing / "trace.json")

@@ -757,6 +757,10 @@ class Profiler:
     def save(self, path: str | os.PathLike) -> str:
         """Write the Chrome/Perfetto trace JSON to `path` (atomically); returns the path."""
         path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"profile.save: cannot write {path!r}: the folder "
+                                    f"{folder!r} does not exist (create it first)")  # fmt: skip
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "w") as f:
             json.dump(self.chrome_trace(), f)

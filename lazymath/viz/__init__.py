@@ -68,7 +68,10 @@ def visualize(*tensors, filename: str | os.PathLike | None = None, stage: str = 
     if suffix not in TEXT_SUFFIXES and suffix not in FORMATS:
         known = ", ".join(TEXT_SUFFIXES + tuple(FORMATS) + HTML_SUFFIXES)
         raise ValueError(f"cannot tell the format of {path!r} from its suffix; use one of {known}")
-    if suffix in FORMATS and dot_binary() is None:  # fail before compiling anything
+    from .render import check_folder
+
+    check_folder(path, "lm.visualize")  # fail before compiling anything
+    if suffix in FORMATS and dot_binary() is None:
         from .render import install_hint
 
         raise GraphvizNotFoundError(install_hint(path))
@@ -109,6 +112,8 @@ def report(*tensors, filename: str | os.PathLike = "report.html", profile=None,
            realize: bool | None = None, spec=None, title: str | None = None) -> str:  # fmt: skip
     """Write one self-contained HTML page about `tensors`; returns its path. See `html.py`."""
     from .html import write_report
+    from .render import check_folder
 
+    check_folder(os.fspath(filename), "lm.report")
     return write_report(tensors, os.fspath(filename), profile=profile, realize=realize,
                         spec=spec, title=title)  # fmt: skip

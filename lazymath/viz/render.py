@@ -56,8 +56,18 @@ def render(dot_src: str, fmt: str, target: str = "", dpi: int | None = None) -> 
     return proc.stdout
 
 
+def check_folder(path: str, what: str = "lazymath") -> None:
+    """FileNotFoundError naming `path` and its missing folder, before any work is done (the
+    atomic write's temporary file name used to be what the error showed)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{what}: cannot write {path!r}: the folder {folder!r} does "
+                                "not exist (create it first)")  # fmt: skip
+
+
 def write(dot_src: str, path: str) -> str:
     """Render to `path`, the format chosen by its suffix (written atomically)."""
+    check_folder(path, "lm.visualize")
     suffix = os.path.splitext(path)[1].lower()
     fmt = FORMATS[suffix]
     data = render(dot_src, fmt, target=path, dpi=110 if fmt == "png" else None)
