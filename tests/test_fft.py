@@ -73,7 +73,10 @@ def test_fft_family_values(backend, check, data, dtype):
         if kind == "rfft" and dtype == "complex64":
             continue
         f, nf = getattr(lm.fft, kind), getattr(np.fft, kind)
-        for length, n, norm, axis in LENGTHS[backend == "llvm"]:
+        lengths = LENGTHS[backend == "llvm"]
+        if backend == "llvm" and dtype in ("float16", "int32", "float64"):
+            lengths = lengths[1:2]  # the cast prologue or the AI CPU: one length is enough
+        for length, n, norm, axis in lengths:
             if kind == "irfft" and length == 1 and n is None:
                 continue  # n = 2 * (1 - 1) = 0 is an error (tested below)
             shape = (3, length) if axis == -1 else (length, 3)
