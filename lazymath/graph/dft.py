@@ -16,7 +16,7 @@ against the 2n x 2n block matrix [[Re F, -Im F], [Im F, Re F]] (or the 2n x n ma
              PRIME_DIRECT_MAX (Bluestein is not implemented).
 
 `plan(...)` returns the choice with its reason; the reason is recorded on the graph and
-printed by `lm.explain` (the fusion log's "fft" entries). The rule, as a table (docs/fft.md):
+printed by `lm.explain` (the fusion log's "fft" entries). The rule (docs/fft_conv.md):
 
   result double (complex128/float64) -> aicpu
   0 elements in or out               -> aicpu (nothing to compute)
