@@ -135,9 +135,12 @@ class Tensor:
         """The value of a one-element tensor for bool()/int()/float()/complex()/index():
         an implicit sync (it realizes), as in Dask and PyTorch; LAZYMATH_DEBUG counts them."""
         if self.size != 1:
+            hint = ("use t.any() or t.all()" if what == "bool"
+                    else "reduce it first (t.sum(), t.max(), ...) or pick one element "
+                    "(t[i])")  # fmt: skip
             raise TypeError(
                 f"{what}() of a tensor needs exactly one element, this one has shape "
-                f"{self.shape}; use any()/all() or .item() on one element"
+                f"{self.shape}; {hint}, then .item()"
             )
         _note_sync(what, self)
         return self.numpy().reshape(()).item()

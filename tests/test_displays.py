@@ -123,3 +123,11 @@ def test_missing_output_folder_is_named_not_a_temporary_file(tmp_path):
         t.realize()
     with pytest.raises(FileNotFoundError, match="profile.save: cannot write .* does not exist"):
         p.save(missing / "trace.json")
+
+
+def test_scalar_conversion_hints_fit_the_conversion():
+    t = lm.tensor(np.ones(3, np.float32))
+    with pytest.raises(TypeError, match=r"bool\(\) .* use t.any\(\) or t.all\(\)"):
+        bool(t)
+    with pytest.raises(TypeError, match=r"float\(\) .* reduce it first \(t.sum\(\)"):
+        float(t)

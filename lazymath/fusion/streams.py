@@ -86,8 +86,9 @@ class StreamPlan:
             rec = f"e{e.record}" if e.record is not None else "-"
             lines.append(f"{name[:24]:24} {e.stream:>6}  {waits:12} {rec}")
         lines.append(
-            f"{len(self.entries)} kernels on {self.streams_used} of {self.n_streams} streams, "
-            f"{self.n_events} events"
+            f"{len(self.entries)} kernel{'s' if len(self.entries) != 1 else ''} on "
+            f"{self.streams_used} of {self.n_streams} streams, "
+            f"{self.n_events} event{'s' if self.n_events != 1 else ''}"
         )
         return "\n".join(lines)
 
