@@ -172,7 +172,7 @@ class _Info:
     def capabilities(self) -> dict:
         """'boolean indexing' and 'data-dependent shapes' work by realizing the data they
         depend on at that call (nonzero, unique_*, x[mask]); everything else stays lazy."""
-        return {"boolean indexing": False, "data-dependent shapes": True, "max dimensions": 64}
+        return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": 64}
 
     def default_device(self):
         return _current_device()

@@ -323,15 +323,107 @@ class Tensor:
         return abs(self)
 
     def __invert__(self):
-        if self.dtype != dt.bool_:
-            raise TypeError(f"~ is only supported on bool tensors here, not {self.dtype}")
-        return logical_not(self)
+        return bitwise_invert(self)
 
     def __and__(self, o):
-        return logical_and(self, o)
+        return bitwise_and(self, o)
+
+    def __rand__(self, o):
+        return bitwise_and(o, self)
 
     def __or__(self, o):
-        return logical_or(self, o)
+        return bitwise_or(self, o)
+
+    def __ror__(self, o):
+        return bitwise_or(o, self)
+
+    def __xor__(self, o):
+        return bitwise_xor(self, o)
+
+    def __rxor__(self, o):
+        return bitwise_xor(o, self)
+
+    def __lshift__(self, o):
+        return bitwise_left_shift(self, o)
+
+    def __rlshift__(self, o):
+        return bitwise_left_shift(o, self)
+
+    def __rshift__(self, o):
+        return bitwise_right_shift(self, o)
+
+    def __rrshift__(self, o):
+        return bitwise_right_shift(o, self)
+
+    # -- in-place operators and item assignment: functional updates. The tensor is rebound
+    # to a new graph node; nothing realized is ever written, so other tensors that share the
+    # old node (or its buffer) keep their values.
+    def _rebind(self, out: Tensor) -> Tensor:
+        node = out._node
+        if node is not self._node:
+            node.tensors += 1
+            self._node.tensors -= 1
+            self._node = node
+        return self
+
+    def _inplace(self, fn, o) -> Tensor:
+        out = fn(self, o)
+        if out.shape != self.shape:
+            raise ValueError(
+                f"in-place {fn.__name__}: the result's shape {out.shape} is not the left "
+                f"operand's {self.shape} (the right operand must broadcast to it)"
+            )
+        if out.dtype != self.dtype:
+            if not np.can_cast(out.dtype, self.dtype, "same_kind"):
+                raise TypeError(
+                    f"in-place {fn.__name__}: the result dtype {out.dtype} cannot be stored in "
+                    f"the left operand's {self.dtype}"
+                )
+            out = astype(out, self.dtype)
+        return self._rebind(out)
+
+    def __iadd__(self, o):
+        return self._inplace(add, o)
+
+    def __isub__(self, o):
+        return self._inplace(sub, o)
+
+    def __imul__(self, o):
+        return self._inplace(mul, o)
+
+    def __itruediv__(self, o):
+        return self._inplace(div, o)
+
+    def __ifloordiv__(self, o):
+        return self._inplace(floor_divide, o)
+
+    def __imod__(self, o):
+        return self._inplace(remainder, o)
+
+    def __ipow__(self, o):
+        return self._inplace(pow, o)
+
+    def __imatmul__(self, o):
+        return self._inplace(matmul, o)
+
+    def __iand__(self, o):
+        return self._inplace(bitwise_and, o)
+
+    def __ior__(self, o):
+        return self._inplace(bitwise_or, o)
+
+    def __ixor__(self, o):
+        return self._inplace(bitwise_xor, o)
+
+    def __ilshift__(self, o):
+        return self._inplace(bitwise_left_shift, o)
+
+    def __irshift__(self, o):
+        return self._inplace(bitwise_right_shift, o)
+
+    def __setitem__(self, idx, value) -> None:
+        """``x[idx] = value`` rebinds x to where(mask, value, x) (see `_setitem`)."""
+        self._rebind(_setitem(self, idx, value))
 
     def __eq__(self, o):  # type: ignore[override]
         return eq(self, o)
@@ -1175,6 +1267,25 @@ def _integral_identity(op: str, f):
 floor = _integral_identity("floor", floor)
 ceil = _integral_identity("ceil", ceil)
 logical_not = _unary(Op.LOGICAL_NOT)
+isnan = _unary(Op.ISNAN)
+isinf = _unary(Op.ISINF)
+isfinite = _unary(Op.ISFINITE)
+signbit = _unary(Op.SIGNBIT)
+trunc = _integral_identity("trunc", _unary(Op.TRUNC))
+square = _unary(Op.SQUARE)
+bitwise_invert = _unary(Op.BITWISE_INVERT)
+log1p = _unary(Op.LOG1P)
+expm1 = _unary(Op.EXPM1)
+log2 = _unary(Op.LOG2)
+log10 = _unary(Op.LOG10)
+sinh = _unary(Op.SINH)
+cosh = _unary(Op.COSH)
+asinh = _unary(Op.ASINH)
+acosh = _unary(Op.ACOSH)
+atanh = _unary(Op.ATANH)
+asin = _unary(Op.ASIN)
+acos = _unary(Op.ACOS)
+atan = _unary(Op.ATAN)
 
 add = _binary(Op.ADD)
 sub = _binary(Op.SUB)
@@ -1212,6 +1323,15 @@ gt = _binary(Op.GT)
 ge = _binary(Op.GE)
 logical_and = _binary(Op.LOGICAL_AND)
 logical_or = _binary(Op.LOGICAL_OR)
+bitwise_and = _binary(Op.BITWISE_AND)
+bitwise_or = _binary(Op.BITWISE_OR)
+bitwise_xor = _binary(Op.BITWISE_XOR)
+bitwise_left_shift = _binary(Op.BITWISE_LEFT_SHIFT)
+bitwise_right_shift = _binary(Op.BITWISE_RIGHT_SHIFT)
+copysign = _binary(Op.COPYSIGN)
+hypot = _binary(Op.HYPOT)
+logaddexp = _binary(Op.LOGADDEXP)
+atan2 = _binary(Op.ATAN2)
 
 subtract, multiply, divide, true_divide, negative, power = sub, mul, div, div, neg, pow
 equal, not_equal, less, less_equal, greater, greater_equal = eq, ne, lt, le, gt, ge
@@ -1557,14 +1677,13 @@ def flip(x: Tensor, axis=None) -> Tensor:
     return _slice_node(x, spec)
 
 
-def _getitem(x: Tensor, idx) -> Tensor:
-    if not isinstance(idx, tuple):
-        idx = (idx,)
-    if builtins.any(isinstance(i, (Tensor, np.ndarray, list)) for i in idx):
-        raise IndexError(
-            "advanced (array) indexing is not supported; use basic indexing with ints, slices, "
-            "None and ..."
-        )
+def _is_advanced(idx: tuple) -> bool:
+    return builtins.any(isinstance(i, (Tensor, np.ndarray, list, bool, np.bool_)) for i in idx)
+
+
+def _basic_index(x: Tensor, idx: tuple) -> tuple[tuple, tuple]:
+    """(per-axis (start, count, step), result shape) of a basic index: ints, slices, None,
+    one ellipsis."""
     n_ell = builtins.sum(1 for i in idx if i is Ellipsis)
     if n_ell > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
@@ -1583,13 +1702,14 @@ def _getitem(x: Tensor, idx) -> Tensor:
             continue
         size = x.shape[axis]
         if isinstance(i, slice):
-            start, stop, step = i.indices(size)
+            try:
+                start, stop, step = i.indices(size)
+            except TypeError:
+                raise IndexError(f"slice {i} must have integer (or None) bounds") from None
             count = len(range(start, stop, step))
             spec.append((start if count else 0, count, step))
             out_shape.append(count)
         else:
-            if isinstance(i, (bool, np.bool_)):
-                raise IndexError("boolean indices are not supported; use ints, slices, None, ...")
             try:
                 j = operator.index(i)
             except TypeError:
@@ -1598,8 +1718,119 @@ def _getitem(x: Tensor, idx) -> Tensor:
                 raise IndexError(f"index {j} is out of bounds for axis {axis} with size {size}")
             spec.append((j % size, 1, 1))
         axis += 1
-    out = _slice_node(x, tuple(spec))
-    return reshape(out, tuple(out_shape))
+    return tuple(spec), tuple(out_shape)
+
+
+def _host_index(idx: tuple) -> tuple:
+    """An advanced index with its tensors realized to numpy arrays (an implicit sync)."""
+    out = []
+    for i in idx:
+        if isinstance(i, Tensor):
+            _note_sync("index", i)
+            i = i.numpy()
+        elif isinstance(i, list):
+            i = np.asarray(i)
+        if isinstance(i, np.ndarray) and i.dtype.kind not in "biu":
+            raise IndexError(f"array indices must be integer or bool, not {i.dtype}")
+        out.append(i)
+    return tuple(out)
+
+
+def _getitem(x: Tensor, idx) -> Tensor:
+    """Basic indexing (ints, slices with steps, None, ...) is a lazy view. Integer-array and
+    boolean-mask indexing (numpy's advanced indexing) realize `x` and the index at the call:
+    the result's shape depends on the data (masks) or it gathers (integer arrays)."""
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    if _is_advanced(idx):
+        key = _host_index(idx)
+        _note_sync("getitem", x)
+        try:
+            got = x.numpy()[key]
+        except IndexError as e:
+            raise IndexError(f"{e} (tensor of shape {x.shape})") from None
+        return _from_numpy(np.array(got, copy=True, order="C"), "getitem", x._device)
+    spec, out_shape = _basic_index(x, idx)
+    out = _slice_node(x, spec)
+    return reshape(out, out_shape)
+
+
+def _axis_mask(size: int, start: int, count: int, step: int) -> np.ndarray:
+    m = np.zeros(size, dtype=bool)
+    m[range(start, start + count * step, step) if count else []] = True
+    return m
+
+
+def _setitem(x: Tensor, idx, value) -> Tensor:
+    """The tensor `x` would be after ``x[idx] = value``, as a new graph node (functional):
+    where(mask, value placed at idx, x). Lazy for basic indices and for a boolean mask with a
+    scalar value; an integer-array index, or a mask with an array of values, realizes `x`."""
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    if isinstance(value, Tensor):
+        v = value
+    else:
+        v = _as_tensor_or_scalar(value, "setitem")
+        if not isinstance(v, Tensor):  # a Python scalar: x's dtype if it holds the kind
+            v = full((), v, x.dtype if np.can_cast(np.result_type(x.dtype, type(v)), x.dtype,
+                                                    "same_kind") else None)  # fmt: skip
+    if v.dtype != x.dtype:
+        if not np.can_cast(v.dtype, x.dtype, "same_kind"):
+            raise TypeError(f"setitem: cannot store {v.dtype} values into a {x.dtype} tensor")
+        v = astype(v, x.dtype)
+    if len(idx) == 1 and isinstance(idx[0], Tensor) and idx[0].dtype == dt.bool_:
+        mask = idx[0]
+        if mask.shape == x.shape and v.size == 1:
+            return where(mask, reshape(v, ()), x)
+    if _is_advanced(idx):
+        key = _host_index(idx)
+        _note_sync("setitem", x)
+        a = np.array(x.numpy(), copy=True)
+        try:
+            a[key] = v.numpy()
+        except (IndexError, ValueError) as e:
+            raise type(e)(f"setitem: {e} (tensor of shape {x.shape})") from None
+        return _from_numpy(a, "setitem", x._device)
+    spec, region = _basic_index(x, idx)
+    if builtins.any(c == 0 for _, c, _ in spec):
+        return x
+    try:
+        vb = broadcast_to(v, region)
+    except ValueError:
+        raise ValueError(f"setitem: value of shape {v.shape} cannot be broadcast to the indexed "
+                         f"region of shape {region}") from None  # fmt: skip
+    mask = None
+    for d, (start, count, step) in enumerate(spec):
+        if count == x.shape[d]:
+            continue  # the whole axis
+        m = _axis_mask(x.shape[d], start, count, step).reshape(
+            (1,) * d + (x.shape[d],) + (1,) * (x.ndim - d - 1))  # fmt: skip
+        mt = tensor(m)
+        mask = mt if mask is None else logical_and(mask, mt)
+    if v.size == 1:
+        placed = reshape(v, ())
+    else:  # move the values to their positions: flip negative steps, spread steps, pad
+        placed = reshape(vb, tuple(c for _, c, _ in spec))
+        for d, (start, count, step) in enumerate(spec):
+            if step < 0:
+                placed = flip(placed, d)
+                start, step = start + (count - 1) * step, -step
+            if step > 1:
+                w = [(0, 0)] * (placed.ndim + 1)
+                w[d + 1] = (0, step - 1)
+                spread = pad(expand_dims(placed, d + 1), w)
+                shp = list(placed.shape)
+                shp[d] = count * step
+                placed = reshape(spread, tuple(shp))
+                placed = _slice_node(
+                    placed, tuple((0, (count - 1) * step + 1 if k == d else s, 1)
+                                  for k, s in enumerate(placed.shape)))  # fmt: skip
+            w = [(0, 0)] * placed.ndim
+            w[d] = (start, x.shape[d] - start - placed.shape[d])
+            placed = pad(placed, w)
+    if mask is None:
+        return broadcast_to(placed, x.shape) if placed.shape != x.shape else placed
+    return where(mask, placed, x)
 
 
 # ----------------------------------------------------------------------------- copies
@@ -2059,6 +2290,10 @@ __all__ = [
     "floor_divide", "remainder", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
     "logical_and", "logical_or", "subtract", "multiply", "divide", "true_divide", "negative",
     "power", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "leaky_relu",
+    "isnan", "isinf", "isfinite", "signbit", "trunc", "square", "bitwise_invert", "log1p", "expm1",
+    "log2", "log10", "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
+    "copysign", "hypot", "logaddexp", "atan2",
     # reductions, linear algebra, shapes
     "where", "clip", "astype", "sum", "prod", "max", "min", "argmax", "argmin", "mean", "var",
     "std", "softmax", "log_softmax", "matmul", "dot", "reshape", "permute_dims", "transpose",

@@ -296,3 +296,230 @@ def test_dlpack_jax():
     np.testing.assert_array_equal(t.numpy(), np.asarray(j))
     back = jnp.from_dlpack((t * 3).realize())
     np.testing.assert_array_equal(np.asarray(back), np.asarray(j) * 3)
+
+
+# ----------------------------------------------------------------------------- operators
+
+
+def test_bitwise_operators(backend, check, data):
+    for dtype in ("int8", "int32", "int64", "bool"):
+        a, b = data.rand((7, 13), dtype, -50, 50), data.rand((7, 13), dtype, -50, 50)
+        ta, tb = lm.asarray(a), lm.asarray(b)
+        check(ta & tb, a & b)
+        check(ta | tb, a | b)
+        check(ta ^ tb, a ^ b)
+        check(~ta, ~a)
+        check(ta.T & 3 if dtype != "bool" else ta.T & True, a.T & (3 if dtype != "bool" else True))
+    a = data.rand((5, 6), "int32", -100, 100)
+    s = np.array([0, 1, 5, 31, 32, 40], np.int32)  # counts at and past the width: all out
+    check(lm.asarray(a) << lm.asarray(s), np.left_shift(a, s))
+    check(lm.asarray(a) >> lm.asarray(s), np.right_shift(a, s))
+    check(1 << lm.asarray(s[:4]), 1 << s[:4])
+    check(lm.asarray(a)[::-1] >> 2, a[::-1] >> 2)
+    with pytest.raises(TypeError, match="bitwise_and"):
+        lm.ones(2) & lm.ones(2)
+
+
+def test_inplace_operators_rebind(backend, check):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = lm.asarray(a)
+    y = x[1:]  # a view of the old node keeps its values
+    x += 1
+    x *= lm.asarray(np.float32([1, 2, 3, 4]))
+    x -= 0.5
+    x /= 2
+    x **= 2
+    want = (((a + 1) * np.float32([1, 2, 3, 4]) - 0.5) / 2) ** 2
+    check(x, want)
+    check(y, a[1:])
+    i = lm.arange(6)
+    i //= 4
+    i %= 3
+    i <<= 2
+    i |= 1
+    i ^= 3
+    i &= 6
+    i >>= 1
+    k = np.arange(6)
+    k //= 4
+    k %= 3
+    k <<= 2
+    k |= 1
+    k ^= 3
+    k &= 6
+    k >>= 1
+    check(i, k)
+    m = lm.asarray(np.eye(3, dtype=np.float32))
+    m @= lm.asarray(np.full((3, 3), 2, np.float32))
+    check(m, np.full((3, 3), 2, np.float32))
+    with pytest.raises(TypeError, match="cannot be stored"):
+        j = lm.arange(3)
+        j += 0.5
+    with pytest.raises(ValueError, match="shape"):
+        z = lm.ones(3)
+        z += lm.ones((2, 3))
+
+
+SET_CASES = [
+    (np.s_[1:3], "scalar"),
+    (np.s_[:, 2:11:3], "array"),
+    (np.s_[::-2, 4], "array"),
+    (np.s_[..., None, 3], "scalar"),
+    (np.s_[2], "array"),
+    (np.s_[4:0:-3, 10:0:-4], "array"),
+    (np.s_[:, :], "array"),
+    (np.s_[3:3], "scalar"),
+    (np.s_[-1, -1], "scalar"),
+]
+
+
+@pytest.mark.parametrize("idx,kind", SET_CASES, ids=[str(c[0]) for c in SET_CASES])
+def test_setitem_basic_is_lazy_and_functional(backend, check, idx, kind):
+    a = np.arange(60, dtype=np.float32).reshape(5, 12)
+    x = lm.asarray(a) * 1
+    before = x
+    keep = x.node
+    want = a.copy()
+    region = want[idx].shape
+    v = np.arange(np.prod(region), dtype=np.float32).reshape(region) - 100
+    if kind == "scalar":
+        x[idx] = -7.0
+        want[idx] = -7.0
+    else:
+        x[idx] = lm.asarray(v)
+        want[idx] = v
+    assert x is before and (x.node is not keep or 0 in region)  # rebound to a new node
+    assert not x.is_realized or (kind == "array" and region == a.shape)  # no realize
+    check(x, want)
+    check(lm.Tensor(keep), a)  # the old node is untouched
+
+
+def test_setitem_masks_and_integer_arrays(backend, check):
+    a = np.linspace(-3, 3, 35, dtype=np.float32).reshape(5, 7)
+    x = lm.asarray(a)
+    x[x < 0] = 0.0  # a mask with a scalar: lazy where()
+    assert not x.is_realized
+    b = a.copy()
+    b[b < 0] = 0
+    check(x, b)
+    x[lm.asarray([0, 4]), 1:3] = lm.asarray(np.float32([[1, 2], [3, 4]]))  # realizes
+    b[[0, 4], 1:3] = [[1, 2], [3, 4]]
+    check(x, b)
+    m = a > 1
+    x[m] = lm.asarray(np.arange(m.sum(), dtype=np.float32))
+    b[m] = np.arange(m.sum())
+    check(x, b)
+    i = lm.arange(5)
+    i[1] = 2  # same kind only (as the in-place operators)
+    check(i, np.array([0, 2, 2, 3, 4]))
+    with pytest.raises(TypeError, match="cannot store"):
+        i[1] = 2.0
+    with pytest.raises(TypeError, match="cannot store"):
+        i[1] = lm.asarray(2.5)
+    with pytest.raises(ValueError, match="broadcast"):
+        x[0] = lm.ones(3)
+    with pytest.raises(IndexError, match="out of bounds"):
+        x[9] = 1.0
+
+
+def test_advanced_getitem(backend, check):
+    a = np.arange(24, dtype=np.int32).reshape(4, 6)
+    x = lm.asarray(a) + 0
+    check(x[x % 3 == 0], a[a % 3 == 0])
+    check(x[lm.asarray([3, 0, 3])], a[[3, 0, 3]])
+    check(x[1:, lm.asarray([5, -1])], a[1:, [5, -1]])
+    check(x[np.array([True, False, True, False])], a[np.array([True, False, True, False])])
+    check(x[..., [0]], a[..., [0]])
+
+
+# ----------------------------------------------------------------------------- fusion
+
+
+NEW_UNARY = ["isnan", "isinf", "isfinite", "signbit", "trunc", "square", "log1p", "expm1", "log2",
+             "log10", "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan"]  # fmt: skip
+NEW_BINARY = ["copysign", "hypot", "logaddexp", "atan2"]
+
+
+@pytest.fixture(params=["ascend910", "ascend910b"])
+def spec(request):
+    lm.init_device(0, spec=request.param)
+    yield request.param
+    lm.init_device(0, spec="ascend910")
+
+
+def test_new_elementwise_functions_fuse_into_one_kernel(backend, check):
+    a = np.linspace(1.0, 3.0, 7 * 13, dtype=np.float32).reshape(7, 13)
+    x = lm.asarray(a)
+    out = x
+    want = a
+    for name in ("log1p", "expm1", "log2", "sinh", "asinh", "atan", "cosh", "log10"):
+        out = getattr(lm, name)(out)
+        want = getattr(
+            np, {"asinh": "arcsinh", "acosh": "arccosh", "atan": "arctan"}.get(name, name)
+        )(want)
+    out = lm.hypot(out, x) + lm.logaddexp(out, x) + lm.copysign(out, -x) + lm.atan2(out, x)
+    want = np.hypot(want, a) + np.logaddexp(want, a) + np.copysign(want, -a) + np.arctan2(want, a)
+    res = lm.where(lm.isfinite(out) & ~lm.signbit(out), out, lm.square(lm.trunc(out)))
+    (k,) = lm.schedule(res).kernels  # one Vector kernel, no AI CPU detour
+    assert "log1p" in k.ops and "hypot" in k.ops and "isfinite" in k.ops
+    want = np.where(np.isfinite(want) & ~np.signbit(want), want, np.square(np.trunc(want)))
+    check(res, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_new_functions_in_a_matmul_epilogue(backend, spec, check, dtype):
+    """A Cube epilogue (910) or the Vector kernel after it (910B) lowers every new function."""
+    rng = np.random.default_rng(1)
+    a = rng.uniform(0.1, 0.5, (9, 16)).astype(dtype)
+    w = rng.uniform(0.1, 0.5, (16, 5)).astype(dtype)
+    p = lm.asarray(a) @ lm.asarray(w)
+    pn = (a.astype(np.float32) @ w.astype(np.float32)).astype(dtype)
+    tol = dict(rtol=2e-3, atol=2e-3) if dtype == "float16" else dict(rtol=1e-5, atol=1e-6)
+    for name in NEW_UNARY:
+        ref = getattr(
+            np,
+            {
+                "asinh": "arcsinh",
+                "acosh": "arccosh",
+                "atanh": "arctanh",
+                "asin": "arcsin",
+                "acos": "arccos",
+                "atan": "arctan",
+            }.get(name, name),
+        )
+        x, xn = (p + 1, pn + 1) if name == "acosh" else (p, pn)
+        check(getattr(lm, name)(x), ref(xn), **tol)
+    for name in NEW_BINARY:
+        ref = getattr(np, {"atan2": "arctan2"}.get(name, name))
+        check(getattr(lm, name)(p, -p), ref(pn, -pn), **tol)
+
+
+SPECIAL = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 1e-30,
+                    -1e-30, 88.0, -88.0, 1e30, 710.0], np.float64)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_new_functions_special_cases(backend, check, dtype):
+    """The standard's special cases (NaN, +-inf, +-0, tiny and huge arguments, the edges of
+    the domains) as numpy computes them, for every new function."""
+    x = SPECIAL.astype(dtype)
+    t = lm.asarray(x)
+    with np.errstate(all="ignore"):
+        for name in NEW_UNARY:
+            ref = getattr(
+                np,
+                {
+                    "asinh": "arcsinh",
+                    "acosh": "arccosh",
+                    "atanh": "arctanh",
+                    "asin": "arcsin",
+                    "acos": "arccos",
+                    "atan": "arctan",
+                }.get(name, name),
+            )
+            check(getattr(lm, name)(t), ref(x), rtol=2e-3 if dtype == "float16" else None)
+        a, b = np.meshgrid(x, x)
+        ta, tb = lm.asarray(a), lm.asarray(b)
+        for name in NEW_BINARY:
+            ref = getattr(np, {"atan2": "arctan2"}.get(name, name))
+            check(getattr(lm, name)(ta, tb), ref(a, b), rtol=2e-3 if dtype == "float16" else None)

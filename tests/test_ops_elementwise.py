@@ -99,6 +99,26 @@ UNARY = {
     "ceil": (_exact(np.ceil), (-3, 3), False),
     "round": (_round, (-3, 3), False),
     "logical_not": (_exact(np.logical_not), (-2, 2), False),
+    # the Array API's (issue 16)
+    "isnan": (_exact(np.isnan), (-3, 3), False),
+    "isinf": (_exact(np.isinf), (-3, 3), False),
+    "isfinite": (_exact(np.isfinite), (-3, 3), False),
+    "signbit": (_exact(np.signbit), (-3, 3), False),
+    "trunc": (_exact(np.trunc), (-3, 3), False),
+    "square": (_exact(np.square), (-3, 3), False),
+    "bitwise_invert": (_exact(np.invert), (-3, 3), False),
+    "log1p": (_via_float64(np.log1p, np.log1p), (-0.9, 10), True),
+    "expm1": (_via_float64(np.expm1, np.expm1), (-5, 5), True),
+    "log2": (_via_float64(np.log2, np.log2), (0.1, 10), True),
+    "log10": (_via_float64(np.log10, np.log10), (0.1, 10), True),
+    "sinh": (_via_float64(np.sinh, np.sinh), (-5, 5), True),
+    "cosh": (_via_float64(np.cosh, np.cosh), (-5, 5), True),
+    "asinh": (_via_float64(np.arcsinh, np.arcsinh), (-5, 5), True),
+    "acosh": (_via_float64(np.arccosh, np.arccosh), (1, 10), True),
+    "atanh": (_via_float64(np.arctanh, np.arctanh), (-0.9, 0.9), True),
+    "asin": (_via_float64(np.arcsin, np.arcsin), (-1, 1), True),
+    "acos": (_via_float64(np.arccos, np.arccos), (-1, 1), True),
+    "atan": (_via_float64(np.arctan, np.arctan), (-5, 5), True),
 }
 
 
@@ -124,7 +144,8 @@ def test_unary(backend, check, data, op, dtype):
         with pytest.raises(TypeError, match=op):
             fn(lm.tensor(data.rand((2,), dtype, lo, hi)))
         return
-    cases = _cases(data, dtype, lo, hi, nonzero=op in ("reciprocal",))
+    layouts = op not in ISSUE16 or dtype in ("float32", "int32")
+    cases = _cases(data, dtype, lo, hi, nonzero=op in ("reciprocal",), layouts=layouts)
     outs = [fn(t) for _, _, t in cases]
     lm.realize(*outs)
     for (label, a, _), out in zip(cases, outs):
@@ -154,7 +175,13 @@ def test_unary_special_values(backend, check, op, dtype):
     """NaN, infinities and signed zeros behave as in numpy (NaN in -> NaN out, etc.)."""
     expected_fn, _, trans = UNARY[op]
     a = SPECIAL.astype(dtype)
-    check(getattr(lm, op)(lm.tensor(a)), expected_fn(a), **_tol(dtype, trans))
+    try:
+        want = expected_fn(a)
+    except TypeError:  # bitwise_invert has no float loop: rejected at the call
+        with pytest.raises(TypeError, match=op):
+            getattr(lm, op)(lm.tensor(a))
+        return
+    check(getattr(lm, op)(lm.tensor(a)), want, **_tol(dtype, trans))
 
 
 def test_logical_not_special_values(backend, check):
@@ -190,8 +217,17 @@ def _domains(op, da, db):
     return a_dom, b_dom, b_nonzero
 
 
-@pytest.mark.parametrize("da,db", PAIRS, ids=[f"{a}-{b}" for a, b in PAIRS])
-@pytest.mark.parametrize("op", sorted(BINARY))
+# issue 16's ops share the templates' dtype and layout handling with the ops above: they are
+# tested on every dtype and layout, but mixed-dtype promotion on two pairs only (CI time)
+ISSUE16 = {"isnan", "isinf", "isfinite", "signbit", "trunc", "square", "bitwise_invert", "log1p",
+           "expm1", "log2", "log10", "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos",
+           "atan", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
+           "bitwise_right_shift", "copysign", "hypot", "logaddexp", "atan2"}  # fmt: skip
+BINARY_CASES = [(op, da, db) for op in sorted(BINARY) for da, db in PAIRS
+                if op not in ISSUE16 or da == db or (da, db) in PAIRS[-2:]]  # fmt: skip
+
+
+@pytest.mark.parametrize("op,da,db", BINARY_CASES, ids=[f"{o}-{a}-{b}" for o, a, b in BINARY_CASES])
 def test_binary(backend, check, data, op, da, db):
     ufunc, fn = BINARY[op], getattr(lm, op)
     a_dom, b_dom, nz = _domains(op, da, db)
@@ -235,7 +271,12 @@ def test_binary_special_values(backend, check, op, dtype):
     propagation of maximum/minimum and numpy's floor_divide/remainder sign rules."""
     a, b = SPECIAL_A.astype(dtype), SPECIAL_B.astype(dtype)
     with np.errstate(all="ignore"):
-        want = BINARY[op](a, b)
+        try:
+            want = BINARY[op](a, b)
+        except TypeError:  # bitwise ops and shifts have no float loops: rejected at the call
+            with pytest.raises(TypeError, match=op):
+                getattr(lm, op)(lm.tensor(a), lm.tensor(b))
+            return
     check(getattr(lm, op)(lm.tensor(a), lm.tensor(b)), want, **_tol(dtype, op == "pow"))
 
 

@@ -176,6 +176,15 @@ def binary(op: str, a: np.ndarray, b: np.ndarray, dt: np.dtype) -> np.ndarray:
           "vmax": np.maximum, "vmin": np.minimum, "vand": np.bitwise_and, "vor": np.bitwise_or,
           "vxor": np.bitwise_xor, "vfloordiv": np.floor_divide, "vmod": np.remainder,
           "vpow": np.power}.get(op)  # fmt: skip
+    if op in ("vshl", "vshr") and k in "iu":
+        # numpy: a count outside [0, width) shifts every bit out
+        width = dt.itemsize * 8
+        out = (b < 0) | (b >= width)
+        safe = np.where(out, 0, b).astype(dt)
+        if op == "vshl":
+            return np.where(out, 0, np.left_shift(a, safe)).astype(dt)
+        full = np.zeros_like(a) if k == "u" else (a >> (width - 1))
+        return np.where(out, full, np.right_shift(a, safe)).astype(dt)
     if fn is None:
         raise NotImplementedError(f"vector binary {op}")
     return fn(a, b)
@@ -399,7 +408,11 @@ def _vargreduce(m: Machine, i: isa.VArgReduce) -> None:
 
 
 _HOST = {"sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "exp2": np.exp2,
-         "floor_divide": np.floor_divide, "remainder": np.remainder, "pow": np.power}  # fmt: skip
+         "floor_divide": np.floor_divide, "remainder": np.remainder, "pow": np.power,
+         "log1p": np.log1p, "expm1": np.expm1, "log2": np.log2, "log10": np.log10,
+         "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
+         "atanh": np.arctanh, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+         "atan2": np.arctan2, "hypot": np.hypot, "logaddexp": np.logaddexp}  # fmt: skip
 
 
 @register(isa.VHostMath)

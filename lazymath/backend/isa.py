@@ -243,9 +243,22 @@ class Ref:
 # Every vector instruction works on `n` contiguous elements of UB buffers (n is an IntExpr).
 # Operands of one instruction share a dtype unless the instruction converts.
 
-VECTOR_BINARY = ("vadd", "vsub", "vmul", "vdiv", "vmax", "vmin",
-                 "vand", "vor", "vxor",  # bitwise, integer/bool dtypes
-                 "vfloordiv", "vmod", "vpow")  # fmt: skip
+VECTOR_BINARY = (
+    "vadd",
+    "vsub",
+    "vmul",
+    "vdiv",
+    "vmax",
+    "vmin",
+    "vand",
+    "vor",
+    "vxor",  # bitwise, integer/bool dtypes
+    "vfloordiv",
+    "vmod",
+    "vpow",
+    "vshl",
+    "vshr",
+)  # fmt: skip  (shifts by a tile of counts: integer dtypes)
 VECTOR_SCALAR = ("vadds", "vmuls", "vmaxs", "vmins", "vshl", "vshr")  # dst = op(src, scalar)
 VECTOR_UNARY = ("vexp", "vln", "vabs", "vrelu", "vsqrt", "vrsqrt", "vrec", "vneg", "vnot",
                 "vfloor", "vceil", "vrint", "vtrunc", "vcopy")  # fmt: skip

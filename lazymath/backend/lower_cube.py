@@ -298,10 +298,42 @@ def emit_scalar_expr(
                 else b.not_(bits[0])
             )
             v = b.zext(r, lower_llvm.I8)
+        elif name in _SCALAR_NEW:
+            v = _scalar_new(ctx, name, dt, sdt, srcs)
         else:
             v = _float_special(ctx, name, dt, srcs[0], op.arg)
         vals.append(_round16(ctx, dt, v))
     return vals
+
+
+_SCALAR_NEW = frozenset(("isnan", "isinf", "isfinite", "signbit", "square", "copysign", "hypot",
+                         "logaddexp", "atan2", *lower_llvm.LIBM_UNARY))  # fmt: skip
+
+
+def _scalar_new(ctx: lower_llvm.LowerCtx, name: str, dt: str, sdt: list, xs: list) -> ir.Value:
+    """Issue 16's elementwise functions on scalar compute-type values (a Cube epilogue)."""
+    b = ctx.builder
+    x = xs[0]
+    k = np.dtype(sdt[0]).kind
+    if name in ("isnan", "isinf", "isfinite", "signbit"):
+        if k != "f":
+            return ir.Constant(lower_llvm.I8, int(name == "isfinite"))
+        t = x.type
+        if name == "isnan":
+            c = b.fcmp_unordered("uno", x, x)
+        elif name == "signbit":
+            bits = b.bitcast(x, ir.IntType(64 if t == lower_llvm.F64 else 32))
+            c = b.icmp_signed("<", bits, ir.Constant(bits.type, 0))
+        else:
+            a = ctx.call_intrinsic("fabs", t, x)
+            inf = ir.Constant(t, float("inf"))
+            c = b.fcmp_ordered("==" if name == "isinf" else "<", a, inf)
+        return b.zext(c, lower_llvm.I8)
+    if name == "square":
+        return lower_llvm.binary_op(ctx, "vmul", dt, x, x)
+    if name == "copysign":
+        return ctx.call_intrinsic("copysign", x.type, x, xs[1])
+    return lower_llvm.host_math(ctx, name, x.type, xs)
 
 
 def _float_special(ctx: lower_llvm.LowerCtx, name: str, dt: str, x: ir.Value, arg) -> ir.Value:

@@ -49,6 +49,7 @@ instructions in program order, which is the strongest ordering the flags could a
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -658,6 +659,17 @@ def binary_op(ctx: LowerCtx, op: str, dtype: str, x: ir.Value, y: ir.Value) -> i
         if f:
             return ctx.call_intrinsic("pow", x.type, x, y)
         return _int_pow(ctx, k, x, y)
+    if op in ("vshl", "vshr") and k in "iu":
+        # numpy: a count outside [0, width) shifts every bit out (LLVM would make it poison)
+        t = x.type
+        width = ir.Constant(t, t.width)
+        out = b.icmp_unsigned(">=", y, width)  # negative counts are huge unsigned
+        safe = b.select(out, ir.Constant(t, 0), y)
+        if op == "vshl":
+            return b.select(out, ir.Constant(t, 0), b.shl(x, safe))
+        if k == "u":
+            return b.select(out, ir.Constant(t, 0), b.lshr(x, safe))
+        return b.ashr(x, b.select(out, ir.Constant(t, t.width - 1), y))
     raise NotImplementedError(f"vector binary {op} on {dtype}")
 
 
@@ -1499,9 +1511,34 @@ def _vhostmath(ctx: LowerCtx, i: isa.VHostMath) -> Elem:
             return ctx.call_intrinsic("exp2", t, xs[0])
         if i.fn in ("floor_divide", "remainder"):
             return _float_divmod(ctx, xs[0], xs[1], "div" if i.fn == "floor_divide" else "mod")
-        raise NotImplementedError(f"host math function {i.fn}")
+        return host_math(ctx, i.fn, t, xs)
 
     return Elem(i.dst, tuple(i.srcs), i.n, fn)
+
+
+LIBM_UNARY = ("log1p", "expm1", "log2", "log10", "sinh", "cosh", "asinh", "acosh", "atanh",
+              "asin", "acos", "atan")  # fmt: skip
+LIBM_BINARY = ("atan2", "hypot")
+
+
+def host_math(ctx: LowerCtx, fn: str, t: ir.Type, xs) -> ir.Value:
+    """One element of a math function by the C library (float or double `t`): the fallback of
+    the composites vmath does not expand (issue 16's functions on float64, asin/acos/atan/atan2
+    on every float dtype), and the Cube epilogue's scalar form of them."""
+    b = ctx.builder
+    suffix = "f" if t == F32 else ""
+    if fn in LIBM_UNARY:
+        return b.call(ctx.libm(fn + suffix, t), [xs[0]])
+    if fn in LIBM_BINARY:
+        return b.call(ctx.libm(fn + suffix, t, 2), [xs[0], xs[1]])
+    if fn == "logaddexp":  # max + log1p(exp(-|a - b|)); a + log(2) where a == b
+        a, c = xs
+        mx = _maxmin(ctx, "f", "max", a, c)
+        d = b.fneg(ctx.call_intrinsic("fabs", t, b.fsub(a, c)))
+        e = b.call(ctx.native("vexp", "float64" if t == F64 else "float32"), [d])
+        r = b.fadd(mx, b.call(ctx.libm("log1p" + suffix, t), [e]))
+        return b.select(b.fcmp_ordered("==", a, c), b.fadd(a, ir.Constant(t, math.log(2))), r)
+    raise NotImplementedError(f"host math function {fn}")
 
 
 # Copies that are not fusible (2-D, converting, stride-0 writes) take the row loop / memcpy path.

@@ -289,8 +289,12 @@ def _log_tail(h: _Fn, f: ir.Value, k: ir.Value) -> ir.Value:
 
 # ============================================================================ part 2: composites
 COMPOSITE_OPS = ("sin", "cos", "tan", "tanh", "sigmoid", "exp2", "pow", "floor_divide",
-                 "remainder")  # fmt: skip
-_ARITY = {"pow": 2, "floor_divide": 2, "remainder": 2}
+                 "remainder", "log1p", "expm1", "log2", "log10", "sinh", "cosh", "asinh", "acosh",
+                 "atanh", "hypot", "logaddexp", "asin", "acos", "atan", "atan2")  # fmt: skip
+_ARITY = {"pow": 2, "floor_divide": 2, "remainder": 2, "hypot": 2, "logaddexp": 2, "atan2": 2}
+# no vector sequence yet (they need an arctangent polynomial): every dtype raises
+# NotImplementedError here, so the templates call the host libm inside the fused kernel
+HOST_ONLY = ("asin", "acos", "atan", "atan2")
 # float64 inputs: ops whose float64 sequence is exact enough; the rest raise NotImplementedError
 # so the caller falls back (host libm for trig/tanh, native vfloordiv/vmod/vpow for the others).
 _F64_OPS = ("sigmoid", "pow", "tanh")
@@ -527,6 +531,8 @@ def emit_composite(
         raise NotImplementedError(f"vmath {op}: dtype {dtype} (floats only)")
     if dtype == "float64" and op not in _F64_OPS:
         raise NotImplementedError(f"vmath {op}: float64 is left to the host fallback")
+    if op in HOST_ONLY:
+        raise NotImplementedError(f"vmath {op}: no vector sequence yet (host libm)")
     _check_srcs(op, srcs)
     cap = cap or b.tile
     if not cap:
@@ -1073,7 +1079,202 @@ def _op_remainder(s, dst, srcs, dt):
     _divmod32(s, dst, srcs, "mod")
 
 
+# ---------------------------------------------------------------------------- issue 16's
+# float16/float32 through float64: every input is exact in float64 and each formula below loses
+# a few float64 ulps at most, so one final rounding to float32 is faithful. float64 inputs go
+# to the host libm (these are not in _F64_OPS).
+_LN2 = math.log(2.0)
+
+
+def _log1p64(s: _Seq, x: isa.Ref) -> isa.Ref:
+    """log1p of float64 x (a fresh buffer): Kahan's log(u) * x / (u - 1), u = 1 + x; x where
+    u == 1 (tiny x), and log(u) itself where u is inf or 0 (x = inf, x = -1)."""
+    u = s.sc("vadds", x, 1.0)
+    lu = s.un("vln", u)
+    d = s.sc("vadds", u, -1.0)
+    r = s.bin("vdiv", x, d)
+    s.bin("vmul", r, lu, out=r)
+    m = s.cmps("eq", u, 1.0)
+    s.sel(m, x, r, out=r)
+    s.un("vabs", lu, out=d)
+    s.cmps("eq", d, math.inf, out=m)  # u = inf or u = 0: log(u) is the answer (+-inf)
+    s.sel(m, lu, r, out=r)
+    s.done(u, lu, d, m)
+    return r
+
+
+def _expm1_64(s: _Seq, x: isa.Ref) -> isa.Ref:
+    """expm1 of float64 x (a fresh buffer): Kahan's (u - 1) * x / log(u), u = exp(x); x where
+    u == 1, -1 where u - 1 == -1, u where u is inf (x = +inf, overflow); NaN propagates."""
+    u = s.un("vexp", x)
+    d = s.sc("vadds", u, -1.0)
+    lu = s.un("vln", u)
+    r = s.bin("vdiv", x, lu)
+    s.bin("vmul", r, d, out=r)
+    m = s.cmps("eq", u, 1.0)
+    s.sel(m, x, r, out=r)
+    s.cmps("eq", d, -1.0, out=m)
+    s.sel(m, d, r, out=r)
+    s.cmps("eq", u, math.inf, out=m)
+    s.sel(m, u, r, out=r)
+    s.done(u, d, lu, m)
+    return r
+
+
+def _wide(s: _Seq, srcs: tuple) -> tuple:
+    return tuple(s.conv(r, "float64") for r in srcs)
+
+
+def _narrow(s: _Seq, r: isa.Ref, dst: isa.Ref, *free: isa.Ref) -> None:
+    s.conv(r, dst.buf.dtype, out=dst)
+    s.done(r, *free)
+
+
+def _op_log1p(s, dst, srcs, dt):
+    (x,) = _wide(s, srcs)
+    _narrow(s, _log1p64(s, x), dst, x)
+
+
+def _op_expm1(s, dst, srcs, dt):
+    (x,) = _wide(s, srcs)
+    _narrow(s, _expm1_64(s, x), dst, x)
+
+
+def _scaled_log(scale: float):
+    def op(s, dst, srcs, dt):
+        (x,) = _wide(s, srcs)
+        s.un("vln", x, out=x)
+        s.sc("vmuls", x, scale, out=x)
+        s.conv(x, dst.buf.dtype, out=dst)
+        s.done(x)
+
+    return op
+
+
+def _op_sinh(s, dst, srcs, dt):
+    """sign(x) * (E + E / (E + 1)) / 2, E = expm1(|x|) >= 0: no cancellation near 0; inf where
+    exp overflows (E = inf); -0.0 and NaN keep themselves."""
+    (x,) = _wide(s, srcs)
+    a = s.un("vabs", x)
+    e = _expm1_64(s, a)
+    t = s.sc("vadds", e, 1.0)
+    s.bin("vdiv", e, t, out=t)
+    s.bin("vadd", t, e, out=t)
+    s.sc("vmuls", t, 0.5, out=t)
+    m = s.cmps("eq", e, math.inf)
+    s.sel(m, e, t, out=t)
+    s.cmps("lt", x, 0.0, out=m)
+    s.un("vneg", t, out=e)
+    s.sel(m, e, t, out=t)
+    s.done(m, a)
+    _narrow(s, t, dst, x, e)
+
+
+def _op_cosh(s, dst, srcs, dt):
+    """(exp(|x|) + 1 / exp(|x|)) / 2 (no cancellation); inf where exp overflows."""
+    (x,) = _wide(s, srcs)
+    s.un("vabs", x, out=x)
+    e = s.un("vexp", x)
+    r = s.un("vrec", e)
+    s.bin("vadd", r, e, out=r)
+    s.sc("vmuls", r, 0.5, out=r)
+    _narrow(s, r, dst, x, e)
+
+
+def _op_asinh(s, dst, srcs, dt):
+    """sign(x) * log1p(|x| + x^2 / (1 + sqrt(1 + x^2))) (float32 squares cannot overflow in
+    float64); -0.0 and NaN keep themselves."""
+    (x,) = _wide(s, srcs)
+    a = s.un("vabs", x)
+    q = s.bin("vmul", a, a)
+    t = s.sc("vadds", q, 1.0)
+    s.un("vsqrt", t, out=t)
+    s.sc("vadds", t, 1.0, out=t)
+    s.bin("vdiv", q, t, out=q)
+    s.bin("vadd", q, a, out=q)
+    big = s.cmps("eq", a, math.inf)  # x^2 / (1 + sqrt(1 + x^2)) is inf/inf for |x| = inf
+    s.sel(big, a, q, out=q)
+    r = _log1p64(s, q)
+    neg = s.cmps("lt", x, 0.0)
+    nr = s.un("vneg", r)
+    s.sel(neg, nr, r, out=r)
+    z = s.cmps("eq", x, 0.0)  # keeps -0.0
+    s.sel(z, x, r, out=r)
+    s.done(a, q, t, big, neg, nr, z)
+    _narrow(s, r, dst, x)
+
+
+def _op_acosh(s, dst, srcs, dt):
+    """log1p((x - 1) + sqrt((x - 1) * (x + 1))): both factors exact in float64; NaN below 1."""
+    (x,) = _wide(s, srcs)
+    a = s.sc("vadds", x, -1.0)
+    b = s.sc("vadds", x, 1.0)
+    s.bin("vmul", b, a, out=b)
+    s.un("vsqrt", b, out=b)
+    s.bin("vadd", b, a, out=b)
+    r = _log1p64(s, b)
+    _narrow(s, r, dst, x, a, b)
+
+
+def _op_atanh(s, dst, srcs, dt):
+    """log1p(2x / (1 - x)) / 2: +-inf at +-1, NaN beyond, -0.0 kept."""
+    (x,) = _wide(s, srcs)
+    d = s.un("vneg", x)
+    s.sc("vadds", d, 1.0, out=d)
+    t = s.bin("vadd", x, x)
+    s.bin("vdiv", t, d, out=t)
+    r = _log1p64(s, t)
+    s.sc("vmuls", r, 0.5, out=r)
+    _narrow(s, r, dst, x, d, t)
+
+
+def _op_hypot(s, dst, srcs, dt):
+    """sqrt(a^2 + b^2) in float64 (float32 squares neither overflow nor lose bits); inf if
+    either is infinite, even with a NaN (C99)."""
+    a, b = _wide(s, srcs)
+    s.un("vabs", a, out=a)
+    s.un("vabs", b, out=b)
+    r = s.bin("vmul", a, a)
+    t = s.bin("vmul", b, b)
+    s.bin("vadd", r, t, out=r)
+    s.un("vsqrt", r, out=r)
+    m = s.cmps("eq", a, math.inf)
+    s.sel(m, a, r, out=r)
+    s.cmps("eq", b, math.inf, out=m)
+    s.sel(m, b, r, out=r)
+    s.done(m, t)
+    _narrow(s, r, dst, a, b)
+
+
+def _op_logaddexp(s, dst, srcs, dt):
+    """max(a, b) + log1p(exp(-|a - b|)); a + log(2) where a == b (also both infinite)."""
+    a, b = _wide(s, srcs)
+    mx = s.bin("vmax", a, b)
+    d = s.bin("vsub", a, b)
+    s.un("vabs", d, out=d)
+    s.un("vneg", d, out=d)
+    s.un("vexp", d, out=d)
+    r = _log1p64(s, d)
+    s.bin("vadd", r, mx, out=r)
+    eq = s.cmp("eq", a, b)
+    s.sc("vadds", a, _LN2, out=d)
+    s.sel(eq, d, r, out=r)
+    s.done(eq, mx)
+    _narrow(s, r, dst, a, b, d)
+
+
 _OPS = {
+    "log1p": _op_log1p,
+    "expm1": _op_expm1,
+    "log2": _scaled_log(1.0 / _LN2),
+    "log10": _scaled_log(1.0 / math.log(10.0)),
+    "sinh": _op_sinh,
+    "cosh": _op_cosh,
+    "asinh": _op_asinh,
+    "acosh": _op_acosh,
+    "atanh": _op_atanh,
+    "hypot": _op_hypot,
+    "logaddexp": _op_logaddexp,
     "sin": _op_sin,
     "cos": _op_cos,
     "tan": _op_tan,

@@ -32,7 +32,10 @@ PREFIX = "lazymath_vm_"
 CELL_PREFIX = "lazymath_vmp_"
 # == vmath.COMPOSITE_OPS / vmath._F64_OPS (a test checks): the plan below runs on the warm path,
 # which must not import vmath (llvmlite.ir and the interpreter/cost tables)
-CALL_OPS = ("sin", "cos", "tan", "tanh", "sigmoid", "exp2", "pow", "floor_divide", "remainder")
+CALL_OPS = ("sin", "cos", "tan", "tanh", "sigmoid", "exp2", "pow", "floor_divide", "remainder",
+            "log1p", "expm1", "log2", "log10", "sinh", "cosh", "asinh", "acosh", "atanh", "hypot",
+            "logaddexp", "asin", "acos", "atan", "atan2")  # fmt: skip
+HOST_ONLY = ("asin", "acos", "atan", "atan2")  # == vmath.HOST_ONLY: the host libm, never called
 F64_OPS = ("sigmoid", "pow", "tanh")
 INLINE_MAX = 2  # a kernel with at most this many composite ops inlines them (see `call_plan`)
 _FLOATS = ("float16", "float32", "float64")
@@ -46,7 +49,7 @@ def _composites_in(ir) -> list[str]:
         if not (isinstance(v, tuple) and v and hasattr(v[0], "srcs") and hasattr(v[0], "op")):
             continue
         for o in v:
-            if o.op in CALL_OPS and o.dtype in _FLOATS:
+            if o.op in CALL_OPS and o.dtype in _FLOATS and o.op not in HOST_ONLY:
                 if o.dtype != "float64" or o.op in F64_OPS:
                     out.append(o.op)
     return out

@@ -246,6 +246,28 @@ class Op(str, enum.Enum):
     ROUND = OpInfo("round", 1, EW, U(np.rint), np.rint, CHEAP, Native("vrint"), inplace=True)
     LOGICAL_NOT = OpInfo("logical_not", 1, EW, U(np.logical_not, bool_inputs=True),
                          np.logical_not, CHEAP, Emitted(), inplace=True)  # fmt: skip
+    # the Array API's elementwise functions (issue 16)
+    ISNAN = OpInfo("isnan", 1, EW, U(np.isnan), np.isnan, CHEAP, Emitted())
+    ISINF = OpInfo("isinf", 1, EW, U(np.isinf), np.isinf, CHEAP, Emitted())
+    ISFINITE = OpInfo("isfinite", 1, EW, U(np.isfinite), np.isfinite, CHEAP, Emitted())
+    SIGNBIT = OpInfo("signbit", 1, EW, U(np.signbit), np.signbit, CHEAP, Emitted())
+    TRUNC = OpInfo("trunc", 1, EW, U(np.trunc), np.trunc, CHEAP, Native("vtrunc"), inplace=True)
+    SQUARE = OpInfo("square", 1, EW, U(np.square), np.square, CHEAP, Emitted())
+    BITWISE_INVERT = OpInfo("bitwise_invert", 1, EW, U(np.invert), np.invert, CHEAP,
+                            Native("vnot"), inplace=True)  # fmt: skip
+    LOG1P = OpInfo("log1p", 1, EW, U(np.log1p), np.log1p, TRANSC, Composite("log1p"))
+    EXPM1 = OpInfo("expm1", 1, EW, U(np.expm1), np.expm1, TRANSC, Composite("expm1"))
+    LOG2 = OpInfo("log2", 1, EW, U(np.log2), np.log2, TRANSC, Composite("log2"))
+    LOG10 = OpInfo("log10", 1, EW, U(np.log10), np.log10, TRANSC, Composite("log10"))
+    SINH = OpInfo("sinh", 1, EW, U(np.sinh), np.sinh, TRANSC, Composite("sinh"))
+    COSH = OpInfo("cosh", 1, EW, U(np.cosh), np.cosh, TRANSC, Composite("cosh"))
+    ASINH = OpInfo("asinh", 1, EW, U(np.arcsinh), np.arcsinh, TRANSC, Composite("asinh"))
+    ACOSH = OpInfo("acosh", 1, EW, U(np.arccosh), np.arccosh, TRANSC, Composite("acosh"))
+    ATANH = OpInfo("atanh", 1, EW, U(np.arctanh), np.arctanh, TRANSC, Composite("atanh"))
+    # no vector sequence yet: the host libm computes these inside the fused kernel
+    ASIN = OpInfo("asin", 1, EW, U(np.arcsin), np.arcsin, TRANSC, Composite("asin"))
+    ACOS = OpInfo("acos", 1, EW, U(np.arccos), np.arccos, TRANSC, Composite("acos"))
+    ATAN = OpInfo("atan", 1, EW, U(np.arctan), np.arctan, TRANSC, Composite("atan"))
 
     # --- elementwise, binary
     ADD = OpInfo("add", 2, EW, U(np.add), np.add, CHEAP, Native("vadd"), inplace=True)
@@ -272,6 +294,23 @@ class Op(str, enum.Enum):
                          np.logical_and, CHEAP, Emitted())  # fmt: skip
     LOGICAL_OR = OpInfo("logical_or", 2, EW, U(np.logical_or, bool_inputs=True),
                         np.logical_or, CHEAP, Emitted())  # fmt: skip
+    # the Array API's (issue 16)
+    BITWISE_AND = OpInfo("bitwise_and", 2, EW, U(np.bitwise_and), np.bitwise_and, CHEAP,
+                         Native("vand"), inplace=True)  # fmt: skip
+    BITWISE_OR = OpInfo("bitwise_or", 2, EW, U(np.bitwise_or), np.bitwise_or, CHEAP,
+                        Native("vor"), inplace=True)  # fmt: skip
+    BITWISE_XOR = OpInfo("bitwise_xor", 2, EW, U(np.bitwise_xor), np.bitwise_xor, CHEAP,
+                         Native("vxor"), inplace=True)  # fmt: skip
+    # a count >= the width (or negative) shifts every bit out, like numpy
+    BITWISE_LEFT_SHIFT = OpInfo("bitwise_left_shift", 2, EW, U(np.left_shift), np.left_shift,
+                                CHEAP, Native("vshl"))  # fmt: skip
+    BITWISE_RIGHT_SHIFT = OpInfo("bitwise_right_shift", 2, EW, U(np.right_shift),
+                                 np.right_shift, CHEAP, Native("vshr"))  # fmt: skip
+    COPYSIGN = OpInfo("copysign", 2, EW, U(np.copysign), np.copysign, CHEAP, Emitted())
+    HYPOT = OpInfo("hypot", 2, EW, U(np.hypot), np.hypot, DIVIDE, Composite("hypot"))
+    LOGADDEXP = OpInfo("logaddexp", 2, EW, U(np.logaddexp), np.logaddexp, TRANSC,
+                       Composite("logaddexp"))  # fmt: skip
+    ATAN2 = OpInfo("atan2", 2, EW, U(np.arctan2), np.arctan2, TRANSC, Composite("atan2"))
 
     # --- elementwise, other (dtype rule in the binding): where(cond: bool, a, b), cast
     WHERE = OpInfo("where", 3, EW, None, np.where, CHEAP, Emitted())

@@ -412,11 +412,28 @@ class ExprEmitter:
             return
         if name == "sign":
             return self._sign(dst, srcs[0], dt)
-        if name in _COMPOSITE and k == "f":
+        if name in _FLOAT_TESTS:
+            return self._float_test(name, dst, t(srcs[0], src_dtypes[0]), src_dtypes[0])
+        if name == "square":
             x = t(srcs[0], src_dtypes[0])
-            if self._composite(name, dst, (x,), dt):
+            b.emit(isa.VBinary(_binary_native("mul", k), dst, x, x, n))
+            return
+        if name == "copysign":  # where(signbit(y), -|x|, |x|)
+            x, y = t(srcs[0], src_dtypes[0]), t(srcs[1], src_dtypes[1])
+            m = self.pool.get("bool")
+            self._float_test("signbit", m, y, src_dtypes[1])
+            ax, nx = self.pool.get(dt), self.pool.get(dt)
+            b.emit(isa.VUnary("vabs", ax, x, n))
+            b.emit(isa.VUnary("vneg", nx, ax, n))
+            b.emit(isa.VSel(dst, m, nx, ax, n))
+            for r in (m, ax, nx):
+                self.pool.put(r)
+            return
+        if name in _COMPOSITE and k == "f":
+            xs = tuple(t(s, d) for s, d in zip(srcs, src_dtypes))
+            if self._composite(name, dst, xs, dt):
                 return
-            b.emit(isa.VHostMath(name, dst, (x,), n))
+            b.emit(isa.VHostMath(name, dst, xs, n))
             return
         raise NotImplementedError(f"scalar op {name!r} on {dt} has no vector lowering")
 
@@ -493,6 +510,34 @@ class ExprEmitter:
         else:
             b.emit(isa.VConv(dst, src, n, "trunc"))
 
+    def _float_test(self, name: str, dst, x, sdt: str) -> None:
+        """isnan / isinf / isfinite / signbit of `x` (dtype `sdt`) into the bool tile `dst`;
+        integers are never NaN or infinite (signbit's rule casts them to float first)."""
+        b, n = self.b, self.n
+        if np.dtype(sdt).kind != "f":
+            b.vdup(dst, 1 if name == "isfinite" else 0, n)
+            return
+        if name == "isnan":
+            b.emit(isa.VCmp("ne", dst, x, x, n))
+            return
+        if name == "signbit":  # the sign bit as an integer's: also -0.0 and -NaN
+            src = x
+            if sdt == "float16":  # widening keeps the sign bit (NaN included)
+                src = self.pool.get("float32")
+                b.emit(isa.VConv(src, x, n))
+            wide = src.buf.dtype
+            bits = self.pool.get("int64" if wide == "float64" else "int32")
+            b.emit(isa.VConv(bits, src, n, "bits"))
+            b.emit(isa.VCmpS("lt", dst, bits, 0, n))
+            self.pool.put(bits)
+            if src is not x:
+                self.pool.put(src)
+            return
+        a = self.pool.get(sdt)
+        b.emit(isa.VUnary("vabs", a, x, n))
+        b.emit(isa.VCmpS("eq" if name == "isinf" else "lt", dst, a, math.inf, n))
+        self.pool.put(a)
+
     def _sign(self, dst, x, dt: str) -> None:
         b, n = self.b, self.n
         k = np.dtype(dt).kind
@@ -524,7 +569,12 @@ _CMPS = COMPARISONS
 _SWAP = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 
 
+_FLOAT_TESTS = ("isnan", "isinf", "isfinite", "signbit")
+
+
 def _binary_native(name: str, kind: str) -> str:
+    if kind == "b" and _BINARY_NATIVE.get(name) in ("vand", "vor", "vxor"):
+        return _BINARY_NATIVE[name]  # bitwise_and/or/xor of bools
     if kind == "b":  # bool: the logical instruction with the same truth table
         return {"add": "vor", "mul": "vand", "maximum": "vor", "minimum": "vand",
                 "sub": "vxor", "div": "vdiv"}[name]  # fmt: skip
