@@ -11,11 +11,15 @@ defines a result; mixed-kind operations the standard leaves undefined follow num
 
 from __future__ import annotations
 
+import builtins
+import math
+import operator
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import dtypes as dt
+from . import tensor as T
 from .tensor import Tensor, _current_device
 
 __array_api_version__ = "2024.12"
@@ -101,7 +105,7 @@ def isdtype(dtype, kind) -> bool:
     if d is None:
         raise TypeError("isdtype: expected a dtype, got a tensor (pass x.dtype)")
     if isinstance(kind, tuple):
-        return any(isdtype(d, k) for k in kind)
+        return builtins.any(isdtype(d, k) for k in kind)
     if isinstance(kind, str):
         if kind not in _KINDS:
             raise ValueError(f"isdtype: unknown kind {kind!r}; one of {', '.join(_KINDS)}")
@@ -195,5 +199,760 @@ def __array_namespace_info__() -> _Info:
     return _Info()
 
 
+# ----------------------------------------------------------------------------- helpers
+
+
+def _t(x, who: str) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (bool, int, float, complex)):
+        raise TypeError(f"{who}: expected a tensor, got a Python {type(x).__name__}")
+    return T.asarray(x)
+
+
+def _axis1(axis, ndim: int, who: str) -> int:
+    return T._axes(axis, ndim, who)[0]
+
+
+def _host(x: Tensor, who: str) -> np.ndarray:
+    """The realized value of `x` for a function that computes on the host (an implicit sync,
+    counted like bool(t))."""
+    T._note_sync(who, x)
+    return x.numpy()
+
+
+def _from_host(a, like: Tensor | None = None) -> Tensor:
+    arr = np.array(a, copy=True, order="C")
+    return T._from_numpy(arr, "lazymath", like._device if like is not None else None)
+
+
+# ----------------------------------------------------------------------------- elementwise extras
+
+
+def positive(x, /) -> Tensor:
+    """+x (a new handle on the same values)."""
+    x = _t(x, "positive")
+    if x.dtype == dt.bool_:
+        raise TypeError("positive: not supported for bool tensors")
+    return T.astype(x, x.dtype, copy=True)
+
+
+def logical_xor(x1, x2, /) -> Tensor:
+    """Elementwise x1 != x2 of the truth values (numpy.logical_xor)."""
+    a = x1 if not isinstance(x1, Tensor) else T.astype(x1, dt.bool_, copy=False)
+    b = x2 if not isinstance(x2, Tensor) else T.astype(x2, dt.bool_, copy=False)
+    return T.ne(a if isinstance(a, Tensor) else builtins.bool(a),
+                b if isinstance(b, Tensor) else builtins.bool(b))  # fmt: skip
+
+
+def conj(x, /) -> Tensor:
+    """Complex conjugate: the input itself for real tensors; complex tensors (AI CPU dtypes)
+    are conjugated on the host at the call."""
+    x = _t(x, "conj")
+    if not dt.is_complex(x.dtype):
+        return x
+    return _from_host(np.conj(_host(x, "conj")), x)
+
+
+def real(x, /) -> Tensor:
+    """The real part (float32 of complex64, float64 of complex128); real tensors unchanged.
+    Complex tensors are read on the host at the call."""
+    x = _t(x, "real")
+    if not dt.is_complex(x.dtype):
+        return x
+    return _from_host(np.real(_host(x, "real")), x)
+
+
+def imag(x, /) -> Tensor:
+    x = _t(x, "imag")
+    if not dt.is_complex(x.dtype):
+        raise TypeError(f"imag: expected a complex tensor, got {x.dtype}")
+    return _from_host(np.imag(_host(x, "imag")), x)
+
+
+def nextafter(x1, x2, /) -> Tensor:
+    """The next representable value after x1 toward x2 (computed on the host at the call)."""
+    a, b = _t(x1, "nextafter"), _t(x2, "nextafter")
+    if a.dtype.kind != "f" or b.dtype.kind != "f":
+        raise TypeError("nextafter: real floating tensors only")
+    out = result_type(a, b)
+    return _from_host(np.nextafter(_host(a, "nextafter").astype(out),
+                                   _host(b, "nextafter").astype(out)), a)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- reductions
+
+
+def any(x, /, *, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Whether any element (along `axis`) is nonzero; False over an empty axis. Lazy."""
+    x = _t(x, "any")
+    nz = T.astype(x, dt.bool_, copy=False)
+    return T.gt(T.sum(T.astype(nz, dt.int64), axis, keepdims), 0)
+
+
+def all(x, /, *, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Whether every element (along `axis`) is nonzero; True over an empty axis. Lazy."""
+    x = _t(x, "all")
+    z = T.logical_not(T.astype(x, dt.bool_, copy=False))
+    return T.eq(T.sum(T.astype(z, dt.int64), axis, keepdims), 0)
+
+
+def count_nonzero(x, /, *, axis=None, keepdims: bool = False) -> Tensor:
+    """Number of nonzero elements along `axis` (int64). Lazy."""
+    x = _t(x, "count_nonzero")
+    return T.sum(T.astype(T.astype(x, dt.bool_, copy=False), dt.int64), axis, keepdims)
+
+
+def _cumulative(name: str, x, axis, dtype, include_initial: bool) -> Tensor:
+    x = _t(x, name)
+    if axis is None:
+        if x.ndim > 1:
+            raise ValueError(f"{name}: axis is required for tensors of more than one dimension")
+        axis = 0
+    if x.ndim == 0:
+        raise ValueError(f"{name}: a 0-d tensor has no axis to accumulate along")
+    ax = _axis1(axis, x.ndim, name)
+    if dtype is None:
+        dtype = T.sum(T.zeros((1,), x.dtype)).dtype  # the sum's accumulator dtype
+    a = _host(x, name).astype(dt.as_dtype(dtype))
+    fn = np.cumsum if name == "cumulative_sum" else np.cumprod
+    r = fn(a, axis=ax)
+    if include_initial:
+        shape = list(a.shape)
+        shape[ax] = 1
+        r = np.concatenate([np.full(shape, 0 if name == "cumulative_sum" else 1, r.dtype), r],
+                           axis=ax)  # fmt: skip
+    return _from_host(r, x)
+
+
+def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial: bool = False) -> Tensor:
+    """Running sum along `axis`. Computed on the host at the call (it realizes x); not yet a
+    Vector kernel."""
+    return _cumulative("cumulative_sum", x, axis, dtype, include_initial)
+
+
+def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial: bool = False) -> Tensor:
+    """Running product along `axis`. Computed on the host at the call (it realizes x)."""
+    return _cumulative("cumulative_prod", x, axis, dtype, include_initial)
+
+
+# ----------------------------------------------------------------------------- sorting, searching
+
+
+def _argsort_host(a: np.ndarray, ax: int, descending: bool) -> np.ndarray:
+    """Stable sort order: ties keep their order, also descending (the reversed stable sort
+    of the reversed array, re-indexed)."""
+    if not descending:
+        return np.argsort(a, axis=ax, kind="stable").astype(np.int64)
+    n = a.shape[ax]
+    idx = np.argsort(np.flip(a, ax), axis=ax, kind="stable")
+    return (n - 1 - np.flip(idx, ax)).astype(np.int64)
+
+
+def sort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
+    """Sorted copy along `axis` (NaNs last, as numpy). Computed on the host at the call (it
+    realizes x); not yet a Vector kernel."""
+    x = _t(x, "sort")
+    if x.ndim == 0:
+        raise ValueError("sort: a 0-d tensor has no axis")
+    ax = _axis1(axis, x.ndim, "sort")
+    a = _host(x, "sort")
+    if not descending:
+        return _from_host(np.sort(a, axis=ax, kind="stable"), x)
+    return _from_host(np.take_along_axis(a, _argsort_host(a, ax, True), ax), x)
+
+
+def argsort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
+    """Indices that sort `x` along `axis` (int64; stable: ties keep their order, also
+    descending). Computed on the host at the call (it realizes x)."""
+    x = _t(x, "argsort")
+    if x.ndim == 0:
+        raise ValueError("argsort: a 0-d tensor has no axis")
+    ax = _axis1(axis, x.ndim, "argsort")
+    return _from_host(_argsort_host(_host(x, "argsort"), ax, descending), x)
+
+
+def searchsorted(x1, x2, /, *, side: str = "left", sorter=None) -> Tensor:
+    """Insertion indices of x2 into the sorted 1-d x1 (int64). Computed on the host at the
+    call (it realizes both)."""
+    a, v = _t(x1, "searchsorted"), _t(x2, "searchsorted")
+    if a.ndim != 1:
+        raise ValueError(f"searchsorted: x1 must be 1-d, got shape {a.shape}")
+    if side not in ("left", "right"):
+        raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
+    s = None if sorter is None else _host(_t(sorter, "searchsorted"), "searchsorted")
+    r = np.searchsorted(_host(a, "searchsorted"), _host(v, "searchsorted"), side=side, sorter=s)
+    return _from_host(np.asarray(r, dtype=np.int64), v)
+
+
+def nonzero(x, /) -> tuple:
+    """Indices of the nonzero elements, one int64 tensor per axis. The output shape depends on
+    the data: it realizes x at the call."""
+    x = _t(x, "nonzero")
+    if x.ndim == 0:
+        raise ValueError("nonzero: 0-d tensors are not allowed (the standard's rule)")
+    return tuple(_from_host(i.astype(np.int64), x) for i in np.nonzero(_host(x, "nonzero")))
+
+
+def _unique(x, who: str):
+    x = _t(x, who)
+    a = _host(x, who).reshape(-1)
+    vals, idx, inv, counts = np.unique(a, return_index=True, return_inverse=True,
+                                       return_counts=True, equal_nan=False)  # fmt: skip
+    return x, vals, idx, inv, counts
+
+
+class UniqueAllResult(tuple):
+    __slots__ = ()
+    values = property(lambda s: s[0])
+    indices = property(lambda s: s[1])
+    inverse_indices = property(lambda s: s[2])
+    counts = property(lambda s: s[3])
+
+
+class UniqueCountsResult(tuple):
+    __slots__ = ()
+    values = property(lambda s: s[0])
+    counts = property(lambda s: s[1])
+
+
+class UniqueInverseResult(tuple):
+    __slots__ = ()
+    values = property(lambda s: s[0])
+    inverse_indices = property(lambda s: s[1])
+
+
+def unique_all(x, /) -> UniqueAllResult:
+    """values, first indices, inverse indices (x's shape), counts. Data-dependent: realizes x."""
+    x, v, i, inv, c = _unique(x, "unique_all")
+    return UniqueAllResult((_from_host(v, x), _from_host(i.astype(np.int64), x),
+                            _from_host(inv.reshape(x.shape).astype(np.int64), x),
+                            _from_host(c.astype(np.int64), x)))  # fmt: skip
+
+
+def unique_counts(x, /) -> UniqueCountsResult:
+    """values and counts. Data-dependent: realizes x."""
+    x, v, _, _, c = _unique(x, "unique_counts")
+    return UniqueCountsResult((_from_host(v, x), _from_host(c.astype(np.int64), x)))
+
+
+def unique_inverse(x, /) -> UniqueInverseResult:
+    """values and inverse indices (x's shape). Data-dependent: realizes x."""
+    x, v, _, inv, _ = _unique(x, "unique_inverse")
+    return UniqueInverseResult(
+        (_from_host(v, x), _from_host(inv.reshape(x.shape).astype(np.int64), x))
+    )
+
+
+def unique_values(x, /) -> Tensor:
+    """The distinct values, sorted. Data-dependent: realizes x."""
+    x, v, *_ = _unique(x, "unique_values")
+    return _from_host(v, x)
+
+
+# ----------------------------------------------------------------------------- indexing
+
+
+def take(x, indices, /, *, axis=None) -> Tensor:
+    """Elements of x at integer `indices` along `axis` (1-d x may omit it). A gather: computed
+    on the host at the call (it realizes x and the indices)."""
+    x, i = _t(x, "take"), _t(indices, "take")
+    if i.dtype.kind not in "iu":
+        raise IndexError(f"take: indices must be integers, got {i.dtype}")
+    if axis is None:
+        if x.ndim != 1:
+            raise ValueError("take: axis is required for tensors of more than one dimension")
+        axis = 0
+    ax = _axis1(axis, x.ndim, "take")
+    try:
+        r = np.take(_host(x, "take"), _host(i, "take"), axis=ax)
+    except IndexError as e:
+        raise IndexError(f"take: {e}") from None
+    return _from_host(r, x)
+
+
+def take_along_axis(x, indices, /, *, axis: int = -1) -> Tensor:
+    """Gather along `axis` with an index tensor of x's rank. Realizes both at the call."""
+    x, i = _t(x, "take_along_axis"), _t(indices, "take_along_axis")
+    if i.dtype.kind not in "iu" or i.ndim != x.ndim:
+        raise IndexError("take_along_axis: indices must be integers of x's rank")
+    ax = _axis1(axis, x.ndim, "take_along_axis")
+    try:
+        r = np.take_along_axis(_host(x, "take_along_axis"), _host(i, "take_along_axis"), ax)
+    except (IndexError, ValueError) as e:
+        raise IndexError(f"take_along_axis: {e}") from None
+    return _from_host(r, x)
+
+
+# ----------------------------------------------------------------------------- manipulation
+
+
+def moveaxis(x, source, destination, /) -> Tensor:
+    """Move axes to new positions (a lazy permutation)."""
+    x = _t(x, "moveaxis")
+    src = (source,) if isinstance(source, int) else tuple(source)
+    dst = (destination,) if isinstance(destination, int) else tuple(destination)
+    if len(src) != len(dst):
+        raise ValueError("moveaxis: source and destination need the same number of axes")
+    src = [T._axes(a, x.ndim, "moveaxis")[0] for a in src]
+    dst = [T._axes(a, x.ndim, "moveaxis")[0] for a in dst]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ValueError("moveaxis: repeated axis")
+    order = [a for a in range(x.ndim) if a not in src]
+    for d, s_ in sorted(zip(dst, src)):
+        order.insert(d, s_)
+    return T.permute_dims(x, order)
+
+
+def matrix_transpose(x, /) -> Tensor:
+    """Swap the last two axes (lazy)."""
+    x = _t(x, "matrix_transpose")
+    if x.ndim < 2:
+        raise ValueError(f"matrix_transpose: needs at least 2 dimensions, got {x.shape}")
+    return T.swapaxes(x, -1, -2)
+
+
+def unstack(x, /, *, axis: int = 0) -> tuple:
+    """The slices of x along `axis` (lazy views)."""
+    x = _t(x, "unstack")
+    if x.ndim == 0:
+        raise ValueError("unstack: a 0-d tensor has no axis")
+    ax = _axis1(axis, x.ndim, "unstack")
+    return tuple(x[(slice(None),) * ax + (i,)] for i in range(x.shape[ax]))
+
+
+def broadcast_arrays(*arrays) -> list:
+    """The tensors broadcast to their common shape (lazy views)."""
+    ts = [_t(a, "broadcast_arrays") for a in arrays]
+    shape = T.broadcast_shapes(*(t.shape for t in ts), op="broadcast_arrays")
+    return [T.broadcast_to(t, shape) for t in ts]
+
+
+def meshgrid(*arrays, indexing: str = "xy") -> list:
+    """Coordinate grids from 1-d tensors (lazy broadcasts); 'xy' swaps the first two axes."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
+    ts = [_t(a, "meshgrid") for a in arrays]
+    for t in ts:
+        if t.ndim != 1:
+            raise ValueError(f"meshgrid: inputs must be 1-d, got shape {t.shape}")
+    if ts and builtins.len({t.dtype for t in ts}) > 1:
+        raise TypeError("meshgrid: inputs must share a dtype")
+    n = len(ts)
+    shape = [t.shape[0] for t in ts]
+    if indexing == "xy" and n >= 2:
+        shape[0], shape[1] = shape[1], shape[0]
+    out = []
+    for k, t in enumerate(ts):
+        pos = k
+        if indexing == "xy" and n >= 2 and k < 2:
+            pos = 1 - k
+        r = [1] * n
+        r[pos] = t.shape[0]
+        out.append(T.broadcast_to(T.reshape(t, tuple(r)), tuple(shape)))
+    return out
+
+
+def _tri_mask(shape: tuple, k: int, lower: bool) -> Tensor:
+    m, n = shape[-2], shape[-1]
+    mask = np.tri(m, n, k, dtype=bool) if lower else ~np.tri(m, n, k - 1, dtype=bool)
+    return T.tensor(mask)
+
+
+def tril(x, /, *, k: int = 0) -> Tensor:
+    """Lower triangle (elements above the k-th diagonal zeroed): a lazy where() with a mask."""
+    x = _t(x, "tril")
+    if x.ndim < 2:
+        raise ValueError(f"tril: needs at least 2 dimensions, got {x.shape}")
+    return T.where(_tri_mask(x.shape, operator.index(k), True), x, T.zeros((), x.dtype))
+
+
+def triu(x, /, *, k: int = 0) -> Tensor:
+    """Upper triangle (elements below the k-th diagonal zeroed): a lazy where() with a mask."""
+    x = _t(x, "triu")
+    if x.ndim < 2:
+        raise ValueError(f"triu: needs at least 2 dimensions, got {x.shape}")
+    return T.where(_tri_mask(x.shape, operator.index(k), False), x, T.zeros((), x.dtype))
+
+
+def roll(x, /, shift, *, axis=None) -> Tensor:
+    """Shift elements along axes, wrapping around (lazy slices and a concat)."""
+    x = _t(x, "roll")
+    if axis is None:
+        return T.reshape(roll(T.reshape(x, (-1,)), shift, axis=0), x.shape)
+    shifts = (shift,) if isinstance(shift, int) else tuple(shift)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    if len(shifts) == 1 and len(axes) > 1:
+        shifts = shifts * len(axes)
+    if len(shifts) != len(axes):
+        raise ValueError("roll: shift and axis must have the same length")
+    out = x
+    for sh, ax in zip(shifts, axes):
+        ax = T._axes(ax, x.ndim, "roll")[0]
+        n = x.shape[ax]
+        if n == 0:
+            continue
+        sh = operator.index(sh) % n
+        if sh == 0:
+            continue
+        pre = (slice(None),) * ax
+        out = T.concat([out[pre + (slice(n - sh, None),)], out[pre + (slice(0, n - sh),)]], ax)
+    return out
+
+
+def tile(x, repetitions, /) -> Tensor:
+    """x repeated along each axis (lazy: a broadcast and a reshape)."""
+    x = _t(x, "tile")
+    reps = tuple(operator.index(r) for r in repetitions)
+    if builtins.any(r < 0 for r in reps):
+        raise ValueError(f"tile: repetitions must be non-negative, got {reps}")
+    nd = builtins.max(x.ndim, len(reps))
+    reps = (1,) * (nd - len(reps)) + reps
+    shape = (1,) * (nd - x.ndim) + x.shape
+    inter = []
+    for s_ in shape:
+        inter += [1, s_]
+    y = T.reshape(x, tuple(inter))
+    big = []
+    for r, s_ in zip(reps, shape):
+        big += [r, s_]
+    y = T.broadcast_to(y, tuple(big))
+    return T.reshape(_dense(y), tuple(r * s_ for r, s_ in zip(reps, shape)))
+
+
+def _dense(x: Tensor) -> Tensor:
+    """A broadcast view made dense, so a reshape can merge its axes (a fused copy)."""
+    return T.add(x, T.zeros((), x.dtype)) if x.dtype != dt.bool_ else T.logical_or(x, False)
+
+
+def repeat(x, repeats, /, *, axis=None) -> Tensor:
+    """Each element repeated `repeats` times along `axis` (flattened if None). Lazy for an
+    integer count; a tensor of counts (data-dependent shape) realizes at the call."""
+    x = _t(x, "repeat")
+    if axis is None:
+        x, axis = T.reshape(x, (-1,)), 0
+    ax = _axis1(axis, x.ndim, "repeat")
+    if isinstance(repeats, Tensor) or not isinstance(repeats, (int, np.integer)):
+        r = _host(_t(repeats, "repeat"), "repeat") if isinstance(repeats, Tensor) else repeats
+        return _from_host(np.repeat(_host(x, "repeat"), r, axis=ax), x)
+    r = operator.index(repeats)
+    if r < 0:
+        raise ValueError(f"repeat: repeats must be non-negative, got {r}")
+    y = T.expand_dims(x, ax + 1)
+    shape = list(y.shape)
+    shape[ax + 1] = r
+    y = T.broadcast_to(y, tuple(shape))
+    out = list(x.shape)
+    out[ax] *= r
+    return T.reshape(_dense(y), tuple(out))
+
+
+def diff(x, /, *, axis: int = -1, n: int = 1, prepend=None, append=None) -> Tensor:
+    """n-th forward difference along `axis` (lazy slices and subtractions)."""
+    x = _t(x, "diff")
+    if x.ndim == 0:
+        raise ValueError("diff: a 0-d tensor has no axis")
+    ax = _axis1(axis, x.ndim, "diff")
+    n = operator.index(n)
+    if n < 0:
+        raise ValueError(f"diff: n must be non-negative, got {n}")
+    parts = [p for p in (prepend, x, append) if p is not None]
+    if len(parts) > 1:
+        x = T.concat([_t(p, "diff") for p in parts], ax)
+    pre = (slice(None),) * ax
+    for _ in range(n):
+        if x.shape[ax] == 0:
+            break
+        x = T.sub(x[pre + (slice(1, None),)], x[pre + (slice(None, -1),)])
+    return x
+
+
+def isin(x1, x2, /, *, invert: bool = False) -> Tensor:
+    """Whether each element of x1 is in x2 (lazy: a broadcast compare and an any())."""
+    a, b = _t(x1, "isin"), _t(x2, "isin")
+    flat = T.reshape(b, (-1,))
+    hit = T.eq(T.expand_dims(a, -1), flat)
+    found = any(hit, axis=-1)
+    return T.logical_not(found) if invert else found
+
+
+# ----------------------------------------------------------------------------- linear algebra
+
+
+def tensordot(x1, x2, /, *, axes=2) -> Tensor:
+    """Sum products over the last `axes` axes of x1 and the first of x2, or over the given
+    pairs (lazy: permute, reshape, one matmul)."""
+    a, b = _t(x1, "tensordot"), _t(x2, "tensordot")
+    if isinstance(axes, int):
+        if axes < 0:
+            raise ValueError("tensordot: axes must be non-negative")
+        ax_a = list(range(a.ndim - axes, a.ndim))
+        ax_b = list(range(axes))
+    else:
+        ax_a, ax_b = ([axes[0]] if isinstance(axes[0], int) else list(axes[0]),
+                      [axes[1]] if isinstance(axes[1], int) else list(axes[1]))  # fmt: skip
+        ax_a = [T._axes(v, a.ndim, "tensordot")[0] for v in ax_a]
+        ax_b = [T._axes(v, b.ndim, "tensordot")[0] for v in ax_b]
+    if len(ax_a) != len(ax_b):
+        raise ValueError("tensordot: the two axes lists differ in length")
+    for i, j in zip(ax_a, ax_b):
+        if a.shape[i] != b.shape[j]:
+            raise ValueError(f"tensordot: shape mismatch on summed axes {a.shape} {b.shape}")
+    free_a = [d for d in range(a.ndim) if d not in ax_a]
+    free_b = [d for d in range(b.ndim) if d not in ax_b]
+    k = math.prod(a.shape[d] for d in ax_a)
+    am = T.reshape(_dense_view(T.permute_dims(a, free_a + ax_a)),
+                   (math.prod(a.shape[d] for d in free_a), k))  # fmt: skip
+    bm = T.reshape(_dense_view(T.permute_dims(b, ax_b + free_b)),
+                   (k, math.prod(b.shape[d] for d in free_b)))  # fmt: skip
+    out = T.matmul(am, bm)
+    return T.reshape(out, tuple(a.shape[d] for d in free_a) + tuple(b.shape[d] for d in free_b))
+
+
+def _dense_view(x: Tensor) -> Tensor:
+    return x if x.node.op != "permute" else _dense(x)
+
+
+def vecdot(x1, x2, /, *, axis: int = -1) -> Tensor:
+    """sum(conj(x1) * x2) along `axis`, broadcasting the others (lazy, one fused kernel)."""
+    a, b = _t(x1, "vecdot"), _t(x2, "vecdot")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("vecdot: inputs must have at least one dimension")
+    nd = builtins.max(a.ndim, b.ndim)
+    if not -nd <= axis < 0 and not 0 <= axis < builtins.min(a.ndim, b.ndim):
+        raise ValueError(f"vecdot: axis {axis} out of range")
+    if a.shape[axis] != b.shape[axis]:
+        raise ValueError(f"vecdot: sizes {a.shape[axis]} and {b.shape[axis]} differ on axis "
+                         f"{axis}")  # fmt: skip
+    ax = axis if axis < 0 else axis - a.ndim
+    return T.sum(T.mul(conj(a), b), ax)
+
+
+def _float_host(x: Tensor, who: str) -> tuple[np.ndarray, np.dtype]:
+    """x on the host for a numpy.linalg routine, and the dtype of the result (float16 is
+    computed in float32 and rounded back)."""
+    if x.dtype.kind not in "fc":
+        raise TypeError(f"linalg.{who}: expected a floating-point tensor, got {x.dtype}")
+    a = _host(x, f"linalg.{who}")
+    return (a.astype(np.float32) if a.dtype == np.float16 else a), x.dtype
+
+
+class _Linalg:
+    """The Array API `linalg` extension (`lm.linalg`).
+
+    Lazy (graph ops that fuse): matmul, matrix_transpose, tensordot, vecdot, outer, diagonal,
+    trace, vector_norm, matrix_norm ('fro', 1, -1, inf, -inf). The factorizations and solvers
+    (cholesky, det, eigh, eigvalsh, inv, pinv, qr, slogdet, solve, svd, svdvals, matrix_rank,
+    matrix_power, the 2/-2/'nuc' matrix norms, cross) run numpy.linalg on the host at the call
+    (they realize their inputs); float16 goes through float32."""
+
+    matmul = staticmethod(T.matmul)
+    matrix_transpose = staticmethod(matrix_transpose)
+    tensordot = staticmethod(tensordot)
+    vecdot = staticmethod(vecdot)
+
+    @staticmethod
+    def outer(x1, x2, /) -> Tensor:
+        a, b = _t(x1, "outer"), _t(x2, "outer")
+        if a.ndim != 1 or b.ndim != 1:
+            raise ValueError("linalg.outer: inputs must be 1-d")
+        return T.mul(T.reshape(a, (-1, 1)), T.reshape(b, (1, -1)))
+
+    @staticmethod
+    def diagonal(x, /, *, offset: int = 0) -> Tensor:
+        """The k-th diagonal of the last two axes (a lazy strided view)."""
+        x = _t(x, "diagonal")
+        if x.ndim < 2:
+            raise ValueError(f"linalg.diagonal: needs at least 2 dimensions, got {x.shape}")
+        m, n = x.shape[-2:]
+        k = operator.index(offset)
+        start = k if k >= 0 else -k * n
+        count = builtins.max(0, builtins.min(m, n - k) if k >= 0 else builtins.min(m + k, n))
+        flat = T.reshape(_dense_view(x), x.shape[:-2] + (m * n,))
+        if count == 0:
+            return T.zeros(x.shape[:-2] + (0,), x.dtype)
+        spec = tuple((0, s_, 1) for s_ in x.shape[:-2]) + ((start, count, n + 1),)
+        return T._slice_node(flat, spec)
+
+    @staticmethod
+    def trace(x, /, *, offset: int = 0, dtype=None) -> Tensor:
+        return T.sum(_Linalg.diagonal(x, offset=offset), -1, dtype=dtype)
+
+    @staticmethod
+    def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2) -> Tensor:  # noqa: A002
+        """The p-norm over `axis` (all by default): lazy abs, power, sum."""
+        x = _t(x, "vector_norm")
+        if x.dtype.kind not in "fc":
+            raise TypeError(f"linalg.vector_norm: expected a floating tensor, got {x.dtype}")
+        a = T.abs(x)
+        if ord == math.inf:
+            return T.max(a, axis, keepdims)
+        if ord == -math.inf:
+            return T.min(a, axis, keepdims)
+        if ord == 0:
+            return T.astype(count_nonzero(a, axis=axis, keepdims=keepdims), a.dtype)
+        if ord == 1:
+            return T.sum(a, axis, keepdims)
+        if ord == 2:
+            return T.sqrt(T.sum(T.mul(a, a), axis, keepdims))
+        p = float(ord)
+        # the root as exp(log(s) / p): a pow composite on both sides of one reduce kernel
+        # trips a duplicate-buffer bug of the reduce template (on main before issue 16)
+        return T.exp(T.mul(T.log(T.sum(T.pow(a, p), axis, keepdims)), 1.0 / p))
+
+    @staticmethod
+    def matrix_norm(x, /, *, keepdims: bool = False, ord="fro") -> Tensor:  # noqa: A002
+        x = _t(x, "matrix_norm")
+        if x.ndim < 2:
+            raise ValueError("linalg.matrix_norm: needs at least 2 dimensions")
+        a = T.abs(x)
+        if ord == "fro":
+            out = T.sqrt(T.sum(T.mul(a, a), (-2, -1)))
+        elif ord in (1, -1):
+            s_ = T.sum(a, -2)
+            out = T.max(s_, -1) if ord == 1 else T.min(s_, -1)
+        elif ord in (math.inf, -math.inf):
+            s_ = T.sum(a, -1)
+            out = T.max(s_, -1) if ord == math.inf else T.min(s_, -1)
+        else:
+            h, d = _float_host(x, "matrix_norm")
+            out = _from_host(np.linalg.norm(h, ord=ord, axis=(-2, -1)).astype(
+                np.finfo(d).dtype if d.kind == "c" else d), x)  # fmt: skip
+        if keepdims:
+            out = T.reshape(out, out.shape + (1, 1))
+        return out
+
+    @staticmethod
+    def cross(x1, x2, /, *, axis: int = -1) -> Tensor:
+        a, b = _t(x1, "cross"), _t(x2, "cross")
+        if a.shape[axis] != 3 or b.shape[axis] != 3:
+            raise ValueError("linalg.cross: the axis must have size 3")
+        r = np.cross(_host(a, "cross"), _host(b, "cross"), axis=axis)
+        return _from_host(r.astype(result_type(a, b)), a)
+
+    @staticmethod
+    def _host_fn(name, fn, x, *, real=False):
+        h, d = _float_host(_t(x, name), name)
+        out = fn(h)
+        if real and d.kind == "c":
+            d = np.finfo(d).dtype
+        if isinstance(out, tuple):
+            return tuple(_from_host(np.asarray(o).astype(d if o.dtype.kind in "fc" else o.dtype),
+                                    x) for o in out)  # fmt: skip
+        return _from_host(np.asarray(out).astype(d), x)
+
+    @staticmethod
+    def cholesky(x, /, *, upper: bool = False) -> Tensor:
+        out = _Linalg._host_fn("cholesky", np.linalg.cholesky, x)
+        return matrix_transpose(conj(out)) if upper else out
+
+    @staticmethod
+    def det(x, /) -> Tensor:
+        return _Linalg._host_fn("det", np.linalg.det, x)
+
+    @staticmethod
+    def inv(x, /) -> Tensor:
+        return _Linalg._host_fn("inv", np.linalg.inv, x)
+
+    @staticmethod
+    def pinv(x, /, *, rtol=None) -> Tensor:
+        return _Linalg._host_fn("pinv", lambda a: np.linalg.pinv(a, rcond=rtol or 1e-15), x)
+
+    @staticmethod
+    def eigh(x, /):
+        w, v = _Linalg._host_fn("eigh", np.linalg.eigh, x)
+        return _EighResult((w, v))
+
+    @staticmethod
+    def eigvalsh(x, /) -> Tensor:
+        return _Linalg._host_fn("eigvalsh", np.linalg.eigvalsh, x, real=True)
+
+    @staticmethod
+    def qr(x, /, *, mode: str = "reduced"):
+        return _QRResult(_Linalg._host_fn("qr", lambda a: tuple(np.linalg.qr(a, mode=mode)), x))
+
+    @staticmethod
+    def slogdet(x, /):
+        return _SlogdetResult(_Linalg._host_fn("slogdet", lambda a: tuple(np.linalg.slogdet(a)),
+                                               x))  # fmt: skip
+
+    @staticmethod
+    def svd(x, /, *, full_matrices: bool = True):
+        return _SVDResult(_Linalg._host_fn(
+            "svd", lambda a: tuple(np.linalg.svd(a, full_matrices=full_matrices)), x))  # fmt: skip
+
+    @staticmethod
+    def svdvals(x, /) -> Tensor:
+        return _Linalg._host_fn("svdvals", lambda a: np.linalg.svd(a, compute_uv=False), x,
+                                real=True)  # fmt: skip
+
+    @staticmethod
+    def solve(x1, x2, /) -> Tensor:
+        a, b = _t(x1, "solve"), _t(x2, "solve")
+        ha, d = _float_host(a, "solve")
+        hb, _ = _float_host(b, "solve")
+        if b.ndim == 1:
+            r = np.linalg.solve(ha, hb[..., None])[..., 0]
+        else:
+            r = np.linalg.solve(ha, hb)
+        return _from_host(r.astype(result_type(a, b)), a)
+
+    @staticmethod
+    def matrix_rank(x, /, *, rtol=None) -> Tensor:
+        h, _ = _float_host(_t(x, "matrix_rank"), "matrix_rank")
+        return _from_host(np.asarray(np.linalg.matrix_rank(h, rtol=rtol)).astype(np.int64), x)
+
+    @staticmethod
+    def matrix_power(x, n, /) -> Tensor:
+        x = _t(x, "matrix_power")
+        n = operator.index(n)
+        if n < 0:
+            return _Linalg.matrix_power(_Linalg.inv(x), -n)
+        out = None
+        base = x
+        while n:
+            if n & 1:
+                out = base if out is None else T.matmul(out, base)
+            n >>= 1
+            if n:
+                base = T.matmul(base, base)
+        if out is None:
+            eye = T.eye(x.shape[-1], dtype=x.dtype)
+            return T.broadcast_to(eye, x.shape)
+        return out
+
+
+class _EighResult(tuple):
+    __slots__ = ()
+    eigenvalues = property(lambda s: s[0])
+    eigenvectors = property(lambda s: s[1])
+
+
+class _QRResult(tuple):
+    __slots__ = ()
+    Q = property(lambda s: s[0])
+    R = property(lambda s: s[1])
+
+
+class _SlogdetResult(tuple):
+    __slots__ = ()
+    sign = property(lambda s: s[0])
+    logabsdet = property(lambda s: s[1])
+
+
+class _SVDResult(tuple):
+    __slots__ = ()
+    U = property(lambda s: s[0])
+    S = property(lambda s: s[1])
+    Vh = property(lambda s: s[2])
+
+
+linalg = _Linalg()
+
 __all__ = ["__array_api_version__", "__array_namespace_info__", "finfo", "iinfo", "isdtype",
-           "result_type", "can_cast"]  # fmt: skip
+           "result_type", "can_cast", "positive", "logical_xor", "conj", "real", "imag",
+           "nextafter", "any", "all", "count_nonzero", "cumulative_sum", "cumulative_prod",
+           "sort", "argsort", "searchsorted", "nonzero", "unique_all", "unique_counts",
+           "unique_inverse", "unique_values", "take", "take_along_axis", "moveaxis",
+           "matrix_transpose", "unstack", "broadcast_arrays", "meshgrid", "tril", "triu", "roll",
+           "tile", "repeat", "diff", "isin", "tensordot", "vecdot", "linalg"]  # fmt: skip

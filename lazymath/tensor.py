@@ -1349,8 +1349,14 @@ def where(cond, a, b) -> Tensor:
     return _elementwise("where", (c, a, b))
 
 
-def clip(x, lo=None, hi=None) -> Tensor:
+def clip(x, lo=None, hi=None, *, min=None, max=None) -> Tensor:
+    """Elementwise clamp to [lo, hi] (the Array API spells them `min=`, `max=`); the result
+    keeps x's dtype. With neither bound, x itself (the standard's rule)."""
+    lo = min if lo is None else lo
+    hi = max if hi is None else hi
     if lo is None and hi is None:
+        if isinstance(x, Tensor):
+            return x
         raise ValueError("clip: give at least one of lo and hi")
     out = x
     if lo is not None:
@@ -1360,12 +1366,17 @@ def clip(x, lo=None, hi=None) -> Tensor:
     return out
 
 
-def astype(x: Tensor, dtype) -> Tensor:
+def astype(x: Tensor, dtype, /, *, copy: bool = True, device=None) -> Tensor:
+    """x converted to `dtype` (lazy). Tensors are immutable, so `copy=True` gives a new handle
+    and `copy=False` may return x itself."""
     dtype = dt.as_dtype(dtype)
     if not isinstance(x, Tensor):
         raise TypeError(f"astype: expected a Tensor, got {type(x).__name__}")
     node = _cast(x._node, dtype)
-    return x if node is x._node else _wrap(node, [x])
+    dev = x._device if device is None else _device_arg(device, "astype")
+    if node is x._node and not copy and dev is x._device:
+        return x
+    return Tensor(node, dev)
 
 
 # ----------------------------------------------------------------------------- reductions
@@ -1404,7 +1415,9 @@ def _reduce_plan(op: str, x: Tensor, axis) -> tuple:
             raise TypeError(f"{op}: axis must be None or a single int, got {axis!r}")
         out_dtype = dt.int64
     elif op in ("sum", "prod"):
-        if x.dtype == dt.bool_ or (dt.is_int(x.dtype) and x.dtype.itemsize < 8):
+        if x.dtype.kind == "u":
+            out_dtype = dt.uint64
+        elif x.dtype == dt.bool_ or (dt.is_int(x.dtype) and x.dtype.itemsize < 8):
             out_dtype = dt.int64
         else:
             out_dtype = x.dtype
@@ -1420,11 +1433,17 @@ def _reduce_plan(op: str, x: Tensor, axis) -> tuple:
     return axes, np.dtype(out_dtype), out_shape
 
 
-def sum(x, axis=None, keepdims=False) -> Tensor:
+def sum(x, axis=None, keepdims=False, *, dtype=None) -> Tensor:
+    """Sum over `axis` (all by default); integers accumulate in int64 (uint64 unsigned), float16
+    in float32; `dtype=` casts the input first (the Array API's accumulator dtype)."""
+    if dtype is not None:
+        x = astype(x if isinstance(x, Tensor) else tensor(x), dtype, copy=False)
     return _reduce("sum", x, axis, keepdims)
 
 
-def prod(x, axis=None, keepdims=False) -> Tensor:
+def prod(x, axis=None, keepdims=False, *, dtype=None) -> Tensor:
+    if dtype is not None:
+        x = astype(x if isinstance(x, Tensor) else tensor(x), dtype, copy=False)
     return _reduce("prod", x, axis, keepdims)
 
 
@@ -1467,8 +1486,9 @@ def mean(x, axis=None, keepdims=False) -> Tensor:
     return astype(out, xf.dtype)
 
 
-def var(x, axis=None, keepdims=False, ddof=0) -> Tensor:
-    return _var("var", x, axis, keepdims, ddof)
+def var(x, axis=None, keepdims=False, ddof=0, *, correction=None) -> Tensor:
+    """Variance; `correction` (the Array API's name) is numpy's `ddof`."""
+    return _var("var", x, axis, keepdims, ddof if correction is None else correction)
 
 
 def _var(op: str, x, axis, keepdims: bool, ddof) -> Tensor:
@@ -1492,8 +1512,9 @@ def _var(op: str, x, axis, keepdims: bool, ddof) -> Tensor:
     return astype(out, out_dtype)
 
 
-def std(x, axis=None, keepdims=False, ddof=0) -> Tensor:
-    return sqrt(_var("std", x, axis, keepdims, ddof))
+def std(x, axis=None, keepdims=False, ddof=0, *, correction=None) -> Tensor:
+    """Standard deviation; `correction` (the Array API's name) is numpy's `ddof`."""
+    return sqrt(_var("std", x, axis, keepdims, ddof if correction is None else correction))
 
 
 def softmax(x, axis=-1) -> Tensor:
@@ -1558,7 +1579,9 @@ def dot(a, b) -> Tensor:
 # ----------------------------------------------------------------------------- views
 
 
-def reshape(x: Tensor, shape) -> Tensor:
+def reshape(x: Tensor, shape, *, copy=None) -> Tensor:
+    """A view with a new shape (one -1 is inferred). Tensors are immutable: `copy=` is
+    accepted for the Array API and changes nothing."""
     try:
         shape = (
             (operator.index(shape),)
@@ -1836,10 +1859,13 @@ def _setitem(x: Tensor, idx, value) -> Tensor:
 # ----------------------------------------------------------------------------- copies
 
 
-def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+def concat(tensors: Sequence[Tensor], axis: int | None = 0) -> Tensor:
+    """Join tensors along `axis` (None: flattened first, as the Array API says)."""
     ts = [t if isinstance(t, Tensor) else tensor(t) for t in tensors]
     if not ts:
         raise ValueError("concat: need at least one tensor")
+    if axis is None:
+        ts, axis = [reshape(t, (-1,)) for t in ts], 0
     _check_devices("concat", ts)
     nd = ts[0].ndim
     if nd == 0:

@@ -523,3 +523,125 @@ def test_new_functions_special_cases(backend, check, dtype):
         for name in NEW_BINARY:
             ref = getattr(np, {"atan2": "arctan2"}.get(name, name))
             check(getattr(lm, name)(ta, tb), ref(a, b), rtol=2e-3 if dtype == "float16" else None)
+
+
+# ----------------------------------------------------------------------------- part 3
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "bool"])
+def test_searching_sorting_sets(backend, check, data, dtype):
+    a = data.rand((5, 7), dtype, -4, 4)
+    x = lm.asarray(a)[::-1]  # a lazy, flipped view
+    a = a[::-1]
+    check(lm.any(x, axis=0), np.any(a, axis=0))
+    check(lm.all(x, axis=1, keepdims=True), np.all(a, axis=1, keepdims=True))
+    check(lm.any(lm.asarray(np.zeros((0,), dtype))), np.any(np.zeros((0,), dtype)))
+    check(lm.all(lm.asarray(np.zeros((0,), dtype))), np.all(np.zeros((0,), dtype)))
+    check(lm.count_nonzero(x), np.asarray(np.count_nonzero(a), np.int64))
+    for t in (lm.nonzero(x),):
+        for got, want in zip(t, np.nonzero(a)):
+            check(got, want.astype(np.int64))
+    if dtype != "bool":
+        check(lm.sort(x, axis=0), np.sort(a, axis=0))
+        check(lm.sort(x, descending=True), -np.sort(-a.astype(np.float64), axis=-1).astype(dtype))
+        check(lm.argsort(x, axis=1), np.argsort(a, axis=1, kind="stable"))
+        k = lm.argsort(x, descending=True).numpy()  # stable: ties keep their order
+        assert (np.diff(np.take_along_axis(a, k, -1), axis=-1) <= 0).all()
+        ties = np.take_along_axis(a, k, -1)
+        assert all((np.diff(k[r][ties[r] == v]) > 0).all() for r in range(5) for v in ties[r])
+        check(lm.cumulative_sum(x, axis=1), np.cumsum(a, axis=1))
+        check(lm.cumulative_prod(x[:, :3], axis=0, include_initial=True),
+              np.concatenate([np.ones((1, 3), np.cumprod(a[:, :3], 0).dtype),
+                              np.cumprod(a[:, :3], 0)]))  # fmt: skip
+        s = np.sort(a.ravel())
+        check(lm.searchsorted(lm.asarray(s), x, side="right"), np.searchsorted(s, a, "right"))
+    u = lm.unique_all(x)
+    v, i, inv, c = np.unique(a, return_index=True, return_inverse=True, return_counts=True)
+    check(u.values, v)
+    check(u.indices, i.astype(np.int64))
+    check(u.inverse_indices, inv.reshape(a.shape).astype(np.int64))
+    check(u.counts, c.astype(np.int64))
+    check(lm.unique_values(x), v)
+    check(lm.unique_counts(x).counts, c.astype(np.int64))
+    check(lm.isin(x, lm.asarray(a[0])), np.isin(a, a[0]))
+    check(lm.isin(x, lm.asarray(a[0]), invert=True), ~np.isin(a, a[0]))
+
+
+def test_manipulation_functions(backend, check, data):
+    a = data.rand((3, 5), "float32")
+    x = lm.asarray(a).T  # non-contiguous
+    a = a.T
+    check(lm.moveaxis(lm.asarray(np.zeros((2, 3, 4))), 0, -1), np.zeros((3, 4, 2)))
+    check(lm.tile(x, (2, 1, 3)), np.tile(a, (2, 1, 3)))
+    check(lm.repeat(x, 3, axis=1), np.repeat(a, 3, axis=1))
+    check(lm.repeat(x, lm.asarray([1, 0, 2, 1, 1]), axis=0), np.repeat(a, [1, 0, 2, 1, 1], 0))
+    check(lm.roll(x, (2, -1), axis=(0, 1)), np.roll(a, (2, -1), (0, 1)))
+    check(lm.roll(x, 7), np.roll(a, 7))
+    check(lm.diff(x, axis=0), np.diff(a, axis=0))
+    check(lm.diff(x, n=2, prepend=lm.asarray(a[:, :1])), np.diff(a, 2, prepend=a[:, :1]))
+    check(lm.tril(x), np.tril(a))
+    check(lm.triu(x, k=2), np.triu(a, 2))
+    for got, want in zip(lm.unstack(x, axis=1), [a[:, i] for i in range(3)]):
+        check(got, want)
+    for got, want in zip(lm.broadcast_arrays(x, lm.ones((1, 3))), np.broadcast_arrays(a, 1)):
+        check(got, want if got.dtype == want.dtype else want.astype(np.float32))
+    gx, gy = lm.meshgrid(lm.arange(3), lm.arange(4))
+    wx, wy = np.meshgrid(np.arange(3), np.arange(4))
+    check(gx, wx)
+    check(gy, wy)
+    gi = lm.meshgrid(lm.arange(3), lm.arange(4), indexing="ij")
+    check(gi[0], np.meshgrid(np.arange(3), np.arange(4), indexing="ij")[0])
+    check(lm.take(x, lm.asarray([4, 0, 0]), axis=0), a[[4, 0, 0]])
+    idx = np.argsort(a, axis=0)
+    check(lm.take_along_axis(x, lm.asarray(idx), axis=0), np.take_along_axis(a, idx, 0))
+    check(lm.matrix_transpose(x), a.T)
+    check(lm.concat([x, x], axis=None), np.concatenate([a, a], axis=None))
+    check(lm.clip(x, min=0.2, max=0.5), np.clip(a, 0.2, 0.5))
+    check(lm.var(x, correction=1), np.var(a, ddof=1))
+    check(lm.sum(lm.asarray(np.uint8([200, 100])), dtype=lm.uint16), np.uint64(300))
+    check(lm.logical_xor(x > 0.5, x < 0.7), np.logical_xor(a > 0.5, a < 0.7))
+    with pytest.raises(ValueError, match="axis"):
+        lm.cumulative_sum(x)
+    with pytest.raises(ValueError, match="0-d"):
+        lm.nonzero(lm.asarray(1.0))
+    with pytest.raises(IndexError, match="take"):
+        lm.take(x, lm.asarray([9]), axis=0)
+
+
+def test_linalg(backend, check, data):
+    rng = np.random.default_rng(3)
+    m = rng.standard_normal((2, 4, 4)).astype(np.float32) + 4 * np.eye(4, dtype=np.float32)
+    x = lm.asarray(m)
+    spd = m @ m.transpose(0, 2, 1)
+    tol = dict(rtol=1e-4, atol=1e-4)
+    check(lm.linalg.matmul(x, x), m @ m, **tol)
+    check(
+        lm.linalg.tensordot(x, x, axes=([1, 2], [2, 1])),
+        np.tensordot(m, m, ([1, 2], [2, 1])),
+        **tol,
+    )
+    check(lm.vecdot(x, x, axis=1), np.sum(m * m, axis=1), **tol)
+    check(lm.linalg.outer(x[0, 0], x[1, 1]), np.outer(m[0, 0], m[1, 1]))
+    for k in (-2, 0, 1, 3, 5):
+        check(lm.linalg.diagonal(x, offset=k), np.diagonal(m, k, -2, -1).copy())
+    check(lm.linalg.trace(x), np.trace(m, axis1=-2, axis2=-1), **tol)
+    for o in (1, 2, 0, np.inf, -np.inf, 3):
+        check(lm.linalg.vector_norm(x, axis=-1, ord=o), np.linalg.norm(m, ord=o, axis=-1), **tol)
+    for o in ("fro", 1, -1, np.inf, 2, "nuc"):
+        check(lm.linalg.matrix_norm(x, ord=o), np.linalg.norm(m, ord=o, axis=(-2, -1)), **tol)
+    check(lm.linalg.inv(x), np.linalg.inv(m), **tol)
+    check(lm.linalg.det(x), np.linalg.det(m), **tol)
+    check(lm.linalg.solve(x, x[:, :, :2]), np.linalg.solve(m, m[:, :, :2]), **tol)
+    check(lm.linalg.cholesky(lm.asarray(spd)), np.linalg.cholesky(spd), **tol)
+    check(lm.linalg.eigvalsh(lm.asarray(spd)), np.linalg.eigvalsh(spd), **tol)
+    check(lm.linalg.svdvals(x), np.linalg.svd(m, compute_uv=False), **tol)
+    check(lm.linalg.matrix_power(x, 3), np.linalg.matrix_power(m, 3), **tol)
+    check(lm.linalg.matrix_power(x, 0), np.broadcast_to(np.eye(4, dtype=np.float32), m.shape))
+    q, r = lm.linalg.qr(x)
+    check(q @ r, m, **tol)
+    sign, logdet = lm.linalg.slogdet(x)
+    check(sign * lm.exp(logdet), np.linalg.det(m), **tol)
+    check(lm.linalg.cross(x[0, :3, :3], x[1, :3, :3]), np.cross(m[0, :3, :3], m[1, :3, :3]), **tol)
+    assert lm.linalg.matrix_rank(x).dtype == lm.int64
+    with pytest.raises(TypeError, match="floating"):
+        lm.linalg.inv(lm.asarray(np.eye(2, dtype=np.int32)))

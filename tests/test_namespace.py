@@ -24,6 +24,11 @@ ALLOWLIST = {
     # the Array API standard: version, inspection, data type functions, constants
     "__array_api_version__", "__array_namespace_info__", "finfo", "iinfo", "isdtype",
     "result_type", "can_cast", "e", "inf", "nan", "pi", "newaxis",
+    "positive", "logical_xor", "conj", "real", "imag", "nextafter", "any", "all",
+    "count_nonzero", "cumulative_sum", "cumulative_prod", "sort", "argsort", "searchsorted",
+    "nonzero", "unique_all", "unique_counts", "unique_inverse", "unique_values", "take",
+    "take_along_axis", "moveaxis", "matrix_transpose", "unstack", "broadcast_arrays", "meshgrid",
+    "tril", "triu", "roll", "tile", "repeat", "diff", "isin", "tensordot", "vecdot", "linalg",
     # elementwise, with numpy's spellings
     "neg", "abs", "exp", "exp2", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan", "tanh",
     "sigmoid", "relu", "sign", "floor", "ceil", "round", "logical_not", "add", "sub", "mul", "div",
