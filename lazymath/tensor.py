@@ -148,13 +148,6 @@ class Tensor:
     def __hash__(self):
         return id(self)
 
-    def __setitem__(self, key, value):
-        raise TypeError(
-            "lazymath tensors are immutable: t[...] = v cannot write into one. Build a new "
-            "tensor instead, e.g. lm.where(mask, v, t) for a masked update, or lm.concat / "
-            "lm.pad for new rows and edges"
-        )
-
     # -- realize points --
     def realize(self) -> Tensor:
         _realize(self)
