@@ -71,9 +71,9 @@ def finfo(type, /) -> finfo_object:
     d = _dtype_of(type, "finfo")
     if d.kind not in "fc":
         raise TypeError(f"finfo: {d} is not a floating-point dtype (use iinfo)")
-    f = np.finfo(d)
+    f = np.finfo(d)  # of a complex dtype: its real part's (finfo(complex64).dtype is float32)
     return finfo_object(int(f.bits), float(f.eps), float(f.max), float(f.min),
-                        float(f.smallest_normal), d)  # fmt: skip
+                        float(f.smallest_normal), np.dtype(f.dtype))  # fmt: skip
 
 
 def iinfo(type, /) -> iinfo_object:
@@ -725,7 +725,8 @@ def vecdot(x1, x2, /, *, axis: int = -1) -> Tensor:
         raise ValueError(f"vecdot: sizes {a.shape[axis]} and {b.shape[axis]} differ on axis "
                          f"{axis}")  # fmt: skip
     ax = axis if axis < 0 else axis - a.ndim
-    return T.sum(T.mul(conj(a), b), ax)
+    p = T.mul(conj(a), b)
+    return T.astype(T.sum(p, ax), p.dtype, copy=False)  # the operands' dtype, not the sum's
 
 
 def _float_host(x: Tensor, who: str) -> tuple[np.ndarray, np.dtype]:
@@ -856,7 +857,8 @@ class _Linalg:
 
     @staticmethod
     def pinv(x, /, *, rtol=None) -> Tensor:
-        return _Linalg._host_fn("pinv", lambda a: np.linalg.pinv(a, rcond=rtol or 1e-15), x)
+        r = 1e-15 if rtol is None else (_host(rtol, "pinv") if isinstance(rtol, Tensor) else rtol)
+        return _Linalg._host_fn("pinv", lambda a: np.linalg.pinv(a, rcond=r), x)
 
     @staticmethod
     def eigh(x, /):

@@ -59,7 +59,7 @@ def test_finfo(name):
     f, n = lm.finfo(getattr(lm, name)), np.finfo(name)
     assert (f.bits, f.eps, f.max, f.min, f.smallest_normal) == (
         n.bits, float(n.eps), float(n.max), float(n.min), float(n.smallest_normal))  # fmt: skip
-    assert isinstance(f.eps, float) and f.dtype == np.dtype(name)
+    assert isinstance(f.eps, float) and f.dtype == np.finfo(name).dtype
     assert lm.finfo(lm.zeros(2, dtype=name)).bits == n.bits
 
 
