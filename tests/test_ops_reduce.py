@@ -284,3 +284,14 @@ def test_bad_reduce_axes(backend):
         lm.sum(t, axis=(0, 0))
     with pytest.raises(TypeError, match="axis"):
         lm.sum(t, axis=1.5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_constant_operands_in_prologue_and_epilogue_of_one_reduction(backend, check, data, dtype):
+    """A vector norm: pow with a constant tile before and after the sum, in one kernel (the two
+    expression emitters named their constant tiles alike: 'duplicate buffer names')."""
+    a = data.rand((4, 37), dtype)
+    t = lm.tensor(a)
+    want = np.power(np.sum(np.power(np.abs(a), 3.0), -1), 1 / 3)
+    check(lm.pow(lm.sum(lm.pow(lm.abs(t), 3.0), -1), 1 / 3), want.astype(dtype), rtol=2e-3)
+    check(lm.sum(t * 2.0, axis=1) * 2.0 + 1.0, (a * 2.0).sum(axis=1) * 2.0 + 1.0, rtol=2e-3)

@@ -258,7 +258,12 @@ class ExprEmitter:
     def const_tile(self, value, dtype: str) -> isa.Ref:
         key = (repr(value), dtype)
         if key not in self.const_tiles:
-            buf = isa.Buffer(f"c{len(self.const_tiles)}_{dtype}", "UB", dtype, self.pool.tile)
+            # unique in the pool: a reduce kernel's prologue and epilogue are two emitters
+            # sharing one pool (pow(sum(pow(x, 3)), 1/3) had two buffers named c0_float32)
+            i = len(self.const_tiles)
+            while f"c{i}_{dtype}" in self.pool._by_name:
+                i += 1
+            buf = isa.Buffer(f"c{i}_{dtype}", "UB", dtype, self.pool.tile)
             self.pool.buffers.append(buf)  # counted, never freed
             self.pool._by_name[buf.name] = buf
             r = isa.Ref(buf, 0)
