@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import math
 import operator
+from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
@@ -402,30 +403,16 @@ def _unique(x, who: str):
     return x, vals, idx, inv, counts
 
 
-class UniqueAllResult(tuple):
-    __slots__ = ()
-    values = property(lambda s: s[0])
-    indices = property(lambda s: s[1])
-    inverse_indices = property(lambda s: s[2])
-    counts = property(lambda s: s[3])
-
-
-class UniqueCountsResult(tuple):
-    __slots__ = ()
-    values = property(lambda s: s[0])
-    counts = property(lambda s: s[1])
-
-
-class UniqueInverseResult(tuple):
-    __slots__ = ()
-    values = property(lambda s: s[0])
-    inverse_indices = property(lambda s: s[1])
+# the standard's named results: tuples whose fields also read by name
+UniqueAllResult = namedtuple("UniqueAllResult", "values indices inverse_indices counts")
+UniqueCountsResult = namedtuple("UniqueCountsResult", "values counts")
+UniqueInverseResult = namedtuple("UniqueInverseResult", "values inverse_indices")
 
 
 def unique_all(x, /) -> UniqueAllResult:
     """values, first indices, inverse indices (x's shape), counts. Data-dependent: realizes x."""
     x, v, i, inv, c = _unique(x, "unique_all")
-    return UniqueAllResult((_from_host(v, x), _from_host(i.astype(np.int64), x),
+    return UniqueAllResult._make((_from_host(v, x), _from_host(i.astype(np.int64), x),
                             _from_host(inv.reshape(x.shape).astype(np.int64), x),
                             _from_host(c.astype(np.int64), x)))  # fmt: skip
 
@@ -433,13 +420,13 @@ def unique_all(x, /) -> UniqueAllResult:
 def unique_counts(x, /) -> UniqueCountsResult:
     """values and counts. Data-dependent: realizes x."""
     x, v, _, _, c = _unique(x, "unique_counts")
-    return UniqueCountsResult((_from_host(v, x), _from_host(c.astype(np.int64), x)))
+    return UniqueCountsResult._make((_from_host(v, x), _from_host(c.astype(np.int64), x)))
 
 
 def unique_inverse(x, /) -> UniqueInverseResult:
     """values and inverse indices (x's shape). Data-dependent: realizes x."""
     x, v, _, inv, _ = _unique(x, "unique_inverse")
-    return UniqueInverseResult(
+    return UniqueInverseResult._make(
         (_from_host(v, x), _from_host(inv.reshape(x.shape).astype(np.int64), x))
     )
 
@@ -863,7 +850,7 @@ class _Linalg:
     @staticmethod
     def eigh(x, /):
         w, v = _Linalg._host_fn("eigh", np.linalg.eigh, x)
-        return _EighResult((w, v))
+        return _EighResult._make((w, v))
 
     @staticmethod
     def eigvalsh(x, /) -> Tensor:
@@ -871,16 +858,18 @@ class _Linalg:
 
     @staticmethod
     def qr(x, /, *, mode: str = "reduced"):
-        return _QRResult(_Linalg._host_fn("qr", lambda a: tuple(np.linalg.qr(a, mode=mode)), x))
+        return _QRResult._make(
+            _Linalg._host_fn("qr", lambda a: tuple(np.linalg.qr(a, mode=mode)), x)
+        )
 
     @staticmethod
     def slogdet(x, /):
-        return _SlogdetResult(_Linalg._host_fn("slogdet", lambda a: tuple(np.linalg.slogdet(a)),
-                                               x))  # fmt: skip
+        sd = _Linalg._host_fn("slogdet", lambda a: tuple(np.linalg.slogdet(a)), x)
+        return _SlogdetResult._make(sd)
 
     @staticmethod
     def svd(x, /, *, full_matrices: bool = True):
-        return _SVDResult(_Linalg._host_fn(
+        return _SVDResult._make(_Linalg._host_fn(
             "svd", lambda a: tuple(np.linalg.svd(a, full_matrices=full_matrices)), x))  # fmt: skip
 
     @staticmethod
@@ -924,29 +913,10 @@ class _Linalg:
         return out
 
 
-class _EighResult(tuple):
-    __slots__ = ()
-    eigenvalues = property(lambda s: s[0])
-    eigenvectors = property(lambda s: s[1])
-
-
-class _QRResult(tuple):
-    __slots__ = ()
-    Q = property(lambda s: s[0])
-    R = property(lambda s: s[1])
-
-
-class _SlogdetResult(tuple):
-    __slots__ = ()
-    sign = property(lambda s: s[0])
-    logabsdet = property(lambda s: s[1])
-
-
-class _SVDResult(tuple):
-    __slots__ = ()
-    U = property(lambda s: s[0])
-    S = property(lambda s: s[1])
-    Vh = property(lambda s: s[2])
+_EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
+_QRResult = namedtuple("QRResult", "Q R")
+_SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
+_SVDResult = namedtuple("SVDResult", "U S Vh")
 
 
 linalg = _Linalg()
