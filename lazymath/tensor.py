@@ -150,6 +150,9 @@ class Tensor:
 
     # -- realize points --
     def realize(self) -> Tensor:
+        """Compile (or fetch from the caches) and run every kernel this tensor needs, and
+        return it with its data in place. Later reads (`numpy()`, `item()`, printing) do not
+        recompute. Set LAZYMATH_DEBUG=1 to see what each realize did and why."""
         _realize(self)
         return self
 
@@ -170,6 +173,8 @@ class Tensor:
         return a.copy() if copy else a
 
     def item(self):
+        """The single element as a Python scalar; realizes the tensor. Raises ValueError for a
+        tensor of more than one element."""
         if self.size != 1:
             raise ValueError(
                 f"item() needs a tensor with one element, this one has shape {self.shape}"
@@ -177,6 +182,7 @@ class Tensor:
         return self.numpy().item()
 
     def tolist(self):
+        """The values as nested Python lists (numpy's tolist); realizes the tensor."""
         return self.numpy().tolist()
 
     def __float__(self):
@@ -236,6 +242,7 @@ class Tensor:
         return (1, 0)  # kDLCPU: buffers live in host memory
 
     def to_device(self, device, /, *, stream=None) -> Tensor:
+        """The Array API's `to_device`: this tensor on `device` (a copy when it differs)."""
         if stream is not None:
             raise ValueError("to_device: streams are not supported here (stream=None)")
         d = _device_arg(device, "to_device")
@@ -441,37 +448,48 @@ class Tensor:
 
     # -- methods mirroring numpy --
     def astype(self, dtype) -> Tensor:
+        """A copy cast to `dtype` (numpy's casting: floats to ints truncate toward zero)."""
         return astype(self, dtype)
 
     def reshape(self, *shape) -> Tensor:
+        """`lm.reshape(self, shape)`; the shape may be given as separate arguments, one -1 is
+        inferred."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         return reshape(self, shape)
 
     def transpose(self, *axes) -> Tensor:
+        """`lm.transpose(self, axes)`; the axes may be given as separate arguments."""
         if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
             axes = tuple(axes[0])
         return transpose(self, axes or None)
 
     def permute(self, *axes) -> Tensor:
+        """`lm.permute_dims(self, axes)`; the axes may be given as separate arguments."""
         return self.transpose(*axes)
 
     def swapaxes(self, a: int, b: int) -> Tensor:
+        """`lm.swapaxes(self, a, b)`: a view."""
         return swapaxes(self, a, b)
 
     def flip(self, axis=None) -> Tensor:
+        """`lm.flip(self, axis)`: a view."""
         return flip(self, axis)
 
     def squeeze(self, axis=None) -> Tensor:
+        """`lm.squeeze(self, axis)`: a view."""
         return squeeze(self, axis)
 
     def expand_dims(self, axis) -> Tensor:
+        """`lm.expand_dims(self, axis)`: a view."""
         return expand_dims(self, axis)
 
     def broadcast_to(self, shape) -> Tensor:
+        """`lm.broadcast_to(self, shape)`: a view."""
         return broadcast_to(self, shape)
 
     def flatten(self) -> Tensor:
+        """A 1-D view of all elements in C order (a reshape; copies only if the layout needs it)."""
         return reshape(self, (-1,))
 
     @property
@@ -485,36 +503,49 @@ class Tensor:
         return swapaxes(self, -1, -2)
 
     def sum(self, axis=None, keepdims=False) -> Tensor:
+        """`lm.sum(self, axis, keepdims)`."""
         return sum(self, axis, keepdims)
 
     def mean(self, axis=None, keepdims=False) -> Tensor:
+        """`lm.mean(self, axis, keepdims)`."""
         return mean(self, axis, keepdims)
 
     def max(self, axis=None, keepdims=False) -> Tensor:
+        """`lm.max(self, axis, keepdims)`."""
         return max(self, axis, keepdims)
 
     def min(self, axis=None, keepdims=False) -> Tensor:
+        """`lm.min(self, axis, keepdims)`."""
         return min(self, axis, keepdims)
 
     def prod(self, axis=None, keepdims=False) -> Tensor:
+        """`lm.prod(self, axis, keepdims)`."""
         return prod(self, axis, keepdims)
 
     def argmax(self, axis=None, keepdims=False) -> Tensor:
+        """`lm.argmax(self, axis, keepdims)`."""
         return argmax(self, axis, keepdims)
 
     def argmin(self, axis=None, keepdims=False) -> Tensor:
+        """`lm.argmin(self, axis, keepdims)`."""
         return argmin(self, axis, keepdims)
 
     def var(self, axis=None, keepdims=False, ddof=0) -> Tensor:
+        """`lm.var(self, axis, keepdims, ddof)`."""
         return var(self, axis, keepdims, ddof)
 
     def std(self, axis=None, keepdims=False, ddof=0) -> Tensor:
+        """`lm.std(self, axis, keepdims, ddof)`."""
         return std(self, axis, keepdims, ddof)
 
     def clip(self, lo=None, hi=None) -> Tensor:
+        """`lm.clip(self, lo, hi)`: values limited to [lo, hi] (either may be None)."""
         return clip(self, lo, hi)
 
     def visualize(self, filename=None, stage: str = "kernels"):
+        """`lm.visualize(self, ...)`: this tensor's graph (`stage="graph"`) or its fused
+        kernels (`"kernels"`); writes `filename` (.dot, .svg/.png/.pdf via Graphviz, .html for
+        the report) and returns its path, or returns the DOT source when `filename` is None."""
         from .viz import visualize
 
         return visualize(self, filename=filename, stage=stage)
@@ -804,10 +835,13 @@ def full(shape, fill_value, dtype=None, *, device=None) -> Tensor:
 
 
 def zeros(shape, dtype=None, *, device=None) -> Tensor:
+    """A lazy tensor of zeros (float32 by default): a constant broadcast in the graph, so it
+    costs no memory until a kernel writes it out."""
     return full(shape, 0, dt.float32 if dtype is None else dtype, device=device)
 
 
 def ones(shape, dtype=None, *, device=None) -> Tensor:
+    """A lazy tensor of ones (float32 by default); a broadcast constant, like `zeros`."""
     return full(shape, 1, dt.float32 if dtype is None else dtype, device=device)
 
 
@@ -817,10 +851,12 @@ def empty(shape, dtype=None, *, device=None) -> Tensor:
 
 
 def zeros_like(x: Tensor, /, dtype=None, *, device=None) -> Tensor:
+    """Zeros with `x`'s shape, and its dtype and device unless given."""
     return full(x.shape, 0, dtype or x.dtype, device=device or x.device)
 
 
 def ones_like(x: Tensor, /, dtype=None, *, device=None) -> Tensor:
+    """Ones with `x`'s shape, and its dtype and device unless given."""
     return full(x.shape, 1, dtype or x.dtype, device=device or x.device)
 
 
@@ -830,6 +866,8 @@ def empty_like(x: Tensor, /, dtype=None, *, device=None) -> Tensor:
 
 
 def full_like(x: Tensor, /, fill_value, dtype=None, *, device=None) -> Tensor:
+    """`fill_value` with `x`'s shape, and its dtype and device unless given; a value that
+    does not fit the dtype raises OverflowError here."""
     return full(x.shape, fill_value, dtype or x.dtype, device=device or x.device)
 
 
@@ -876,6 +914,9 @@ def linspace(start, stop, /, num=50, dtype=None, *, device=None, endpoint=True) 
 
 
 def eye(n_rows, n_cols=None, /, k=0, dtype=None, *, device=None) -> Tensor:
+    """numpy.eye: ones on the `k`-th diagonal of an `n_rows` x `n_cols` matrix (square by
+    default), float32 unless `dtype` says otherwise. Built on the host: it is an input of the
+    graph, not a kernel."""
     dtype = dt.float32 if dtype is None else dt.as_dtype(dtype)
     arr = np.eye(operator.index(n_rows), None if n_cols is None else operator.index(n_cols),
                  operator.index(k), dtype=dtype)  # fmt: skip
@@ -920,6 +961,10 @@ def _as_tensor_or_scalar(x, op: str):
 
 
 def broadcast_shapes(*shapes: tuple[int, ...], op: str = "broadcast") -> tuple[int, ...]:
+    """The numpy broadcast of `shapes` (axes aligned on the right, size 1 stretches).
+
+    Raises ValueError naming `op` and every shape when two sizes disagree, so the message
+    points at the user's call (`matmul (batch dimensions)`, `add`, ...), not at this helper."""
     first = shapes[0] if shapes else ()
     if all(s == first for s in shapes):
         return tuple(first)
@@ -1336,6 +1381,9 @@ def leaky_relu(x, negative_slope: float = 0.01) -> Tensor:
 
 
 def where(cond, a, b) -> Tensor:
+    """Elementwise choice: `a` where `cond` is true, else `b` (numpy.where with three
+    arguments). `cond` is cast to bool; `a` and `b` broadcast and promote like an add. One
+    Vector op, fused with its neighbours."""
     c = _as_tensor_or_scalar(cond, "where")
     if isinstance(c, Tensor) and c.dtype != dt.bool_:
         c = astype(c, dt.bool_)
@@ -1435,20 +1483,28 @@ def sum(x, axis=None, keepdims=False, *, dtype=None) -> Tensor:
 
 
 def prod(x, axis=None, keepdims=False, *, dtype=None) -> Tensor:
+    """Product over `axis` (all axes by default); integers accumulate in int64 (uint64 when
+    unsigned), like numpy. `dtype=` casts the input first (the Array API's accumulator dtype)."""
     if dtype is not None:
         x = astype(x if isinstance(x, Tensor) else tensor(x), dtype, copy=False)
     return _reduce("prod", x, axis, keepdims)
 
 
 def max(x, axis=None, keepdims=False) -> Tensor:
+    """Maximum over `axis` (all by default). NaN propagates like numpy.max; an empty axis raises
+    ValueError (there is no identity to return)."""
     return _reduce("max", x, axis, keepdims)
 
 
 def min(x, axis=None, keepdims=False) -> Tensor:
+    """Minimum over `axis` (all by default). NaN propagates like numpy.min; an empty axis raises
+    ValueError."""
     return _reduce("min", x, axis, keepdims)
 
 
 def argmax(x, axis=None, keepdims=False) -> Tensor:
+    """Index of the first maximum along `axis` (of the flattened tensor when `axis` is None),
+    int64 like numpy; `keepdims` keeps the reduced axes as size 1."""
     if axis is None and isinstance(x, Tensor):
         out = _reduce("argmax", reshape(x, (-1,)), 0, False)
         return reshape(out, (1,) * x.ndim) if keepdims else out
@@ -1456,6 +1512,8 @@ def argmax(x, axis=None, keepdims=False) -> Tensor:
 
 
 def argmin(x, axis=None, keepdims=False) -> Tensor:
+    """Index of the first minimum along `axis` (of the flattened tensor when `axis` is None),
+    int64 like numpy; `keepdims` keeps the reduced axes as size 1."""
     if axis is None and isinstance(x, Tensor):
         out = _reduce("argmin", reshape(x, (-1,)), 0, False)
         return reshape(out, (1,) * x.ndim) if keepdims else out
@@ -1469,6 +1527,8 @@ def _float_for_mean(x: Tensor) -> Tensor:
 
 
 def mean(x, axis=None, keepdims=False) -> Tensor:
+    """Arithmetic mean over `axis` (all by default). Integers average in float64 (numpy's
+    rule); float16 accumulates in float32 and is cast back. An empty reduction gives NaN."""
     x = x if isinstance(x, Tensor) else tensor(x)
     axes = _axes(axis, x.ndim, "mean")
     n = math.prod(x.shape[a] for a in axes)
@@ -1511,6 +1571,9 @@ def std(x, axis=None, keepdims=False, ddof=0, *, correction=None) -> Tensor:
 
 
 def softmax(x, axis=-1) -> Tensor:
+    """exp(x - max) / sum(exp(x - max)) along `axis`: the max shift keeps exp from
+    overflowing. The planner fuses the whole chain into one row-resident kernel when a row
+    fits the Vector unit's Unified Buffer (see `lm.explain`)."""
     x = _float_for_mean(x if isinstance(x, Tensor) else tensor(x))
     _axes(axis, x.ndim, "softmax")  # validate here so errors name softmax, not max
     m = max(x, axis, keepdims=True)
@@ -1519,6 +1582,8 @@ def softmax(x, axis=-1) -> Tensor:
 
 
 def log_softmax(x, axis=-1) -> Tensor:
+    """(x - max) - log(sum(exp(x - max))) along `axis`, the stable form; fused into one
+    row-resident kernel like `softmax`."""
     x = _float_for_mean(x if isinstance(x, Tensor) else tensor(x))
     _axes(axis, x.ndim, "log_softmax")  # validate here so errors name log_softmax, not max
     m = max(x, axis, keepdims=True)
@@ -1530,6 +1595,12 @@ def log_softmax(x, axis=-1) -> Tensor:
 
 
 def matmul(a, b) -> Tensor:
+    """Matrix product with numpy's rules: 1-D operands are promoted (and the added axis removed
+    again), leading axes broadcast as a batch, dtypes promote.
+
+    Runs on the Cube unit for float16/float32 (float16 accumulates in float32); int and float64
+    matmuls run on the AI CPU, and `lm.explain` says why. Elementwise ops that consume the
+    result fuse into the Cube kernel's epilogue."""
     a = a if isinstance(a, Tensor) else tensor(a)
     b = b if isinstance(b, Tensor) else tensor(b)
     _check_devices("matmul", [a, b])
@@ -1566,6 +1637,8 @@ def matmul(a, b) -> Tensor:
 
 
 def dot(a, b) -> Tensor:
+    """numpy.dot for 1-D and 2-D operands: the same as `matmul` (for N-D operands numpy's dot
+    contracts differently; use `matmul` or `tensordot` there)."""
     return matmul(a, b)
 
 
@@ -1611,6 +1684,8 @@ def reshape(x: Tensor, shape, *, copy=None) -> Tensor:
 
 
 def permute_dims(x: Tensor, axes) -> Tensor:
+    """A view with the axes reordered: output axis i is input axis `axes[i]`. No data
+    moves until a kernel reads it; nested permutes compose into one."""
     axes = tuple(int(a) for a in axes)
     if (
         sorted(a % x.ndim if x.ndim else a for a in axes) != list(range(x.ndim))
@@ -1632,12 +1707,14 @@ def permute_dims(x: Tensor, axes) -> Tensor:
 
 
 def transpose(x: Tensor, axes=None) -> Tensor:
+    """A view with the axes reversed (or reordered by `axes`, like numpy.transpose)."""
     if axes is None:
         axes = tuple(reversed(range(x.ndim)))
     return permute_dims(x, axes)
 
 
 def swapaxes(x: Tensor, a: int, b: int) -> Tensor:
+    """A view with axes `a` and `b` exchanged."""
     a, b = _axes(a, x.ndim, "swapaxes")[0], _axes(b, x.ndim, "swapaxes")[0]
     axes = list(range(x.ndim))
     axes[a], axes[b] = axes[b], axes[a]
@@ -1645,6 +1722,8 @@ def swapaxes(x: Tensor, a: int, b: int) -> Tensor:
 
 
 def expand_dims(x: Tensor, axis) -> Tensor:
+    """A view with size-1 axes inserted at `axis` (an int or a tuple of positions in the
+    result)."""
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     nd = x.ndim + len(axes)
     norm = _axes(axes, nd, "expand_dims")
@@ -1655,6 +1734,8 @@ def expand_dims(x: Tensor, axis) -> Tensor:
 
 
 def squeeze(x: Tensor, axis=None) -> Tensor:
+    """A view without the size-1 axes (all of them, or those in `axis`; naming an axis whose
+    size is not 1 raises ValueError)."""
     if axis is None:
         axes = tuple(i for i, s in enumerate(x.shape) if s == 1)
     else:
@@ -1668,6 +1749,8 @@ def squeeze(x: Tensor, axis=None) -> Tensor:
 
 
 def broadcast_to(x: Tensor, shape) -> Tensor:
+    """A read-only view of `x` broadcast to `shape` (stride 0 on the stretched axes);
+    raises ValueError when numpy's broadcasting rules do not allow it."""
     shape = _shape_arg(shape)
     out = broadcast_shapes(x.shape, shape, op="broadcast_to")
     if out != shape:
@@ -1686,6 +1769,8 @@ def _slice_node(x: Tensor, spec) -> Tensor:
 
 
 def flip(x: Tensor, axis=None) -> Tensor:
+    """A view with the order of elements reversed along `axis` (all axes by default): a
+    negative-stride slice, no copy."""
     axes = _axes(axis, x.ndim, "flip")
     spec = tuple(
         (s - 1, s, -1) if i in axes and s > 0 else (0, s, 1) for i, s in enumerate(x.shape)
@@ -1888,6 +1973,8 @@ concatenate = concat
 
 
 def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Join same-shape tensors along a new axis `axis` (numpy.stack): each gets a size-1 axis
+    and the results are concatenated."""
     ts = [t if isinstance(t, Tensor) else tensor(t) for t in tensors]
     if not ts:
         raise ValueError("stack: need at least one tensor")
@@ -1901,6 +1988,8 @@ def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
 
 
 def pad(x: Tensor, pad_width, mode: str = "constant", constant_values=0) -> Tensor:
+    """numpy.pad with mode='constant': `pad_width` is an int, a (before, after) pair, or one
+    pair per axis; the padding is filled with `constant_values`."""
     if mode != "constant":
         raise ValueError(f"pad: only mode='constant' is supported, got {mode!r}")
     try:
