@@ -265,6 +265,9 @@ def real(x, /) -> Tensor:
 
 
 def imag(x, /) -> Tensor:
+    """The imaginary part of a complex tensor (float32 for complex64, float64 for complex128).
+
+    Complex tensors are read on the host at the call; a real input raises TypeError."""
     x = _t(x, "imag")
     if not dt.is_complex(x.dtype):
         raise TypeError(f"imag: expected a complex tensor, got {x.dtype}")

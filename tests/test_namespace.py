@@ -129,3 +129,24 @@ def test_star_import_gives_the_public_names():
 def test_unknown_attribute_raises():
     with pytest.raises(AttributeError, match="no attribute 'np'"):
         lm.np  # noqa: B018
+
+
+def test_every_public_function_and_method_has_a_docstring():
+    """`help(lm.x)` must say something: the public names and Tensor's public methods."""
+    import inspect
+
+    missing = [
+        n
+        for n in lm.__all__
+        if callable(getattr(lm, n))
+        and not inspect.isclass(getattr(lm, n))
+        and not (getattr(lm, n).__doc__ or "").strip()
+    ]
+    missing += [
+        f"Tensor.{n}"
+        for n in dir(lm.Tensor)
+        if not n.startswith("_")
+        and callable(getattr(lm.Tensor, n))
+        and not (getattr(lm.Tensor, n).__doc__ or "").strip()
+    ]
+    assert not missing, f"public functions without a docstring: {missing}"
