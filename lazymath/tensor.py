@@ -2406,6 +2406,6 @@ __all__ = [
     "where", "clip", "astype", "sum", "prod", "max", "min", "argmax", "argmin", "mean", "var",
     "std", "softmax", "log_softmax", "matmul", "dot", "reshape", "permute_dims", "transpose",
     "swapaxes", "expand_dims", "squeeze", "broadcast_to", "flip", "concat", "concatenate", "stack",
-    "pad", "conv1d", "fft",
-]
+    "pad", "conv1d",
+]  # lm.fft is array_api.fft: these transforms plus the rest of the Array API's fft extension
 # fmt: on

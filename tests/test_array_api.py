@@ -645,3 +645,54 @@ def test_linalg(backend, check, data):
     assert lm.linalg.matrix_rank(x).dtype == lm.int64
     with pytest.raises(TypeError, match="floating"):
         lm.linalg.inv(lm.asarray(np.eye(2, dtype=np.int32)))
+
+
+# ----------------------------------------------------------------------------- fft extension
+
+
+def test_fft_extension(backend, check):
+    """fftn/ifftn/rfftn/irfftn/hfft/ihfft/fftshift/ifftshift/fftfreq/rfftfreq against
+    numpy.fft: the standard's signatures and dtypes, s/axes/n crop and pad, every norm, a
+    non-contiguous input. llvm compiles kernels per DFT length and shape: it runs three of
+    the cases (the interpreter runs the same lowered kernels for all of them)."""
+    rng = np.random.default_rng(5)
+    c = (rng.standard_normal((2, 3, 5)) + 1j * rng.standard_normal((2, 3, 5))).astype("complex64")
+    r = rng.standard_normal((3, 5)).astype("float32")
+    x, xr = lm.asarray(c), lm.asarray(r)
+    tol = dict(rtol=1e-4, atol=1e-4)
+    cases = [
+        (lm.fft.fftn(x), np.fft.fftn(c)),
+        (lm.fft.ifftn(x, s=[2, 5], axes=[2, 0], norm="ortho"),
+         np.fft.ifftn(c, s=[2, 5], axes=[2, 0], norm="ortho")),
+        (lm.fft.fftn(x, axes=[1], norm="forward"), np.fft.fftn(c, axes=[1], norm="forward")),
+        (lm.fft.rfftn(xr.T), np.fft.rfftn(r.T)),  # non-contiguous
+        (lm.fft.rfftn(xr, s=[2, 5], axes=[0, 1], norm="forward"),
+         np.fft.rfftn(r, s=[2, 5], axes=[0, 1], norm="forward")),
+        (lm.fft.irfftn(x), np.fft.irfftn(c)),
+        (lm.fft.irfftn(x, s=[-1, 5], axes=[0, 2], norm="ortho"),
+         np.fft.irfftn(c, s=[2, 5], axes=[0, 2], norm="ortho")),
+        (lm.fft.hfft(x), np.fft.hfft(c)),
+        (lm.fft.hfft(x, n=5, axis=1, norm="ortho"), np.fft.hfft(c, n=5, axis=1, norm="ortho")),
+        (lm.fft.ihfft(xr), np.fft.ihfft(r)),
+        (lm.fft.ihfft(xr, n=4, axis=0, norm="forward"),
+         np.fft.ihfft(r, n=4, axis=0, norm="forward")),
+    ]  # fmt: skip
+    for got, want in cases if backend != "llvm" else [cases[i] for i in (2, 7, 9)]:
+        want = want.astype("complex64" if want.dtype.kind == "c" else "float32")
+        assert got.dtype == want.dtype and got.shape == want.shape
+        check(got, want, **tol)
+    assert lm.fft.fftn(lm.asarray(c.astype("complex128"))).dtype == lm.complex128
+    assert lm.fft.hfft(lm.asarray(c.astype("complex128"))).dtype == lm.float64
+    for axes in (None, 1, (0, 2), ()):
+        check(lm.fft.fftshift(x, axes=axes), np.fft.fftshift(c, axes=axes))
+        check(lm.fft.ifftshift(x[:, ::-1], axes=axes), np.fft.ifftshift(c[:, ::-1], axes=axes))
+    for n, d in ((1, 1.0), (6, 0.5), (7, 2.0)):
+        check(lm.fft.fftfreq(n, d=d), np.fft.fftfreq(n, d).astype("float32"))
+        check(lm.fft.rfftfreq(n, d=d, dtype=lm.float64), np.fft.rfftfreq(n, d))
+    assert lm.fft.fftfreq(4, device=lm.ones(1).device).dtype == lm.float32
+    with pytest.raises(TypeError, match="real floating"):
+        lm.fft.fftfreq(4, dtype=lm.int32)
+    with pytest.raises(ValueError, match="differ in length"):
+        lm.fft.fftn(x, s=[2], axes=[0, 1])
+    with pytest.raises(TypeError, match="real"):
+        lm.fft.ihfft(x)
