@@ -232,8 +232,8 @@ def _matmul_kernel(n: int, dt: str):
 
 def bench_breakdown(sizes, rounds: int) -> None:
     """Where one realize's time goes (see the module docstring)."""
+    from lazymath._threads import block_pool
     from lazymath.backend import compile as lmc
-    from lazymath.runtime.pool import block_pool
 
     pool = block_pool()
     orig = lmc.CompiledKernel.run_block

@@ -21,6 +21,7 @@ from sys import getrefcount as _getrefcount
 import numpy as np
 
 from . import settings
+from ._threads import run_blocks
 from .backend import cancel as _cancel
 from .backend import ir_reference
 from .backend.host_kernels import AicpuKernel, IrRefKernel
@@ -114,7 +115,7 @@ class Program:
                     if ck.blocks <= 1:
                         ck.run_block(argv, 0, 1)
                     else:
-                        _host_pool().run(ck.run_block, argv, ck.blocks)
+                        dev.block_pool.run(ck.run_block, argv, ck.blocks)
                     on_kernel(i, time.perf_counter() - t)
             elif self.inline and rprof.active() is None:
                 # one stream, no events: run in order on this thread (what host-assisted
@@ -124,7 +125,7 @@ class Program:
                     if ck.blocks <= 1:
                         ck.run_block(argv, 0, 1)
                     else:
-                        _host_pool().run(ck.run_block, argv, ck.blocks)
+                        dev.block_pool.run(ck.run_block, argv, ck.blocks)
             else:
                 events = self._events
                 if events is None:
@@ -207,7 +208,7 @@ class Program:
                 if blocks <= 1:
                     ck._cfunc(0, 1, argv)
                 else:
-                    _host_pool().run(ck.run_block, argv, blocks)
+                    dev.block_pool.run(ck.run_block, argv, blocks)
         finally:
             ctx.keep.clear()
             if self.arena_bytes <= KEEP_ARENA_BYTES:
@@ -304,27 +305,6 @@ def _argv(ck, arrays, addrs, slot_ids):
     return ck.make_argv([arrays[j] for j in slot_ids])
 
 
-_HOST_POOL = None
-
-
-def _forget_host_pool() -> None:  # a forked child: the pool's threads stayed in the parent
-    global _HOST_POOL
-    _HOST_POOL = None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_host_pool)
-
-
-def _host_pool():
-    global _HOST_POOL
-    if _HOST_POOL is None:
-        from .runtime.pool import get_host_pool
-
-        _HOST_POOL = get_host_pool()
-    return _HOST_POOL
-
-
 def _device_array(dev, s: Slot) -> tuple[np.ndarray, int]:
     """An output buffer from the device pool (returned to the pool when the array dies) and
     its address."""
@@ -354,13 +334,7 @@ def _return_output(ref) -> None:
 
 def _launch(ck, args) -> None:
     argv = ck.make_argv(args)
-    blocks = getattr(ck, "blocks", 1)
-    if blocks <= 1:
-        ck.run_block(argv, 0, 1)
-        return
-    from .runtime.pool import get_host_pool
-
-    get_host_pool().run(ck.run_block, argv, blocks)
+    run_blocks(ck.run_block, argv, getattr(ck, "blocks", 1))
 
 
 def _run_validated(sk, ck, args) -> None:

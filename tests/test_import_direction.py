@@ -5,7 +5,9 @@ runtime), found by parsing every module's imports (module level and inside funct
 The layers and what each may import, as data (a module may always import its own layer):
 
     base     settings, dtypes, _version, runtime/device.py (the device spec: plain data that fusion, the
-             backend and the runtime all read)                        -> nothing
+             backend and the runtime all read), _threads (the one host thread pool that runs
+             kernel blocks: the backend's direct kernel call, the runtime's streams and the
+             engine's replay all use it)                              -> nothing
     graph    nodes, the op registry, the numpy reference             -> base
     ir       backend/kernel_ir.py: the kernel IR that fusion produces and the backend consumes
                                                                       -> base, graph
@@ -113,6 +115,7 @@ def layer(mod: str) -> str | None:
         "lazymath.settings",
         "lazymath.dtypes",
         "lazymath._version",
+        "lazymath._threads",
         "lazymath.runtime.device",
     ):
         return "base"

@@ -26,16 +26,13 @@ import os
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lazymath import settings
+from lazymath._threads import run_blocks
 from lazymath.backend import isa, kernel_cache
 from lazymath.backend.kernel_ir import ArgView, kernel_args
-
-if TYPE_CHECKING:  # concurrent.futures (+ logging) is imported only by the first __call__
-    from concurrent.futures import ThreadPoolExecutor
 
 TEMPLATES: dict[str, str] = {
     "elementwise": "lazymath.backend.templates.elementwise",
@@ -46,26 +43,12 @@ TEMPLATES: dict[str, str] = {
 }
 BACKENDS = ("llvm", "interp")
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
 
 def default_backend() -> str:
     """$LAZYMATH_BACKEND if it compiles kernels ("llvm" or "interp"), else "llvm" (the
     "reference" and "irref" backends never compile; a kernel compiled under them is native)."""
     b = settings.BACKEND.get()
     return b if b in BACKENDS else "llvm"
-
-
-def _thread_pool() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with _pool_lock:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="lm-block")
-    return _pool
 
 
 MIN_FLOPS_PER_WORKER = 4_000_000  # ~50 us of host microkernel work per extra host thread
@@ -109,12 +92,10 @@ def _vector_elems(ir) -> int:
 
 
 def _after_fork_in_child() -> None:
-    """The block thread pool's threads do not exist in a forked child; its locks may be held.
-    Background tier-ups of the parent never finish in the child: its kernels keep their tier-0
-    code, and the child's exit does not wait for them."""
-    global _pool, _pool_lock, _tiering, _tiering_cv
-    _pool = None
-    _pool_lock = threading.Lock()
+    """The compiler's locks may be held in a forked child (the block pool resets itself,
+    lazymath/_threads.py). Background tier-ups of the parent never finish in the child: its
+    kernels keep their tier-0 code, and the child's exit does not wait for them."""
+    global _tiering, _tiering_cv
     _tiering = 0
     _tiering_cv = threading.Condition()
     kernel_cache._lock = threading.RLock()
@@ -297,15 +278,8 @@ class CompiledKernel:
         return out
 
     def __call__(self, *arrays) -> None:
-        """Run all blocks: in parallel on a thread pool of os.cpu_count() threads."""
-        argv = self.make_argv(arrays)
-        n = self.blocks
-        if n == 1:
-            self.run_block(argv, 0, 1)
-            return
-        futures = [_thread_pool().submit(self.run_block, argv, b, n) for b in range(n)]
-        for f in futures:
-            f.result()
+        """Run all blocks, in parallel on the process's block pool (lazymath/_threads.py)."""
+        run_blocks(self.run_block, self.make_argv(arrays), self.blocks)
 
     def __repr__(self) -> str:
         return f"<CompiledKernel {self.name} {self.ir.kind} blocks={self.blocks} {self.backend}>"

@@ -1,9 +1,10 @@
 """Layer 5, the runtime: an AscendCL-like surface over an emulated NPU with real host concurrency.
 
-Owns the device spec (`device`), device memory through a caching pool and the host thread pool
-for kernel blocks (`pool`), streams and events on worker threads (`stream`), the device, copies
-and launches (`api`), the simulated NPU timeline (`timeline`) and the profiler with Chrome trace
-export (`profiler`). Imports nothing above the backend; kernels and costs are duck-typed.
+Owns the device spec (`device`), device memory through a caching pool (`pool`; kernel blocks run on
+the process's one host thread pool, `lazymath._threads`, below every layer), streams and events on
+worker threads (`stream`), the device, copies and launches (`api`), the simulated NPU timeline
+(`timeline`) and the profiler with Chrome trace export (`profiler`). Imports nothing above the
+backend; kernels and costs are duck-typed.
 """
 
 from .api import (

@@ -2,7 +2,7 @@
 
 Each call names the AscendCL call it mirrors. The emulated device memory is host memory handed
 out only by the device's caching pool; streams are real worker threads (see stream.py); kernel
-blocks spread over a shared host thread pool sized to the cores (see pool.py).
+blocks spread over the process's one host thread pool (lazymath/_threads.py).
 
 Kernels are duck-typed so this layer imports nothing above it: a kernel needs
 `run_block(argv, block_idx, block_num)` (for native kernels a ctypes call, which releases the
@@ -25,10 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import settings
+from .._threads import SERIAL, Threads, block_pool
 from . import profiler as _prof
 from . import stream as _stream_module
 from .device import DeviceSpec, get_spec
-from .pool import BlockPool, DeviceBuffer, MemoryPool, MemoryStats, block_pool, run_serial
+from .pool import DeviceBuffer, MemoryPool, MemoryStats
 from .stream import _CALL, _KERNEL, Event, Stream, raise_pending
 
 _SCHEDULERS = settings.SCHEDULER.choices  # accepted names -> "threads" or "sync"
@@ -37,16 +38,6 @@ _SCHEDULERS = settings.SCHEDULER.choices  # accepted names -> "threads" or "sync
 def scheduler_from_env() -> str:
     """ "threads" (default) or "sync", from $LAZYMATH_SCHEDULER."""
     return settings.SCHEDULER.get()
-
-
-class _SerialPool:
-    """Sync mode: a kernel's blocks run one after another on the calling thread."""
-
-    n_threads = 1
-
-    @staticmethod
-    def run(fn, argv, blocks: int) -> None:
-        run_serial(fn, argv, blocks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +62,10 @@ _DEVICES: weakref.WeakSet = weakref.WeakSet()  # for the fork handler
 
 
 def _after_fork_in_child() -> None:
-    """Worker and pool threads do not survive fork(): the child's devices run in sync mode."""
-    from . import pool
-
+    """Stream worker threads do not survive fork(): the child's devices run in sync mode (the
+    block pool starts afresh in the child, see lazymath/_threads.py)."""
     global _CURRENT_LOCK
     _CURRENT_LOCK = threading.Lock()
-    pool._BLOCK_POOL = None
-    pool._BLOCK_POOL_LOCK = threading.Lock()
     for dev in list(_DEVICES):
         dev._after_fork()
 
@@ -112,12 +100,14 @@ class Device:
         self.threaded = self.scheduler == "threads"
         self.host_assist = host_assist
         self.memory = MemoryPool(memory_limit)
+        # how this device's launches run their blocks: the shared pool, or a thread count on it
+        # (`block_threads`; the sync scheduler runs blocks on the calling thread)
         if not self.threaded:
-            self.block_pool = _SerialPool()
+            self.block_pool = SERIAL
         elif block_threads is None:
             self.block_pool = block_pool()
         else:
-            self.block_pool = BlockPool(block_threads)
+            self.block_pool = Threads(block_threads)
         self._streams: list[Stream] = []
         self._lock = threading.Lock()
         self.closed = False
@@ -295,7 +285,7 @@ class Device:
         for s in self._streams:
             s._close()
             s.threaded = False
-        self.block_pool = _SerialPool()
+        self.block_pool = SERIAL
         for s in self._streams:
             s._pool = self.block_pool
         self.closed = True
@@ -305,7 +295,7 @@ class Device:
     def _after_fork(self) -> None:
         for s in self._streams:
             s._after_fork()
-        self.block_pool = _SerialPool()
+        self.block_pool = SERIAL
         for s in self._streams:
             s._pool = self.block_pool
         self._lock = threading.Lock()

@@ -1,22 +1,17 @@
-"""Device memory (a caching allocator) and the host thread pool that runs kernel blocks.
+"""Device memory: a caching allocator.
 
-Memory: the emulated device memory is host memory, but only the runtime hands it out, through a
+The emulated device memory is host memory, but only the runtime hands it out, through a
 caching pool in the spirit of the CUDA/CANN caching allocators: a freed block is kept in a bin
 and handed to the next request it fits (best fit, by rounded size), so a steady-state program
 never goes back to the system allocator. `MemoryPool.stats()` proves it (hits vs misses).
 
-Threads: `BlockPool` is one shared pool of daemon threads sized to the machine's cores. A kernel
-launch with `blocks > 1` publishes a `_BlockJob`; the launching thread (a stream worker) runs
-blocks itself and pool threads help, each grabbing the next block index from an atomic counter.
-Kernel blocks are ctypes calls that release the GIL, so they run truly in parallel.
+The host threads that run kernel blocks are `lazymath._threads` (one pool per process, below
+every layer: the backend, the runtime and the engine all run blocks on it).
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
-import os
-import queue
 import threading
 from dataclasses import dataclass
 
@@ -211,134 +206,3 @@ def aligned(nbytes: int) -> np.ndarray:
     base = np.empty(nbytes + GM_ALIGN, dtype=np.uint8)
     shift = (-base.ctypes.data) % GM_ALIGN
     return base[shift : shift + nbytes]
-
-
-# ---------------------------------------------------------------------------------------------
-# host thread pool for kernel blocks
-
-
-class _BlockJob:
-    """One kernel launch's blocks, claimed one at a time by whoever runs `work()`.
-
-    `next(itertools.count)` is a single C call, atomic under the GIL, so claiming needs no lock.
-    The thread that finishes the last block releases `_done`.
-    """
-
-    __slots__ = ("fn", "argv", "n", "_next", "_finished", "_done", "error")
-
-    def __init__(self, fn, argv, n: int) -> None:
-        self.fn = fn
-        self.argv = argv
-        self.n = n
-        self._next = itertools.count()
-        self._finished = itertools.count(1)
-        self._done = threading.Lock()
-        self._done.acquire()
-        self.error: BaseException | None = None
-
-    def work(self) -> None:
-        fn, argv, n = self.fn, self.argv, self.n
-        while True:
-            i = next(self._next)
-            if i >= n:
-                return
-            try:
-                fn(argv, i, n)
-            except BaseException as exc:  # noqa: BLE001 - re-raised by the launching thread
-                if self.error is None:
-                    self.error = exc
-            if next(self._finished) == n:
-                self._done.release()
-
-    def wait(self) -> None:
-        self._done.acquire()
-
-
-class BlockPool:
-    """Shared daemon threads that help run the blocks of multi-block launches."""
-
-    def __init__(self, n_threads: int | None = None) -> None:
-        self.n_threads = max(1, n_threads or os.cpu_count() or 1)
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._start_lock = threading.Lock()
-
-    def _ensure_started(self) -> None:
-        with self._start_lock:
-            while len(self._threads) < self.n_threads:
-                t = threading.Thread(
-                    target=self._loop, name=f"lazymath-block-{len(self._threads)}", daemon=True
-                )
-                t.start()
-                self._threads.append(t)
-
-    def _loop(self) -> None:
-        get = self._jobs.get
-        while True:
-            job = get()
-            if job is None:
-                return
-            job.work()
-
-    def run(self, fn, argv, blocks: int) -> None:
-        """Run `fn(argv, i, blocks)` for every block index; the calling thread takes part.
-
-        At most `n_threads - 1` helpers are woken, so calling thread + helpers = cores.
-        Raises the first exception any block raised, after all blocks have finished.
-        """
-        if blocks <= 1:
-            if blocks == 1:
-                fn(argv, 0, 1)
-            return
-        helpers = min(blocks - 1, self.n_threads - 1)
-        if helpers <= 0:
-            run_serial(fn, argv, blocks)
-            return
-        if len(self._threads) < self.n_threads:
-            self._ensure_started()
-        job = _BlockJob(fn, argv, blocks)
-        put = self._jobs.put
-        for _ in range(helpers):
-            put(job)
-        job.work()
-        job.wait()
-        if job.error is not None:
-            raise job.error
-
-    def shutdown(self) -> None:
-        for _ in self._threads:
-            self._jobs.put(None)
-        for t in self._threads:
-            t.join(timeout=1.0)
-        self._threads.clear()
-
-
-def run_serial(fn, argv, blocks: int) -> None:
-    """All blocks in order on the calling thread; like the pool, a failing block does not stop
-    the others and the first error is raised at the end."""
-    error: BaseException | None = None
-    for i in range(blocks):
-        try:
-            fn(argv, i, blocks)
-        except BaseException as exc:  # noqa: BLE001
-            if error is None:
-                error = exc
-    if error is not None:
-        raise error
-
-
-_BLOCK_POOL: BlockPool | None = None
-_BLOCK_POOL_LOCK = threading.Lock()
-
-
-def block_pool() -> BlockPool:
-    """The process-wide block pool (threads start on the first multi-block launch)."""
-    global _BLOCK_POOL
-    if _BLOCK_POOL is None:
-        with _BLOCK_POOL_LOCK:
-            if _BLOCK_POOL is None:
-                _BLOCK_POOL = BlockPool()
-    return _BLOCK_POOL
-
-
-get_host_pool = block_pool  # the name the realize path (engine.py) imports

@@ -2,7 +2,8 @@
 
 A `Stream` (aclrtCreateStream) is a FIFO of commands (kernel launch, event record, event wait,
 host callback/copy) executed in order by the stream's own worker thread. Different streams run
-concurrently; a kernel's blocks additionally spread over the shared `BlockPool`.
+concurrently; a kernel's blocks additionally spread over the process's block pool
+(`lazymath._threads`).
 
 Host assist: a host thread that calls `synchronize()` would otherwise sleep until the worker
 finishes; instead it takes the stream's execution lock and runs the queued commands itself, in
@@ -34,8 +35,8 @@ from typing import TYPE_CHECKING
 from . import profiler as _prof
 
 if TYPE_CHECKING:
+    from .._threads import BlockPool
     from .api import Device
-    from .pool import BlockPool
 
 # The current device's default stream, for `Event.record()` without a stream. runtime/api.py
 # owns the current device and sets this when it loads (api imports this module, so this module

@@ -22,7 +22,8 @@ import os, sys, threading, time
 import numpy as np
 import lazymath as lm
 from concurrent.futures import Future
-from lazymath.backend import compile as bc, jit, kernel_cache, vmlib, workers
+from lazymath import _threads
+from lazymath.backend import jit, kernel_cache, vmlib, workers
 
 x = np.linspace(-2, 2, 3001).astype(np.float32)
 (lm.exp(lm.tensor(x)) + 1.0).numpy()  # LLVM loaded, pools and streams running
@@ -34,9 +35,12 @@ parked = Future()  # a compile worker busy at fork time
 workers._queue.put((parked, release.wait, ()))
 
 
-def hold():  # what a thread compiling at fork time holds
-    with j._optimizer.lock, jit._native_lock, kernel_cache._lock, bc._pool_lock, \
-            workers._threads_lock, vmlib._lock:
+pool = _threads.block_pool()
+
+
+def hold():  # what a thread compiling (or starting block threads) at fork time holds
+    with j._optimizer.lock, jit._native_lock, kernel_cache._lock, _threads._POOL_LOCK, \
+            pool._start_lock, workers._threads_lock, vmlib._lock:
         with jit._binding().ffi.lib._lock:
             held.set()
             release.wait()
@@ -54,9 +58,12 @@ for k in range(3):
             got2 = (lm.exp(lm.tensor(x)) + 1.0).numpy()  # a cached program
             big = np.ones((64, 4096), np.float32)
             got3 = lm.sum(lm.tensor(big) * 2.0, axis=1).numpy()  # several blocks
+            seen = []  # the block pool in the child is a new one, with threads of its own
+            _threads.block_pool().run(lambda argv, i, n: argv.append(i), seen, 8, 2)
             ok = (np.allclose(got, np.sin(x) * (3.0 + k), rtol=1e-5, atol=1e-6)
                   and np.allclose(got2, np.exp(x) + 1, rtol=1e-6)
-                  and np.allclose(got3, 8192.0))
+                  and np.allclose(got3, 8192.0)
+                  and _threads.block_pool() is not pool and sorted(seen) == list(range(8)))
             os._exit(0 if ok else 1)
         except BaseException:
             import traceback
