@@ -22,6 +22,7 @@ import pytest
 import lazymath as lm
 from lazymath import engine
 from lazymath.graph import reference
+from lazymath.runtime import replay
 
 RNG = np.random.default_rng(11)
 
@@ -569,7 +570,7 @@ def test_replay_of_non_contiguous_and_negative_stride_inputs(llvm):
 def test_replay_of_a_big_arena_returns_it_to_the_pool(llvm):
     """Arenas above KEEP_ARENA_BYTES come from the device pool per call and go back after it;
     small ones belong to the cached program and are not device memory in use."""
-    n = engine.KEEP_ARENA_BYTES // 4 + 1000  # one float32 intermediate bigger than the limit
+    n = replay.KEEP_ARENA_BYTES // 4 + 1000  # one float32 intermediate bigger than the limit
     xn = f32(n)
     for _ in range(3):
         x = lm.tensor(xn)
@@ -582,7 +583,7 @@ def test_replay_of_a_big_arena_returns_it_to_the_pool(llvm):
         np.testing.assert_allclose(a.item(), (np.exp(xn) * 2).sum(), rtol=1e-4)
         np.testing.assert_allclose(b.item(), ((np.exp(xn) * 2) ** 2).max(), rtol=1e-5)
     (prog,) = engine._programs.values()
-    if prog.arena_bytes > engine.KEEP_ARENA_BYTES:
+    if prog.arena_bytes > replay.KEEP_ARENA_BYTES:
         assert prog._contexts == []
 
 
@@ -635,3 +636,30 @@ def test_replay_reuses_a_dropped_output_and_never_a_live_one(llvm):
     for k, xn in zip(kept, xs[4:]):
         np.testing.assert_allclose(k.numpy(), np.sin(xn) * 3 + 1, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(t3.numpy(), np.sin(xs[3]) * 3 + 1, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("be", ["llvm", "interp"])
+def test_a_multi_stream_program_replays_through_device_execute(be, monkeypatch):
+    """The engine's replay of a program on several streams and the low-level API run the same
+    stream loop (`Device.execute`: waits, launch, record per step): one loop, not two."""
+    monkeypatch.setenv("LAZYMATH_BACKEND", be)
+    from lazymath.runtime.api import Device
+
+    calls = []
+    execute = Device.execute
+
+    def spy(self, program, argvs, events=None, **kw):
+        calls.append([(s.stream, s.waits, s.record) for s in program])
+        return execute(self, program, argvs, events, **kw)
+
+    monkeypatch.setattr(Device, "execute", spy)
+    a, b, c, d = (f16(8, 16), f16(16, 8), f16(8, 16), f16(16, 8))
+    want = (a.astype(np.float32) @ b) @ (c.astype(np.float32) @ d)
+    for _ in range(2):  # a miss, then a hit: both replay through Device.execute
+        A, B, C, D = (lm.tensor(x) for x in (a, b, c, d))
+        got = ((A @ B) @ (C @ D)).numpy()
+        np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-2, atol=2e-2)
+    assert len(calls) == 2 and calls[0] == calls[1]
+    steps = calls[0]
+    assert len({s for s, _, _ in steps}) == 2  # two streams, joined by an event
+    assert sum(r is not None for _, _, r in steps) == 1 and any(w for _, w, _ in steps)
