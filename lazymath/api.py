@@ -77,6 +77,12 @@ def _unit_reason(sk) -> str:
         return "AI CPU: an op or dtype the AI Core kernels do not cover"
     kind = sk.kind
     if kind == "custom":
+        from .graph import custom
+
+        for n in getattr(g, "member_nodes", None) or []:  # a library kernel says why
+            why = n.op == "custom" and getattr(custom.get(n.arg[0]), "unit_reason", None)
+            if why:
+                return f"{sk.unit}: {why}"
         return f"{sk.unit}: a user kernel (lm.kernel) written for this unit"
     if sk.unit == "mix":
         return ("mix (Cube + Vector): a matmul whose operand is computed by a Vector prologue "

@@ -318,25 +318,71 @@ def _cumulative(name: str, x, axis, dtype, include_initial: bool) -> Tensor:
     ax = _axis1(axis, x.ndim, name)
     if dtype is None:
         dtype = T.sum(T.zeros((1,), x.dtype)).dtype  # the sum's accumulator dtype
-    a = _host(x, name).astype(dt.as_dtype(dtype))
-    fn = np.cumsum if name == "cumulative_sum" else np.cumprod
-    r = fn(a, axis=ax)
+    out_dt = dt.as_dtype(dtype)
+    add = name == "cumulative_sum"
+    if not _sorting().vector_dtype(out_dt):  # no Vector instructions for it: the AI CPU
+        a = _host(x, name).astype(out_dt)
+        r = (np.cumsum if add else np.cumprod)(a, axis=ax)
+    else:
+        r = _scan(T.astype(x, out_dt, copy=False), ax, "add" if add else "mul")
     if include_initial:
-        shape = list(a.shape)
+        shape = list(x.shape)
         shape[ax] = 1
-        r = np.concatenate([np.full(shape, 0 if name == "cumulative_sum" else 1, r.dtype), r],
-                           axis=ax)  # fmt: skip
-    return _from_host(r, x)
+        first = np.full(shape, 0 if add else 1, out_dt)
+        if isinstance(r, np.ndarray):
+            r = np.concatenate([first, r], axis=ax)
+        else:
+            r = T.concat([T.asarray(first, device=x.device), r], ax)
+    return _from_host(r, x) if isinstance(r, np.ndarray) else r
+
+
+def _sorting():
+    """The Vector kernels of scans, sorts and searches (loaded on first use: they build
+    `lm.kernel` objects)."""
+    from . import sorting
+
+    return sorting
+
+
+def _lines(x: Tensor, ax: int, first: bool) -> Tensor:
+    """x with axis `ax` moved first (first=True) or last, dense, as a 2-d tensor."""
+    perm = [i for i in range(x.ndim) if i != ax]
+    perm = [ax, *perm] if first else [*perm, ax]
+    y = T.permute_dims(x, perm) if perm != list(range(x.ndim)) else x
+    n = x.shape[ax]
+    rest = math.prod(x.shape) // n if n else math.prod(s for i, s in enumerate(x.shape) if i != ax)
+    y = _dense(y) if y.node.op == "permute" else y
+    return T.reshape(y, (n, rest) if first else (rest, n))
+
+
+def _unlines(y: Tensor, x_shape: tuple, ax: int, first: bool) -> Tensor:
+    """The inverse of `_lines` for a result of x's shape."""
+    perm = [i for i in range(len(x_shape)) if i != ax]
+    order = [ax, *perm] if first else [*perm, ax]
+    y = T.reshape(y, tuple(x_shape[i] for i in order))
+    inv = [order.index(i) for i in range(len(x_shape))]
+    return T.permute_dims(y, inv) if inv != list(range(len(x_shape))) else y
+
+
+def _scan(x: Tensor, ax: int, op: str) -> Tensor:
+    """Cumulative sum/product along `ax` on the Vector unit (sorting.scan_add)."""
+    if x.size == 0:
+        return T.astype(x, x.dtype, copy=True)
+    y = _sorting().scan_rows(_lines(x, ax, True), op)
+    return _unlines(y, x.shape, ax, True)
 
 
 def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial: bool = False) -> Tensor:
-    """Running sum along `axis`. Computed on the host at the call (it realizes x); not yet a
-    Vector kernel."""
+    """Running sum along `axis` (lazy). A Vector scan kernel (`sorting.scan_add`: vectorized
+    across the other axes, numpy's order of additions) for the AI Core dtypes; float64,
+    int16, unsigned and complex results run numpy on the AI CPU at the call (they realize x):
+    the Vector unit has no instructions for them."""
     return _cumulative("cumulative_sum", x, axis, dtype, include_initial)
 
 
 def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial: bool = False) -> Tensor:
-    """Running product along `axis`. Computed on the host at the call (it realizes x)."""
+    """Running product along `axis`: the scan kernel of cumulative_sum with a multiply (the
+    same dtype rule: other dtypes run numpy on the AI CPU at the call)."""
     return _cumulative("cumulative_prod", x, axis, dtype, include_initial)
 
 
@@ -353,13 +399,53 @@ def _argsort_host(a: np.ndarray, ax: int, descending: bool) -> np.ndarray:
     return (n - 1 - np.flip(idx, ax)).astype(np.int64)
 
 
+_sort_tables: dict = {}
+
+
+def _sort_vector(x: Tensor, ax: int, descending: bool) -> tuple[Tensor, Tensor] | None:
+    """(sorted, indices) by the bitonic Vector kernel, or None where it does not apply (not
+    an AI Core dtype, or rows longer than sorting.SORT_MAX: the AI CPU sorts those)."""
+    srt = _sorting()
+    work = dt.int8 if x.dtype == dt.bool_ else x.dtype
+    n = x.shape[ax]
+    if not srt.vector_dtype(work) or n > srt.SORT_MAX:
+        return None
+    if x.size == 0:
+        return T.astype(x, x.dtype, copy=True), T.zeros(x.shape, dt.int64)
+    size = 1 << (n - 1).bit_length()
+    rows = _lines(T.astype(x, work, copy=False), ax, False)
+    # the kernel pads rows to `size` with a value that sorts after every element (ties with
+    # it go by index: the pads come last)
+    if work.kind == "f":
+        pad = -math.inf if descending else math.nan
+    else:
+        pad = int(np.iinfo(work).min if descending else np.iinfo(work).max)
+    key = (size, x._device)
+    tabs = _sort_tables.get(key)
+    if tabs is None:
+        perm, keep = srt.stage_tables(size)
+        tabs = (T.asarray(perm, device=x.device), T.asarray(keep, device=x.device))
+        tabs[0].realize()
+        tabs[1].realize()
+        _sort_tables[key] = tabs
+    vals, idx = srt.bitonic_sort(rows, *tabs, descending=bool(descending), pad=pad)
+    vals = _unlines(vals, x.shape, ax, False)
+    idx = _unlines(T.astype(idx, dt.int64), x.shape, ax, False)
+    return (T.astype(vals, x.dtype, copy=False) if work != x.dtype else vals), idx
+
+
 def sort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
-    """Sorted copy along `axis` (NaNs last, as numpy). Computed on the host at the call (it
-    realizes x); not yet a Vector kernel."""
+    """Sorted copy along `axis` (NaNs last, first when descending; stable). Lazy: a bitonic
+    Vector kernel (`sorting.bitonic_sort`) for the AI Core dtypes and rows up to
+    `sorting.SORT_MAX` elements (one row resident in UB); other dtypes and longer rows run
+    numpy on the AI CPU at the call (they realize x)."""
     x = _t(x, "sort")
     if x.ndim == 0:
         raise ValueError("sort: a 0-d tensor has no axis")
     ax = _axis1(axis, x.ndim, "sort")
+    vec = _sort_vector(x, ax, descending)
+    if vec is not None:
+        return vec[0]
     a = _host(x, "sort")
     if not descending:
         return _from_host(np.sort(a, axis=ax, kind="stable"), x)
@@ -368,24 +454,39 @@ def sort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True)
 
 def argsort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
     """Indices that sort `x` along `axis` (int64; stable: ties keep their order, also
-    descending). Computed on the host at the call (it realizes x)."""
+    descending). The bitonic Vector kernel of `sort` (same limits: other dtypes and longer
+    rows run numpy on the AI CPU at the call)."""
     x = _t(x, "argsort")
     if x.ndim == 0:
         raise ValueError("argsort: a 0-d tensor has no axis")
     ax = _axis1(axis, x.ndim, "argsort")
+    vec = _sort_vector(x, ax, descending)
+    if vec is not None:
+        return vec[1]
     return _from_host(_argsort_host(_host(x, "argsort"), ax, descending), x)
 
 
 def searchsorted(x1, x2, /, *, side: str = "left", sorter=None) -> Tensor:
-    """Insertion indices of x2 into the sorted 1-d x1 (int64). Computed on the host at the
-    call (it realizes both)."""
+    """Insertion indices of x2 into the sorted 1-d x1 (int64; NaN sorts last). Lazy: a
+    vectorized binary search on the Vector unit (`sorting.search_sorted`, x1 resident in UB)
+    for the AI Core dtypes and x1 up to `sorting.SEARCH_MAX` elements; other cases run numpy on
+    the AI CPU at the call. `sorter` gathers x1 first (`take`: on the host)."""
     a, v = _t(x1, "searchsorted"), _t(x2, "searchsorted")
     if a.ndim != 1:
         raise ValueError(f"searchsorted: x1 must be 1-d, got shape {a.shape}")
     if side not in ("left", "right"):
         raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
-    s = None if sorter is None else _host(_t(sorter, "searchsorted"), "searchsorted")
-    r = np.searchsorted(_host(a, "searchsorted"), _host(v, "searchsorted"), side=side, sorter=s)
+    if sorter is not None:
+        a = take(a, _t(sorter, "searchsorted"), axis=0)
+    common = result_type(a, v)
+    srt = _sorting()
+    if srt.vector_dtype(common) and a.shape[0] <= srt.SEARCH_MAX:
+        if v.size == 0 or a.shape[0] == 0:
+            return T.zeros(v.shape, dt.int64)
+        a, v = T.astype(a, common, copy=False), T.astype(v, common, copy=False)
+        r = srt.search_sorted(a, T.reshape(_dense_view(v), (-1,)), right=side == "right")
+        return T.astype(T.reshape(r, v.shape), dt.int64)
+    r = np.searchsorted(_host(a, "searchsorted"), _host(v, "searchsorted"), side=side)
     return _from_host(np.asarray(r, dtype=np.int64), v)
 
 

@@ -696,3 +696,81 @@ def test_fft_extension(backend, check):
         lm.fft.fftn(x, s=[2], axes=[0, 1])
     with pytest.raises(TypeError, match="real"):
         lm.fft.ihfft(x)
+
+
+# ----------------------------------------------------------------------------- scan/sort kernels
+
+
+def _desc_order(a, ax):
+    """numpy's stable descending argsort (NaN first, ties by index) as array_api defines it."""
+    idx = np.argsort(np.flip(a, ax), axis=ax, kind="stable")
+    return (a.shape[ax] - 1 - np.flip(idx, ax)).astype(np.int64)
+
+
+@pytest.fixture
+def preset(request):
+    lm.init_device(0, spec=request.param)
+    yield request.param
+    lm.init_device(0, spec="ascend910")
+
+
+@pytest.mark.parametrize(
+    "dtype,preset",
+    [(d, "ascend910") for d in ("float32", "int32", "float16", "int64", "int8", "bool")]
+    + [("float32", "ascend910b"), ("int64", "ascend910b")],  # the smaller UB, the widest rows
+    indirect=["preset"],
+)
+def test_scan_sort_search_kernels(backend, preset, check, dtype):
+    """cumulative_sum/prod, sort/argsort (ascending, descending, stable) and searchsorted run
+    as Vector kernels (no AI CPU kernel in the schedule) and equal numpy exactly: NaN, -0.0,
+    ties, awkward shapes (1, primes, an empty axis), flipped and transposed inputs, every
+    axis. (llvm: one shape per dtype; it compiles a kernel per shape.)"""
+    rng = np.random.default_rng(7)
+    shapes = [(3, 13), (1, 5, 2), (0, 4), (7,)] if backend != "llvm" else [(3, 13)]
+    for shape in shapes:
+        a = rng.integers(-3, 4, shape).astype(dtype)
+        if dtype.startswith("float") and a.size > 4:
+            a.flat[[0, 3, 4]] = [np.nan, -0.0, np.nan]
+        x = lm.asarray(a)
+        if a.ndim == 2:
+            x, a = x[::-1].T, a[::-1].T  # flipped and transposed: not contiguous
+        for ax in range(a.ndim):
+            if dtype != "bool":
+                check(lm.sort(x, axis=ax), np.sort(a, axis=ax, kind="stable"))
+                check(lm.sort(x, axis=ax, descending=True), np.take_along_axis(
+                    a, _desc_order(a, ax), ax))  # fmt: skip
+            check(lm.argsort(x, axis=ax), np.argsort(a, axis=ax, kind="stable").astype("int64"))
+            check(lm.argsort(x, axis=ax, descending=True), _desc_order(a, ax))
+            if dtype != "float16":  # (numpy's float16 cumsum rounds differently per step)
+                acc = lm.sum(lm.zeros((1,), dtype)).dtype
+                check(lm.cumulative_sum(x, axis=ax), np.cumsum(a, axis=ax, dtype=acc))
+                check(lm.cumulative_prod(x, axis=ax, dtype=acc, include_initial=True),
+                      np.concatenate([np.ones(a.shape[:ax] + (1,) + a.shape[ax + 1:], acc),
+                                      np.cumprod(a, axis=ax, dtype=acc)], axis=ax))  # fmt: skip
+        if dtype != "bool":
+            s = np.sort(a.ravel())
+            for side in ("left", "right"):
+                check(lm.searchsorted(lm.asarray(s), x, side=side),
+                      np.searchsorted(s, a, side).astype("int64"))  # fmt: skip
+    x = lm.asarray(rng.integers(-3, 4, (4, 9)).astype(dtype))
+    for out in (lm.sort(x) if dtype != "bool" else x, lm.argsort(x, descending=True),
+                lm.cumulative_sum(x, axis=0), lm.searchsorted(lm.sort(x[0]), x)):  # fmt: skip
+        assert "aicpu" not in [k.unit for k in lm.schedule(out).kernels]
+    if dtype == "float32":
+        assert "bitonic sorting network" in str(lm.explain(lm.argsort(x)))
+
+
+def test_scan_sort_host_fallbacks(backend, check):
+    """Dtypes without Vector instructions and rows longer than the bitonic kernel's UB row run
+    numpy on the AI CPU, with the same results."""
+    from lazymath import sorting
+
+    a = np.random.default_rng(8).standard_normal((2, sorting.SORT_MAX + 3))
+    x = lm.asarray(a)
+    check(lm.sort(x, axis=1), np.sort(a, axis=1))
+    check(lm.argsort(lm.astype(x, lm.float32), descending=True),
+          _desc_order(a.astype("float32"), 1))  # fmt: skip
+    check(lm.cumulative_sum(x, axis=1), np.cumsum(a, axis=1))
+    u = np.array([3, 1, 2, 1], np.uint16)
+    check(lm.cumulative_sum(lm.asarray(u)), np.cumsum(u, dtype=np.uint64))
+    check(lm.searchsorted(lm.asarray(np.sort(a[0])), x[1]), np.searchsorted(np.sort(a[0]), a[1]))

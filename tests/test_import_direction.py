@@ -123,7 +123,7 @@ def layer(mod: str) -> str | None:
         return "ir"
     if mod in ("lazymath.realize", "lazymath.engine"):
         return "driver"
-    if mod in ("lazymath.api", "lazymath.lowlevel", "lazymath.array_api"):
+    if mod in ("lazymath.api", "lazymath.lowlevel", "lazymath.array_api", "lazymath.sorting"):
         return "api"
     if mod == "lazymath.tensor":
         return "tensor"
