@@ -11,9 +11,9 @@ What is measured (all medians, steady state, program cache and kernel cache warm
   and the per-kernel overhead divides by it). One "realize" is:
   build the lazy graph from a realized input tensor + `lm.realize(p, l)` (signature, cache
   lookup, arena and output allocation, 5 launches, commit);
-- each kernel alone: its compiled kernel (from `lazymath.engine._programs`) run on the argument
-  arrays the program passed it, timed with a prebuilt argv (`run_block`, the native call) and
-  through `engine._launch` (argv construction + run) — the kernels' own time;
+- each kernel alone: its compiled kernel (from `lazymath.engine.PROGRAMS`) run on the argument
+  arrays the program passed it, timed with a prebuilt argv (`run_block`, the native call) —
+  the kernels' own time;
 - overhead per kernel = (realize - sum of the kernels' native run times) / kernels, and the
   breakdown of that time: graph building, the signature walk, `Program.run` without kernels;
 - the 3-op graph relu(x * 2 + y) on 1,000 elements, build + realize, end to end;
@@ -158,8 +158,8 @@ def native_us(ck, argv, reps: int, rounds: int) -> float:
 
 def program_of(outputs) -> engine.Program:
     key, _, _ = walk.signature([t._node for t in outputs])
-    spec = engine._device_spec()
-    return engine._programs[(key, spec.key(), engine.backend_name())]
+    spec = engine.device_spec()
+    return dict(engine.PROGRAMS.items())[(key, spec.key(), engine.backend_name())]
 
 
 def main() -> int:
@@ -180,7 +180,7 @@ def main() -> int:
     yn = rng.standard_normal(n).astype(np.float32)
     x, y = lm.tensor(xn), lm.tensor(yn)
 
-    print(f"backend {engine.backend_name()}, device {engine._device_spec().name}, "
+    print(f"backend {engine.backend_name()}, device {engine.device_spec().name}, "
           f"{n} float32 elements, medians of {rounds} rounds x {reps} calls, "
           f"clock {args.clock}, load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} cores")  # fmt: skip
@@ -199,7 +199,7 @@ def main() -> int:
     np.testing.assert_allclose(l2.numpy(), want_l, rtol=1e-4)
     for _ in range(20):
         lm.realize(*prog5(x))
-    hits0 = engine.STATS["program_hits"]
+    hits0 = engine.PROGRAMS.hits
     prog = program_of(prog5(x))
     if args.clock == "cpu" and not getattr(prog, "inline", False):
         print("warning: the program runs on stream threads; --clock cpu misses their time")
@@ -235,7 +235,7 @@ def main() -> int:
     )
     with kernels_disabled(prog):
         t_noop = median_us(realize5, reps, rounds)
-    hits = engine.STATS["program_hits"] - hits0
+    hits = engine.PROGRAMS.hits - hits0
     assert hits > 0 and prog.hits > 0
 
     k_native = sum(native)

@@ -206,8 +206,7 @@ def cache_info() -> dict:
     from .backend.kernel_cache import cache_info as kernel_cache_info
 
     info = dict(kernel_cache_info())
-    info["programs"] = len(engine._programs)
-    info.update(engine.STATS)
+    info.update(engine.PROGRAMS.stats())
     return info
 
 
@@ -216,7 +215,7 @@ def clear_cache() -> None:
     directory in force (LAZYMATH_CACHE_DIR)."""
     from .backend.kernel_cache import clear_cache as clear_kernels
 
-    engine._programs.clear()
+    engine.PROGRAMS.clear()
     clear_kernels()
     import gc
 
@@ -240,11 +239,11 @@ def precompile(fn, *example_inputs, autotune: bool = False) -> int:
     roots = nodes_of(outs)
     if not roots:
         return 0
-    spec = engine._device_spec()
+    spec = engine.device_spec()
     backend = engine.backend_name()
     outputs, key, leaves, order = plan_outputs(roots)
     prog = engine.compile_program(outputs, leaves, order, spec, backend, tiered=False)
-    engine._remember((key, spec.key(), backend), prog)
+    engine.PROGRAMS.put((key, spec.key(), backend), prog)
     return len(prog.kernels)
 
 
@@ -318,7 +317,7 @@ def _config() -> dict:
                 if info["disk_enabled"]
                 else "off (LAZYMATH_CACHE=0)"
             ),  # fmt: skip
-            "memory": f"{info['memory_entries']} kernels, {len(engine._programs)} programs",
+            "memory": f"{info['memory_entries']} kernels, {len(engine.PROGRAMS)} programs",
         }
     except Exception as e:  # noqa: BLE001
         cache = {"error": str(e)}

@@ -68,21 +68,77 @@ def _run_validated(sk, ck, args) -> None:
 
 # ----------------------------------------------------------------------------- caches
 
-_programs: dict = {}  # insertion order = least recently used first
 _BACKEND = settings.BACKEND
 _DEBUG = settings.DEBUG
 _VALIDATE = settings.VALIDATE
-STATS = {"program_hits": 0, "program_misses": 0, "program_evictions": 0}
 
 
-def _remember(key, prog) -> None:
-    """Cache `prog`; beyond LAZYMATH_PROGRAM_CACHE_LIMIT programs the least recently used go
-    (with the arenas they keep, and the kernels only they use)."""
-    _programs[key] = prog
-    limit = settings.PROGRAM_CACHE_LIMIT.get()
-    while len(_programs) > limit:
-        del _programs[next(iter(_programs))]
-        STATS["program_evictions"] += 1
+class ProgramCache:
+    """Compiled programs by (graph signature, device spec key, backend), least recently used
+    evicted beyond LAZYMATH_PROGRAM_CACHE_LIMIT (with the arenas they keep, and the kernels only
+    they use), with hit/miss/eviction counters.
+
+    One lock around each lookup and insert: threads realizing the same graph at once must all
+    find the program (a lookup that took it out to move it to the recent end let another
+    thread miss, compile it again and split the hit counts), and the counters must add up."""
+
+    def __init__(self) -> None:
+        self._programs: dict = {}  # insertion order = least recently used first
+        self._lock = threading.Lock()
+        self.hits = self.misses = self.evictions = 0
+
+    def get(self, key) -> Program | None:
+        """The program of `key`, now the most recently used (counted as a hit), or None (a
+        miss)."""
+        with self._lock:
+            prog = self._programs.pop(key, None)
+            if prog is None:
+                self.misses += 1
+                return None
+            self._programs[key] = prog
+            self.hits += 1
+            prog.hits += 1
+        return prog
+
+    def put(self, key, prog: Program) -> None:
+        """Cache `prog` under `key`, evicting the least recently used beyond the limit."""
+        limit = settings.PROGRAM_CACHE_LIMIT.get()
+        evicted = []
+        with self._lock:
+            self._programs[key] = prog
+            while len(self._programs) > limit:
+                evicted.append(self._programs.pop(next(iter(self._programs))))
+                self.evictions += 1
+        del evicted  # their code and arenas are released here, outside the lock
+
+    def pop(self, key) -> Program | None:
+        """Remove one program (not counted)."""
+        with self._lock:
+            return self._programs.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            old, self._programs = self._programs, {}
+        del old
+
+    def items(self) -> list[tuple]:
+        """(key, program) pairs, least recently used first (a snapshot)."""
+        with self._lock:
+            return list(self._programs.items())
+
+    def programs(self) -> list[Program]:
+        return [p for _k, p in self.items()]
+
+    def __len__(self) -> int:
+        return len(self._programs)
+
+    def stats(self) -> dict:
+        """Programs held and the hit, miss and eviction counts of this process."""
+        return {"programs": len(self._programs), "program_hits": self.hits,
+                "program_misses": self.misses, "program_evictions": self.evictions}  # fmt: skip
+
+
+PROGRAMS = ProgramCache()
 
 
 def backend_name() -> str:
@@ -90,12 +146,9 @@ def backend_name() -> str:
     return _BACKEND.get()
 
 
-def _device_spec():
+def device_spec():
+    """The current device's spec (what programs are compiled for)."""
     return (_rt_api._CURRENT or _rt_api.current_device()).spec
-
-
-def _debug_level() -> int:
-    return _DEBUG.get()
 
 
 def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, backend: str,
@@ -260,24 +313,18 @@ def _run_program(prog: Program, leaves: list, validate: bool, hit: bool, on_kern
 def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
     """Realize `roots` (pending nodes) through the program cache."""
     t0 = time.perf_counter()
-    spec = _device_spec()
+    spec = device_spec()
     if backend is None:
         backend = _BACKEND.get()
     outputs, key, leaves, order = plan_outputs(roots)
     full_key = (key, spec.key(), backend)
-    prog = _programs.pop(full_key, None)
+    prog = PROGRAMS.get(full_key)
     hit = prog is not None
-    if hit:
-        STATS["program_hits"] += 1
-        prog.hits += 1
-        _programs[full_key] = prog  # most recently used last
-    else:
-        STATS["program_misses"] += 1
+    if not hit:
         reason = _miss_reason(key, order, spec, backend)
         prog = compile_program(outputs, leaves, order, spec, backend)
         prog.miss_reason = reason
-        _remember(full_key, prog)
-        leaves = [n for n in leaves]  # planner may have made some contiguous
+        PROGRAMS.put(full_key, prog)
     validate = _VALIDATE.get()
     level = _DEBUG.get()
     out_dir = settings.DEBUG_DIR.get()
@@ -507,4 +554,4 @@ def schedule_of(roots: list[gn.Node], spec=None):
     from .runtime.device import get_spec
 
     outputs = plan_outputs(roots)[0] if roots else []  # the outputs a realize would write
-    return make_schedule(outputs, get_spec(spec) if spec is not None else _device_spec())
+    return make_schedule(outputs, get_spec(spec) if spec is not None else device_spec())

@@ -288,12 +288,12 @@ def test_scalar_args_compile_once_for_every_value(backend):
     x = np.linspace(-3, 3, 1001).astype(np.float32)
     a = lm.asarray(x)
     with settings.override(LAZYMATH_SCALAR_ARGS="1", LAZYMATH_BACKEND=backend):
-        misses = engine.STATS["program_misses"]
+        misses = engine.PROGRAMS.misses
         for i in range(25):
             s = 1.0 + i * 1e-3
             got = (a * s + 0.5).numpy()
             np.testing.assert_allclose(got, x * np.float32(s) + np.float32(0.5), rtol=1e-6)
-        assert engine.STATS["program_misses"] - misses == 1
+        assert engine.PROGRAMS.misses - misses == 1
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "bool", "complex64"])

@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 import weakref
 
 import numpy as np
@@ -46,7 +47,8 @@ def f32(*shape: int) -> np.ndarray:
 
 
 def stats() -> tuple[int, int]:
-    return engine.STATS["program_hits"], engine.STATS["program_misses"]
+    st = engine.PROGRAMS.stats()
+    return st["program_hits"], st["program_misses"]
 
 
 def realize_counting(*tensors) -> tuple[int, int]:
@@ -60,7 +62,7 @@ def realize_counting(*tensors) -> tuple[int, int]:
 @pytest.fixture(autouse=True)
 def fresh_programs(monkeypatch):
     """Each test starts with an empty program cache (compiled kernels stay cached)."""
-    monkeypatch.setattr(engine, "_programs", {})
+    monkeypatch.setattr(engine, "PROGRAMS", engine.ProgramCache())
 
 
 @pytest.fixture
@@ -110,11 +112,11 @@ def test_second_custom_op_call_with_new_inputs_is_a_hit(backend, monkeypatch):
 def test_hit_counts_on_the_program(irref):
     x = f32(33)
     (lm.exp(lm.tensor(x)) * 2.0).realize()
-    key_count = len(engine._programs)
+    key_count = len(engine.PROGRAMS)
     for _ in range(3):
         (lm.exp(lm.tensor(f32(33))) * 2.0).realize()
-    assert len(engine._programs) == key_count
-    assert max(p.hits for p in engine._programs.values()) >= 3
+    assert len(engine.PROGRAMS) == key_count
+    assert max(p.hits for p in engine.PROGRAMS.programs()) >= 3
     assert lm.cache_info()["program_hits"] >= 3
 
 
@@ -517,7 +519,7 @@ def test_replay_outputs_are_fresh_arrays(llvm):
         p, l2 = _softmax_and_l2(lm.tensor(xn))
         lm.realize(p, l2)
         results.append((p.numpy(), l2.numpy()))
-    (prog,) = engine._programs.values()
+    (prog,) = engine.PROGRAMS.programs()
     assert prog.hits == 3 and prog._replay, "the hits took the replay path"
     for xn, (p, l2) in zip(xs, results):
         want_p, want_l = _np_softmax_and_l2(xn)
@@ -552,7 +554,7 @@ def test_replay_from_several_threads_at_once(llvm):
     for t in threads:
         t.join()
     assert not errors, errors[0]
-    (prog,) = engine._programs.values()
+    (prog,) = engine.PROGRAMS.programs()
     assert prog.hits == 100
     assert 1 <= len(prog._contexts) <= 4
 
@@ -582,7 +584,7 @@ def test_replay_of_a_big_arena_returns_it_to_the_pool(llvm):
         assert lm.runtime.memory_stats().allocated == before
         np.testing.assert_allclose(a.item(), (np.exp(xn) * 2).sum(), rtol=1e-4)
         np.testing.assert_allclose(b.item(), ((np.exp(xn) * 2) ** 2).max(), rtol=1e-5)
-    (prog,) = engine._programs.values()
+    (prog,) = engine.PROGRAMS.programs()
     if prog.arena_bytes > replay.KEEP_ARENA_BYTES:
         assert prog._contexts == []
 
@@ -607,7 +609,7 @@ def test_replay_reuses_a_dropped_output_and_never_a_live_one(llvm):
 
     t = run(xs[0])
     t.realize()  # compile
-    (prog,) = engine._programs.values()
+    (prog,) = engine.PROGRAMS.programs()
     del t
     t1 = run(xs[1])
     t1.realize()
@@ -663,3 +665,50 @@ def test_a_multi_stream_program_replays_through_device_execute(be, monkeypatch):
     steps = calls[0]
     assert len({s for s, _, _ in steps}) == 2  # two streams, joined by an event
     assert sum(r is not None for _, _, r in steps) == 1 and any(w for _, w, _ in steps)
+
+
+def test_program_cache_is_lru_with_counters():
+    from lazymath import settings
+
+    cache = engine.ProgramCache()
+    progs = {k: types.SimpleNamespace(hits=0) for k in "abc"}
+    with settings.override(LAZYMATH_PROGRAM_CACHE_LIMIT="2"):
+        cache.put("a", progs["a"])
+        cache.put("b", progs["b"])
+        assert cache.get("a") is progs["a"]  # a is now the most recently used
+        cache.put("c", progs["c"])  # evicts b
+    assert cache.get("b") is None and cache.get("c") is progs["c"]
+    assert [k for k, _ in cache.items()] == ["a", "c"]
+    assert cache.stats() == {"programs": 2, "program_hits": 2, "program_misses": 1,
+                             "program_evictions": 1}  # fmt: skip
+    assert progs["a"].hits == 1 and cache.pop("a") is progs["a"] and len(cache) == 1
+    cache.clear()
+    assert len(cache) == 0 and cache.get("c") is None
+
+
+def test_program_cache_lookups_from_many_threads_all_hit():
+    """Concurrent lookups of a cached program all find it: moving it to the recent end must
+    not leave a moment in which another thread misses (it would compile the graph again and
+    split the hit counts: test_replay_from_several_threads_at_once failed that way)."""
+    import threading
+
+    cache = engine.ProgramCache()
+    prog = types.SimpleNamespace(hits=0)
+    cache.put("k", prog)
+    found = []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+
+        def work():
+            found.append(sum(cache.get("k") is prog for _ in range(2000)))
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert found == [2000] * 4
+    assert cache.hits == prog.hits == 8000 and cache.misses == 0

@@ -84,7 +84,7 @@ def test_debug_1_counts_compiled_loaded_and_hit(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("LAZYMATH_TIERED", "0")
     _refused_graph(3, 137)[0].realize()
     # a new process: no programs, no kernels in memory (the disk files stay)
-    engine._programs.clear()
+    engine.PROGRAMS.clear()
     kernel_cache.clear_cache(memory=True, disk=False)
     _refused_graph(3, 137)[0].realize()
     _refused_graph(3, 137)[0].realize()
@@ -248,6 +248,6 @@ def test_validate_names_the_kernel_and_user_line(monkeypatch):
         assert msg.startswith(f"LAZYMATH_VALIDATE: kernel {k.name} (created at {line})")
         assert "flat index 3" in msg and "1 of 2867 elements differ" in msg
     finally:
-        for key, prog in list(engine._programs.items()):  # never leave the bad kernel cached
+        for key, prog in engine.PROGRAMS.items():  # never leave the bad kernel cached
             if any(isinstance(ck, _Corrupting) for _, ck, _ in prog.kernels):
-                del engine._programs[key]
+                engine.PROGRAMS.pop(key)
