@@ -923,23 +923,87 @@ def eye(n_rows, n_cols=None, /, k=0, dtype=None, *, device=None) -> Tensor:
     return _from_numpy(arr, "eye", None if device is None else _device_arg(device, "eye"))
 
 
+def _host_memory_available() -> int:
+    """Bytes this host can still allocate (MemAvailable; 0 where /proc/meminfo is missing)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 class _Random:
-    """lm.random: deterministic given `seed` (numpy's PCG64)."""
+    """lm.random: deterministic given `seed` (numpy's PCG64, float32 draws cast to `dtype`).
+
+    The values are generated on the host at the call (a realized input of the graph), straight
+    into the tensor's own buffer in chunks: one copy of the result at the peak, Ctrl-C works
+    between chunks, a size that cannot fit the device's or the host's memory is refused before
+    any work, and a generation that takes more than a few seconds reports its progress on
+    stderr (`lm.random.randn(1 << 16, 1 << 16)` is 16 GiB: about a minute on one core)."""
+
+    CHUNK = 1 << 22  # elements per draw: 16 MiB of float32, large enough to amortize the call
+    PROGRESS_AFTER_S = 2.0
 
     @staticmethod
     def rand(*shape, seed=None, dtype=dt.float32) -> Tensor:
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
-        rng = np.random.default_rng(seed)
-        return tensor(rng.random(_shape_arg(shape), dtype=np.float32).astype(dt.as_dtype(dtype)))
+        """Uniform samples in [0, 1) of `shape` (given as ints or one tuple)."""
+        return _Random._draw("rand", shape, seed, dtype, lambda rng, out: rng.random(
+            dtype=np.float32, out=out))  # fmt: skip
 
     @staticmethod
     def randn(*shape, seed=None, dtype=dt.float32) -> Tensor:
+        """Standard normal samples of `shape` (given as ints or one tuple)."""
+        return _Random._draw("randn", shape, seed, dtype, lambda rng, out: rng.standard_normal(
+            dtype=np.float32, out=out))  # fmt: skip
+
+    @staticmethod
+    def _draw(who: str, shape, seed, dtype, fill) -> Tensor:
+        import time
+
+        from .fusion.schedule import fmt_bytes as _fmt_bytes
+
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
+        shape = _shape_arg(shape)
+        dtype = dt.as_dtype(dtype)
+        if dtype.kind not in "fc":
+            raise TypeError(f"lm.random.{who}: dtype must be a floating dtype, got {dtype}")
+        n = math.prod(shape)
+        nbytes = n * dtype.itemsize
+        staging = 0 if dtype == np.float32 else builtins.min(n, _Random.CHUNK) * 4
+        spec = getattr(_current_device(), "spec", None)
+        cap = getattr(spec, "hbm_bytes", 0) or 0
+        avail = _host_memory_available()
+        for limit, what in ((cap, f"the device memory of the {getattr(spec, 'name', 'device')}"),
+                            (avail, "the memory this host has available")):  # fmt: skip
+            if limit and nbytes + staging > limit:
+                raise MemoryError(
+                    f"lm.random.{who}{shape}: the result is {_fmt_bytes(nbytes)} of {dtype}, "
+                    f"more than {what} ({_fmt_bytes(limit)}); nothing was generated. Draw "
+                    "smaller pieces (e.g. one block of rows at a time, each with its own seed)."
+                )
         rng = np.random.default_rng(seed)
-        arr = rng.standard_normal(_shape_arg(shape), dtype=np.float32)
-        return tensor(arr.astype(dt.as_dtype(dtype)))
+        out = np.empty(shape, dtype=dtype)
+        flat = out.reshape(-1)
+        t0 = last = time.perf_counter()
+        for lo in range(0, n, _Random.CHUNK):
+            hi = builtins.min(lo + _Random.CHUNK, n)
+            if dtype == np.float32:
+                fill(rng, flat[lo:hi])
+            else:
+                tmp = np.empty(hi - lo, np.float32)
+                fill(rng, tmp)
+                flat[lo:hi] = tmp
+            now = time.perf_counter()
+            if now - t0 > _Random.PROGRESS_AFTER_S and (now - last > 5.0 or hi == n):
+                last = now
+                print(f"lazymath: lm.random.{who}{shape}: {_fmt_bytes(hi * dtype.itemsize)} "
+                      f"of {_fmt_bytes(nbytes)} generated on the host ({now - t0:.0f} s)",
+                      file=sys.stderr, flush=True)  # fmt: skip
+        return _from_numpy(out, f"lm.random.{who}")
 
 
 random = _Random()

@@ -57,3 +57,38 @@ def test_host_memory_bounds_it_too(monkeypatch):
     monkeypatch.setattr(engine, "_host_memory_bytes", lambda: 1 << 20)
     with pytest.raises(MemoryError, match="this host's 1.0 MiB of physical memory"):
         (lm.tensor(np.ones(1 << 19, np.float32)) + 1).realize()
+
+
+@pytest.mark.parametrize("spec,cap", [("ascend910", "32.0 GiB"), ("ascend910b", "64.0 GiB")])
+def test_huge_random_draw_is_refused_before_generating(spec, cap):
+    """lm.random draws on the host at the call: a result larger than the device's memory is
+    refused before a single number is generated (it used to run for minutes first)."""
+    dev = lm.current_device()
+    try:
+        lm.init_device(0, spec)
+        for fn, name in ((lm.random.randn, "randn"), (lm.random.rand, "rand")):
+            with pytest.raises(MemoryError) as e:
+                fn(1 << 20, 1 << 20, seed=0)
+            msg = str(e.value)
+            assert f"lm.random.{name}(1048576, 1048576)" in msg and "4.0 TiB of float32" in msg
+            assert f"({cap})" in msg and "nothing was generated" in msg
+    finally:
+        lm.runtime.set_device(dev)
+
+
+def test_random_draws_in_chunks_equal_one_numpy_draw(monkeypatch, capsys):
+    """The chunked generation gives exactly numpy's single draw (same PCG64 stream), in every
+    float dtype, and reports progress on stderr once a draw runs long."""
+    monkeypatch.setattr(type(lm.random), "CHUNK", 7)  # many chunks, ragged last one
+    monkeypatch.setattr(type(lm.random), "PROGRESS_AFTER_S", -1.0)  # report from the first chunk
+    for dtype in ("float32", "float16", "float64"):
+        got = lm.random.randn(5, 11, seed=4, dtype=dtype).numpy()
+        want = np.random.default_rng(4).standard_normal((5, 11), dtype=np.float32).astype(dtype)
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == np.dtype(dtype)
+    got = lm.random.rand(13, seed=5).numpy()
+    np.testing.assert_array_equal(got, np.random.default_rng(5).random(13, dtype=np.float32))
+    err = capsys.readouterr().err
+    assert "lazymath: lm.random.rand(13,): 52 B of 52 B generated on the host" in err
+    with pytest.raises(TypeError, match="dtype must be a floating dtype, got int32"):
+        lm.random.randn(3, dtype="int32")
