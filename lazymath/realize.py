@@ -46,12 +46,46 @@ def realize(*tensors) -> None:
     if backend == "reference":
         t0 = time.perf_counter()
         outputs = live_outputs(roots)
+        _check_reference_memory(outputs)
         values = reference.run(outputs)
         for n in outputs:
             commit(n, values[id(n)])
         _debug_line(outputs, "reference", t0)
         return
     _run_compiled()(roots, backend)
+
+
+def _check_reference_memory(outputs: list) -> None:
+    """The reference backend evaluates every node with numpy and keeps each intermediate (no
+    fusion, no buffer reuse), so its peak is the sum of the non-view results: refuse before
+    evaluating anything when that exceeds the device's memory or this host's (like the
+    compiled path's plan check), naming the largest tensor and the user's line."""
+    from .graph.node import toposort
+    from .graph.ops import VIEWS
+
+    pending = [n for n in toposort(outputs)
+               if n.realized is None and n.op not in VIEWS]  # fmt: skip
+    need = sum(n.nbytes for n in pending)
+    if not pending:
+        return
+    from .engine import _host_memory_bytes
+    from .fusion.schedule import fmt_bytes
+    from .runtime import current_device
+
+    spec = current_device().spec
+    for cap, what in ((spec.hbm_bytes, f"the {fmt_bytes(spec.hbm_bytes)} of device memory of the "
+                                       f"{spec.name} (DeviceSpec.hbm_bytes)"),
+                      (_host_memory_bytes(), "this host's physical memory")):  # fmt: skip
+        if cap and need > cap:
+            big = max(pending, key=lambda n: n.nbytes)
+            loc = f" created at {big.loc}" if big.loc else ""
+            raise MemoryError(
+                f"lazymath (reference backend): this realize needs {fmt_bytes(need)} for its "
+                f"results and intermediates, more than {what}; the largest tensor is "
+                f"{big.op}{list(big.shape)}:{big.dtype.name} ({fmt_bytes(big.nbytes)}){loc}. "
+                "Nothing was evaluated. Realize smaller pieces or use the llvm backend (it "
+                "fuses and reuses buffers)."
+            )
 
 
 def schedule_of(roots: list, spec=None):
@@ -83,5 +117,8 @@ def _debug_line(outputs, what: str, t0: float) -> None:
     level = _DEBUG.get()
     if level >= 1:
         dt_us = (time.perf_counter() - t0) * 1e6
-        print(f"[lazymath] realize {len(outputs)} output(s) via {what} in {dt_us:.0f} us",
-              file=sys.stderr, flush=True)
+        print(
+            f"[lazymath] realize {len(outputs)} output(s) via {what} in {dt_us:.0f} us",
+            file=sys.stderr,
+            flush=True,
+        )

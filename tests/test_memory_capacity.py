@@ -92,3 +92,22 @@ def test_random_draws_in_chunks_equal_one_numpy_draw(monkeypatch, capsys):
     assert "lazymath: lm.random.rand(13,): 52 B of 52 B generated on the host" in err
     with pytest.raises(TypeError, match="dtype must be a floating dtype, got int32"):
         lm.random.randn(3, dtype="int32")
+
+
+def test_reference_backend_refuses_a_huge_realize_before_evaluating(monkeypatch):
+    """The reference backend keeps every intermediate; its peak is checked like the plan's."""
+    monkeypatch.setenv("LAZYMATH_BACKEND", "reference")
+    col, row = (
+        lm.tensor(np.ones((1 << 20, 1), np.float32)),
+        lm.tensor(np.ones((1 << 20,), np.float32)),
+    )
+    t = lm.exp(col + row)  # 4 TiB of float32, twice (the add and the exp)
+    line = t._node.loc
+    with pytest.raises(MemoryError) as e:
+        t.realize()
+    msg = str(e.value)
+    assert "reference backend" in msg and "needs 8.0 TiB" in msg and "Nothing was evaluated" in msg
+    assert f"[1048576, 1048576]:float32 (4.0 TiB) created at {line}" in msg
+    assert not t.is_realized
+    small = lm.exp(lm.ones((3, 1)) + lm.zeros((1, 4)))  # still evaluates normally
+    np.testing.assert_allclose(small.numpy(), np.full((3, 4), np.e, np.float32), rtol=1e-6)
