@@ -95,13 +95,24 @@ def to_dot(vg: VGraph, prefix: str = "", title: str | None = None,
             continue
         w(f"  subgraph cluster_k{ci} {{")
         w("    graph " + _attrs({
-            "label": c.title, "tooltip": c.tooltip, "style": "filled,rounded",
+            "label": "", "tooltip": c.tooltip, "style": "filled,rounded",
             "fillcolor": unit_color(c.unit), "color": unit_border(c.unit), "penwidth": "1.5",
-            "labeljust": "l",
             "fontname": FONT, "fontsize": "11", "id": f"{prefix}cluster_k{ci}",
         }) + ";")  # fmt: skip
+        # The title is a node, not the cluster's label: dot routes edges around nodes but
+        # draws them straight through a cluster label, so edges entering the kernel from
+        # above crossed its name. Invisible edges keep the title above the kernel's sources.
+        title = f"title_k{ci}"
+        w(f"    {quote(title)} " + _attrs({
+            "shape": "plaintext", "label": c.title, "tooltip": c.tooltip, "fontsize": "11",
+            "margin": "0.02,0.02", "height": "0.2", "id": f"{prefix}{title}",
+        }) + ";")  # fmt: skip
+        inside = {n.id for n in members}
+        fed = {e.dst for e in vg.edges if e.src in inside and e.dst in inside}
         for n in members:
             w(f"    {quote(n.id)} {_attrs(node_attrs(n, prefix))};")
+            if n.id not in fed:
+                w(f"    {quote(title)} -> {quote(n.id)} [style=invis, weight=10];")
         w("  }")
     for n in by_cluster.get(None, []):
         w(f"  {quote(n.id)} {_attrs(node_attrs(n, prefix))};")

@@ -101,6 +101,7 @@ def _node_data(vg: VGraph) -> dict:
         out[v] = d
     for ci, c in vg.clusters.items():
         out[f"cluster_k{ci}"] = {"role": "kernel", "label": [c.title], "loc": c.tooltip}
+        out[f"title_k{ci}"] = out[f"cluster_k{ci}"]  # the kernel's title is a node (dot.py)
     return out
 
 

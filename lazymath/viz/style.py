@@ -42,7 +42,7 @@ ROLE_ATTRS: dict[str, dict[str, str]] = {
         "style": "filled,bold",
         "fillcolor": "#ffafcc",
         "color": "#9d0208",
-        "peripheries": "2",
+        "penwidth": "2.5",  # not peripheries=2: dot clips edges at a double cylinder's label
     },  # fmt: skip
 }
 

@@ -30,6 +30,11 @@ def test_kernels_stage_custom_op_is_one_cube_cluster(custom_op_graph):
     assert src.count("subgraph cluster_") == 1
     assert f'fillcolor="{UNIT_COLORS["cube"]}"' in src
     assert 'label="k0_matmul_relu_mul | ' in src and "| stream 0" in src
+    # the kernel's title is a plaintext node above its sources (edges route around nodes but
+    # cross cluster labels), tied by invisible edges; the cluster itself has no label
+    assert 'shape="plaintext", label="k0_matmul_relu_mul | ' in _attrs_of(src, "title_k0")
+    assert re.search(r'"title_k0" -> "k0n\d+" \[style=invis', src)
+    assert 'graph [label=""' in src
     for op in ("matmul", "relu", "mul"):
         assert f'label="{op}\\n(64, 32) float16"' in src
         ident = re.search(rf'"(k0n\d+)" \[[^\]]*label="{op}\\n', src).group(1)
@@ -37,7 +42,7 @@ def test_kernels_stage_custom_op_is_one_cube_cluster(custom_op_graph):
     # inputs (cylinders, outside the cluster), the folded constant, the output
     assert src.count('label="input\\n') == 2 and 'shape="cylinder"' in src
     assert 'label="const 0.5"' in src and 'shape="ellipse", style="dashed,filled"' in src
-    assert 'label="output 0\\n(64, 32) float16"' in src and 'peripheries="2"' in src
+    assert 'label="output 0\\n(64, 32) float16"' in src and 'penwidth="2.5"' in src
     # GM traffic: heavier edges with their byte size; edges inside the kernel stay thin
     assert 'penwidth="3.5", label="(64, 48) float16\\n6.0 KiB"' in src
     assert 'penwidth="3.5", label="(48, 32) float16\\n3.0 KiB"' in src
