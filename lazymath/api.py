@@ -9,6 +9,7 @@ from . import engine, settings
 from .graph.walk import nodes_of, plan_outputs
 from .realize import schedule_of
 from .tensor import Tensor, tensor
+from .units import fmt_bytes as _fmt_bytes
 
 __all__ = [
     "schedule",
@@ -334,14 +335,6 @@ def _config() -> dict:
         optional[dist] = _version_of(dist)
     return {"versions": versions, "host": target, "device": device, "cache": cache,
             "settings": rows, "optional": optional}  # fmt: skip
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def _format_config(c: dict) -> str:

@@ -69,7 +69,7 @@ def _check_reference_memory(outputs: list) -> None:
     if not pending:
         return
     from .engine import _host_memory_bytes
-    from .fusion.schedule import fmt_bytes
+    from .units import fmt_bytes
     from .runtime import current_device
 
     spec = current_device().spec

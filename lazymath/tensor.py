@@ -963,7 +963,7 @@ class _Random:
     def _draw(who: str, shape, seed, dtype, fill) -> Tensor:
         import time
 
-        from .fusion.schedule import fmt_bytes as _fmt_bytes
+        from .units import fmt_bytes as _fmt_bytes
 
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])

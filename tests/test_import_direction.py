@@ -116,6 +116,7 @@ def layer(mod: str) -> str | None:
         "lazymath.dtypes",
         "lazymath._version",
         "lazymath._threads",
+        "lazymath.units",
         "lazymath.runtime.device",
     ):
         return "base"
@@ -123,7 +124,13 @@ def layer(mod: str) -> str | None:
         return "ir"
     if mod in ("lazymath.realize", "lazymath.engine"):
         return "driver"
-    if mod in ("lazymath.api", "lazymath.lowlevel", "lazymath.array_api", "lazymath.sorting"):
+    if mod in (
+        "lazymath.api",
+        "lazymath.lowlevel",
+        "lazymath.array_api",
+        "lazymath.sorting",
+        "lazymath.support",
+    ):
         return "api"
     if mod == "lazymath.tensor":
         return "tensor"

@@ -23,6 +23,7 @@ from ..backend.kernel_ir import (
     RowKernel,
 )
 from ..graph.ops import ELEMENTWISE
+from ..units import fmt_bytes
 from .memory import MemoryPlan
 
 
@@ -150,13 +151,6 @@ def _fmt_num(x: float) -> str:
         if abs(x) >= scale:
             return f"{x / scale:.1f} {unit}"
     return f"{x:.0f}"
-
-
-def fmt_bytes(n: int) -> str:
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def _host_lines(kernels, spec) -> list[str]:

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from html import escape
 
+from ..units import fmt_bytes as _fmt_bytes
 from .style import BUFFER_COLORS, EVENT_COLOR, PIPE_COLORS, REALIZE_COLOR, unit_color
 
 LABEL_W = 150  # px for row labels
@@ -314,10 +315,3 @@ def memory_chart(chart_id: str, lifetimes: list[Lifetime], kernel_names: list[st
         out.append("</g>")
     out.append("</svg>")
     return "\n".join(out)
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ..graph.node import Node, toposort
 from ..graph.ops import kind
+from ..units import fmt_bytes
 
 # kinds of graph node that fold into a chain of cheap per-element work
 CHAINABLE_KINDS = frozenset({"elementwise", "view"})
@@ -138,13 +139,6 @@ def dtype_name(dt) -> str:
 def fmt_value(n: Node) -> str:
     """'(64, 32) float16': what an edge carries and a node's second label line."""
     return f"{fmt_shape(n.shape)} {dtype_name(n.dtype)}"
-
-
-def fmt_bytes(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def _short(x: object, limit: int = 28) -> str:
