@@ -292,9 +292,9 @@ COMPOSITE_OPS = ("sin", "cos", "tan", "tanh", "sigmoid", "exp2", "pow", "floor_d
                  "remainder", "log1p", "expm1", "log2", "log10", "sinh", "cosh", "asinh", "acosh",
                  "atanh", "hypot", "logaddexp", "asin", "acos", "atan", "atan2")  # fmt: skip
 _ARITY = {"pow": 2, "floor_divide": 2, "remainder": 2, "hypot": 2, "logaddexp": 2, "atan2": 2}
-# no vector sequence yet (they need an arctangent polynomial): every dtype raises
-# NotImplementedError here, so the templates call the host libm inside the fused kernel
-HOST_ONLY = ("asin", "acos", "atan", "atan2")
+# ops with no vector sequence (every dtype raises NotImplementedError here, so the templates call
+# the host libm inside the fused kernel): none since asin/acos/atan/atan2 got theirs
+HOST_ONLY: tuple = ()
 # float64 inputs: ops whose float64 sequence is exact enough; the rest raise NotImplementedError
 # so the caller falls back (host libm for trig/tanh, native vfloordiv/vmod/vpow for the others).
 _F64_OPS = ("sigmoid", "pow", "tanh")
@@ -1263,7 +1263,117 @@ def _op_logaddexp(s, dst, srcs, dt):
     _narrow(s, r, dst, a, b, d)
 
 
+# atan(u) = u + u^3 Q(u^2) for |u| <= tan(pi/8): the Taylor series, 13 terms (the first left
+# out is u^27/27 <= 2^-40 |u|: far below float32's 2^-24), evaluated in float64
+_ATAN_Q = tuple((-1.0) ** k / (2 * k + 1) for k in range(1, 13))
+_TAN_PI_8 = math.sqrt(2.0) - 1.0
+_TAN_3PI_8 = math.sqrt(2.0) + 1.0
+
+
+def _atan64(s: _Seq, x: isa.Ref, keep_zero: bool = True) -> isa.Ref:
+    """atan of float64 x (a fresh buffer), |x| reduced to |u| <= tan(pi/8): u = |x| (offset
+    0), (|x| - 1)/(|x| + 1) (pi/4) or -1/|x| (pi/2) by two selects, then the sign of x; inf
+    gives pi/2, NaN stays NaN (it fails both range tests: the middle branch), -0.0 stays."""
+    a = s.un("vabs", x)
+    lo = s.cmps("le", a, _TAN_PI_8)
+    hi = s.cmps("gt", a, _TAN_3PI_8)
+    u = s.sc("vadds", a, -1.0)  # middle range: (a - 1) / (a + 1)
+    d = s.sc("vadds", a, 1.0)
+    s.bin("vdiv", u, d, out=u)
+    s.un("vrec", a, out=d)  # high range: -1 / a
+    s.un("vneg", d, out=d)
+    s.sel(hi, d, u, out=u)
+    s.sel(lo, a, u, out=u)
+    z = s.bin("vmul", u, u)
+    q = s.horner(z, _ATAN_Q)
+    s.bin("vmul", q, z, out=q)
+    s.bin("vmul", q, u, out=q)
+    s.bin("vadd", q, u, out=q)  # atan(u)
+    r = s.sc("vadds", q, math.pi / 4)  # + the range's offset: 0, pi/4 or pi/2
+    s.sel(lo, q, r, out=r)
+    s.sc("vadds", q, math.pi / 2, out=d)
+    s.sel(hi, d, r, out=r)
+    neg = s.cmps("lt", x, 0.0)
+    s.un("vneg", r, out=d)
+    s.sel(neg, d, r, out=r)
+    if keep_zero:
+        s.cmps("eq", x, 0.0, out=neg)
+        s.sel(neg, x, r, out=r)
+    s.done(a, lo, hi, u, d, z, q, neg)
+    return r
+
+
+def _op_atan(s, dst, srcs, dt):
+    """atan in float64, rounded once (faithful for float32/float16)."""
+    (x,) = _wide(s, srcs)
+    _narrow(s, _atan64(s, x), dst, x)
+
+
+def _op_asin(s, dst, srcs, dt):
+    """atan(x / sqrt((1 - x)(1 + x))): the product is exact in float64 for a float32 x, so the
+    ends are right: +-1 give x / 0 = +-inf, atan +-pi/2; NaN beyond +-1 (sqrt of a negative);
+    -0.0 kept."""
+    (x,) = _wide(s, srcs)
+    a = s.un("vneg", x)
+    s.sc("vadds", a, 1.0, out=a)
+    b = s.sc("vadds", x, 1.0)
+    s.bin("vmul", a, b, out=a)
+    s.un("vsqrt", a, out=a)
+    s.bin("vdiv", x, a, out=b)
+    r = _atan64(s, b)
+    z = s.cmps("eq", x, 0.0)
+    s.sel(z, x, r, out=r)
+    s.done(z)
+    _narrow(s, r, dst, x, a, b)
+
+
+def _op_acos(s, dst, srcs, dt):
+    """2 atan(sqrt((1 - x) / (1 + x))): 0 at 1, pi at -1 (1/0 = inf), NaN beyond +-1."""
+    (x,) = _wide(s, srcs)
+    a = s.un("vneg", x)
+    s.sc("vadds", a, 1.0, out=a)
+    b = s.sc("vadds", x, 1.0)
+    s.bin("vdiv", a, b, out=a)
+    s.un("vsqrt", a, out=a)
+    r = _atan64(s, a)
+    s.sc("vmuls", r, 2.0, out=r)
+    _narrow(s, r, dst, x, a, b)
+
+
+def _op_atan2(s, dst, srcs, dt):
+    """atan(|y| / |x|) (0/0 taken as 0, inf/inf as 1: the C99 special cases), pi minus it
+    where x has its sign bit set (also -0.0), then the sign bit of y (also -0.0)."""
+    y, x = _wide(s, srcs)
+    ay = s.un("vabs", y)
+    ax = s.un("vabs", x)
+    q = s.bin("vdiv", ay, ax)
+    m = s.cmps("eq", ay, 0.0)
+    t = s.cmps("eq", ax, 0.0)
+    s.bin("vand", m, t, out=m)
+    s.sel(m, s.const("float64", 0.0), q, out=q)
+    s.cmps("eq", ay, math.inf, out=m)
+    s.cmps("eq", ax, math.inf, out=t)
+    s.bin("vand", m, t, out=m)
+    s.sel(m, s.const("float64", 1.0), q, out=q)
+    r = _atan64(s, q, keep_zero=False)  # q >= 0 or NaN
+    bx = s.conv(x, "int64", mode="bits")
+    s.cmps("lt", bx, 0, out=m)  # x's sign bit: the left half-plane
+    s.un("vneg", r, out=ax)
+    s.sc("vadds", ax, math.pi, out=ax)
+    s.sel(m, ax, r, out=r)
+    s.conv(y, "int64", mode="bits", out=bx)
+    s.cmps("lt", bx, 0, out=m)
+    s.un("vneg", r, out=ax)
+    s.sel(m, ax, r, out=r)
+    s.done(ay, q, t, bx, m)
+    _narrow(s, r, dst, y, x, ax)
+
+
 _OPS = {
+    "asin": _op_asin,
+    "acos": _op_acos,
+    "atan": _op_atan,
+    "atan2": _op_atan2,
     "log1p": _op_log1p,
     "expm1": _op_expm1,
     "log2": _scaled_log(1.0 / _LN2),

@@ -67,6 +67,12 @@ FUNCS = {
         float32_sample(n, 5), RNG.uniform(-10, 10, n // 2)])),
     "sigmoid": (None, _sigmoid64, lambda n: np.concatenate([
         float32_sample(n, 6), RNG.uniform(-20, 20, n // 2)])),
+    "atan": (np.arctan, np.arctan, lambda n: np.concatenate([
+        float32_sample(n // 4, 7), RNG.uniform(-3, 3, n // 8)])),
+    "asin": (np.arcsin, np.arcsin, lambda n: np.concatenate([
+        RNG.uniform(-1, 1, n // 8), 1 - np.abs(float32_sample(n // 8, 8)) % 1e-3])),
+    "acos": (np.arccos, np.arccos, lambda n: np.concatenate([
+        RNG.uniform(-1, 1, n // 8), np.abs(float32_sample(n // 8, 9)) % 1 - 1e-7])),
 }  # fmt: skip
 
 
@@ -176,6 +182,29 @@ def test_composite_specials(name):
     assert ulp_dist(got, ref).max() <= 1, list(zip(SPECIALS, got, ref))
     signs_match = np.signbit(got[:2]) == np.signbit(ref[:2])
     assert signs_match.all(), (got[:2], ref[:2])  # f(+0) and f(-0) keep numpy's sign
+
+
+def test_arctangents_specials_and_atan2():
+    """asin/acos/atan at the domain's edges (+-1, beyond, +-0, +-inf, NaN) and atan2 over every
+    pair of special values and random pairs: correctly rounded or 1 ulp from it, numpy's
+    signs of zeros and NaNs (the C99 special cases of atan2)."""
+    edges = np.float32([0.0, -0.0, 1.0, -1.0, np.nextafter(1, 0), -np.nextafter(1, 0), 1.5,
+                        -1.5, np.inf, -np.inf, np.nan, 1e-45, -1e-38, 0.41421357,
+                        2.4142137])  # fmt: skip
+    with np.errstate(all="ignore"):
+        for name, f in (("atan", np.arctan), ("asin", np.arcsin), ("acos", np.arccos)):
+            got, cr = run_composite(name, edges), correctly_rounded(f, edges)
+            assert np.array_equal(np.isnan(got), np.isnan(cr)), name
+            ok = ~np.isnan(cr)
+            assert ulp_dist(got[ok], cr[ok]).max() <= 1, name
+            assert np.array_equal(np.signbit(got[ok]), np.signbit(cr[ok])), name
+        y, x = _pairs()
+        got = run_composite("atan2", y, x)
+        cr = np.arctan2(y.astype(np.float64), x.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(cr))
+    ok = ~np.isnan(cr)
+    assert ulp_dist(got[ok], cr[ok]).max() <= 1
+    assert np.array_equal(np.signbit(got[ok]), np.signbit(cr[ok]))
 
 
 def test_composite_named_specials():
