@@ -12,6 +12,7 @@ import builtins
 import math
 import operator
 import sys
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -2286,66 +2287,108 @@ def _from_last(x: Tensor, ax: int) -> Tensor:
     return permute_dims(x, perm)
 
 
-def _fit_last(x: Tensor, m: int) -> Tensor:
-    """Crop or zero-pad the last axis to m (numpy.fft's `n`)."""
-    length = x.shape[-1]
+def _fit_axis(x: Tensor, m: int, axis: int) -> Tensor:
+    """Crop or zero-pad `axis` to m (numpy.fft's `n`)."""
+    axis %= x.ndim
+    length = x.shape[axis]
     if m < length:
-        return _slice_node(x, tuple((0, s, 1) for s in x.shape[:-1]) + ((0, m, 1),))
+        spec = [(0, s, 1) for s in x.shape]
+        spec[axis] = (0, m, 1)
+        return _slice_node(x, tuple(spec))
     if m > length:
-        return pad(x, [(0, 0)] * (x.ndim - 1) + [(0, m - length)])
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (0, m - length)
+        return pad(x, widths)
     return x
 
 
-def _complex_planes(x: Tensor, ax: int) -> Tensor:
-    """float32 planes (other axes..., 2, n) of complex `x` transformed along `ax`. The planes
-    of a Cube FFT's result are read as they are (a permutation, no AI CPU round trip)."""
+# input node -> {call key: the node of its transform's result before the join}; weak on the
+# input, whose realized array the graph holds (not the node itself), so nothing outlives it
+_fft_memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class _KeepAlive:
+    """The array interface of a float32 (..., 2) view of a complex64 array that keeps the array
+    itself alive: numpy collapses a view's base to the owner of the memory, and the owner of a
+    device output goes back to the memory pool when the array that leases it dies."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        iface = dict(arr.__array_interface__)
+        self.__array_interface__ = dict(
+            shape=arr.shape + (2,), typestr=np.dtype(np.float32).str, data=(iface["data"][0], True),
+            strides=None, version=3,
+        )  # fmt: skip
+        self.base = arr
+
+
+def _complex_rows(x: Tensor, ax: int) -> Tensor:
+    """complex64 `x` as float32 (other axes..., n, 2): each value's (real, imaginary) pair, the
+    transform axis `ax` next to last. The memory of a realized array or of a Cube FFT's result
+    is read as it is (no copy); anything else is one AI CPU copy (complex_planes)."""
     node = x._node
     nd = x.ndim
+    if node.realized is not None and node.realized.flags.c_contiguous:
+        arr = node.realized
+        if arr.size:  # a float32 view of the same memory, holding the complex64 array alive
+            view = np.asarray(_KeepAlive(arr))
+            p = Tensor(gn.buffer_node(view), x._device)
+            return permute_dims(p, [i for i in range(nd) if i != ax] + [ax, nd])
     axes = list(range(nd))  # x's axis i is axis axes[i] of the join
     if node.op == "permute" and node.srcs[0].op == "complex_join":
         axes = list(node.arg)
         node = node.srcs[0]
-    if node.op == "complex_join":
-        # its source holds the planes (join.shape[:-1] + (2, nfull)) in C order
-        p = reshape(_wrap(node.srcs[0], [x]), node.shape[:-1] + (2, node.arg[1]))
-        p = _fit_last(p, node.shape[-1])
-        where = [(i if i < nd - 1 else nd) for i in axes]  # x's axis i -> p's axis
-        perm = [where[i] for i in range(nd) if i != ax] + [nd - 1, where[ax]]
-        return permute_dims(p, perm)
+    if node.op == "complex_join" and node.realized is None:
+        # its source holds (join.shape[:-1], nfull, 2) in C order
+        p = reshape(_wrap(node.srcs[0], [x]), node.shape[:-1] + (node.arg[1], 2))
+        p = _fit_axis(p, node.shape[-1], -2)
+        return permute_dims(p, [axes[i] for i in range(nd) if i != ax] + [axes[ax], nd])
     last = _to_last(x, ax)
-    shape = last.shape[:-1] + (2, last.shape[-1])
+    shape = last.shape + (2,)
     return _wrap(gn.make("complex_planes", dt.float32, shape, (last._node,)), [x])
 
 
-def _dft_planes(p: Tensor, fs: tuple, sign: int, scale: float, real: bool) -> Tensor:
-    """The DFT of each row of `p` as planes: p is (..., 2, n) planes, or (..., n) real rows when
-    `real`; the result holds (..., 2, n) in C order (direct: shape (..., 2n), the batch axes
-    kept; four-step: (b, 2, n), the batch axes merged). fs: the plan's factors."""
+def _dft_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool, m: int) -> Tensor:
+    """The DFT of each row of `p`: p is (..., n, 2) complex rows as (real, imaginary) pairs, or
+    (..., n) real rows when `real`. The result holds the transforms, complex64 in C order, as
+    float32 pairs: direct, the first m frequencies of each row, shape (..., 2m), the batch axes
+    kept; four-step, all n, the batch axes merged. fs: the plan's factors."""
     lead = p.shape[:-1] if real else p.shape[:-2]
-    n = p.shape[-1]
-    if len(fs) == 1:  # direct: rows (lead) x (plane, t) @ (plane, t) x (plane', k)
-        m = _fft_table(p, dft.block_matrix, n, sign, scale, real, True, False)
-        rows = p if real else reshape(p, lead + (2 * n,))
-        return matmul(rows, m)  # lead + (2n,): the planes in C order, batch axes kept
+    n = p.shape[-1] if real else p.shape[-2]
+    if len(fs) == 1:  # direct: rows (lead) x (t, plane) @ (t, plane) x (k, plane')
+        mat = _fft_table(p, dft.direct_matrix, n, sign, scale, real, m)
+        return matmul(p if real else reshape(p, lead + (2 * n,)), mat)
     b = math.prod(lead)
-    p = reshape(p, (b, n) if real else (b, 2, n))
     n1 = fs[0]
     n2 = n // n1
-    # step 1: the length-n1 DFTs over t1 (stride n2): rows (b, t2), contraction (plane, t1)
-    xs = permute_dims(reshape(p, (b, n1, n2) if real else (b, 2 * n1, n2)), (0, 2, 1))
-    m1 = _fft_table(p, dft.block_matrix, n1, sign, 1.0, real, True, False)
-    y = reshape(matmul(xs, m1), (b, n2, 2, n1))  # [b, t2, plane, k1]
-    # step 2: twiddles w**(k1 t2) on the Vector unit: y * ta + (planes swapped) * tb
-    ta = _fft_table(p, dft.twiddles, n1, n2, sign, 0)
-    tb = _fft_table(p, dft.twiddles, n1, n2, sign, 1)
-    z = y * ta + flip(y, axis=2) * tb  # [b, t2, plane, k1]
-    if len(fs) == 2:  # step 3: the length-n2 DFTs over t2: (plane', k2) x (t2, plane) @ z
-        m2 = _fft_table(p, dft.block_matrix, n2, sign, scale, False, False, True)
-        return reshape(matmul(m2, reshape(z, (b, 2 * n2, n1))), (b, 2, n))
-    # recursively: the rows (b, k1) are length-n2 transforms
-    zr = reshape(permute_dims(z, (0, 3, 2, 1)), (b * n1, 2, n2))
-    out = reshape(_dft_planes(zr, fs[1:], sign, scale, False), (b, n1, 2, n2))
-    return reshape(permute_dims(out, (0, 2, 3, 1)), (b, 2, n))
+    # step 1: the length-n1 DFTs over t1 (t = t1 n2 + t2): [Re F; Im F] (2 n1, n1) @ each
+    # (t1, (t2, plane)) slab, the input read in place: z [b, q, k1, t2(, plane)]
+    g = _fft_table(p, dft.first_matrix, n1, sign)
+    xs = reshape(p, (b, n1, n2) if real else (b, n1, 2 * n2))
+    z = matmul(permute_dims(xs, (0, 2, 1)), permute_dims(g, (1, 0)))
+    if real:
+        z = reshape(z, (b, n2, 2, n1))
+        yr, yi = z[:, :, 0], z[:, :, 1]  # [b, t2, k1]
+    else:  # the complex product's four real parts
+        z = reshape(z, (b, n2, 2, 2, n1))  # [b, t2, plane, q, k1]
+        yr = z[:, :, 0, 0] - z[:, :, 1, 1]
+        yi = z[:, :, 1, 0] + z[:, :, 0, 1]  # [b, t2, k1]
+    if len(fs) == 2:
+        # step 2 (Vector): the twiddles w**(k1 t2), written as the rows R [b, q, t2, k1, plane']
+        # of step 3: [[Re y', Im y'], [Im y', -Re y']]
+        ta = _fft_table(p, dft.twiddles, n1, n2, sign, 0)
+        tb = _fft_table(p, dft.twiddles, n1, n2, sign, 1)
+        yr = reshape(yr, (b, 1, n2, n1, 1))
+        yi = reshape(yi, (b, 1, n2, n1, 1))
+        r = reshape(yr * ta + yi * tb, (b, 2 * n2, 2 * n1))
+        # step 3: [Re F, -Im F] (n2, 2 n2) @ R: [b, k2, (k1, plane')], the result in C order
+        return matmul(_fft_table(p, dft.last_matrix, n2, sign, scale), r)
+    # recursively: the twiddled rows (b, k1) are length-n2 transforms, (real, imaginary) pairs
+    ca = _fft_table(p, dft.twiddle_pairs, n1, n2, sign, 0)
+    cb = _fft_table(p, dft.twiddle_pairs, n1, n2, sign, 1)
+    yr = reshape(permute_dims(yr, (0, 2, 1)), (b, n1, n2, 1))
+    rows = yr * ca + reshape(permute_dims(yi, (0, 2, 1)), (b, n1, n2, 1)) * cb
+    out = _dft_rows(reshape(rows, (b * n1, n2, 2)), fs[1:], sign, scale, False, n2)
+    return permute_dims(reshape(out, (b, n1, n2, 2)), (0, 2, 1, 3))  # [b, k2, k1, plane]
 
 
 def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, fs: tuple, why: str) -> Tensor:
@@ -2353,35 +2396,40 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, fs: tuple, why:
     inverse = kind in ("ifft", "irfft")
     sign = 1 if inverse else -1
     size = x.shape[ax]
+    real = not dt.is_complex(x.dtype)
     if kind == "irfft":
         nout = n if n is not None else 2 * (size - 1)
         m = nout // 2 + 1
-        p = _complex_planes(x, ax) if dt.is_complex(x.dtype) else None
-        if p is None:  # a real input is the real plane; its imaginary plane is zero
-            p = _fit_last(astype(_to_last(x, ax), dt.float32), m)
-            mat = _fft_table(p, dft.irfft_matrix, m, nout, dft.norm_scale(norm, nout, True))
-            mat = _slice_node(mat, ((0, m, 1), (0, nout, 1)))
-            rows = p
+        mat = _fft_table(x, dft.irfft_matrix, m, nout, dft.norm_scale(norm, nout, True), real)
+        if real:  # a real input is the real part; its imaginary part is zero
+            rows = _fit_axis(astype(_to_last(x, ax), dt.float32), m, -1)
         else:
-            p = _fit_last(p, m)
-            mat = _fft_table(p, dft.irfft_matrix, m, nout, dft.norm_scale(norm, nout, True))
+            p = _fit_axis(_complex_rows(x, ax), m, -2)
             rows = reshape(p, p.shape[:-2] + (2 * m,))
         return _from_last(astype(matmul(rows, mat), out_dtype), ax)
     nin = n if n is not None else size
-    scale = dft.norm_scale(norm, nin, inverse)
-    real = not dt.is_complex(x.dtype)
-    if real:
-        rows = _fit_last(astype(_to_last(x, ax), dt.float32), nin)
-        other = rows.shape[:-1]
-    else:
-        rows = _fit_last(_complex_planes(x, ax), nin)
-        other = rows.shape[:-2]
-    out = _dft_planes(rows, fs, sign, scale, real)._node
-    if out.op == "reshape":  # the join reads the planes in C order: the matmul's own layout
-        out = out.srcs[0]
-    length = nin // 2 + 1 if kind == "rfft" else nin
-    # rfft keeps the first n // 2 + 1 of the n frequencies
-    node = gn.make("complex_join", out_dtype, other + (length,), (out,), (f"cube {why}", nin))
+    length = nin // 2 + 1 if kind == "rfft" else nin  # rfft: the first n // 2 + 1 frequencies
+    full = length if len(fs) == 1 else nin  # direct plans compute only those
+    other = tuple(d for i, d in enumerate(x.shape) if i != ax)
+    # a realized input keeps its transform graph (every node of it is interned: the same
+    # structure), so a repeated call costs dictionary lookups instead of building ~30 nodes
+    memo = _fft_memo.get(x._node) if x._node.realized is not None else None
+    key = (kind, nin, ax, norm, fs, x._device)
+    out = None if memo is None else memo.get(key)
+    if out is None:
+        scale = dft.norm_scale(norm, nin, inverse)
+        if real:
+            rows = _fit_axis(astype(_to_last(x, ax), dt.float32), nin, -1)
+        else:
+            rows = _fit_axis(_complex_rows(x, ax), nin, -2)
+        out = _dft_rows(rows, fs, sign, scale, real, full)._node
+        while out.op == "reshape":  # the join reads its source in C order
+            out = out.srcs[0]
+        if x._node.realized is not None:
+            if len(_fft_memo) > 64:
+                _fft_memo.clear()
+            _fft_memo.setdefault(x._node, {})[key] = out
+    node = gn.make("complex_join", out_dtype, other + (length,), (out,), (f"cube {why}", full))
     return _from_last(_wrap(node, [x]), ax)
 
 

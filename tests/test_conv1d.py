@@ -44,7 +44,10 @@ def _tol(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_conv1d_against_torch(backend, check, data, dtype):
     outs = []
-    for xs, ws, kw, with_bias in CASES:
+    cases = CASES
+    if backend == "llvm":  # llvm compiles kernels per shape: dense, strided, depthwise, AI CPU
+        cases = [CASES[i] for i in ((0, 2, 4, 6, 9) if dtype == "float32" else (0, 4))]
+    for xs, ws, kw, with_bias in cases:
         x, w = data.rand(xs, dtype, -1, 1), data.rand(ws, dtype, -1, 1)
         b = data.rand((ws[0],), dtype, -1, 1) if with_bias else None
         got = lm.conv1d(lm.tensor(x), lm.tensor(w), None if b is None else lm.tensor(b), **kw)

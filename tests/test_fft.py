@@ -60,7 +60,7 @@ LENGTHS = {
     False: [(1, None, None, -1), (2, None, "ortho", -1), (17, None, "forward", -1),
             (12, 7, "backward", -1), (12, 20, None, -1), (30, None, "ortho", 0),
             (64, None, None, -1), (96, 45, "forward", 0), (200, None, None, -1)],
-    True: [(1, None, None, -1), (17, None, "forward", -1), (12, 20, "ortho", 0)],
+    True: [(17, None, "forward", -1), (12, 20, "ortho", 0)],
 }  # fmt: skip
 
 
@@ -74,8 +74,8 @@ def test_fft_family_values(backend, check, data, dtype):
             continue
         f, nf = getattr(lm.fft, kind), getattr(np.fft, kind)
         lengths = LENGTHS[backend == "llvm"]
-        if backend == "llvm" and dtype in ("float16", "int32", "float64"):
-            lengths = lengths[1:2]  # the cast prologue or the AI CPU: one length is enough
+        if backend == "llvm" and dtype != "complex64":
+            lengths = lengths[1:]  # the cast prologue or the AI CPU: one length is enough
         for length, n, norm, axis in lengths:
             if kind == "irfft" and length == 1 and n is None:
                 continue  # n = 2 * (1 - 1) = 0 is an error (tested below)
@@ -94,9 +94,10 @@ def test_fft2_ifft2(backend, check, data, dtype):
     cases = []
     for kind in ("fft2", "ifft2"):
         f, nf = getattr(lm.fft, kind), getattr(np.fft, kind)
-        kws = [{}, dict(s=(4, 13)), dict(axes=(0, 2), norm="forward")]
-        if backend != "llvm":  # llvm compiles a kernel per DFT size: the short list there
-            kws += [dict(norm="ortho"), dict(axes=(-1, -2)), dict(s=(3,), axes=(1,))]
+        kws = [{}, dict(s=(4, 13)), dict(axes=(0, 2), norm="forward"), dict(norm="ortho"),
+               dict(axes=(-1, -2)), dict(s=(3,), axes=(1,))]  # fmt: skip
+        if backend == "llvm":  # llvm compiles kernels per DFT size: a representative pair
+            kws = kws[:2] if dtype == "complex64" else kws[:1]
         for kw in kws:
             cases.append((f"{kind}({dtype}, {kw})", f(lm.tensor(a), **kw), nf(a, **kw), 60))
     _run(check, cases)
@@ -120,8 +121,11 @@ def test_fft_awkward_inputs(backend, check, data):
         ("broadcast", lm.fft.rfft(lm.broadcast_to(lm.tensor(row), (3, 11))),
          np.fft.rfft(np.broadcast_to(row, (3, 11))), 11),
     ]  # fmt: skip
-    p = data.rand((2, 257), "float32", -1, 1)
-    cases.append(("prime 257", lm.fft.fft(lm.tensor(p)), np.fft.fft(p), 257))
+    if backend == "llvm":  # the same kernels as the interp run: the cheaper half (compile time)
+        cases = [c for c in cases if c[0] in ("empty batch", "flipped", "transposed", "broadcast")]
+    else:
+        p = data.rand((2, 257), "float32", -1, 1)
+        cases.append(("prime 257", lm.fft.fft(lm.tensor(p)), np.fft.fft(p), 257))
     _run(check, cases)
 
 
@@ -134,6 +138,8 @@ def test_fft_round_trips(backend, check, data):
         ("ifft2(fft2)", lm.fft.ifft2(lm.fft.fft2(t)), a.astype(np.complex64), 40),
         ("abs(fft) * 2", lm.abs(lm.fft.fft(t)) * 2, np.abs(np.fft.fft(a)) * 2, 40),
     ]
+    if backend == "llvm":  # fft2 compiles a second DFT size: interp covers it
+        cases = [c for c in cases if c[0] != "ifft2(fft2)"]
     _run(check, cases)
 
 
@@ -199,7 +205,8 @@ def test_fft_plans_chosen_and_explained(small_plans):
     x = lm.tensor(np.ones((5, 48), np.complex64))
     s = lm.schedule(lm.fft.fft(x))
     units = [k.unit for k in s.kernels]
-    assert units.count("cube") == 3 and units.count("aicpu") == 2, units  # planes, join
+    # the realized input is read in place (float32 pairs); the AI CPU only joins the result
+    assert units.count("cube") == 3 and units.count("aicpu") == 1, units
     assert sum(k.flops for k in s.kernels if k.unit == "cube") == 5 * 8 * 48 * (4 + 3 + 4)
     text = lm.explain(lm.fft.fft(x))
     assert "fft" in text and "four-step: n=48 = 4 x 3 x 4" in text, text
@@ -210,12 +217,18 @@ def test_fft_plans_chosen_and_explained(small_plans):
 
 
 def test_fft_chains_stay_on_the_ai_core():
-    """ifft(fft(x)) and fft2 pass planes between the transforms: the AI CPU only splits the
-    complex input and joins the result (counted, not executed)."""
+    """ifft(fft(x)) and fft2 pass (real, imaginary) pairs between the transforms and a realized
+    complex input is read in place: the AI CPU only joins the result; a computed complex input
+    is one AI CPU copy (counted, not executed)."""
     x = lm.tensor(np.ones((8, 64), np.complex64))
     for out in (lm.fft.ifft(lm.fft.fft(x)), lm.fft.fft2(x), lm.fft.ifft2(lm.fft.fft2(x))):
         units = [k.unit for k in lm.schedule(out).kernels]
-        assert units.count("aicpu") == 2 and "cube" in units, units
+        assert units.count("aicpu") == 1 and "cube" in units, units
+    s = lm.schedule(lm.fft.fft(lm.tensor(np.ones((8, 64), np.complex64))[:, ::2]))
+    assert [list(k.ops) for k in s.kernels if k.unit == "aicpu"] == [
+        ["complex_planes"],
+        ["complex_join"],
+    ]
     r = lm.tensor(np.ones((8, 64), np.float32))
     units = [k.unit for k in lm.schedule(lm.fft.rfft(r)).kernels]
     assert units == ["cube", "aicpu"], units  # one direct DFT matmul, then the join
@@ -244,3 +257,19 @@ def test_fft_four_step_values(backend, preset, check, data, small_plans, dtype):
         cases.append(("ifft(fft) axis 1", lm.fft.ifft(lm.fft.fft(lm.tensor(a), axis=1), axis=1),
                       a.astype(np.complex64), 12))  # fmt: skip
     _run(check, cases)
+
+
+def test_fft_input_read_in_place_outlives_its_tensor(backend, check, data):
+    """A realized complex input (here a previous transform's result, in the device memory pool)
+    is read in place by the transform: the graph keeps its memory alive after the input tensor
+    is dropped and the pool serves other requests."""
+    import gc
+
+    a = data.rand((4, 48), "complex64", -1, 1)
+    y = lm.fft.fft(lm.tensor(a)).realize()
+    z = lm.fft.ifft(y, norm="forward")
+    del y
+    gc.collect()
+    junk = [(lm.tensor(np.full((4, 48), 7 + 7j, np.complex64)) * 1).realize() for _ in range(3)]
+    check(z, np.fft.ifft(np.fft.fft(a), norm="forward"), rtol=1e-4, atol=1e-4 * 48)
+    assert len(junk) == 3

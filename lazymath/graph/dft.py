@@ -110,40 +110,67 @@ def _ro(a: np.ndarray) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def block_matrix(n: int, sign: int, scale: float, real_input: bool, right: bool,
-                 interleaved: bool) -> np.ndarray:  # fmt: skip
-    """The DFT of length n as a real matrix on planes, times `scale`.
-
-    left form (right=False): rows (plane', k), columns (plane, t): out = M @ in, with in's
-    rows (plane, t), or (t, plane) when `interleaved`; real_input keeps only the plane-0
-    columns (2n x n). right form (right=True): in @ M, the transpose of the left form."""
-    f = _dft(n, sign) * scale
+def direct_matrix(n: int, sign: int, scale: float, real_input: bool, m: int) -> np.ndarray:
+    """The direct DFT of length n on interleaved data, times `scale`: rows (t, plane) (rows t for
+    a real input), columns (k, plane') for the first m frequencies: in @ M is the transform of
+    rows of complex64 viewed as float32 pairs, and its result is complex64 in C order."""
+    f = _dft(n, sign)[:, :m] * scale  # [t, k]
     if real_input:
-        m = np.concatenate([f.real, f.imag], axis=0)
-    else:
-        m = np.block([[f.real, -f.imag], [f.imag, f.real]])
-        if interleaved:
-            m = m.reshape(2 * n, 2, n).transpose(0, 2, 1).reshape(2 * n, 2 * n)
-    return _ro(m.T if right else m)
+        return _ro(np.stack([f.real, f.imag], axis=-1).reshape(n, 2 * m))
+    m4 = np.empty((n, 2, m, 2))
+    m4[:, 0, :, 0], m4[:, 0, :, 1] = f.real, f.imag  # Re x contributes Re F, Im F
+    m4[:, 1, :, 0], m4[:, 1, :, 1] = -f.imag, f.real  # Im x contributes -Im F, Re F
+    return _ro(m4.reshape(2 * n, 2 * m))
+
+
+@functools.lru_cache(maxsize=64)
+def first_matrix(n1: int, sign: int) -> np.ndarray:
+    """Step 1 of the four-step plan, (2 n1, n1): rows (q, k1) = [Re F; Im F] of the length-n1
+    DFT, applied from the left to each (t1, (t2, plane)) slab of the input."""
+    f = _dft(n1, sign)
+    return _ro(np.concatenate([f.real, f.imag], axis=0))
+
+
+@functools.lru_cache(maxsize=64)
+def last_matrix(n2: int, sign: int, scale: float) -> np.ndarray:
+    """Step 3 of the four-step plan, (n2, 2 n2): columns (q, t2) = [Re F, -Im F] of the
+    length-n2 DFT times `scale`, applied from the left to the rotated rows R of `twiddles`."""
+    f = _dft(n2, sign) * scale
+    return _ro(np.concatenate([f.real, -f.imag], axis=1))
 
 
 @functools.lru_cache(maxsize=64)
 def twiddles(n1: int, n2: int, sign: int, which: int) -> np.ndarray:
-    """ta (which=0) or tb (which=1), each (n2, 2, n1): z = y * ta + swap_planes(y) * tb is the
-    complex product y[t2, :, k1] * w**(k1 * t2), w = exp(sign 2 pi i / (n1 n2))."""
+    """TA (which=0) or TB (which=1), each (2, n2, n1, 2) over [q, t2, k1, plane']: with yr, yi
+    the real and imaginary parts of the step-1 DFT y[k1, t2], R = yr * TA + yi * TB holds
+    y' = y * w**(k1 t2) (w = exp(sign 2 pi i / (n1 n2))) as [[Re y', Im y'], [Im y', -Re y']]:
+    the rows of the step-3 matmul whose result is complex in C order (plane' innermost)."""
     n = n1 * n2
     e = (np.outer(np.arange(n2), np.arange(n1)) % n) / n  # [t2, k1]
     c, s = np.cos(2 * np.pi * e), sign * np.sin(2 * np.pi * e)
-    ta = np.stack([c, c], axis=1)
-    tb = np.stack([-s, s], axis=1)
-    return _ro(tb if which else ta)
+    if which == 0:
+        t = np.stack([np.stack([c, s], -1), np.stack([s, -c], -1)])
+    else:
+        t = np.stack([np.stack([-s, c], -1), np.stack([c, s], -1)])
+    return _ro(t)
 
 
 @functools.lru_cache(maxsize=64)
-def irfft_matrix(m: int, n: int, scale: float) -> np.ndarray:
-    """(2m, n): planes (Re X_0..m-1, Im X_0..m-1) @ M = the real inverse of length n of the
-    Hermitian spectrum X (m = n // 2 + 1), times `scale`. The imaginary parts of X_0 and of
-    X_{n/2} (n even) get weight 0, as numpy (pocketfft) ignores them."""
+def twiddle_pairs(n1: int, n2: int, sign: int, which: int) -> np.ndarray:
+    """A (which=0) or B (which=1), each (n1, n2, 2) over [k1, t2, plane]: yr * A + yi * B is
+    y * w**(k1 t2) as (real, imaginary) pairs (the recursive plan's rows)."""
+    n = n1 * n2
+    e = (np.outer(np.arange(n1), np.arange(n2)) % n) / n
+    c, s = np.cos(2 * np.pi * e), sign * np.sin(2 * np.pi * e)
+    return _ro(np.stack([-s, c], -1) if which else np.stack([c, s], -1))
+
+
+@functools.lru_cache(maxsize=64)
+def irfft_matrix(m: int, n: int, scale: float, real_input: bool) -> np.ndarray:
+    """(2m, n): the interleaved spectrum (Re X_0, Im X_0, Re X_1, ...) @ M = the real inverse of
+    length n of the Hermitian spectrum X (m = n // 2 + 1), times `scale` ((m, n), the real parts
+    only, for a real input). The imaginary parts of X_0 and of X_{n/2} (n even) get weight 0, as
+    numpy (pocketfft) ignores them."""
     k = np.arange(m)[:, None]
     t = np.arange(n)[None, :]
     ang = 2 * np.pi * ((k * t) % n) / n
@@ -151,7 +178,9 @@ def irfft_matrix(m: int, n: int, scale: float) -> np.ndarray:
     w[0] = 1.0
     if n % 2 == 0:
         w[m - 1] = 1.0
-    return _ro(np.concatenate([w * np.cos(ang), -w * np.sin(ang)], axis=0) * scale)
+    if real_input:
+        return _ro(w * np.cos(ang) * scale)
+    return _ro(np.stack([w * np.cos(ang), -w * np.sin(ang)], axis=1).reshape(2 * m, n) * scale)
 
 
 def norm_scale(norm: str | None, n: int, inverse: bool) -> float:

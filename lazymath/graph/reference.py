@@ -135,16 +135,13 @@ def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
             return _conv1d(srcs[0], srcs[1], bias, stride, padding, dilation, groups, node.dtype)
         if op == "fft":
             return _fft(srcs[0], *arg[:4], node.dtype)
-        if op == "complex_planes":
-            x = srcs[0]
-            return np.stack([x.real, x.imag], axis=-2).astype(node.dtype, copy=False)
-        if op == "complex_join":  # arg = (why, nfull): srcs[0] in C order is (..., 2, nfull)
-            p = srcs[0].reshape(node.shape[:-1] + (2, arg[1]))
-            length = node.shape[-1]
-            out = np.empty(node.shape, node.dtype)
-            out.real = p[..., 0, :length]
-            out.imag = p[..., 1, :length]
-            return out
+        if op == "complex_planes":  # (..., n) complex64 -> (..., n, 2) float32, the same bytes
+            x = np.ascontiguousarray(srcs[0], np.complex64)
+            return x.view(np.float32).reshape(node.shape)
+        if op == "complex_join":  # arg = (why, nfull): srcs[0] in C order is (..., nfull, 2)
+            p = np.asarray(srcs[0], np.float32).reshape(node.shape[:-1] + (arg[1], 2))
+            p = np.ascontiguousarray(p[..., : node.shape[-1], :])
+            return p.view(node.dtype).reshape(node.shape)
         if op == "custom":  # a user kernel: its numpy reference (or its program, interpreted)
             from .custom import get
 
