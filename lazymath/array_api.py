@@ -274,8 +274,17 @@ def imag(x, /) -> Tensor:
     return _from_host(np.imag(_host(x, "imag")), x)
 
 
+def _pyscalar(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def nextafter(x1, x2, /) -> Tensor:
-    """The next representable value after x1 toward x2 (computed on the host at the call)."""
+    """The next representable value after x1 toward x2 (computed on the host at the call).
+    One of them may be a Python float or int (it takes the other's dtype)."""
+    if not isinstance(x1, Tensor) and isinstance(x2, Tensor) and _pyscalar(x1):
+        x1 = T.full(x2.shape, float(x1), dtype=x2.dtype, device=x2.device)
+    if not isinstance(x2, Tensor) and isinstance(x1, Tensor) and _pyscalar(x2):
+        x2 = T.full(x1.shape, float(x2), dtype=x1.dtype, device=x1.device)
     a, b = _t(x1, "nextafter"), _t(x2, "nextafter")
     if a.dtype.kind != "f" or b.dtype.kind != "f":
         raise TypeError("nextafter: real floating tensors only")
@@ -1084,6 +1093,7 @@ class _FFTExtension(T._FFT):
 
     @staticmethod
     def fftn(x, /, *, s=None, axes=None, norm="backward") -> Tensor:
+        """The n-dimensional DFT over `axes` (all by default; s crops or zero-pads each)."""
         x = _t(x, "fft.fftn")
         axes, s = _fft_s_axes("fftn", x, s, axes)
         out = x
@@ -1093,6 +1103,7 @@ class _FFTExtension(T._FFT):
 
     @staticmethod
     def ifftn(x, /, *, s=None, axes=None, norm="backward") -> Tensor:
+        """The n-dimensional inverse DFT over `axes` (all by default)."""
         x = _t(x, "fft.ifftn")
         axes, s = _fft_s_axes("ifftn", x, s, axes)
         out = x

@@ -1541,18 +1541,22 @@ def _reduce_plan(op: str, x: Tensor, axis) -> tuple:
 
 def sum(x, axis=None, keepdims=False, *, dtype=None) -> Tensor:
     """Sum over `axis` (all by default); integers accumulate in int64 (uint64 unsigned), float16
-    in float32; `dtype=` casts the input first (the Array API's accumulator dtype)."""
-    if dtype is not None:
-        x = astype(x if isinstance(x, Tensor) else tensor(x), dtype, copy=False)
-    return _reduce("sum", x, axis, keepdims)
+    in float32; `dtype=` casts the input first and is the result's dtype (the Array API's
+    accumulator dtype: a narrow integer dtype wraps, as numpy's)."""
+    if dtype is None:
+        return _reduce("sum", x, axis, keepdims)
+    x = astype(x if isinstance(x, Tensor) else tensor(x), dtype, copy=False)
+    return astype(_reduce("sum", x, axis, keepdims), dtype, copy=False)
 
 
 def prod(x, axis=None, keepdims=False, *, dtype=None) -> Tensor:
     """Product over `axis` (all axes by default); integers accumulate in int64 (uint64 when
-    unsigned), like numpy. `dtype=` casts the input first (the Array API's accumulator dtype)."""
-    if dtype is not None:
-        x = astype(x if isinstance(x, Tensor) else tensor(x), dtype, copy=False)
-    return _reduce("prod", x, axis, keepdims)
+    unsigned), like numpy. `dtype=` casts the input first and is the result's dtype (the
+    Array API's accumulator dtype)."""
+    if dtype is None:
+        return _reduce("prod", x, axis, keepdims)
+    x = astype(x if isinstance(x, Tensor) else tensor(x), dtype, copy=False)
+    return astype(_reduce("prod", x, axis, keepdims), dtype, copy=False)
 
 
 def max(x, axis=None, keepdims=False) -> Tensor:

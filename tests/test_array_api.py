@@ -598,7 +598,17 @@ def test_manipulation_functions(backend, check, data):
     check(lm.concat([x, x], axis=None), np.concatenate([a, a], axis=None))
     check(lm.clip(x, min=0.2, max=0.5), np.clip(a, 0.2, 0.5))
     check(lm.var(x, correction=1), np.var(a, ddof=1))
-    check(lm.sum(lm.asarray(np.uint8([200, 100])), dtype=lm.uint16), np.uint64(300))
+    check(lm.sum(lm.asarray(np.uint8([200, 100])), dtype=lm.uint16), np.uint16(300))
+    check(lm.sum(lm.asarray(np.uint8([200, 100])), dtype=lm.uint8), np.uint8(44))  # wraps
+    check(
+        lm.prod(lm.asarray(np.int8([100, 3])), dtype=lm.int8),
+        np.prod(np.int8([100, 3]), dtype=np.int8),
+    )
+    v = np.float32([1.0, -2.0, 0.0])
+    check(lm.nextafter(lm.asarray(v), 3.0), np.nextafter(v, np.float32(3.0)))
+    check(lm.nextafter(-1, lm.asarray(v)), np.nextafter(np.float32(-1), v))
+    u8 = np.uint8([[200, 7], [3, 255]])
+    check(lm.vecdot(lm.asarray(u8), lm.asarray(u8)), np.sum(u8 * u8, axis=-1, dtype=np.uint8))
     check(lm.logical_xor(x > 0.5, x < 0.7), np.logical_xor(a > 0.5, a < 0.7))
     with pytest.raises(ValueError, match="axis"):
         lm.cumulative_sum(x)
