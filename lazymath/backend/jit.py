@@ -142,8 +142,29 @@ CANCEL_SYMBOL = cancel.CANCEL_SYMBOL
 CANCEL = cancel.CANCEL
 request_cancel, clear_cancel, cancel_epoch = cancel.request, cancel.clear, cancel.epoch
 
+# float16 <-> float32/float64 conversions on targets without F16C (LAZYMATH_TARGET_CPU=x86-64,
+# or a VM whose CPU model hides AVX): LLVM lowers `fpext half`/`fptrunc ... to half` to these
+# compiler-runtime calls, which the Python process does not export. GCC's runtime library
+# (libgcc_s, present wherever glibc is: it implements pthread cancellation) defines them with
+# the ABI LLVM calls (half in an XMM register, GCC >= 12). Without them MCJIT called address 0
+# (a segfault) and elfload refused the object.
+HALF_LIBCALLS = ("__extendhfsf2", "__truncsfhf2", "__truncdfhf2")
+
+
+def _libgcc_symbol(name: str) -> int:
+    try:
+        lib = ctypes.CDLL("libgcc_s.so.1")
+    except OSError as e:
+        raise OSError(
+            f"float16 on this target needs {name} from libgcc_s.so.1, which is not loadable "
+            f"({e}); install libgcc (e.g. apt install libgcc-s1) or use a target with F16C"
+        ) from None
+    return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+
+
 RUNTIME_SYMBOLS = {WS_KEY_SYMBOL: _make_ws_key,
-                   CANCEL_SYMBOL: lambda: ctypes.addressof(CANCEL)}  # fmt: skip
+                   CANCEL_SYMBOL: lambda: ctypes.addressof(CANCEL),
+                   **{n: (lambda n=n: _libgcc_symbol(n)) for n in HALF_LIBCALLS}}  # fmt: skip
 _runtime: dict[str, int] = {}
 _runtime_lock = threading.Lock()
 

@@ -126,3 +126,19 @@ def test_vector_templates_vmath_and_asm_on_forced_targets(cpu, monkeypatch):
         TL.test_lowered_loops_are_vectorized_without_alias_checks()
     finally:
         lm.clear_cache()
+
+
+def test_float16_runs_on_a_target_without_f16c(monkeypatch, tmp_path):
+    """A target without F16C (x86-64 baseline: a VM whose CPU model hides AVX) converts
+    float16 through compiler-runtime calls; they resolve (from libgcc_s) on both loaders.
+    MCJIT used to call address 0 (a segfault) and elfload refused the object."""
+    assert set(jit.HALF_LIBCALLS) <= set(jit.RUNTIME_SYMBOLS)
+    monkeypatch.setenv("LAZYMATH_TARGET_CPU", "x86-64")
+    monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path))
+    assert not host.target().f16c  # the forced target is what kernels are built for
+    x = np.linspace(-3, 600, 101).astype(np.float16)
+    for elfload in ("1", "0"):
+        monkeypatch.setenv("LAZYMATH_ELFLOAD", elfload)
+        t = lm.tensor(x)
+        got = (t * t + lm.astype(lm.tensor(x.astype(np.float64)), "float16")).numpy()
+        np.testing.assert_array_equal(got, x * x + x)
