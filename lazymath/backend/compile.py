@@ -425,9 +425,9 @@ def _host_mapping(ir) -> tuple:
     """Host code generation choices beyond the target (the GEMM plan of a matmul)."""
     if ir.kind != "matmul":
         return ()
-    from lazymath.backend import gemm
+    from lazymath.backend import gemm, lower_cube
 
-    return gemm.host_gemm().key
+    return gemm.host_gemm().key + (() if lower_cube.K_STEP_MERGE else ("k-steps",))
 
 
 def _disk_key(ir, spec, calls: bool | None = None) -> tuple[str, bool]:

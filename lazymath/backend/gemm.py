@@ -759,6 +759,8 @@ def emit_pack_nz(
         if isinstance(cols, int)
         else b.sub(cols, b.mul(full_cb, c64(C0)))
     )
+    if isinstance(full_cb, int) and isinstance(ncb, int) and full_cb == ncb:
+        return  # static column count, a multiple of C0: no partial fractal column
     has_tail = b.icmp_signed("<", as_i64(full_cb), as_i64(ncb))
     with b.if_then(has_tail):
         cb = as_i64(full_cb)

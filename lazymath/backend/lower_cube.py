@@ -47,6 +47,7 @@ class _CubeState:
         self.alias_ok: frozenset[str] = frozenset()
         self.alias_rows: dict[str, int] = {}  # aliased L0 name -> padded rows of its L1 tile
         self.memo_ok = True
+        self.ranges: dict = {}
 
     def entry_alloca(self, n_floats: int, name: str) -> ir.Value:
         b = self.ctx.builder
@@ -119,6 +120,7 @@ def _state(ctx: lower_llvm.LowerCtx) -> _CubeState:
         st = _CubeState(ctx)
         st.alias_ok = aliasable_l0(ctx.program)
         st.memo_ok = memo_sources_read_only(ctx.program)
+        st.ranges = var_ranges(ctx.program)
         ctx._cube_state = st
     return st
 
@@ -236,7 +238,44 @@ def memo_sources_read_only(program: isa.Program) -> bool:
 
 
 def _val(ctx: lower_llvm.LowerCtx, e: isa.IntExpr) -> gemm.Val:
-    return int(e) if isinstance(e, (int, np.integer)) else ctx.int(e)
+    """A Python int when `e` takes one value wherever it is evaluated (the program's variable
+    ranges, see `var_ranges`), else its LLVM value. Sizes that are static let the host GEMM
+    emit only the microkernel widths and packing paths that run: a 2048^3 matmul has full
+    256-column panels everywhere, so no edge-column kernels (compile time, IR size)."""
+    if isinstance(e, (int, np.integer)):
+        return int(e)
+    lo, hi = isa.int_range(e, _state(ctx).ranges)
+    if lo == hi:
+        return int(lo)
+    return ctx.int(e)
+
+
+def var_ranges(program: isa.Program) -> dict:
+    """Interval of every variable over the whole program (the union over all its bindings;
+    loop variables range over [start, stop - 1], BLOCK_IDX/BLOCK_NUM are unbounded)."""
+    inf = float("inf")
+    ranges: dict = {isa.BLOCK_IDX: (0, inf), isa.BLOCK_NUM: (1, inf)}
+
+    def bind(v, r) -> None:
+        old = ranges.get(v)
+        ranges[v] = r if old is None else (min(old[0], r[0]), max(old[1], r[1]))
+
+    def visit(body) -> None:
+        for i in body:
+            if isinstance(i, isa.Loop):
+                s, t = isa.int_range(i.start, ranges), isa.int_range(i.stop, ranges)
+                bind(i.var, (s[0], max(s[0], t[1] - 1)))
+                visit(i.body)
+            elif isinstance(i, isa.If):
+                visit(i.body)
+            elif isinstance(i, isa.Let):
+                bind(i.var, isa.int_range(i.value, ranges))
+            elif isinstance(i, isa.AtomicAdd):
+                bind(i.var, (-inf, inf))
+
+    visit(program.body)
+    visit(program.body)  # a variable used before a later binding of it widens on the 2nd pass
+    return ranges
 
 
 # ----------------------------------------------------------------------------- scalar expressions
@@ -546,16 +585,141 @@ def merge_l0b_slices(loop: isa.Loop, alias_ok=None):
     return ld0, mm0
 
 
+# The NPU also splits each L1 panel into L0 K steps (kl0 deep: what double-buffers in L0A, 64
+# for fp32 on the 910), one LoadL0A + slice loop + Mmad per step, all accumulating into the same
+# L0C tile. On the host both L0 loads are pointer aliases into the L1 panels and consecutive K
+# steps are consecutive NZ fractal columns of L1A and consecutive rows of L1B, so the K-step loop
+# is one Mmad over the panel's whole depth: the microkernel keeps its accumulators in registers
+# across the panel instead of storing and reloading the C tile every kl0, and the host K panel of
+# the GEMM plan (L1d-sized) decides the depth of one microkernel pass. Every C element still sees
+# the same fused multiply-adds in the same k order: the results are bit-identical.
+
+
+def _expand(e: isa.IntExpr, lets: dict) -> isa.IntExpr:
+    """`e` with the variables bound by `lets` (Var -> IntExpr, already expanded) substituted."""
+    if isinstance(e, isa.Var):
+        return lets.get(e, e)
+    if isinstance(e, isa.BinInt):
+        a, b = _expand(e.a, lets), _expand(e.b, lets)
+        if a is e.a and b is e.b:
+            return e
+        return isa.BinInt(e.op, a, b)
+    return e
+
+
+def _same_values(x: isa.IntExpr, y: isa.IntExpr, fixed: dict | None = None) -> bool:
+    """x == y for a few random non-negative assignments of their variables (loop indices and
+    sizes are non-negative): the template's expressions are checked the way _steps_by does."""
+    names = sorted(_vars(x, set()) | _vars(y, set()), key=lambda v: v.name)
+    rng = np.random.default_rng(len(names) + 7)
+    for _ in range(4):
+        env = {v: int(a) for v, a in zip(names, rng.integers(0, 1 << 12, len(names)))}
+        env.update(fixed or {})
+        if isa.eval_int(x, env) != isa.eval_int(y, env):
+            return False
+    return True
+
+
+def merge_k_steps(loop: isa.Loop, program: isa.Program, alias_ok=None):
+    """The body to lower instead of `loop` when it is the template's loop over the L0 K steps of
+    one L1 panel with aliased L0A/L0B loads (see above), else None.
+
+    Checked on the loop (Lets expanded): start 0, step 1, stop = ceil(total / kl); per step one
+    LoadL0 into L0A and one into L0B (directly or as the L0B slice loop, merged first) and one
+    Mmad reading exactly those, with k = min(kl, total - ks * kl), the L1A source advancing kl
+    fractal-column elements (kl * rows) and the L1B source kl rows (kl * 16) per step, the C tile,
+    m and n independent of the step, accumulate != 0 from the second step on, and the two L0
+    buffers read nowhere else in the program. The result binds ks = 0 and runs the step's body
+    once with k = total (guarded by total's loop having a trip)."""
+    if loop.start != 0 or loop.step != 1:
+        return None
+    ks = loop.var
+    lets: dict = {}
+    head: list = []
+    ld_a = inner = None
+    for x in loop.body:
+        if isinstance(x, _FLAGS):
+            continue
+        if isinstance(x, isa.Let):
+            if ld_a is not None or x.var in lets:
+                return None
+            lets[x.var] = _expand(x.value, lets)
+            head.append(x)
+        elif ld_a is None and isinstance(x, cube.LoadL0):
+            ld_a = x
+        elif ld_a is not None and inner is None:
+            inner = x
+        else:
+            return None
+    if ld_a is None or inner is None or ld_a.dst.buf.scope != "L0A":
+        return None
+    if isinstance(inner, isa.Loop):
+        pair = merge_l0b_slices(inner, alias_ok)
+        if pair is None:
+            return None
+        ld_b, mm = pair
+    else:
+        return None
+    if alias_ok is not None and not {ld_a.dst.buf.name, ld_b.dst.buf.name} <= alias_ok:
+        return None
+    if mm.a.buf != ld_a.dst.buf or mm.a.off != ld_a.dst.off:
+        return None
+    if mm.b.buf != ld_b.dst.buf or mm.b.off != ld_b.dst.off:
+        return None
+    k = _expand(mm.k, lets)  # min(kl, total - ks * kl)
+    if not (isinstance(k, isa.BinInt) and k.op == "min" and isinstance(k.a, int) and k.a > 0):
+        return None
+    kl = k.a
+    rest = k.b
+    if not (isinstance(rest, isa.BinInt) and rest.op == _MINUS and ks not in _vars(rest.a, set())):
+        return None
+    total = rest.a
+    if _subst(rest.b, ks, 1) != kl or _subst(rest.b, ks, 0) != 0 or kl % cube.C0:
+        return None
+    if not _same_values(_expand(loop.stop, lets), isa.ceildiv(total, kl)):
+        return None
+    a_src, b_src = _expand(ld_a.src.off, lets), _expand(ld_b.src.off, lets)
+    if not (_steps_by(a_src, ks, kl * ld_a.src_rows) and _steps_by(b_src, ks, kl * cube.C0)):
+        return None
+    if any(ks in _vars(_expand(e, lets), set()) for e in (mm.c.off, mm.m, mm.n)):
+        return None
+    acc = _expand(mm.accumulate, lets)  # accumulates from the second step on
+    if not all(_same_values(isa.imin(isa.imax(acc, 0), 1), 1, {ks: j}) for j in (1, 2, 3)):
+        return None
+    # the two L0 buffers are read by this loop's Mmad only
+    l0 = {ld_a.dst.buf.name, ld_b.dst.buf.name}
+    readers = [i for i in program.instructions() if any(r.buf.name in l0 for r in isa.refs_of(i))]
+    if sum(isinstance(i, cube.Mmad) for i in readers) != 1:
+        return None
+    cols = isa.mul(isa.ceildiv(total, cube.C0), cube.C0)
+    ld_a1 = dataclasses.replace(ld_a, cols=cols)
+    ld_b1 = dataclasses.replace(ld_b, rows=cols)
+    mm1 = dataclasses.replace(mm, k=total)
+    body = (isa.Let(ks, 0), *head, ld_a1, ld_b1, mm1)
+    stop = loop.stop
+    if isinstance(stop, int):
+        return body if stop > 0 else ()
+    return (isa.If(stop, ">", 0, body),)
+
+
 _generic_loop = lower_llvm.LOWER[isa.Loop]
 
 
 @lower_llvm.register(isa.Loop)
 def _loop(ctx: lower_llvm.LowerCtx, i: isa.Loop) -> None:
-    merged = merge_l0b_slices(i, _state(ctx).alias_ok) if ctx.program.unit == "cube" else None
+    merged = None
+    if ctx.program.unit == "cube":
+        alias_ok = _state(ctx).alias_ok
+        merged = merge_k_steps(i, ctx.program, alias_ok) if K_STEP_MERGE else None
+        if merged is None:
+            merged = merge_l0b_slices(i, alias_ok)
     if merged is None:
         _generic_loop(ctx, i)
         return
     ctx.lower_body(merged)
+
+
+K_STEP_MERGE = True  # tests compare both lowerings
 
 
 @lower_llvm.register(cube.FixPipe)
