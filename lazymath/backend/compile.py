@@ -25,6 +25,7 @@ import math
 import os
 import sys
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -95,9 +96,10 @@ def _after_fork_in_child() -> None:
     """The compiler's locks may be held in a forked child (the block pool resets itself,
     lazymath/_threads.py). Background tier-ups of the parent never finish in the child: its
     kernels keep their tier-0 code, and the child's exit does not wait for them."""
-    global _tiering, _tiering_cv
+    global _tiering, _tiering_cv, _watchdog
     _tiering = 0
     _tiering_cv = threading.Condition()
+    _watchdog = _Watchdog()  # the parent's deadlines are the parent's
     kernel_cache._lock = threading.RLock()
     interp = sys.modules.get("lazymath.backend.interp")
     if interp is not None:
@@ -425,9 +427,9 @@ def _host_mapping(ir) -> tuple:
     """Host code generation choices beyond the target (the GEMM plan of a matmul)."""
     if ir.kind != "matmul":
         return ()
-    from lazymath.backend import gemm, lower_cube
+    from lazymath.backend import gemm
 
-    return gemm.host_gemm().key + (() if lower_cube.K_STEP_MERGE else ("k-steps",))
+    return gemm.host_gemm().key + (() if gemm.K_STEP_MERGE else ("k-steps",))
 
 
 def _disk_key(ir, spec, calls: bool | None = None) -> tuple[str, bool]:
@@ -610,7 +612,14 @@ class _Job:
             fut = workers.submit(self.text, self.module, self.level, marker=self.key)
             # the callback holds the kernel's family weakly: a kernel evicted (and collected)
             # before its optimized code is ready gets none mapped; the code still goes to disk
-            fut.add_done_callback(lambda f, fam=kernel._family: self._tier_up(fam, f))
+            watch_background(
+                fut,
+                lambda: workers.submit(
+                    self.text, self.module, self.level, vectorize=False, marker=self.key
+                ),  # fmt: skip
+                lambda f, fam=kernel._family: self._tier_up(fam, f),
+                f"kernel {self.name}",
+            )
             return kernel
         obj = _result(self.final, self)
         addr, _ = jit.load_cached(obj, self.symbol, self.module, hold=True)
@@ -715,6 +724,98 @@ def _result(fut, job: _Job, level: int | None = None) -> bytes:
             f"lazymath: LLVM did not finish compiling kernel {job.name} within {timeout:g} s, "
             "even with the vectorizers off (LAZYMATH_COMPILE_TIMEOUT)"
         ) from None
+
+
+class _Watchdog:
+    """One daemon thread that fires callbacks at deadlines (the background compiles' watchdog:
+    a timer thread per tier-up would be one thread per kernel)."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.heap: list = []
+        self.seq = 0
+        self.thread: threading.Thread | None = None
+
+    def at(self, delay: float, fn) -> None:
+        import heapq
+
+        with self.cv:
+            self.seq += 1
+            heapq.heappush(self.heap, (time.monotonic() + delay, self.seq, fn))
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._loop, name="lazymath-watchdog",
+                                               daemon=True)  # fmt: skip
+                self.thread.start()
+            self.cv.notify()
+
+    def _loop(self) -> None:
+        import heapq
+
+        while True:
+            with self.cv:
+                while not self.heap or self.heap[0][0] > time.monotonic():
+                    wait = self.heap[0][0] - time.monotonic() if self.heap else None
+                    self.cv.wait(wait)
+                _, _, fn = heapq.heappop(self.heap)
+            try:
+                fn()
+            except Exception:  # noqa: BLE001,S110 - a watchdog callback must not kill the thread
+                pass
+
+
+_watchdog = _Watchdog()
+
+
+def watch_background(fut, retry, on_done, what: str) -> None:
+    """The watchdog of a background compile (a kernel's tier-up, a vector math library
+    function's optimized code): `on_done(future)` runs exactly once, with `fut` when it
+    finishes within LAZYMATH_COMPILE_TIMEOUT seconds; otherwise the stuck worker is abandoned
+    (the pool gets a new thread, see `_result`), `retry()` submits the compile again with the
+    vectorizers off, and on_done gets that one -- or, if it times out too, a future holding
+    the error (the caller keeps the quick code it has). A compile that finishes after its
+    deadline is ignored."""
+    from concurrent.futures import Future
+
+    from lazymath.backend import workers
+    from lazymath.backend.jit import _compile_timeout
+
+    lock = threading.Lock()
+    done = [False]
+
+    def deliver(f) -> None:
+        with lock:
+            if done[0]:
+                return
+            done[0] = True
+        on_done(f)
+
+    timeout = _compile_timeout()
+
+    def expired(stage: int) -> None:
+        if done[0]:
+            return
+        import warnings
+
+        workers.abandon()
+        if stage == 0:
+            warnings.warn(f"lazymath: LLVM did not finish optimizing {what} in the background "
+                          f"within {timeout:g} s (a known LLVM loop-vectorizer hang); compiling "
+                          "it again with the vectorizers off. The stuck compiler thread keeps "
+                          "one core busy until the process exits.", RuntimeWarning,
+                          stacklevel=1)  # fmt: skip
+            again = retry()
+            again.add_done_callback(deliver)
+            _watchdog.at(timeout, lambda: expired(1))
+            return
+        failed: Future = Future()
+        failed.set_exception(RuntimeError(
+            f"LLVM did not finish compiling {what} within {timeout:g} s, even with the "
+            "vectorizers off (LAZYMATH_COMPILE_TIMEOUT)"))  # fmt: skip
+        deliver(failed)
+
+    fut.add_done_callback(deliver)
+    if not done[0]:
+        _watchdog.at(timeout, lambda: expired(0))
 
 
 _tiering = 0

@@ -278,6 +278,7 @@ def prefetch(b: ir.IRBuilder, p: ir.Value, locality: int) -> None:
 
 
 LINE = 16  # floats per 64-byte cache line
+K_STEP_MERGE = True  # lower_cube.merge_k_steps on (tests compare both lowerings; in the disk key)
 UK_UNROLL = 4  # k steps per microkernel loop body (a divisor of C0): see get_ukernel
 
 

@@ -710,16 +710,13 @@ def _loop(ctx: lower_llvm.LowerCtx, i: isa.Loop) -> None:
     merged = None
     if ctx.program.unit == "cube":
         alias_ok = _state(ctx).alias_ok
-        merged = merge_k_steps(i, ctx.program, alias_ok) if K_STEP_MERGE else None
+        merged = merge_k_steps(i, ctx.program, alias_ok) if gemm.K_STEP_MERGE else None
         if merged is None:
             merged = merge_l0b_slices(i, alias_ok)
     if merged is None:
         _generic_loop(ctx, i)
         return
     ctx.lower_body(merged)
-
-
-K_STEP_MERGE = True  # tests compare both lowerings
 
 
 @lower_llvm.register(cube.FixPipe)

@@ -319,7 +319,9 @@ def _compile(fn: _Fn) -> None:
         quick.add_done_callback(lambda f: _linked(fn, f, 0, sym0, f"{fn.module}_t0"))
     bc._tiering_started()
     final = workers.submit(text, fn.module, 3)
-    final.add_done_callback(lambda f: _linked(fn, f, 2, fn.symbol, fn.module))
+    bc.watch_background(final, lambda: workers.submit(text, fn.module, 3, vectorize=False),
+                        lambda f: _linked(fn, f, 2, fn.symbol, fn.module),
+                        f"vector math library function {fn.symbol}")  # fmt: skip
 
 
 def _linked(fn: _Fn, fut: Future, tier: int, symbol: str, module: str) -> None:

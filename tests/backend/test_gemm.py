@@ -255,7 +255,7 @@ def test_l0_k_steps_lower_to_one_mmad_per_l1_panel(preset, dtype, monkeypatch):
         bt = rng.standard_normal((n, k)).astype(dtype)
         res = []
         for flag in (True, False):
-            monkeypatch.setattr(lower_cube, "K_STEP_MERGE", flag)
+            monkeypatch.setattr(G, "K_STEP_MERGE", flag)
             ck = lmc._compile_llvm(ir_, spec, f"ks{int(flag)}_{m}_{n}_{k}")
             c = np.full((m, n), np.nan, np.float32)
             ck(a.reshape(-1), bt.reshape(-1), c.reshape(-1))

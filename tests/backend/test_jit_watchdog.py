@@ -110,14 +110,55 @@ release.set()
 print("ok")
 """
 
+# a background tier-up that hangs: the kernel runs on its tier-0 code meanwhile; after the
+# timeout the optimized compile is redone with the vectorizers off and replaces it
+_CHILD_TIER_UP = r"""
+import threading, warnings
+import numpy as np
+import lazymath as lm
+from lazymath.backend import compile as bc
+from lazymath.backend import workers
 
-@pytest.mark.parametrize("where", ["mcjit", "workers"])
+release = threading.Event()
+orig = workers.Compiler.compile
+hung = []
+
+
+def compile(self, ir, name, level, vectorize=True):
+    if level == 3 and not hung:  # the first optimized compile (the tier-up) "hangs"
+        hung.append(name)
+        release.wait()
+    return orig(self, ir, name, level, vectorize)
+
+
+workers.Compiler.compile = compile
+rng = np.random.default_rng(0)
+a = rng.standard_normal((70, 90)).astype(np.float32)
+b = rng.standard_normal((90, 50)).astype(np.float32)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    first = (lm.relu(lm.tensor(a) @ lm.tensor(b)) * 0.5).numpy()
+    assert bc.TIER_STATS["tiered"] == 1, bc.TIER_STATS
+    assert bc.wait_tiering(60), "the tier-up never finished"
+msgs = [str(m.message) for m in caught]
+assert hung, "the simulated hang did not happen"
+assert any("in the background" in m and "vectorizers off" in m for m in msgs), msgs
+assert bc.TIER_STATS["tiered_up"] == 1 and workers._abandoned == 1, bc.TIER_STATS
+again = (lm.relu(lm.tensor(a) @ lm.tensor(b)) * 0.5).numpy()
+assert np.array_equal(first, again)
+np.testing.assert_allclose(first, np.maximum(a @ b, 0) * 0.5, rtol=1e-5, atol=1e-5)
+release.set()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("where", ["mcjit", "workers", "tier_up"])
 def test_a_hung_llvm_optimization_is_abandoned_and_retried(tmp_path, where):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root, LAZYMATH_BACKEND="llvm", LAZYMATH_CACHE="0",
                LAZYMATH_CACHE_DIR=str(tmp_path), LAZYMATH_COMPILE_TIMEOUT="2")  # fmt: skip
     env.pop("LAZYMATH_DEBUG", None)
-    child = _CHILD if where == "mcjit" else _CHILD_WORKERS
+    child = {"mcjit": _CHILD, "workers": _CHILD_WORKERS, "tier_up": _CHILD_TIER_UP}[where]
     out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True,
                          text=True, timeout=600)  # fmt: skip
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
