@@ -21,7 +21,7 @@ from . import dtypes as dt
 from . import settings
 from .graph import dft
 from .graph import node as gn
-from .graph.ops import ELEMENTWISE, Op, ufunc_dtypes
+from .graph.ops import ELEMENTWISE, VIEWS, Op, ufunc_dtypes
 from .realize import realize as _realize
 
 Scalar = int | float | bool
@@ -1663,6 +1663,25 @@ def log_softmax(x, axis=-1) -> Tensor:
 # ----------------------------------------------------------------------------- matmul
 
 
+def _const_operand(node):
+    """A matmul operand computed from constants alone (`lm.zeros(...)` and elementwise functions
+    of it: the Cube kernel would have no buffer to load) as a realized buffer; others as is."""
+    stack, seen = [node], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if x.op == "const":
+            continue
+        if x.realized is not None or not (x.op in ELEMENTWISE or x.op in VIEWS):
+            return node
+        stack.extend(x.srcs)
+    from .graph import reference
+
+    return gn.buffer_node(np.ascontiguousarray(reference.run([node])[id(node)]))
+
+
 def matmul(a, b) -> Tensor:
     """Matrix product with numpy's rules: 1-D operands are promoted (and the added axis removed
     again), leading axes broadcast as a batch, dtypes promote.
@@ -1693,8 +1712,8 @@ def matmul(a, b) -> Tensor:
         )
     batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2], op="matmul (batch dimensions)")
     m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
-    na = _expand(_cast(a2._node, out_dtype), batch + (m, k))
-    nb = _expand(_cast(b2._node, out_dtype), batch + (k, n))
+    na = _expand(_cast(_const_operand(a2._node), out_dtype), batch + (m, k))
+    nb = _expand(_cast(_const_operand(b2._node), out_dtype), batch + (k, n))
     out = _wrap(gn.make("matmul", out_dtype, batch + (m, n), (na, nb)), [a])
     if a.ndim == 1 and b.ndim == 1:
         return reshape(out, ())

@@ -784,3 +784,83 @@ def test_scan_sort_host_fallbacks(backend, check):
     u = np.array([3, 1, 2, 1], np.uint16)
     check(lm.cumulative_sum(lm.asarray(u)), np.cumsum(u, dtype=np.uint64))
     check(lm.searchsorted(lm.asarray(np.sort(a[0])), x[1]), np.searchsorted(np.sort(a[0]), a[1]))
+
+
+# ----------------------------------------------------------------------------- standard-only code
+# Functions written only against the standard (as array_api_compat users write them): the
+# namespace comes from the data, nothing names numpy or lazymath.
+
+
+def _standardize_softmax(x):
+    xp = x.__array_namespace__()
+    mu = xp.mean(x, axis=0, keepdims=True)
+    sd = xp.std(x, axis=0, correction=1, keepdims=True)
+    z = (x - mu) / xp.where(sd == 0, xp.ones_like(sd), sd)
+    z = z - xp.max(z, axis=1, keepdims=True)
+    e = xp.exp(z)
+    return e / xp.sum(e, axis=1, keepdims=True)
+
+
+def _logistic_regression(x, y, steps=5, lr=0.5):
+    """Gradient descent on the mean log loss; returns the weights, the loss, the accuracy."""
+    xp = x.__array_namespace__()
+    n, d = x.shape
+    xb = xp.concat([x, xp.ones((n, 1), dtype=x.dtype)], axis=1)
+    w = xp.zeros((d + 1,), dtype=x.dtype)
+    for _ in range(steps):
+        p = 1 / (1 + xp.exp(-(xb @ w)))
+        w = w - lr * (xp.matrix_transpose(xb) @ (p - y)) / n
+    t = xb @ w
+    loss = xp.mean(xp.logaddexp(xp.zeros_like(t), t) - y * t)
+    acc = xp.mean(xp.astype((t > 0) == (y > 0.5), x.dtype))
+    return w, loss, acc
+
+
+def _kmeans_step(x, centers):
+    """One Lloyd step: nearest center per point (argmin), new centers as one-hot means."""
+    xp = x.__array_namespace__()
+    d2 = xp.sum((x[:, None, :] - centers[None, :, :]) ** 2, axis=-1)
+    label = xp.argmin(d2, axis=1)
+    k = centers.shape[0]
+    onehot = xp.astype(label[:, None] == xp.arange(k)[None, :], x.dtype)
+    counts = xp.sum(onehot, axis=0)
+    new = (xp.matrix_transpose(onehot) @ x) / xp.maximum(counts, 1)[:, None]
+    return label, new, xp.cumulative_sum(counts)
+
+
+def _pca_lstsq(x, y):
+    """Top-2 principal directions (eigh of the covariance, sorted descending) and the
+    least-squares fit of y by linalg.solve of the normal equations."""
+    xp = x.__array_namespace__()
+    xc = x - xp.mean(x, axis=0)
+    cov = xp.matrix_transpose(xc) @ xc / (x.shape[0] - 1)
+    vals, vecs = xp.linalg.eigh(cov)
+    order = xp.argsort(-vals)  # (numpy 2.4's argsort has no descending=)
+    top = xp.take(vecs, order[:2], axis=1)
+    top = top * xp.sign(xp.sum(top, axis=0))  # fix the eigenvectors' signs
+    beta = xp.linalg.solve(xp.matrix_transpose(x) @ x, xp.matrix_transpose(x) @ y)
+    return xp.flip(xp.sort(vals)), top, beta
+
+
+def test_standard_only_pipelines_match_numpy(backend, check):
+    """Standardize + softmax, logistic regression by gradient descent, a k-means step, PCA and
+    a least-squares solve, written only against the standard, on numpy and on lazymath. (llvm
+    runs the regression only: it compiles every kernel; interp runs the same lowered kernels
+    for all of them.)"""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((37, 5)).astype(np.float32) * np.float32([1, 2, 0.5, 3, 1])
+    yv = (a @ np.float32([1, -2, 0.5, 0, 1]) > 0).astype(np.float32)
+    x, y = lm.asarray(a), lm.asarray(yv)
+    tol = dict(rtol=1e-4, atol=1e-5)
+    # the regression's first step multiplies by lm.zeros: a matmul operand made of constants
+    # alone (it raised NeedMaterialize on the compiled backends)
+    for got, want in zip(_logistic_regression(x, y, steps=2), _logistic_regression(a, yv, 2)):
+        check(got, np.asarray(want, np.float32), **tol)
+    if backend == "llvm":
+        return
+    check(_standardize_softmax(x), _standardize_softmax(a), **tol)
+    c0 = a[[0, 7, 19]]
+    for got, want in zip(_kmeans_step(x, lm.asarray(c0)), _kmeans_step(a, c0)):
+        check(got, np.asarray(want, got.dtype), **tol)
+    for got, want in zip(_pca_lstsq(x, y), _pca_lstsq(a, yv)):
+        check(got, want, rtol=1e-3, atol=1e-4)
