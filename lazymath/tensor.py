@@ -24,9 +24,6 @@ from .graph import node as gn
 from .graph.ops import ELEMENTWISE, VIEWS, Op, ufunc_dtypes
 from .realize import realize as _realize
 
-Scalar = int | float | bool
-
-
 # ----------------------------------------------------------------------------- Tensor
 
 

@@ -28,7 +28,6 @@ import numpy as np
 
 from lazymath.backend import gemm, kernel_cache
 
-ENV = "LAZYMATH_AUTOTUNE"
 ROUNDS = 5  # timings per candidate (the best counts), interleaved with the other candidates
 MIN_S = 0.005  # seconds of work per timing (repetitions of one block)
 

@@ -131,12 +131,6 @@ def run(program: isa.Program, gm: list[np.ndarray], block_idx: int = 0, block_nu
     return m
 
 
-def run_all(program: isa.Program, gm: list[np.ndarray]) -> None:
-    """Run every block in order (what a launch of `program.blocks` blocks computes)."""
-    for b in range(program.blocks):
-        run(program, gm, b, program.blocks)
-
-
 # ============================================================================= vector semantics
 
 

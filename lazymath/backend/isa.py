@@ -438,22 +438,6 @@ class VHostMath:
     n: IntExpr
 
 
-VectorInstr = (
-    VBinary
-    | VScalar
-    | VUnary
-    | VFma
-    | VConv
-    | VCmp
-    | VCmpS
-    | VSel
-    | VDup
-    | VGather
-    | VReduce
-    | VArgReduce
-)
-
-
 @dataclass
 class Builder:
     """Appends instructions to a list; one method per vector instruction, named as on the NPU.

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lazymath.backend import isa
-from lazymath.backend.kernel_ir import ArgView, Expr
+from lazymath.backend.kernel_ir import Expr
 
 C0 = 16  # fractal width (elements) of every NZ tile
 
@@ -163,8 +163,6 @@ isa.register_instr(LoadL0, "MTE1", _fmt_load_l0)
 isa.register_instr(Mmad, "Cube", _fmt_mmad)
 isa.register_instr(FixPipe, "FixPipe", _fmt_fixpipe)
 
-CUBE_INSTRS = (LoadNz, LoadL0, Mmad, FixPipe)
-
 
 # ----------------------------------------------------------------------------- static bounds
 
@@ -253,8 +251,3 @@ def cube_cycles(m: int, n: int, k: int, in_dtype: str, spec) -> int:
     spec's fp32 slowdown for float32 operands (AscendC tiling guide: 128x64x256 fp16 -> 512)."""
     steps = -(-m // spec.cube_m) * -(-k // spec.cube_k) * -(-n // spec.cube_n)
     return steps * (spec.cube_fp32_slowdown if in_dtype == "float32" else 1)
-
-
-def view_2d(v: ArgView) -> tuple[int, int]:
-    """(row, col) strides of the last two axes of a batch + (rows, cols) view."""
-    return v.strides[-2], v.strides[-1]

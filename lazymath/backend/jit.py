@@ -140,7 +140,6 @@ def _make_ws_key() -> int:
 # the interpreter and set by the engine on Ctrl-C (`backend.cancel`).
 CANCEL_SYMBOL = cancel.CANCEL_SYMBOL
 CANCEL = cancel.CANCEL
-request_cancel, clear_cancel, cancel_epoch = cancel.request, cancel.clear, cancel.epoch
 
 # float16 <-> float32/float64 conversions on targets without F16C (LAZYMATH_TARGET_CPU=x86-64,
 # or a VM whose CPU model hides AVX): LLVM lowers `fpext half`/`fptrunc ... to half` to these

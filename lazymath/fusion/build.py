@@ -8,8 +8,6 @@ into one `ArgView`, so views are read in place. The walk is iterative (deep chai
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..backend.kernel_ir import ArgView, SOp
 from ..graph.node import Node
 from ..graph.ops import ELEMENTWISE
@@ -151,16 +149,8 @@ class ExprBuilder:
         raise RuntimeError(f"{node.op} cannot be inside a fused expression")
 
 
-def expr_ops(expr) -> list[str]:
-    return [o.op for o in expr if o.op not in ("load", "const", "acc")]
-
-
 def is_identity_load(expr, result: int) -> bool:
     return len(expr) == 1 and expr[result].op == "load" and expr[result].arg == 0
-
-
-def np_dtype(name: str) -> np.dtype:
-    return np.dtype(name)
 
 
 class RowExprBuilder(ExprBuilder):

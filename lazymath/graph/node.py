@@ -28,12 +28,6 @@ _buffer_ids = itertools.count()
 _internal_code: set[int] = set()  # ids of lazymath code objects
 
 
-def user_location() -> str:
-    """file:line of the innermost frame outside the lazymath package (the user's call site)."""
-    where = _user_frame()
-    return "<unknown>" if where is None else f"{where[0]}:{where[1]}"
-
-
 def is_lazymath_code(code) -> bool:
     """Whether a code object belongs to the lazymath package (not the user's code)."""
     if id(code) in _internal_code:
@@ -211,11 +205,6 @@ def const_node(value, dtype: np.dtype, loc: str | None = None) -> Node:
     if not (isinstance(value, float) and value != value):
         _const_cache[ck] = node
     return node
-
-
-def const_value(node: Node):
-    """Python scalar of a const node."""
-    return node.realized.item()
 
 
 def toposort(roots: Iterable[Node], stop_at_realized: bool = True) -> list[Node]:

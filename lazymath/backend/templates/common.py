@@ -70,16 +70,6 @@ def align_up(x: int, a: int = TILE_ALIGN) -> int:
     return max(a, (x + a - 1) // a * a)
 
 
-def tile_elems(spec, queue_bytes: int, temp_bytes: int, cap: int | None = None) -> int:
-    """UB tile (elements) for `queue_bytes` per element of double-buffered queues and
-    `temp_bytes` per element of single temporaries: ub / (2*queues + temps), 32-aligned."""
-    per_elem = 2 * queue_bytes + temp_bytes
-    t = align_down(spec.ub_bytes // max(per_elem, 1))
-    if cap is not None:
-        t = min(t, align_up(cap))
-    return t
-
-
 def buffers_bytes(spec, buffers) -> int:
     """UB bytes of `buffers`, each rounded up to the scope alignment (as Program.check)."""
     a = spec.align.get("UB", 32)
