@@ -1,22 +1,22 @@
-"""Compile and run pending graphs: the program cache, compile on a miss, validation, debug.
+"""Compile and run pending graphs: the program cache, compile on a miss, validation.
 
 A realize computes the graph's structural signature (op structure, shapes, dtypes, strides,
 constants, device spec; never the data) and looks it up in the program cache. A miss runs the
 fusion layer and compiles every kernel through the backend (kernel cache in memory and on disk)
 into a `runtime.replay.Program`; a hit only replays it (binds the new input arrays, allocates
-outputs and launches: no graph passes, no networkx, no LLVM, no planner).
+outputs and launches: no graph passes, no networkx, no LLVM, no planner). Running a program
+is the runtime's job (`runtime/replay.py`); what a realize prints is `debug.py`'s.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 
 import numpy as np
 
-from . import settings
+from . import debug, settings
 from ._threads import run_blocks
 from .backend import cancel as _cancel
 from .backend import ir_reference
@@ -25,6 +25,7 @@ from .graph import node as gn
 from .graph.walk import commit, plan_outputs
 from .runtime import api as _rt_api
 from .runtime.replay import Program, Slot
+from .units import fmt_bytes
 
 # ----------------------------------------------------------------------------- validation
 
@@ -230,8 +231,6 @@ def check_capacity(sched, spec) -> None:
     plus outputs) exceeds the device's memory (`DeviceSpec.hbm_bytes`) or this host's physical
     memory (the emulated device's memory is host memory): MemoryError naming the largest
     tensor, its size, the peak and the capacity."""
-    from .fusion.schedule import fmt_bytes
-
     need = sched.planned_peak_bytes
     cap = getattr(spec, "hbm_bytes", 0) or 0
     host = _host_memory_bytes()
@@ -321,7 +320,7 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
     prog = PROGRAMS.get(full_key)
     hit = prog is not None
     if not hit:
-        reason = _miss_reason(key, order, spec, backend)
+        reason = debug.miss_reason(key, order, spec, backend)
         prog = compile_program(outputs, leaves, order, spec, backend)
         prog.miss_reason = reason
         PROGRAMS.put(full_key, prog)
@@ -330,222 +329,12 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
     out_dir = settings.DEBUG_DIR.get()
     on_kernel = None
     if level >= 2 and not validate:
-        on_kernel = _kernel_printer(prog, out_dir)
+        on_kernel = debug.kernel_printer(prog)
     results = _run_program(prog, leaves, validate, hit, on_kernel)
     for n, v in zip(outputs, results):
         commit(n, v)
     if level or out_dir:
-        _debug_print(prog, hit, level, t0, out_dir, validate)
-
-
-# ----------------------------------------------------------------------------- debug output
-
-# structure (ops and edges, no shapes/dtypes/constants) -> the last full signature seen with it
-_SKELETONS: dict = {}
-_SKELETONS_MAX = 512
-
-
-def _skeleton(key) -> tuple:
-    parts, outs = key
-    return tuple(p[0] if p[0] in ("L", "c") else (p[0], p[4]) for p in parts), outs
-
-
-def _miss_reason(key, order, spec, backend: str) -> str:
-    """Why the program cache missed: a graph of a new structure, or which input shape / dtype /
-    layout, constant, op argument, device spec or backend differs from the last graph of the
-    same structure (the program a user expected to reuse)."""
-    sk = _skeleton(key)
-    last = _SKELETONS.get(sk)
-    if len(_SKELETONS) >= _SKELETONS_MAX:
-        _SKELETONS.clear()
-    _SKELETONS[sk] = (key, spec, backend)
-    n_ops = sum(1 for p in key[0] if p[0] not in ("L", "c"))
-    if last is None:
-        return f"new graph, {_plural(n_ops, 'op')}"
-    old_key, old_spec, old_backend = last
-    why = []
-    if old_spec.key() != spec.key():
-        why.append(f"device {old_spec.name} -> {spec.name}")
-    if old_backend != backend:
-        why.append(f"backend {old_backend} -> {backend}")
-    leaf_no = 0
-    ops = []  # op entries that differ: shown only when no input explains them, or an argument
-    for i, (new, old) in enumerate(zip(key[0], old_key[0])):
-        if new != old:
-            if new[0] in ("L", "c"):
-                why.append(_part_change(new, old, order[i], leaf_no))
-            elif not why or (new[3] != old[3] and new[2] == old[2]):
-                ops.append(_part_change(new, old, order[i], leaf_no))
-        leaf_no += new[0] == "L"
-    why += ops if not why else [w for w in ops if "argument" in w]
-    if not why:
-        return (
-            "same signature as an earlier program, no longer cached (evicted beyond "
-            "LAZYMATH_PROGRAM_CACHE_LIMIT, or lm.clear_cache())"
-        )
-    more = f" (+{len(why) - 3} more)" if len(why) > 3 else ""
-    return "; ".join(why[:3]) + more
-
-
-def _part_change(new, old, node, leaf_no: int) -> str:
-    """One signature entry that differs, in words."""
-    where = ""
-    try:
-        loc = node.loc
-        where = f" (from {loc.rsplit('/', 1)[-1]})" if loc else ""
-    except Exception:  # noqa: BLE001 - a location is a nicety
-        pass
-    if new[0] == "L":  # ("L", dtype, shape, strides)
-        what = []
-        if new[2] != old[2]:
-            what.append(f"shape {old[2]} -> {new[2]}")
-        if new[1] != old[1]:
-            what.append(f"dtype {old[1]} -> {new[1]}")
-        if not what and new[3] != old[3]:
-            what.append(f"strides {old[3]} -> {new[3]}")
-        return f"input {leaf_no}{where}: {', '.join(what)}"
-    if new[0] == "c":  # ("c", dtype, value): constants are compiled into the kernels
-        if new[1] != old[1]:
-            return f"constant{where}: dtype {old[1]} -> {new[1]}"
-        return f"constant{where}: {old[2]!r} -> {new[2]!r} (constants are compiled in)"
-    what = []
-    if new[2] != old[2]:
-        what.append(f"shape {old[2]} -> {new[2]}")
-    if new[1] != old[1]:
-        what.append(f"dtype {old[1]} -> {new[1]}")
-    if new[3] != old[3] and not what:
-        what.append(f"argument {old[3]!r} -> {new[3]!r}")
-    return f"{new[0]}{where}: {', '.join(what) or 'inputs changed'}"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def _fmt_seconds(s: float) -> str:
-    if s >= 1:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s * 1e6:.0f} us"
-
-
-def _kernel_printer(prog: Program, out_dir):
-    """LAZYMATH_DEBUG>=2: a callback printing each kernel's line as it finishes (tinygrad's
-    DEBUG=2): name, unit, time, GFLOPS and GB/s of the work the schedule counts (useful flops;
-    bytes read and written once), where its code came from."""
-    kernels = prog.kernels
-    width = max([len(sk.name) for sk, _, _ in kernels] + [6])
-    origins = prog.origins or ["?"] * len(kernels)
-
-    def on_kernel(i: int, seconds: float) -> None:
-        sk = kernels[i][0]
-        where = origins[i] if not prog.hits else "replay"
-        s = max(seconds, 1e-9)
-        print(f"[lazymath]   {sk.name:<{width}} {sk.unit:<6} {_fmt_seconds(seconds):>9} "
-              f"{sk.flops / s / 1e9:9.2f} GFLOPS {sk.bytes / s / 1e9:8.2f} GB/s  "
-              f"{where}", file=sys.stderr, flush=True)  # fmt: skip
-
-    return on_kernel
-
-
-def _debug_print(prog: Program, hit: bool, level: int, t0: float, out_dir, validate) -> None:
-    """LAZYMATH_DEBUG on stderr: one line per realize (level 1), the schedule table and fusion
-    log (2), the ISA (3), LLVM IR (4) and assembly (5) of each kernel; with LAZYMATH_DEBUG_DIR,
-    every stage of every newly compiled program goes to files there instead."""
-    sched = prog.schedule
-    seconds = time.perf_counter() - t0
-    names = [sk.name for sk, _, _ in prog.kernels]
-    shown = ", ".join(names[:4]) + (f", +{len(names) - 4} more" if len(names) > 4 else "")
-    if hit:
-        how = "program hit"
-    else:
-        counts: dict = {}
-        for o in prog.origins:
-            counts[o] = counts.get(o, 0) + 1
-        order = ("compiled", "compiled (tier 0)", "disk", "memory")
-        words = {"disk": "loaded {} from disk", "memory": "{} from memory",
-                 "compiled (tier 0)": "{} quick-compiled (tier 0)"}  # fmt: skip
-        parts = [words.get(k, k + " {}").format(counts[k]) for k in order if counts.get(k)]
-        parts += [f"{v} {k}" for k, v in counts.items() if k not in order]
-        how = f"program miss ({prog.miss_reason or 'new graph'}); " + ", ".join(parts)
-    line = (f"[lazymath] realize {_plural(len(names), 'kernel')} ({shown}): {how}; planned peak "
-            f"{_fmt_bytes(sched.planned_peak_bytes)}; {_fmt_seconds(seconds)}")  # fmt: skip
-    if validate:
-        checked = sum(1 for sk, _, _ in prog.kernels if sk.kind != "aicpu")
-        line += f"; validated {checked} of {len(names)} kernels against numpy"
-    if level:
-        print(line, file=sys.stderr, flush=True)
-    if out_dir:
-        if not hit:
-            _write_debug_dir(prog, line, out_dir)
-        return
-    chunks = []
-    if level >= 2:
-        chunks.append(str(sched))
-    for sk, _ck, _ in prog.kernels:
-        if level >= 3:
-            chunks.append(f"--- ISA {sk.name}\n{sk.isa}")
-        if level >= 4:
-            chunks.append(f"--- LLVM IR {sk.name} (before optimization)\n{sk.llvm_ir}")
-            opt = _optimized_ir(_ck)
-            if opt:
-                chunks.append(f"--- LLVM IR {sk.name} (optimized)\n{opt}")
-        if level >= 5:
-            chunks.append(f"--- assembly {sk.name}\n{sk.asm}")
-    if chunks:
-        print("\n".join(chunks), file=sys.stderr, flush=True)
-
-
-def _fmt_bytes(n: int) -> str:
-    from .fusion.schedule import fmt_bytes
-
-    return fmt_bytes(n)
-
-
-def _optimized_ir(ck) -> str | None:
-    """The kernel's LLVM IR after the O3 pipeline (None without LLVM code)."""
-    text = getattr(ck, "llvm_ir", None)
-    if not text or getattr(ck, "backend", None) != "llvm":
-        return None
-    from .backend.jit import get_jit
-
-    return get_jit().optimized_ir(text)
-
-
-_DEBUG_DIRS: dict = {}  # debug directory -> number of programs written there by this process
-
-
-def _write_debug_dir(prog: Program, line: str, out_dir: str) -> None:
-    """LAZYMATH_DEBUG_DIR: one directory per compiled program (program_NNNN), holding
-    summary.txt (the debug line, kernel table, fusion log) and, per kernel, NAME.isa, NAME.ll
-    (LLVM IR before optimization), NAME.opt.ll (after) and NAME.s (host assembly). Says where on
-    stderr, once per directory."""
-    base = os.path.abspath(out_dir)
-    n = _DEBUG_DIRS.get(base)
-    if n is None:
-        os.makedirs(base, exist_ok=True)
-        n = sum(1 for f in os.listdir(base) if f.startswith("program_"))
-        print(f"[lazymath] LAZYMATH_DEBUG_DIR: writing debug files under {base}",
-              file=sys.stderr, flush=True)  # fmt: skip
-    _DEBUG_DIRS[base] = n + 1
-    d = os.path.join(base, f"program_{n:04d}")
-    os.makedirs(d, exist_ok=True)
-
-    def write(name: str, text) -> None:
-        if text:
-            with open(os.path.join(d, name), "w") as f:
-                f.write(text if text.endswith("\n") else text + "\n")
-
-    origins = prog.origins or ["?"] * len(prog.kernels)
-    listing = "\n".join(f"  {sk.name}: {o}" for (sk, _, _), o in zip(prog.kernels, origins))
-    write("summary.txt", f"{line}\n\n{prog.schedule}\n\nkernel code:\n{listing}")
-    for sk, ck, _ in prog.kernels:
-        write(f"{sk.name}.isa", sk.isa if sk.compiled is not None else None)
-        if getattr(ck, "backend", None) == "llvm":
-            write(f"{sk.name}.ll", ck.llvm_ir)
-            write(f"{sk.name}.opt.ll", _optimized_ir(ck))
-            write(f"{sk.name}.s", ck.asm)
+        debug.report(prog, hit, level, t0, out_dir, validate)
 
 
 def schedule_of(roots: list[gn.Node], spec=None):

@@ -14,7 +14,8 @@ The layers and what each may import, as data (a module may always import its own
     fusion   grouping, memory plan, streams, schedule                 -> base, graph, ir
     backend  ISA, templates, lowering, JIT, kernel cache, interpreter -> base, graph, ir
     runtime  pool, streams, events, profiler, timelines               -> base
-    driver   realize.py, engine.py: walk down the layers for a realize -> all of the above
+    driver   realize.py, engine.py, debug.py: walk down the layers for a realize, and say
+             what it did (LAZYMATH_DEBUG)                         -> all of the above
     tensor   the user-facing Tensor                                   -> base, graph, runtime
              (its device), driver (a realize on demand), viz (t.visualize)
     viz      pictures and reports of graphs, schedules and profiles   -> everything but tensor, api
@@ -122,7 +123,7 @@ def layer(mod: str) -> str | None:
         return "base"
     if mod == "lazymath.backend.kernel_ir":
         return "ir"
-    if mod in ("lazymath.realize", "lazymath.engine"):
+    if mod in ("lazymath.realize", "lazymath.engine", "lazymath.debug"):
         return "driver"
     if mod in (
         "lazymath.api",
