@@ -2276,7 +2276,7 @@ def _fft_common(kind: str, x, n, axis, norm) -> Tensor:
     double = out_dtype in (dt.complex128, dt.float64)
     impl, fs, why = dft.plan(kind, double, nout, x.size == 0 or math.prod(shape) == 0)
     if impl != "aicpu":
-        return _fft_cube(kind, x, n, ax, norm, out_dtype, fs, f"{impl}: {why}")
+        return _fft_cube(kind, x, n, ax, norm, out_dtype, impl, fs, f"{impl}: {why}")
     node = gn.make("fft", out_dtype, tuple(shape), (x._node,), (kind, n, ax, norm, f"aicpu: {why}"))
     return _wrap(node, [x])
 
@@ -2411,7 +2411,40 @@ def _dft_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool, m: int)
     return permute_dims(reshape(out, (b, n1, n2, 2)), (0, 2, 1, 3))  # [b, k2, k1, plane]
 
 
-def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, fs: tuple, why: str) -> Tensor:
+def _bluestein_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool) -> Tensor:
+    """Bluestein's algorithm: the length-n DFT of each row of `p` ((..., n, 2) pairs, or (..., n)
+    real) as the chirp convolution X_k = c_k sum_t (x_t c_t) b_(k-t), c_t = exp(sign i pi t^2/n),
+    b = conj(c), computed through transforms of the smooth length m = prod(fs) >= 2n - 1 (the
+    filter's spectrum is a constant table). Result (b, n, 2) pairs, complex64 in C order."""
+    lead = p.shape[:-1] if real else p.shape[:-2]
+    n = p.shape[-1] if real else p.shape[-2]
+    b = math.prod(lead)
+    m = math.prod(fs)
+
+    def cmul(v: Tensor, table, *args) -> Tensor:  # v (b, k, 2) pairs times a constant vector
+        t0 = _fft_table(p, table, *args, 0)
+        t1 = _fft_table(p, table, *args, 1)
+        return _slice_last(v, 0) * t0 + _slice_last(v, 1) * t1
+
+    if real:
+        a = reshape(p, (b, n, 1)) * _fft_table(p, dft.chirp, n, sign, 1.0, 0)
+    else:
+        a = cmul(reshape(p, (b, n, 2)), dft.chirp, n, sign, 1.0)
+    a = pad(a, [(0, 0), (0, m - n), (0, 0)])
+    f = reshape(_dft_rows(a, fs, -1, 1.0, False, m), (b, m, 2))
+    g = cmul(f, dft.bluestein_filter, n, m, sign)
+    c = reshape(_dft_rows(g, fs, 1, 1.0, False, m), (b, m, 2))
+    c = _slice_node(c, ((0, b, 1), (0, n, 1), (0, 2, 1)))
+    return cmul(c, dft.chirp, n, sign, scale)
+
+
+def _slice_last(v: Tensor, i: int) -> Tensor:
+    """v[..., i:i + 1]"""
+    return _slice_node(v, tuple((0, d, 1) for d in v.shape[:-1]) + ((i, 1, 1),))
+
+
+def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: tuple,
+              why: str) -> Tensor:  # fmt: skip
     """`kind` along `ax` as Cube DFT matmuls (see graph/dft.py)."""
     inverse = kind in ("ifft", "irfft")
     sign = 1 if inverse else -1
@@ -2429,7 +2462,7 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, fs: tuple, why:
         return _from_last(astype(matmul(rows, mat), out_dtype), ax)
     nin = n if n is not None else size
     length = nin // 2 + 1 if kind == "rfft" else nin  # rfft: the first n // 2 + 1 frequencies
-    full = length if len(fs) == 1 else nin  # direct plans compute only those
+    full = length if impl == "direct" else nin  # direct plans compute only those
     other = tuple(d for i, d in enumerate(x.shape) if i != ax)
     # a realized input keeps its transform graph (every node of it is interned: the same
     # structure), so a repeated call costs dictionary lookups instead of building ~30 nodes
@@ -2442,7 +2475,10 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, fs: tuple, why:
             rows = _fit_axis(astype(_to_last(x, ax), dt.float32), nin, -1)
         else:
             rows = _fit_axis(_complex_rows(x, ax), nin, -2)
-        out = _dft_rows(rows, fs, sign, scale, real, full)._node
+        if impl == "bluestein":
+            out = _bluestein_rows(rows, fs, sign, scale, real)._node
+        else:
+            out = _dft_rows(rows, fs, sign, scale, real, full)._node
         while out.op == "reshape":  # the join reads its source in C order
             out = out.srcs[0]
         if x._node.realized is not None:

@@ -199,7 +199,7 @@ def test_fft_plans_chosen_and_explained(small_plans):
     dft = small_plans
     assert dft.plan("fft", False, 4, False)[:2] == ("direct", (4,))
     assert dft.plan("fft", False, 48, False)[:2] == ("four-step", (4, 3, 4))
-    assert dft.plan("fft", False, 11, False)[0] == "aicpu"  # prime 11 > PRIME_DIRECT_MAX
+    assert dft.plan("fft", False, 11, False)[:2] == ("bluestein", (4, 2, 3))  # 11 > 7, m = 24
     assert dft.plan("fft", True, 48, False)[0] == "aicpu"
     assert dft.plan("irfft", False, 32, False)[0] == "aicpu"
     x = lm.tensor(np.ones((5, 48), np.complex64))
@@ -213,7 +213,45 @@ def test_fft_plans_chosen_and_explained(small_plans):
     text = lm.explain(lm.fft.fft(lm.tensor(np.ones((5, 48), np.complex128))))
     assert "aicpu: double precision stays on the AI CPU" in text, text
     text = lm.explain(lm.fft.fft(lm.tensor(np.ones((5, 11), np.float32))))
-    assert "aicpu: n=11 has a prime factor > 7" in text, text
+    assert "bluestein: n=11 has a prime factor > 7" in text and "m=24 = 4 x 2 x 3" in text, text
+
+
+def test_fft_plan_rule_at_real_sizes():
+    """The default thresholds (no execution): powers of two four-step, short and mid-size
+    primes direct, a prime factor > PRIME_DIRECT_MAX Bluestein on a 5-smooth length."""
+    from lazymath.graph import dft
+
+    assert dft.plan("fft", False, 4096, False)[:2] == ("four-step", (64, 64))
+    assert dft.plan("fft", False, 97, False)[:2] == ("direct", (97,))
+    assert dft.plan("fft", False, 1009, False)[:2] == ("direct", (1009,))
+    for n in (2053, 4099, 2 * 4099):
+        impl, fs, why = dft.plan("fft", False, n, False)
+        m = int(np.prod(fs))
+        assert impl == "bluestein" and m >= 2 * n - 1 and "Bluestein" in why, (n, fs, why)
+        assert dft.factors(m) == list(fs)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "complex64"])
+def test_fft_bluestein_values(backend, preset, check, data, small_plans, dtype):
+    """Bluestein (the small thresholds send primes > 7 there) against numpy: every kind but
+    irfft, norms, axis, n crop and zero-pad, both presets."""
+    cases = []
+    specs = [("fft", 11, None, None, -1), ("ifft", 13, None, "ortho", 0),
+             ("rfft", 17, None, "forward", -1), ("fft", 9, 11, "ortho", 0),
+             ("ifft", 14, 13, None, -1)]  # fmt: skip
+    if backend == "llvm":  # llvm compiles kernels per length: one each (interp runs them all)
+        if dtype == "float16":
+            pytest.skip("llvm: the float16 cast prologue is covered by test_fft_family_values")
+        specs = specs[2:3] if dtype == "float32" else specs[:1]
+    for kind, length, n, norm, axis in specs:
+        if kind == "rfft" and dtype == "complex64":
+            continue
+        shape = (2, length) if axis == -1 else (length, 2)
+        a = data.rand(shape, dtype, -2, 2)
+        label = f"{kind}({dtype}{shape}, n={n}, norm={norm}, axis={axis})"
+        got = getattr(lm.fft, kind)(lm.tensor(a), n=n, norm=norm, axis=axis)
+        cases.append((label, got, getattr(np.fft, kind)(a, n=n, norm=norm, axis=axis), length))
+    _run(check, cases)
 
 
 def test_fft_chains_stay_on_the_ai_core():

@@ -1,31 +1,43 @@
 """FFT plans: which implementation a transform gets, and its constant tables.
 
-An FFT of length n on the AI Core is matrix products (the Cube) on real planes: a complex
-vector is held as two float32 rows (real, imaginary), and a length-n DFT is one real matmul
-against the 2n x 2n block matrix [[Re F, -Im F], [Im F, Re F]] (or the 2n x n matrix
-[[Re F], [Im F]] for a real input). Two implementations:
+An FFT of length n on the AI Core is matrix products (the Cube) on real numbers: complex64
+data is read as float32 (real, imaginary) pairs, the same memory (a realized input in place,
+no copy), and every plan leaves its result complex64 in C order, so the AI CPU's join at the
+end is one memcpy. Implementations:
 
-  direct     one DFT matmul: (batch, 2n) @ (2n, 2n). For short lengths (and primes up to
-             PRIME_DIRECT_MAX: no factorization to exploit) its 8n^2 flops per row beat the
-             passes of a factorized plan.
-  four-step  n = n1 * n2 (Cooley-Tukey, recursively on n2): a DFT of length n1 over the
-             strided columns (a Cube matmul against the DFT matrix), the twiddle multiply
-             (a Vector kernel), a DFT of length n2 (a Cube matmul); 8n(n1 + n2) flops per row.
+  direct     one DFT matmul: (batch, 2n) @ (2n, 2m) on the pairs ((batch, n) @ (n, 2m) for a
+             real input; m = n, or n // 2 + 1 for rfft). For short lengths (and primes up to
+             PRIME_DIRECT_MAX) its 8n^2 flops per row beat the passes of a factorized plan.
+  four-step  n = n1 * n2 (Cooley-Tukey, t = t1 n2 + t2, k = k1 + n1 k2, recursively on n2):
+             step 1 [Re F; Im F] (2 n1, n1) @ each input slab (t1, (t2, plane)), read in place;
+             step 2 one Vector kernel: the complex product's four real parts and the twiddles
+             w**(k1 t2), written as the rows [[Re y', Im y'], [Im y', -Re y']] of step 3;
+             step 3 [Re F, -Im F] (n2, 2 n2) @ those rows: (k2, (k1, plane')), complex64 in
+             C order. 8n(n1 + n2) flops per row.
+  bluestein  lengths with a prime factor above PRIME_DIRECT_MAX (or whose plan would hold a
+             direct DFT of BLUESTEIN_RATIO x Bluestein's flops): the chirp convolution
+             X_k = c_k sum_t (x_t c_t) b_(k-t), c_t = exp(sign i pi t^2 / n), b = conj(c),
+             through a forward and an inverse transform of a 5-smooth m >= 2n - 1 (the filter's
+             spectrum is a constant table); the chirp products are Vector kernels, the zero
+             padding to m an AI CPU pad.
   aicpu      the AI CPU's numpy.fft: double precision (complex128 results; the AI Core computes
-             in float16/float32), empty inputs, and lengths with a prime factor above
-             PRIME_DIRECT_MAX (Bluestein is not implemented).
+             in float16/float32), empty inputs, irfft longer than IRFFT_DIRECT_MAX.
 
 `plan(...)` returns the choice with its reason; the reason is recorded on the graph and
 printed by `lm.explain` (the fusion log's "fft" entries). The rule (docs/fft_conv.md):
 
   result double (complex128/float64) -> aicpu
   0 elements in or out               -> aicpu (nothing to compute)
-  n <= DIRECT_MAX                    -> direct
-  n has a factor in [2, FACTOR_MAX]  -> four-step (n1 = the factor nearest sqrt(n))
-  n <= PRIME_DIRECT_MAX              -> direct
-  otherwise                          -> aicpu
+  irfft                              -> direct up to IRFFT_DIRECT_MAX, else aicpu
+  no plan from factors (a prime factor > PRIME_DIRECT_MAX) -> bluestein
+  a plan with a direct DFT > DIRECT_MAX and > BLUESTEIN_RATIO x Bluestein's flops -> bluestein
+  n <= DIRECT_MAX, or no factor in [2, FACTOR_MAX] -> direct
+  otherwise                          -> four-step (n1 = the factor nearest sqrt(n))
 
-Tables (DFT matrices, twiddles) are built once per (length, direction, scale) and cached.
+Not built: a Vector (Stockham radix-4/2) implementation for short lengths.
+
+Tables (DFT matrices, twiddles, chirps) are built once per (length, direction, scale) and
+cached.
 """
 
 from __future__ import annotations
@@ -39,6 +51,7 @@ DIRECT_MAX = 128  # a length up to this is one DFT matmul (8n^2 flops per row)
 FACTOR_MAX = 128  # four-step: the short DFT n1 is at most this
 PRIME_DIRECT_MAX = 2048  # lengths with no factor <= FACTOR_MAX: direct up to this, else aicpu
 IRFFT_DIRECT_MAX = 4096  # irfft on the Cube is one direct matmul (real output) up to this
+BLUESTEIN_RATIO = 4  # Bluestein replaces a plan with a long direct DFT when that is 4x its flops
 
 
 def _factor(n: int) -> int | None:
@@ -76,17 +89,35 @@ def plan(kind: str, out_double: bool, n: int, empty: bool) -> tuple[str, tuple, 
             return "direct", (n,), f"irfft n={n} <= {IRFFT_DIRECT_MAX}: one real-output DFT matmul"
         return "aicpu", (), f"irfft n={n} > {IRFFT_DIRECT_MAX}: no factorized real-output plan yet"
     f = factors(n)
+    if f is None or f[-1] > DIRECT_MAX:
+        m = bluestein_size(n)
+        blue = bluestein_flops(m)
     if f is None:
+        fs = tuple(factors(m))
         return (
-            "aicpu",
-            (),
-            (f"n={n} has a prime factor > {PRIME_DIRECT_MAX} (Bluestein is not implemented)"),
+            "bluestein",
+            fs,
+            (
+                f"n={n} has a prime factor > {PRIME_DIRECT_MAX}: Bluestein, a chirp convolution "
+                f"through transforms of m={m} = {' x '.join(map(str, fs))}, {blue} flops per row"
+            ),
+        )
+    flops = 8 * n * sum(f)
+    if f[-1] > DIRECT_MAX and flops > BLUESTEIN_RATIO * blue:
+        fs = tuple(factors(m))
+        return (
+            "bluestein",
+            fs,
+            (
+                f"n={n} = {' x '.join(map(str, f))} would be {flops} flops per row (a direct "
+                f"DFT of {f[-1]}): Bluestein through m={m} = {' x '.join(map(str, fs))} is {blue}, "
+                f"under 1/{BLUESTEIN_RATIO} of it"
+            ),
         )
     if len(f) == 1:
         why = (f"n={n} <= {DIRECT_MAX}" if n <= DIRECT_MAX
                else f"n={n} has no factor <= {FACTOR_MAX}")  # fmt: skip
         return "direct", tuple(f), f"{why}: one DFT matmul, {8 * n * n} flops per row"
-    flops = 8 * n * sum(f)
     return (
         "four-step",
         tuple(f),
@@ -95,6 +126,59 @@ def plan(kind: str, out_double: bool, n: int, empty: bool) -> tuple[str, tuple, 
             f"(direct would be {8 * n * n})"
         ),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def bluestein_size(n: int) -> int:
+    """The convolution length of Bluestein's algorithm for n: the m >= 2n - 1 of the form
+    2^a 3^b 5^c whose plan has the fewest flops."""
+    lo = 2 * n - 1
+    best, cost = None, None
+    top = 1 << (lo - 1).bit_length()
+    for m in range(lo, top + 1):
+        r = m
+        for p in (2, 3, 5):
+            while r % p == 0:
+                r //= p
+        if r != 1:
+            continue
+        f = factors(m)
+        c = None if f is None else 8 * m * sum(f)
+        if c is not None and (cost is None or c < cost):
+            best, cost = m, c
+    return best
+
+
+def bluestein_flops(m: int) -> int:
+    """Matmul flops per row of Bluestein through length m: a forward and an inverse transform
+    (the chirp products are elementwise: 3 x 6m more)."""
+    return 2 * 8 * m * sum(factors(m))
+
+
+def _chirp(n: int, sign: int) -> np.ndarray:
+    t = np.arange(n)
+    return np.exp(sign * 1j * np.pi * ((t * t) % (2 * n)) / n)  # exact angles mod 2 pi
+
+
+@functools.lru_cache(maxsize=64)
+def chirp(n: int, sign: int, scale: float, which: int) -> np.ndarray:
+    """(n, 2) tables of c_t = exp(sign i pi t^2 / n) times `scale`: which=0 the pairs (Re c,
+    Im c) (a real x times it is x c as a pair), which=1 the pairs (-Im c, Re c): with
+    which=0, xr * T0 + xi * T1 is the complex product x c as (real, imaginary) pairs."""
+    c = _chirp(n, sign) * scale
+    return _ro(np.stack([-c.imag, c.real], -1) if which else np.stack([c.real, c.imag], -1))
+
+
+@functools.lru_cache(maxsize=64)
+def bluestein_filter(n: int, m: int, sign: int, which: int) -> np.ndarray:
+    """(m, 2): the length-m DFT of Bluestein's filter b_j = exp(-sign i pi j^2 / n) (j in
+    (-n, n), cyclic), divided by m (the inverse transform's 1/m), as `chirp`'s two tables."""
+    b = np.zeros(m, complex)
+    c = np.conj(_chirp(n, sign))
+    b[:n] = c
+    b[m - n + 1 :] = c[1:][::-1]
+    f = np.fft.fft(b) / m
+    return _ro(np.stack([-f.imag, f.real], -1) if which else np.stack([f.real, f.imag], -1))
 
 
 def _dft(n: int, sign: int) -> np.ndarray:
