@@ -257,6 +257,9 @@ class Device:
     ) -> None:
         """Replay a stream-assigned program: per step, waits, launch, record; then synchronize.
 
+        The one stream loop: a cached program on several streams (`runtime.replay.Program`)
+        and a hand-scheduled low-level program both run through here.
+
         `argvs[i]` is the argument vector of step i (from `make_argv`). `events` must hold at
         least max(event id)+1 Events (reusable across replays: each record is a new mark).
         """
