@@ -689,7 +689,8 @@ def test_program_cache_is_lru_with_counters():
 def test_program_cache_lookups_from_many_threads_all_hit():
     """Concurrent lookups of a cached program all find it: moving it to the recent end must
     not leave a moment in which another thread misses (it would compile the graph again and
-    split the hit counts: test_replay_from_several_threads_at_once failed that way)."""
+    split the hit counts: test_replay_from_several_threads_at_once could fail that way), and
+    the hit counts add up."""
     import threading
 
     cache = engine.ProgramCache()
