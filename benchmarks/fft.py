@@ -4,7 +4,8 @@ JAX (jit), lazymath (Cube plans, see lazymath/graph/dft.py). Medians and ratios 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/fft.py [--quick]
 
 Workloads (issue 14): fft of 1024 x 4096 complex64; fft of one 4096-point complex64 vector
-(a cached realize end to end); rfft of 1M float32. lazymath goes through the public API
+(a cached realize end to end); rfft of 1M float32; fft of 64 x 4099 complex64 (a prime length:
+Bluestein). lazymath goes through the public API
 (`lm.fft.fft(t).realize()`: graph capture, program-cache hit, the kernels), steady state. Peers
 missing from the environment are skipped. The load average is printed: the machine is shared.
 """
@@ -22,6 +23,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from _timing import median_time  # noqa: E402
 
 import lazymath as lm  # noqa: E402
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        return "?"
 
 
 def _peers():
@@ -89,7 +98,7 @@ def main():
     reps = 3 if args.quick else 9
     peers = _peers()
     rng = np.random.default_rng(0)
-    print("load average:", os.getloadavg())
+    print("load average:", os.getloadavg(), " cpu:", _cpu())
     try:
         from threadpoolctl import threadpool_info
 
@@ -104,6 +113,10 @@ def main():
     bench("fft of one 4096 complex64 (cached realize)", "fft", v, reps * 20, peers)
     r = rng.standard_normal(1 << 20).astype(np.float32)
     bench("rfft of 1M float32", "rfft", r, reps, peers)
+    p = (rng.standard_normal((64, 4099)) + 1j * rng.standard_normal((64, 4099))).astype(
+        np.complex64
+    )  # a prime length > 2048: Bluestein on the AI Core
+    bench("fft 64 x 4099 complex64 (prime length)", "fft", p, reps, peers)
     print("\nload average:", os.getloadavg())
 
 

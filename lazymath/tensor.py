@@ -2380,19 +2380,27 @@ def _dft_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool, m: int)
     b = math.prod(lead)
     n1 = fs[0]
     n2 = n // n1
-    # step 1: the length-n1 DFTs over t1 (t = t1 n2 + t2): [Re F; Im F] (2 n1, n1) @ each
-    # (t1, (t2, plane)) slab, the input read in place: z [b, q, k1, t2(, plane)]
+    # step 1: the length-n1 DFTs over t1 (t = t1 n2 + t2), the input read in place as slabs
+    # (t1, (t2, plane)): z [b, t2, plane, q, k1] = slab^T @ [Re F; Im F]^T when step 3 follows
+    # (its rows want t2 outer), else z [b, q, k1, t2, plane] = [Re F; Im F] @ slab (the
+    # recursion's rows want k1 outer): the Vector kernel reads z without a transpose
     g = _fft_table(p, dft.first_matrix, n1, sign)
     xs = reshape(p, (b, n1, n2) if real else (b, n1, 2 * n2))
-    z = matmul(permute_dims(xs, (0, 2, 1)), permute_dims(g, (1, 0)))
+    last = len(fs) == 2
+    if last:
+        z = matmul(permute_dims(xs, (0, 2, 1)), permute_dims(g, (1, 0)))
+        z = reshape(z, (b, n2, 1, 2, n1) if real else (b, n2, 2, 2, n1))
+        part = lambda plane, q: z[:, :, plane, q]  # noqa: E731  [b, t2, k1]
+    else:
+        z = matmul(g, xs)
+        z = reshape(z, (b, 2, n1, n2, 1) if real else (b, 2, n1, n2, 2))
+        part = lambda plane, q: z[:, q, :, :, plane]  # noqa: E731  [b, k1, t2]
     if real:
-        z = reshape(z, (b, n2, 2, n1))
-        yr, yi = z[:, :, 0], z[:, :, 1]  # [b, t2, k1]
+        yr, yi = part(0, 0), part(0, 1)
     else:  # the complex product's four real parts
-        z = reshape(z, (b, n2, 2, 2, n1))  # [b, t2, plane, q, k1]
-        yr = z[:, :, 0, 0] - z[:, :, 1, 1]
-        yi = z[:, :, 1, 0] + z[:, :, 0, 1]  # [b, t2, k1]
-    if len(fs) == 2:
+        yr = part(0, 0) - part(1, 1)
+        yi = part(1, 0) + part(0, 1)
+    if last:
         # step 2 (Vector): the twiddles w**(k1 t2), written as the rows R [b, q, t2, k1, plane']
         # of step 3: [[Re y', Im y'], [Im y', -Re y']]
         ta = _fft_table(p, dft.twiddles, n1, n2, sign, 0)
@@ -2405,8 +2413,7 @@ def _dft_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool, m: int)
     # recursively: the twiddled rows (b, k1) are length-n2 transforms, (real, imaginary) pairs
     ca = _fft_table(p, dft.twiddle_pairs, n1, n2, sign, 0)
     cb = _fft_table(p, dft.twiddle_pairs, n1, n2, sign, 1)
-    yr = reshape(permute_dims(yr, (0, 2, 1)), (b, n1, n2, 1))
-    rows = yr * ca + reshape(permute_dims(yi, (0, 2, 1)), (b, n1, n2, 1)) * cb
+    rows = reshape(yr, (b, n1, n2, 1)) * ca + reshape(yi, (b, n1, n2, 1)) * cb
     out = _dft_rows(reshape(rows, (b * n1, n2, 2)), fs[1:], sign, scale, False, n2)
     return permute_dims(reshape(out, (b, n1, n2, 2)), (0, 2, 1, 3))  # [b, k2, k1, plane]
 
