@@ -29,7 +29,7 @@ SUPPORTED = (float16, float32, float64, int8, int16, int32, int64, uint8, uint16
 _NAMES = {d.name: d for d in SUPPORTED} | {"bool_": bool_, "float": float64, "int": int64}
 
 # The AI Core computes in these; anything else runs on the AI CPU fallback.
-AICORE = (float16, float32, int8, int32, int64, bool_)
+AICORE = (float16, float32, int8, int16, int32, int64, uint8, bool_)
 
 
 def as_dtype(d) -> np.dtype:
