@@ -1452,15 +1452,14 @@ def where(cond, a, b) -> Tensor:
     return _elementwise("where", (c, a, b))
 
 
-def clip(x, lo=None, hi=None, *, min=None, max=None) -> Tensor:
-    """Elementwise clamp to [lo, hi] (the Array API spells them `min=`, `max=`); the result
-    keeps x's dtype. With neither bound, x itself (the standard's rule)."""
-    lo = min if lo is None else lo
-    hi = max if hi is None else hi
+def clip(x, /, min=None, max=None) -> Tensor:
+    """Elementwise clamp to [min, max] (scalars or tensors; positional like numpy's a_min,
+    a_max); the result keeps x's dtype. With neither bound, x itself (the standard's rule)."""
+    lo, hi = min, max
     if lo is None and hi is None:
         if isinstance(x, Tensor):
             return x
-        raise ValueError("clip: give at least one of lo and hi")
+        raise ValueError("clip: give at least one of min and max")
     out = x
     if lo is not None:
         out = maximum(out, lo)
@@ -1956,10 +1955,11 @@ def _setitem(x: Tensor, idx, value) -> Tensor:
     if isinstance(value, Tensor):
         v = value
     else:
-        v = _as_tensor_or_scalar(value, "setitem")
-        if not isinstance(v, Tensor):  # a Python scalar: x's dtype if it holds the kind
-            v = full((), v, x.dtype if np.can_cast(np.result_type(x.dtype, type(v)), x.dtype,
-                                                    "same_kind") else None)  # fmt: skip
+        v = value if type(value) is complex else _as_tensor_or_scalar(value, "setitem")
+        if not isinstance(v, Tensor):  # a Python scalar (weak): x's dtype if it holds the kind
+            rank = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+            fits = rank[np.dtype(type(v)).kind] <= rank[x.dtype.kind]
+            v = full((), v, x.dtype if fits else None)
     if v.dtype != x.dtype:
         if not np.can_cast(v.dtype, x.dtype, "same_kind"):
             raise TypeError(f"setitem: cannot store {v.dtype} values into a {x.dtype} tensor")

@@ -864,3 +864,24 @@ def test_standard_only_pipelines_match_numpy(backend, check):
         check(got, np.asarray(want, got.dtype), **tol)
     for got, want in zip(_pca_lstsq(x, y), _pca_lstsq(a, yv)):
         check(got, want, rtol=1e-3, atol=1e-4)
+
+
+def test_setitem_python_scalars_are_weak(check):
+    """A Python scalar stores into any tensor whose kind holds it (int into uint8, complex into
+    complex64: the official suite's asarray test writes such values); out of range or of a
+    higher kind raises."""
+    x = lm.asarray(np.array([1, 2], np.uint8))
+    x[0] = 0
+    check(x, np.array([0, 2], np.uint8))
+    with pytest.raises(OverflowError):
+        x[0] = 300
+    with pytest.raises(TypeError, match="float"):
+        x[1] = 2.5
+    c = lm.asarray(np.array([1, 2], np.complex64))
+    c[1] = 1j
+    check(c, np.array([1, 1j], np.complex64))
+    f = lm.asarray(np.float32([1, 2]))
+    f[0], f[1] = 3, True
+    check(f, np.float32([3, 1]))
+    check(lm.clip(f, 1.5, 2.0), np.float32([2, 1.5]))  # positional min, max as numpy
+    check(lm.clip(f, max=2.0), np.float32([2, 1]))
