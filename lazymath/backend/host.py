@@ -329,12 +329,16 @@ def target(forced: str | None = None) -> HostTarget:
 
 def executable_targets() -> list[str]:
     """Targets this host can run: "" (native) plus forced x86 CPUs of a smaller vector ISA
-    than native, one per class (AVX2 if the host has AVX-512), for tests."""
+    than native, one per class, for tests: AVX2 (haswell) if the host has AVX-512, and the
+    x86-64 baseline (SSE2: no AVX, FMA or F16C, as in VMs whose CPU model hides them) if the
+    host has AVX."""
     out = [""]
     if platform.machine().lower() in ("x86_64", "amd64"):
         host = _host_features()
         if _V4 <= host and _V3 <= host:
             out.append("haswell")
+        if "avx" in host:
+            out.append("x86-64")
     return out
 
 

@@ -136,7 +136,7 @@ def test_float16_runs_on_a_target_without_f16c(monkeypatch, tmp_path):
     monkeypatch.setenv("LAZYMATH_TARGET_CPU", "x86-64")
     monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path))
     assert not host.target().f16c  # the forced target is what kernels are built for
-    x = np.linspace(-3, 600, 101).astype(np.float16)
+    x = np.linspace(-3, 250, 101).astype(np.float16)  # x * x stays finite in float16
     for elfload in ("1", "0"):
         monkeypatch.setenv("LAZYMATH_ELFLOAD", elfload)
         t = lm.tensor(x)
