@@ -296,9 +296,12 @@ class Device:
     reset = close
 
     def _after_fork(self) -> None:
+        """The streams lose their workers (commands run inline); kernel blocks keep the
+        parent's thread count, on the child's own block pool (created on first use)."""
         for s in self._streams:
             s._after_fork()
-        self.block_pool = SERIAL
+        n = self.block_pool.n_threads
+        self.block_pool = SERIAL if n == 1 else Threads(n)
         for s in self._streams:
             s._pool = self.block_pool
         self._lock = threading.Lock()

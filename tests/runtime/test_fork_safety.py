@@ -63,7 +63,9 @@ for k in range(3):
             ok = (np.allclose(got, np.sin(x) * (3.0 + k), rtol=1e-5, atol=1e-6)
                   and np.allclose(got2, np.exp(x) + 1, rtol=1e-6)
                   and np.allclose(got3, 8192.0)
-                  and _threads.block_pool() is not pool and sorted(seen) == list(range(8)))
+                  and _threads.block_pool() is not pool and sorted(seen) == list(range(8))
+                  # the device keeps the parent's block thread count, on the child's pool
+                  and lm.current_device().block_pool.n_threads == pool.n_threads)
             os._exit(0 if ok else 1)
         except BaseException:
             import traceback
