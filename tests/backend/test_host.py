@@ -142,3 +142,12 @@ def test_float16_runs_on_a_target_without_f16c(monkeypatch, tmp_path):
         t = lm.tensor(x)
         got = (t * t + lm.astype(lm.tensor(x.astype(np.float64)), "float16")).numpy()
         np.testing.assert_array_equal(got, x * x + x)
+
+
+def test_native_avx512_target_turns_off_llvms_256_bit_preference():
+    """Natively on AVX-512 the vectorizer uses full zmm width (LLVM's Intel tuning prefers
+    256 bits); nowhere else is the feature string touched."""
+    pytest.importorskip("llvmlite.binding")
+    t = host.make_target("")
+    feats = t.llvm_features()
+    assert ("-prefer-256-bit" in feats) == (t.avx512 and t.arch in ("x86_64", "amd64"))
