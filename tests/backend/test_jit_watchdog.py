@@ -143,7 +143,7 @@ with warnings.catch_warnings(record=True) as caught:
 msgs = [str(m.message) for m in caught]
 assert hung, "the simulated hang did not happen"
 assert any("in the background" in m and "vectorizers off" in m for m in msgs), msgs
-assert bc.TIER_STATS["tiered_up"] == 1 and workers._abandoned == 1, bc.TIER_STATS
+assert bc.TIER_STATS["tiered_up"] == 1 and workers._abandoned >= 1, bc.TIER_STATS
 again = (lm.relu(lm.tensor(a) @ lm.tensor(b)) * 0.5).numpy()
 assert np.array_equal(first, again)
 np.testing.assert_allclose(first, np.maximum(a @ b, 0) * 0.5, rtol=1e-5, atol=1e-5)
@@ -156,7 +156,9 @@ print("ok")
 def test_a_hung_llvm_optimization_is_abandoned_and_retried(tmp_path, where):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root, LAZYMATH_BACKEND="llvm", LAZYMATH_CACHE="0",
-               LAZYMATH_CACHE_DIR=str(tmp_path), LAZYMATH_COMPILE_TIMEOUT="2")  # fmt: skip
+               LAZYMATH_CACHE_DIR=str(tmp_path),
+               # the tier-up's retry is a whole O3 compile: room for it on a loaded machine
+               LAZYMATH_COMPILE_TIMEOUT="8" if where == "tier_up" else "2")  # fmt: skip
     env.pop("LAZYMATH_DEBUG", None)
     child = {"mcjit": _CHILD, "workers": _CHILD_WORKERS, "tier_up": _CHILD_TIER_UP}[where]
     out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True,
