@@ -131,7 +131,8 @@ def plan(kind: str, out_double: bool, n: int, empty: bool) -> tuple[str, tuple, 
 @functools.lru_cache(maxsize=64)
 def bluestein_size(n: int) -> int:
     """The convolution length of Bluestein's algorithm for n: the m >= 2n - 1 of the form
-    2^a 3^b 5^c whose plan has the fewest flops."""
+    2^a 3^b 5^c whose plan has the fewest levels (each level is a Vector pass and, past two,
+    a transpose copy; small factors make small, inefficient matmuls), then the fewest flops."""
     lo = 2 * n - 1
     best, cost = None, None
     top = 1 << (lo - 1).bit_length()
@@ -143,7 +144,7 @@ def bluestein_size(n: int) -> int:
         if r != 1:
             continue
         f = factors(m)
-        c = None if f is None else 8 * m * sum(f)
+        c = None if f is None else (len(f), 8 * m * sum(f))
         if c is not None and (cost is None or c < cost):
             best, cost = m, c
     return best
