@@ -415,9 +415,9 @@ def _sort_vector(x: Tensor, ax: int, descending: bool) -> tuple[Tensor, Tensor] 
     """(sorted, indices) by the bitonic Vector kernel, or None where it does not apply (not
     an AI Core dtype, or rows longer than sorting.SORT_MAX: the AI CPU sorts those)."""
     srt = _sorting()
-    work = dt.int8 if x.dtype == dt.bool_ else x.dtype
+    work = srt.order_dtype(x.dtype)  # bool, int16 and unsigned widen (the order is kept)
     n = x.shape[ax]
-    if not srt.vector_dtype(work) or n > srt.SORT_MAX:
+    if work is None or n > srt.SORT_MAX:
         return None
     if x.size == 0:
         return T.astype(x, x.dtype, copy=True), T.zeros(x.shape, dt.int64)
@@ -445,9 +445,9 @@ def _sort_vector(x: Tensor, ax: int, descending: bool) -> tuple[Tensor, Tensor] 
 
 def sort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
     """Sorted copy along `axis` (NaNs last, first when descending; stable). Lazy: a bitonic
-    Vector kernel (`sorting.bitonic_sort`) for the AI Core dtypes and rows up to
-    `sorting.SORT_MAX` elements (one row resident in UB); other dtypes and longer rows run
-    numpy on the AI CPU at the call (they realize x)."""
+    Vector kernel (`sorting.bitonic_sort`) for rows up to `sorting.SORT_MAX` elements (one row
+    resident in UB), in x's dtype or a wider one that keeps the order (bool, int16, uint8/16/32);
+    float64, uint64 and longer rows run numpy on the AI CPU at the call (they realize x)."""
     x = _t(x, "sort")
     if x.ndim == 0:
         raise ValueError("sort: a 0-d tensor has no axis")
@@ -489,10 +489,12 @@ def searchsorted(x1, x2, /, *, side: str = "left", sorter=None) -> Tensor:
         a = take(a, _t(sorter, "searchsorted"), axis=0)
     common = result_type(a, v)
     srt = _sorting()
-    if srt.vector_dtype(common) and a.shape[0] <= srt.SEARCH_MAX:
+    work = srt.order_dtype(common) if common != dt.bool_ else None
+    if work is not None and a.shape[0] <= srt.SEARCH_MAX:
         if v.size == 0 or a.shape[0] == 0:
             return T.zeros(v.shape, dt.int64)
         a, v = T.astype(a, common, copy=False), T.astype(v, common, copy=False)
+        a, v = T.astype(a, work, copy=False), T.astype(v, work, copy=False)
         r = srt.search_sorted(a, T.reshape(_dense_view(v), (-1,)), right=side == "right")
         return T.astype(T.reshape(r, v.shape), dt.int64)
     r = np.searchsorted(_host(a, "searchsorted"), _host(v, "searchsorted"), side=side)

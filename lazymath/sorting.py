@@ -43,6 +43,19 @@ def vector_dtype(d: np.dtype) -> bool:
     return np.dtype(d) in VECTOR_DTYPES
 
 
+# orders are kept by widening: what sort and searchsorted compare these dtypes in
+_ORDER_AS = {dt.bool_: dt.int8, dt.int16: dt.int32, dt.uint8: dt.int32, dt.uint16: dt.int32,
+             dt.uint32: dt.int64}  # fmt: skip
+
+
+def order_dtype(d: np.dtype) -> np.dtype | None:
+    """The dtype a sort or search of `d` values runs in on the Vector unit (`d` itself, or a
+    wider signed integer that keeps the order exactly), None for float64, uint64, complex."""
+    d = np.dtype(d)
+    w = _ORDER_AS.get(d, d)
+    return w if w in VECTOR_DTYPES else None
+
+
 # ----------------------------------------------------------------------------- scan
 
 

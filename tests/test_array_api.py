@@ -885,3 +885,19 @@ def test_setitem_python_scalars_are_weak(check):
     check(f, np.float32([3, 1]))
     check(lm.clip(f, 1.5, 2.0), np.float32([2, 1.5]))  # positional min, max as numpy
     check(lm.clip(f, max=2.0), np.float32([2, 1]))
+
+
+@pytest.mark.parametrize("dtype", ["int16", "uint8", "uint16", "uint32", "uint64"])
+def test_sort_and_search_widen_small_and_unsigned_ints(backend, check, dtype):
+    """int16 and unsigned values sort and search in a wider signed dtype that keeps their order
+    (the bitonic kernel holds int8/int32/int64): extremes of the dtype included; uint64 has
+    no wider dtype and runs numpy on the AI CPU."""
+    info = np.iinfo(dtype)
+    a = np.array([[info.max, 0, 7, info.min, 7, info.max - 1, 1]], dtype)
+    x = lm.asarray(a)
+    check(lm.sort(x), np.sort(a, kind="stable"))
+    check(lm.argsort(x, descending=True), _desc_order(a, 1))
+    s = np.sort(a[0])
+    check(lm.searchsorted(lm.asarray(s), x, side="right"), np.searchsorted(s, a, "right"))
+    if dtype != "uint64":
+        assert "bitonic_sort" in [k.ops[0] for k in lm.schedule(lm.sort(x)).kernels]
