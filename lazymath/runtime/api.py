@@ -260,8 +260,9 @@ class Device:
         The one stream loop: a cached program on several streams (`runtime.replay.Program`)
         and a hand-scheduled low-level program both run through here.
 
-        `argvs[i]` is the argument vector of step i (from `make_argv`). `events` must hold at
-        least max(event id)+1 Events (reusable across replays: each record is a new mark).
+        `argvs[i]` is the argument vector of step i (from `make_argv`; any iterable, read in
+        step order). `events` must hold at least max(event id)+1 Events (reusable across
+        replays: each record is a new mark).
         """
         events = events or ()
         stream_of = self.stream

@@ -116,7 +116,9 @@ class Program:
                 for sk, ck, slot_ids in self.kernels:
                     check(sk, ck, [arrays[j] for j in slot_ids])
             else:
-                argvs = [_argv(ck, arrays, addrs, slot_ids) for _sk, ck, slot_ids in self.kernels]
+                # built one at a time as the loop reaches each kernel: a stream worker starts
+                # kernel k while this thread builds kernel k+1's argv
+                argvs = (_argv(ck, arrays, addrs, slot_ids) for _sk, ck, slot_ids in self.kernels)
                 if inline or on_kernel is not None:
                     # one stream, no events (or timed): in order on this thread, what a
                     # host-assisted synchronize would do, without waking a stream worker
@@ -124,9 +126,8 @@ class Program:
                 else:
                     events = self._events
                     if events is None:
-                        events = self._events = [
-                            _api.Event() for _ in range(self.schedule.n_events)
-                        ]
+                        events = [_api.Event() for _ in range(self.schedule.n_events)]
+                        self._events = events
                     with _prof.realize(self.label, cache_hit=hit):
                         dev.execute(self.launches(), argvs, events)
         finally:
