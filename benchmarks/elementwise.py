@@ -6,7 +6,7 @@ Every case runs all peers in this one process, interleaved, and prints medians a
 peer/lazymath (> 1 means lazymath is faster). Machines here are shared: trust ratios, not
 absolute times, and read the load average printed before and after.
 
-`--cases three,chain` runs a subset (three, chain, chain16, sum, max, copy, small).
+`--cases three,chain` runs a subset (three, chain, chain16, sum, max, copy, small, trig).
 `--single-thread` adds a load-robust view of the vector kernels: thread CPU time (best and
 median) of numpy against every block of the lazymath kernel run on the calling thread, so a
 busy second core or a slow helper-thread wake-up does not enter the comparison.
@@ -229,6 +229,26 @@ def case_single_thread(n_small: int, n_big: int, reps: int) -> None:
               f"({t_np[0] / t_lm[0]:.2f}x / {t_np[1] / t_lm[1]:.2f}x)")  # fmt: skip
 
 
+def case_trig(n: int, reps: int) -> None:
+    """float32 sin / cos / tan: the NPU lowering (float32 + int32 instructions only, the
+    default) beside the host-only float64 reduction (LAZYMATH_HOST_MATH=1) and numpy (out=)."""
+    from lazymath import settings
+
+    rng = np.random.default_rng(0)
+    x_np = rng.uniform(-100, 100, n).astype(np.float32)
+    x = lm.tensor(x_np)
+    out = np.empty_like(x_np)
+    for name in ("sin", "cos", "tan"):
+        fn, ref = getattr(lm, name), getattr(np, name)
+        res = {}
+        for label, host in (("lazymath", False), ("lazymath host-math", True)):
+            with settings.override(LAZYMATH_HOST_MATH=host):
+                res[label] = median_time(lambda fn=fn: fn(x).realize(), reps)
+        res["numpy (out=)"] = median_time(lambda ref=ref: ref(x_np, out=out), reps)
+        report(f"{name}(x), {n:,} float32 in [-100, 100]: float32-only NPU lowering vs "
+               "LAZYMATH_HOST_MATH=1 (float64 reduction)", res)  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=15)
@@ -258,6 +278,8 @@ def main() -> None:
         case_copy_bandwidth(big, args.reps)
     if "small" in cases:
         case_small_overhead(2000)
+    if "trig" in cases:
+        case_trig(4 << 20, args.reps)
     if args.single_thread:
         case_single_thread(1 << 20, big, max(5, args.reps))
     print(load_average())

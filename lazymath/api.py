@@ -244,7 +244,7 @@ def precompile(fn, *example_inputs, autotune: bool = False) -> int:
     backend = engine.backend_name()
     outputs, key, leaves, order = plan_outputs(roots)
     prog = engine.compile_program(outputs, leaves, order, spec, backend, tiered=False)
-    engine.PROGRAMS.put((key, spec.key(), backend), prog)
+    engine.PROGRAMS.put(engine.program_key(key, spec, backend), prog)
     return len(prog.kernels)
 
 

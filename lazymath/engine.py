@@ -319,6 +319,12 @@ def _run_program(prog: Program, leaves: list, validate: bool, hit: bool, on_kern
     return results
 
 
+def program_key(key, spec, backend: str) -> tuple:
+    """The program cache's key: the graph, the device, the backend, and LAZYMATH_HOST_MATH
+    (it changes the vector math sequences in the kernels)."""
+    return (key, spec.key(), backend) + (("hostmath",) if settings.HOST_MATH.get() else ())
+
+
 def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
     """Realize `roots` (pending nodes) through the program cache."""
     t0 = time.perf_counter()
@@ -326,7 +332,7 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
     if backend is None:
         backend = _BACKEND.get()
     outputs, key, leaves, order = plan_outputs(roots)
-    full_key = (key, spec.key(), backend)
+    full_key = program_key(key, spec, backend)
     prog = PROGRAMS.get(full_key)
     hit = prog is not None
     if not hit:

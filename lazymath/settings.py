@@ -225,6 +225,12 @@ VMATH_CALLS = Setting(
              **dict.fromkeys(("never", "0", "off", "no", "false", "inline"), "never")},
     shown=("auto", "always", "never"),
 )  # fmt: skip
+HOST_MATH = Setting(
+    "LAZYMATH_HOST_MATH", "bool", False,
+    "`1`: float32/float16 sin, cos and tan reduce their argument in float64 vector "
+    "instructions (a faster host-only lowering, not what an NPU can run: its Vector unit has "
+    "no float64; `lm.explain` says so); default: float32/int32 instructions only",
+)  # fmt: skip
 TIERED = Setting(
     "LAZYMATH_TIERED", "bool", True,
     "`0` turns tiered compilation off; by default a realize whose kernel would take long to "
@@ -308,6 +314,7 @@ SETTINGS: tuple[Setting, ...] = (
     DASK_SCHEDULER,
     DASK_CACHE_BASE,
     VMATH_CALLS,
+    HOST_MATH,
     TARGET_CPU,
     AUTOTUNE,
     TIERED,

@@ -354,7 +354,7 @@ def compile_kernels(items, spec, backend: str | None = None, tiered: bool = Fals
     for idx, (ir, name) in enumerate(items):
         name = name or f"k_{ir.kind}"
         calls = vmath_calls(ir)
-        sig = (ir.kind, ir, spec.key(), backend, calls)
+        sig = (ir.kind, ir, spec.key(), backend, calls) + _math_key()
         if backend == "llvm":  # native code is per host target (LAZYMATH_TARGET_CPU)
             from lazymath.backend.host import requested
 
@@ -448,8 +448,16 @@ def _disk_key(ir, spec, calls: bool | None = None) -> tuple[str, bool]:
             "vmcalls" if calls else "",
             _host_mapping(ir),
         )
+        + _math_key()
     )
     return kernel_cache.disk_key(sig, host_key()), quick
+
+
+def _math_key() -> tuple:
+    """LAZYMATH_HOST_MATH changes the vector math sequences in the program (cache keys)."""
+    from lazymath.backend import vmath
+
+    return ("hostmath",) if vmath.host_math_enabled() else ()
 
 
 def _load_llvm(ir, spec, name: str, key: str) -> CompiledKernel | None:

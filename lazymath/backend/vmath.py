@@ -516,6 +516,7 @@ def emit_composite(
     dtype: str,
     *,
     cap: int | None = None,
+    host_math: bool | None = None,
 ) -> None:
     """Append native vector instructions computing dst[:n] = op(*srcs)[:n] in `dtype`.
 
@@ -523,7 +524,8 @@ def emit_composite(
     in chunks of `CHUNK` elements so the scratch buffers (each `min(cap, CHUNK)` elements,
     from ``b.scratch``) stay in L1 between instructions. float16 is computed in float32 chunk
     by chunk (vconv in and out). Raises NotImplementedError for an (op, dtype) it does not
-    expand, so the caller can fall back to a host or native instruction.
+    expand, so the caller can fall back to a host or native instruction. `host_math` (default:
+    the LAZYMATH_HOST_MATH setting) picks the float64 reduction of float32 sin/cos/tan.
     """
     if op not in COMPOSITE_OPS:
         raise NotImplementedError(f"vmath has no composite for {op!r}")
@@ -537,17 +539,19 @@ def emit_composite(
     cap = cap or b.tile
     if not cap:
         raise ValueError("vmath.emit_composite needs cap (static bound of n) or b.tile")
+    if host_math is None:
+        host_math = host_math_enabled()
     chunk = min(int(cap), CHUNK)
     s = _Seq(b, chunk)
     if chunk >= cap:  # one chunk: no loop
         s.n = n
-        _emit_chunk(s, op, dst, srcs, dtype)
+        _emit_chunk(s, op, dst, srcs, dtype, host_math)
         b.body.extend(s.pre)
         b.body.extend(s.body)
         return
     var = isa.Var(f"vm{len(b.body)}")
     s.n = isa.imin(chunk, isa.sub(n, var))
-    _emit_chunk(s, op, dst + var, tuple(r + var for r in srcs), dtype)
+    _emit_chunk(s, op, dst + var, tuple(r + var for r in srcs), dtype, host_math)
     b.body.extend(s.pre)
     b.emit(isa.Loop(var, 0, n, chunk, tuple(s.body)))
 
@@ -574,28 +578,29 @@ def composite_instructions(op: str, dtype: str = "float32") -> int:
     return len(rest) + (len(ifs[0].body) if ifs else 0)
 
 
-def _emit_chunk(s: _Seq, op: str, dst: isa.Ref, srcs: tuple, dtype: str) -> None:
+def _emit_chunk(s: _Seq, op: str, dst: isa.Ref, srcs: tuple, dtype: str,
+                host_math: bool = False) -> None:  # fmt: skip
     """One chunk: float16 goes through float32 scratch; others write dst directly.
 
     sin/cos/tan of float32 branch per chunk on its largest |x| (see `_trig_by_range`);
     float16 arguments are always below the small-argument bound (|x| <= 65504 < 2^17)."""
     if dtype != "float16":
-        if op in _TRIG:
-            _trig_by_range(s, op, dst, srcs[0])
+        if op in _TRIG_NPU:
+            _trig_by_range(s, op, dst, srcs[0], _trig_table(host_math))
             return
         _OPS[op](s, dst, srcs, dtype)
         return
     wide = tuple(s.conv(r, "float32") for r in srcs)
     out = s.tmp("float32")
-    if op in _TRIG:
-        _TRIG[op](s, out, wide[0], True)
+    if op in _TRIG_NPU:
+        _trig_table(host_math)[op](s, out, wide[0], True)
     else:
         _OPS[op](s, out, wide, "float32")
     s.conv(out, "float16", out=dst)
     s.done(out, *wide)
 
 
-def _trig_by_range(s: _Seq, op: str, dst: isa.Ref, x: isa.Ref) -> None:
+def _trig_by_range(s: _Seq, op: str, dst: isa.Ref, x: isa.Ref, trig: dict) -> None:
     """if max|x| of the chunk < 2^17: table-free reduction, else the exact table reduction.
 
     One fused pass (vabs + vcmax) finds the largest |x| (NaN propagates, so inf/nan chunks go
@@ -612,10 +617,10 @@ def _trig_by_range(s: _Seq, op: str, dst: isa.Ref, x: isa.Ref) -> None:
     s.body += [isa.SetFlag("V", "S", 0), isa.WaitFlag("V", "S", 0), GetValue(var, mx)]
     fast = _Seq(s.b, s.chunk)
     fast.n, fast.consts = s.n, s.consts
-    _TRIG[op](fast, dst, x, True)
+    trig[op](fast, dst, x, True)
     slow = _Seq(s.b, s.chunk)
     slow.n, slow.consts = s.n, s.consts
-    _TRIG[op](slow, dst, x, False)
+    trig[op](slow, dst, x, False)
     s.pre += fast.pre + slow.pre
     s.body += [isa.If(var, "<", 2 * TRIG_SMALL_BITS, tuple(fast.body)),
                isa.If(var, ">=", 2 * TRIG_SMALL_BITS, tuple(slow.body))]  # fmt: skip
@@ -833,12 +838,316 @@ def _op_tan(s, dst, srcs, dt):
     _tan32(s, dst, srcs[0])
 
 
-# float32 trigonometry by argument range: fn(s, dst, x, small)
-_TRIG = {
+# float32 trigonometry by argument range, host-only lowering (LAZYMATH_HOST_MATH=1): the
+# reduction and the polynomial in float64 vector instructions. fn(s, dst, x, small)
+_TRIG_HOST = {
     "sin": lambda s, d, x, small: _sincos32(s, d, x, "sin", small),
     "cos": lambda s, d, x, small: _sincos32(s, d, x, "cos", small),
     "tan": _tan32,
 }
+
+
+# ---------------------------------------------------------------------------- float32-only trig
+# What an NPU runs (the default): every instruction on float32, int32 and bool (the Vector
+# unit of both presets has no float64). x = q*pi/2 + r, |r| <= pi/4 (+ 0.012 from rounding q),
+# r = rh + rl a float32 pair; sin(r) and cos(r) from short polynomials with the leading terms
+# exact (fma two-products, Fast2Sum), the quadrant q mod 4 picks and signs them; tan divides
+# the two pairs. Reduction below 2^17: Cody-Waite with pi/2 in three float32 parts
+# (_cw_reduce); above (and inf/nan): Payne-Hanek with 2/pi in 24-bit integer chunks
+# (_ph_reduce). Accuracy (tests/backend/test_vmath.py): faithful, <= 1 ulp from the correctly
+# rounded result over the whole float32 range, like the float64 lowering.
+_PIO2_1 = 1.5707963705062866  # float32(pi/2)
+_PIO2_2 = -4.371138828673793e-08  # float32(pi/2 - _PIO2_1)
+_PIO2_3 = -1.7151245100058819e-15  # float32(pi/2 - _PIO2_1 - _PIO2_2)
+_TWO_OVER_PI32 = _f32(2.0 / math.pi)
+# sin(r) = r + r^3 S(z), cos(r) = 1 - z/2 + z^2 C(z), z = r^2, |r| <= 0.8; least squares on
+# Chebyshev nodes, coefficients rounded to float32 one by one (the rest refitted): relative
+# error 2^-31.8 (sin), 2^-36.7 (cos).
+SIN_F32 = (-0.1666666716337204, 0.008333380334079266, -0.00019853407866321504,
+           2.8351244054647395e-06)  # fmt: skip
+COS_F32 = (0.0416666679084301, -0.0013888971880078316, 2.4818689780659042e-05,
+           -2.8548427621899464e-07)  # fmt: skip
+# 2/pi in 24-bit chunks: chunk k holds the bits 24(k-1)+1 .. 24k after the binary point
+# (chunk 0: the zeros before it). Verified against mpmath in the tests.
+TWO_OVER_PI_24 = (0, 10680707, 7228996, 1387004, 2578385, 16069853, 12639074, 9804092,
+                  4427841, 16666979, 11263675, 12935607)  # fmt: skip
+_TRIG_SMALL = 2.0**17  # = TRIG_SMALL_BITS as a float
+
+
+def _two_sum(s: _Seq, a: isa.Ref, c: isa.Ref) -> tuple[isa.Ref, isa.Ref]:
+    """(hi, err) with hi = fl(a + c), hi + err = a + c exactly (Knuth, six instructions)."""
+    hi = s.bin("vadd", a, c)
+    bb = s.bin("vsub", hi, a)
+    ab = s.bin("vsub", hi, bb)
+    s.bin("vsub", a, ab, out=ab)
+    t = s.bin("vsub", c, bb, out=bb)
+    s.bin("vadd", ab, t, out=ab)
+    s.done(t)
+    return hi, ab
+
+
+def _cw_reduce(s: _Seq, x: isa.Ref) -> tuple[isa.Ref, isa.Ref, isa.Ref]:
+    """(qi, rh, rl) for |x| < 2^17: x = q*pi/2 + rh + rl, the low two bits of int32 qi = q mod 4.
+
+    q = rint(x * float32(2/pi)) by the 1.5*2^23 magic add (qi: its bits). pi/2 = Q1+Q2+Q3:
+    r1 = x - q*Q1 is exact in the fma (r1 and q*Q1 are multiples of 2^-24, |r1| < 1);
+    a = -q*Q2 rounded, with its error from a second fma; Fast2Sum(r1, a) is exact (r1 is a
+    multiple of ulp(a)); q*Q3 and the errors go to rl. Absolute error ~q * 2^-72, relative to
+    r at most 2^-29 below 2^17 (the float32 nearest a multiple of pi/2 there: |r| > 2^-27.9).
+    """
+    qm = s.sc("vmuls", x, _TWO_OVER_PI32)
+    s.sc("vadds", qm, _MAGIC32, out=qm)
+    q = s.sc("vadds", qm, -_MAGIC32)
+    qi = s.conv(qm, "int32", "bits")  # 2^22 + q in the mantissa: low bits = q mod 4
+    s.done(qm)
+    nq = s.sc("vmuls", q, -1.0)
+    r1 = s.fma(nq, s.const("float32", _PIO2_1), x)
+    a = s.sc("vmuls", nq, _PIO2_2)
+    en = s.fma(q, s.const("float32", _PIO2_2), a)  # a - (-q*Q2): a's rounding error
+    s.done(q)
+    rh = s.bin("vadd", r1, a)
+    z = s.bin("vsub", rh, r1)
+    s.bin("vsub", a, z, out=z)  # Fast2Sum error of r1 + a
+    s.done(a, r1)
+    rl = s.bin("vsub", z, en, out=z)
+    s.done(en)
+    s.fma(nq, s.const("float32", _PIO2_3), rl, out=rl)
+    s.done(nq)
+    return qi, rh, rl
+
+
+def _ph_reduce(s: _Seq, x: isa.Ref) -> tuple[isa.Ref, isa.Ref, isa.Ref]:
+    """(qi, rh, rl) like `_cw_reduce` for every float32 x (Payne-Hanek where |x| >= 2^17).
+
+    |x| = m * 2^e, m in [1, 2). Bits of 2/pi before position e - 24 give multiples of 4
+    (dropped); W0..W3 are the next four 24-bit windows of 2/pi, cut from the chunk table with
+    int32 shifts (one gather per chunk). With m2 = 2m (24 bits, exact):
+    x*2/pi = m2*W0 + m2*W1*2^-24 + m2*W2*2^-48 + m2*W3*2^-72 (mod 4). Each product is split
+    exactly by an fma; integer parts are removed while the sums are still exact (every
+    partial sum there is a multiple of 2^-22 below 2^2), the low parts are added with TwoSum,
+    so v = x*2/pi - q is a float32 pair with absolute error ~2^-67. r = v*pi/2 (a pair).
+    Elements below 2^17 take `_cw_reduce`'s result; inf/nan give nan.
+    """
+    sq, srh, srl = _cw_reduce(s, x)
+    ax = s.un("vabs", x)
+    ab = s.conv(ax, "int32", "bits")
+    ef = s.sc("vshr", ab, 23)
+    t = s.conv(ef, "float32")
+    s.done(ef)
+    s.sc("vmaxs", t, 127.0 + 17, out=t)  # (small |x|: any in-range window, result unused)
+    s.sc("vmins", t, 254.0, out=t)  # (inf/nan: likewise; nan comes in at the end)
+    s.sc("vadds", t, -127.0 - 25, out=t)  # t = e - 25 = (first window position) - 1
+    jf = s.sc("vmuls", t, _f32(1.0 / 24))
+    s.un("vfloor", jf, out=jf)  # t // 24 (t in [-8, 102]: float32 1/24 is close enough)
+    of = s.sc("vmuls", jf, -24.0)
+    s.bin("vadd", of, t, out=of)  # offset of the window in its chunk, 0..23
+    j = s.conv(jf, "int32")
+    s.sc("vadds", j, 1, out=j)  # chunk 0 is the zero padding
+    o = s.conv(of, "int32")
+    s.sc("vmuls", of, -1.0, out=of)
+    s.sc("vadds", of, 24.0, out=of)
+    o2 = s.conv(of, "int32")
+    s.done(jf, of, t)
+    tab = s.table("int32", TWO_OVER_PI_24)
+    g = [s.gather(tab + k, j) for k in range(5)]
+    s.done(j)
+    mask = s.const("int32", 0xFFFFFF)
+    w = []
+    for k in range(4):
+        hi = s.bin("vshl", g[k], o)
+        lo = s.bin("vshr", g[k + 1], o2)
+        s.bin("vor", hi, lo, out=hi)
+        s.bin("vand", hi, mask, out=hi)
+        wf = s.conv(hi, "float32")
+        s.done(hi, lo)
+        if k:
+            s.sc("vmuls", wf, 2.0 ** (-24 * k), out=wf)
+        w.append(wf)
+    s.done(*g, o, o2)
+    mb = s.bin("vand", ab, s.const("int32", 0x7FFFFF))
+    s.bin("vor", mb, s.const("int32", 0x40000000), out=mb)
+    m2 = s.conv(mb, "float32", "bits")  # 2m in [2, 4): 24 bits, a multiple of 2^-22
+    s.done(mb, ab)
+    nm2 = s.sc("vmuls", m2, -1.0)
+    # top window: m2*W0 = h0 - d0 exactly, < 2^26
+    h0 = s.bin("vmul", m2, w[0])
+    d0 = s.fma(nm2, w[0], h0)
+    f = s.sc("vmuls", h0, 0.25)
+    s.un("vfloor", f, out=f)
+    s.fma(f, s.const("float32", -4.0), h0, out=h0)  # h0 mod 4 (exact)
+    n0 = s.un("vrint", h0, out=f)
+    s.bin("vsub", h0, n0, out=h0)  # in [-1/2, 1/2], a multiple of 2^-22
+    s.bin("vsub", h0, d0, out=h0)  # + the product's low part (|.| <= 2): still exact
+    n1 = s.un("vrint", h0, out=d0)
+    f1 = s.bin("vsub", h0, n1, out=h0)
+    s.bin("vadd", n0, n1, out=n0)
+    s.done(n1)
+    # second window: m2*W1*2^-24 = h1 - d1, < 4, a multiple of 2^-46
+    h1 = s.bin("vmul", m2, w[1])
+    d1 = s.fma(nm2, w[1], h1)
+    sm, e01 = _two_sum(s, f1, h1)
+    s.done(f1, h1)
+    n2 = s.un("vrint", sm)
+    s.bin("vadd", n0, n2, out=n0)  # q (up to a multiple of 4)
+    dh = s.bin("vsub", sm, n2, out=sm)
+    s.done(n2)
+    s.sc("vmuls", d1, -1.0, out=d1)
+    b1, eb1 = _two_sum(s, e01, d1)
+    s.done(e01, d1)
+    # third and fourth windows
+    p2 = s.bin("vmul", m2, w[2])
+    dp2 = s.fma(nm2, w[2], p2)
+    b2, eb2 = _two_sum(s, b1, p2)
+    s.done(b1, p2)
+    vh, e2 = _two_sum(s, dh, b2)
+    s.done(dh, b2)
+    p3 = s.bin("vmul", m2, w[3])
+    s.done(m2, nm2, *w)
+    s.bin("vadd", e2, eb1, out=e2)
+    s.bin("vadd", e2, eb2, out=e2)
+    s.bin("vsub", e2, dp2, out=e2)
+    vl = s.bin("vadd", e2, p3, out=e2)
+    s.done(eb1, eb2, dp2, p3)
+    th = s.bin("vadd", vh, vl)
+    s.bin("vsub", th, vh, out=vh)
+    tl = s.bin("vsub", vl, vh, out=vl)
+    s.done(vh)
+    # r = v * pi/2 as a pair
+    rh = s.sc("vmuls", th, _PIO2_1)
+    nrh = s.sc("vmuls", th, -_PIO2_1)
+    rl = s.fma(th, s.const("float32", _PIO2_1), nrh, out=nrh)
+    s.fma(th, s.const("float32", _PIO2_2), rl, out=rl)
+    s.fma(tl, s.const("float32", _PIO2_1), rl, out=rl)
+    s.done(th, tl)
+    # x < 0: x*2/pi = -(|x|*2/pi)
+    neg = s.cmps("lt", x, 0.0)
+    tmp = s.sc("vmuls", n0, -1.0)
+    s.sel(neg, tmp, n0, out=n0)
+    s.sc("vmuls", rh, -1.0, out=tmp)
+    s.sel(neg, tmp, rh, out=rh)
+    s.sc("vmuls", rl, -1.0, out=tmp)
+    s.sel(neg, tmp, rl, out=rl)
+    qi = s.conv(n0, "int32")
+    s.done(n0, neg)
+    s.bin("vsub", x, x, out=tmp)  # nan for inf/nan, else 0
+    s.bin("vadd", rh, tmp, out=rh)
+    small = s.cmps("lt", ax, _TRIG_SMALL)
+    s.sel(small, sq, qi, out=qi)
+    s.sel(small, srh, rh, out=rh)
+    s.sel(small, srl, rl, out=rl)
+    s.done(small, ax, tmp, sq, srh, srl)
+    return qi, rh, rl
+
+
+def _sincos_pair(s: _Seq, rh: isa.Ref, rl: isa.Ref, lows: bool):
+    """sin(r), cos(r) for r = rh + rl, |r| <= 0.8: (sh, sl, ch, cl), the lows only if `lows`.
+
+    sin = rh + (rl + rh*z*S(z)): the correction is < 0.12 |sin|, so its float32 roundings
+    cost < 0.4 ulp. cos = w + e - (rh^2 - z)/2 - rh*rl + z^2*C(z), w + e = 1 - z/2 exactly
+    (Fast2Sum), rh^2 - z exact in an fma.
+    """
+    z = s.bin("vmul", rh, rh)
+    y = s.bin("vmul", rh, z)
+    p = s.horner_fma(z, SIN_F32)
+    st = s.fma(y, p, rl, out=p)
+    s.done(y)
+    sh = s.bin("vadd", rh, st)
+    nhz = s.sc("vmuls", z, -0.5)
+    w = s.sc("vadds", nhz, 1.0)
+    e = s.sc("vmuls", w, -1.0)
+    s.sc("vadds", e, 1.0, out=e)
+    s.bin("vadd", e, nhz, out=e)  # 1 - z/2 = w + e
+    hr = s.sc("vmuls", rh, 0.5)
+    s.fma(hr, rh, nhz, out=hr)  # (rh^2 - z) / 2
+    s.done(nhz)
+    s.bin("vsub", e, hr, out=e)
+    s.bin("vmul", rh, rl, out=hr)
+    s.bin("vsub", e, hr, out=e)
+    s.done(hr)
+    cp = s.horner_fma(z, COS_F32)
+    s.bin("vmul", z, z, out=z)
+    ct = s.fma(z, cp, e, out=cp)
+    s.done(z, e)
+    ch = s.bin("vadd", w, ct)
+    if not lows:
+        s.done(st, ct, w)
+        return sh, None, ch, None
+    sl = s.bin("vsub", sh, rh)
+    s.bin("vsub", st, sl, out=sl)
+    cl = s.bin("vsub", ch, w)
+    s.bin("vsub", ct, cl, out=cl)
+    s.done(st, ct, w)
+    return sh, sl, ch, cl
+
+
+def _trig32(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str, small: bool) -> None:
+    """sin / cos / tan of float32 x with float32, int32 and bool instructions only."""
+    qi, rh, rl = _cw_reduce(s, x) if small else _ph_reduce(s, x)
+    th = s.bin("vadd", rh, rl)  # renormalise the pair
+    s.bin("vsub", th, rh, out=rh)
+    s.bin("vsub", rl, rh, out=rl)
+    s.done(rh)
+    sh, sl, ch, cl = _sincos_pair(s, th, rl, op == "tan")
+    s.done(th, rl)
+    odd = s.sc("vshl", qi, 31)  # sign bit set where q is odd
+    m = s.cmps("lt", odd, 0)
+    if op == "tan":  # even q: sin/cos; odd: -cos/sin
+        nh = s.sel(m, ch, sh)
+        nl = s.sel(m, cl, sl)
+        s.sel(m, sh, ch, out=sh)
+        s.sel(m, sl, cl, out=sl)
+        dh, dl = sh, sl
+        s.done(ch, cl, m, qi)
+        t0 = s.bin("vdiv", nh, dh)
+        nt0 = s.sc("vmuls", t0, -1.0)
+        s.fma(nt0, dh, nh, out=nh)  # exact remainder
+        s.bin("vadd", nh, nl, out=nh)
+        s.fma(nt0, dl, nh, out=nh)
+        s.done(nt0, nl, dl)
+        s.bin("vdiv", nh, dh, out=nh)
+        res = s.bin("vadd", t0, nh, out=t0)
+        s.done(nh, dh)
+        sign = odd
+    else:
+        # sin(x), q mod 4 = 0..3: s, c, -s, -c;  cos(x): c, -s, -c, s
+        res = s.sel(m, ch, sh) if op == "sin" else s.sel(m, sh, ch)
+        s.done(ch, sh, m)
+        if op == "cos":
+            s.sc("vadds", qi, 1, out=qi)
+        sign = s.sc("vshr", qi, 1, out=qi)
+        s.sc("vshl", sign, 31, out=sign)
+        s.done(odd)
+    rb = s.conv(res, "int32", "bits")
+    s.bin("vxor", rb, sign, out=rb)
+    s.done(sign)
+    if op == "cos":
+        s.conv(rb, "float32", "bits", out=dst)
+        s.done(rb, res)
+        return
+    s.conv(rb, "float32", "bits", out=res)  # sin/tan(-0) = -0: the reduction gives +0
+    s.done(rb)
+    zero = s.cmps("eq", x, 0.0)
+    s.sel(zero, x, res, out=dst)
+    s.done(zero, res)
+
+
+_TRIG_NPU = {
+    "sin": lambda s, d, x, small: _trig32(s, d, x, "sin", small),
+    "cos": lambda s, d, x, small: _trig32(s, d, x, "cos", small),
+    "tan": lambda s, d, x, small: _trig32(s, d, x, "tan", small),
+}
+
+
+def _trig_table(host_math: bool) -> dict:
+    return _TRIG_HOST if host_math else _TRIG_NPU
+
+
+def host_math_enabled() -> bool:
+    """LAZYMATH_HOST_MATH: float32/float16 sin, cos and tan reduce in float64 (a faster
+    host-only lowering, not what an NPU can run). Default: float32 instructions only."""
+    from lazymath import settings
+
+    return settings.HOST_MATH.get()
 
 
 # ---------------------------------------------------------------------------- tanh, sigmoid

@@ -187,7 +187,7 @@ _UNARY = {
 _BIN = {
     "vadd": np.add, "vsub": np.subtract, "vmul": np.multiply, "vdiv": np.divide,
     "vmax": np.maximum, "vmin": np.minimum, "vand": np.bitwise_and, "vor": np.bitwise_or,
-    "vxor": np.bitwise_xor,
+    "vxor": np.bitwise_xor, "vshl": np.left_shift, "vshr": np.right_shift,
 }  # fmt: skip
 _CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
         "gt": np.greater, "ge": np.greater_equal}  # fmt: skip

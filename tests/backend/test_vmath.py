@@ -360,8 +360,10 @@ def test_sequences_are_native_instructions_only():
                isa.VCmpS, isa.VSel, isa.VDup, isa.VGather, isa.VReduce, isa.Loop,
                isa.If, isa.SetFlag, isa.WaitFlag, vmath.GetValue}  # fmt: skip
     assert kinds <= allowed
-    # the common (small-argument) path of sin stays short and has no gather
-    assert vmath.composite_instructions("sin") <= 36
+    # the common (small-argument) path of sin stays short and has no gather: float32 only
+    # (sin and cos of the reduced argument, exact leading terms) 56 instructions; the host-only
+    # float64 reduction (LAZYMATH_HOST_MATH) 30
+    assert vmath.composite_instructions("sin") <= 60
     # chunk-wide constant fills (vmla coefficients) only go to buffers nothing else writes,
     # never to recycled tiles, so a template hoisting them cannot mix them up
     writers: dict = {}
@@ -488,7 +490,8 @@ def test_compiled_elementwise_kernel(backend, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("backend", ["llvm", "interp"])
-def test_compiled_trig_takes_both_range_branches(backend, monkeypatch):
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+def test_compiled_trig_takes_both_range_branches(backend, spec, monkeypatch):
     """Through compile_kernel: chunks of small arguments take the gather-free branch, a chunk
     holding one huge |x| (or inf/nan) the table branch (GetValue + If lowered by llvm and
     interpreted); every result within 1 ulp of CR on both backends, in float32 and float16."""
@@ -508,17 +511,17 @@ def test_compiled_trig_takes_both_range_branches(backend, monkeypatch):
         v = contiguous_view(f, (n,))
         kir = ElementwiseKernel((n,), (v,), (v,) * 3, expr, (1, 2, 3))
         outs = [np.empty(n, f) for _ in names]
-        compile_kernel(kir, "ascend910", backend=backend)(xs, *outs)
+        compile_kernel(kir, spec, backend=backend)(xs, *outs)
         for name, got in zip(names, outs):
             ref = correctly_rounded(getattr(np, name), xs)
-            assert ulp_dist(got, ref).max() <= 1, (name, f, backend)
+            assert ulp_dist(got, ref).max() <= 1, (name, f, backend, spec)
         assert np.signbit(outs[0][2000]) and np.signbit(outs[2][2000])  # sin/tan(-0) = -0
 
 
 def test_mixed_precision_loops_vectorize_at_eight_lanes(monkeypatch):
-    """float32 sin computes in float64: its fused loops carry llvm.loop.vectorize.width 8
-    (LLVM would size them by the float64 values, 4 lanes); a float32-only loop (exp) keeps
-    LLVM's own choice."""
+    """With LAZYMATH_HOST_MATH=1 float32 sin computes in float64: its fused loops carry
+    llvm.loop.vectorize.width 8 (LLVM would size them by the float64 values, 4 lanes); a
+    float32-only loop (exp, and sin by default) keeps LLVM's own choice and has no double."""
     parts = _compile_path()
     if parts is None:
         pytest.skip("compile path not available")
@@ -526,12 +529,84 @@ def test_mixed_precision_loops_vectorize_at_eight_lanes(monkeypatch):
     monkeypatch.setenv("LAZYMATH_CACHE", "0")
     v = contiguous_view("float32", (20000,))
     texts = {}
-    for name in ("sin", "exp"):
+    for name, host in (("sin", True), ("exp", False), ("sin", False)):
+        monkeypatch.setenv("LAZYMATH_HOST_MATH", "1" if host else "0")
         expr = (SOp("load", "float32", (), 0), SOp(name, "float32", (0,)))
         k = compile_kernel(ElementwiseKernel((20000,), (v,), (v,), expr, (1,)), "ascend910")
-        texts[name] = k.llvm_ir
-    assert '!"llvm.loop.vectorize.width", i32 8' in texts["sin"]
-    assert "llvm.loop.vectorize.width" not in texts["exp"]
+        texts[name, host] = k.llvm_ir
+    assert '!"llvm.loop.vectorize.width", i32 8' in texts["sin", True]
+    assert "llvm.loop.vectorize.width" not in texts["exp", False]
+    assert "double" not in texts["sin", False] and "double" in texts["sin", True]
+
+
+def _trig_dtypes(name: str, dtype: str, host_math: bool) -> set:
+    b = isa.Builder(tile=4096)
+    x, y = b.scratch(dtype, 4096), b.scratch(dtype, 4096)
+    vmath.emit_composite(b, name, y, (x,), 4096, dtype, host_math=host_math)
+    out = set()
+    for i, _ in isa.walk(b.body):
+        for f in getattr(i, "__slots__", ()):
+            v = getattr(i, f)
+            if isinstance(v, isa.Ref):
+                out.add(v.buf.dtype)
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name", ["sin", "cos", "tan"])
+def test_npu_trig_uses_only_the_presets_types(name, dtype):
+    """What an NPU runs: float32 (float16 widened), int32 and bool instructions only, both
+    range branches (Cody-Waite and Payne-Hanek); float64 only with LAZYMATH_HOST_MATH."""
+    used = _trig_dtypes(name, dtype, host_math=False)
+    assert used <= {dtype, "float32", "int32", "uint32", "bool"}, used
+    assert "float64" in _trig_dtypes(name, dtype, host_math=True)
+
+
+def test_host_math_setting_picks_the_float64_reduction():
+    """LAZYMATH_HOST_MATH=1 keeps the float64 reduction (faithful too); the default is the
+    float32 one; the setting is read when the composite is emitted."""
+    from lazymath import settings
+
+    x = _trig_inputs(4000).astype(np.float32)
+    for name in ("sin", "cos", "tan"):
+        ref = correctly_rounded(getattr(np, name), x)
+        with settings.override(LAZYMATH_HOST_MATH=True):
+            host = run_composite(name, x, cap=4096)
+        npu = run_composite(name, x, cap=4096)
+        assert ulp_dist(host, ref).max() <= 1 and ulp_dist(npu, ref).max() <= 1, name
+    b = isa.Builder(tile=256)
+    r = b.scratch("float32", 256)
+    with settings.override(LAZYMATH_HOST_MATH=True):
+        vmath.emit_composite(b, "sin", r, (r,), 256, "float32")
+    dsts = [getattr(i, "dst", None) for i, _ in isa.walk(b.body)]
+    assert "float64" in {d.buf.dtype for d in dsts if isinstance(d, isa.Ref)}
+
+
+def test_float32_reduction_hard_cases():
+    """The float32 nearest a multiple of pi/2 in each binade below 2^17 (|r| down to 2^-27.8,
+    found by exhaustive search), their neighbours, and Payne-Hanek arguments near multiples of
+    pi/2 in every binade above: <= 1 ulp from CR."""
+    near = np.float32([1.5707963705062866, 3.1415927410125732, 4.71238899230957,
+                       9.42477798461914, 18.84955596923828, 37.69911193847656,
+                       75.39822387695312, 252.89820861816406, 505.7964172363281,
+                       1011.5928344726562, 2023.1856689453125, 2238.384765625, 4476.76953125,
+                       8953.5390625, 17907.078125, 52516.43359375, 105032.8671875,
+                       210065.734375])  # fmt: skip
+    big = np.ldexp(np.float64(np.pi / 2), np.arange(17, 127)).astype(np.float32)
+    x = np.concatenate([near, big, -big])
+    x = np.concatenate([x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, np.float32(0))])
+    for name in ("sin", "cos", "tan"):
+        got = run_composite(name, x, cap=512)
+        assert ulp_dist(got, correctly_rounded(getattr(np, name), x)).max() <= 1, name
+
+
+def test_two_over_pi_chunks_match_mpmath():
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 120
+    t = 2 / mp.pi
+    assert vmath.TWO_OVER_PI_24[0] == 0
+    for k, c in enumerate(vmath.TWO_OVER_PI_24[1:], 1):
+        assert c == int(mp.floor(mp.ldexp(t, 24 * k))) % (1 << 24)
 
 
 @pytest.mark.slow
@@ -564,3 +639,22 @@ def test_float32_bit_patterns_sampled(name):
         x = bits.astype(np.uint32).view(np.float32)
         worst = max(worst, int(ulp_dist(fn(x), correctly_rounded(getattr(np, name), x)).max()))
     assert worst <= (0 if name == "log" else 1)
+
+
+def test_explain_labels_host_math():
+    """lm.explain says when a kernel's trig is the host-only float64 lowering."""
+    import lazymath as lm
+    from lazymath import settings
+
+    xn = np.linspace(-3e5, 3e5, 41, dtype=np.float32)
+    x = lm.tensor(xn)
+    y = lm.cos(x) + 1
+    label = "not what an NPU can run"
+    with settings.override(LAZYMATH_HOST_MATH=True):
+        assert label in str(lm.explain(y))
+    assert label not in str(lm.explain(y))
+    # the program cache keeps the two lowerings apart; both within 1 ulp of cos (+1 rounds)
+    ref = (np.cos(xn.astype(np.float64)) + 1).astype(np.float32)
+    for host in (True, False, True):
+        with settings.override(LAZYMATH_HOST_MATH=host):
+            np.testing.assert_allclose((lm.cos(x) + 1).numpy(), ref, rtol=0, atol=3e-7)

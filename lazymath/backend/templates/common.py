@@ -439,7 +439,14 @@ class ExprEmitter:
         except ImportError:
             vmath = None
         fn = getattr(vmath, "emit_composite", None) if vmath is not None else None
-        if fn is not None and CALLS.get() and self._call(vmath, name, dst, srcs, dt):
+        # the runtime library holds what an NPU runs: host-only trig (LAZYMATH_HOST_MATH) inlines
+        host_only = fn is not None and name in ("sin", "cos", "tan") and vmath.host_math_enabled()
+        if (
+            fn is not None
+            and CALLS.get()
+            and not host_only
+            and self._call(vmath, name, dst, srcs, dt)
+        ):
             return True
         if fn is not None:
             tb = TileBuilder(self.pool)
