@@ -62,6 +62,18 @@ def call_mode_setting() -> str:
 
 
 def call_plan(ir, setting: str | None = None) -> tuple[bool, str]:
+    """(call the library?, reason), the reason labelled when LAZYMATH_HOST_MATH lowers the
+    kernel's sin/cos/tan with the host-only float64 reduction (`_call_plan`)."""
+    calls, why = _call_plan(ir, setting)
+    from lazymath.backend import vmath
+
+    if why and vmath.host_math_enabled() and {"sin", "cos", "tan"} & set(_composites_in(ir)):
+        why += ("; sin/cos/tan reduce in float64 (LAZYMATH_HOST_MATH=1: a faster host-only "
+                "lowering, not what an NPU can run)")  # fmt: skip
+    return calls, why
+
+
+def _call_plan(ir, setting: str | None = None) -> tuple[bool, str]:
     """(call the library?, reason) for a kernel IR; the reason is empty without composites.
 
     The rule: inline when the kernel has at most INLINE_MAX composite ops. Such a kernel is

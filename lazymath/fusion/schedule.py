@@ -228,19 +228,14 @@ class Schedule:
     def vmath_plan(self) -> list[tuple[str, str]]:
         """(kernel name, reason) for every kernel with vmath composites: inlined into the
         kernel, or calls into the vector math runtime library (`backend.vmlib.call_plan`)."""
-        from lazymath.backend.vmath import host_math_enabled
-        from lazymath.backend.vmlib import _composites_in, call_plan
+        from lazymath.backend.vmlib import call_plan
 
-        host = host_math_enabled()
         out = []
         for sk in self.kernels:
             ir = sk.ir
             if ir is None:
                 continue
             why = call_plan(ir)[1]
-            if why and host and {"sin", "cos", "tan"} & set(_composites_in(ir)):
-                why += ("; sin/cos/tan reduce in float64 (LAZYMATH_HOST_MATH=1: a faster "
-                        "host-only lowering, not what an NPU can run)")  # fmt: skip
             if why:
                 out.append((sk.name, why))
         return out
