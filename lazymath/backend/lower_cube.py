@@ -2,8 +2,11 @@
 
 LLVM (fast path): the Cube data path becomes a packed GEMM (see ``gemm``): LoadNz = packing
 into an fp32 host panel (F16C widening, strides, prologue), LoadL0 = pointer step, Mmad = the
-6x16 register-blocked microkernel over the tile, FixPipe = one pass writing the tile out with
-relu / cast / epilogue.
+host target's register-blocked microkernel over the tile, FixPipe = one pass writing the tile
+out with relu / cast / epilogue. Host mapping (the program is the device's; only its lowering
+is host-shaped): the L0B slice loop and the L0 K-step loop of an L1 panel are each lowered as
+one Mmad (`merge_l0b_slices`, `merge_k_steps`), and sizes the program's variable ranges prove
+constant reach the GEMM emitters as constants (`var_ranges`).
 
 Host shadow storage: L1/L0A/L0B buffers are declared with the NPU operand dtype (float16 counts
 2 bytes for the capacity check) but the host keeps them as float32, so each gets an fp32 alloca
