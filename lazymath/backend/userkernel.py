@@ -278,9 +278,14 @@ class KernelBuilder(isa.Builder):
         return isa.LoopBuilder(self, var, _int(start), _int(stop), _int(step))
 
     def let(self, value, name: str | None = None) -> isa.Var:  # type: ignore[override]
-        """A scalar register holding `value` (an integer expression); returns it."""
-        if isinstance(value, (str, isa.Var)) and name is not None:  # isa.Builder's order
-            value, name = name, value
+        """A scalar register holding `value` (an integer expression); returns it.
+
+        `k.let(value, "name")` is the kernel author's order; isa.Builder's `let(var, value)`
+        (a Var or register name first, an expression second) is accepted too. A string `name`
+        always means the author's order: `value` may itself be a plain Var (an expression
+        that simplified to one, e.g. imin(w, n - c0) with equal operands)."""
+        if isinstance(value, (str, isa.Var)) and name is not None and not isinstance(name, str):
+            value, name = name, value  # isa.Builder's order
         var = name if isinstance(name, isa.Var) else self._var(name, "s")
         self.body.append(isa.Let(var, _int(value)))
         return var

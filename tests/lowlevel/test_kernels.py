@@ -545,3 +545,19 @@ def fill(k, y, *, n, value):
 def test_a_kernel_without_inputs(backend, check):
     check(fill(n=1000, value=2.5) + 1, np.full(1000, 3.5, np.float32))
     check(fill(n=0, value=1.0), np.zeros(0, np.float32))
+
+
+def test_let_of_a_plain_register_keeps_the_authors_order():
+    """k.let(value, "name") where value is already a register (an expression that simplified
+    to a Var) made a new register holding it; it used to swap the two and fail."""
+    from lazymath.backend.userkernel import KernelBuilder
+    from lazymath.runtime.device import get_spec
+
+    k = KernelBuilder("t", "vector", get_spec("ascend910"))
+    a = k.let(5, "a")
+    b = k.let(a, "b")  # value is a plain Var, name a string: the author's order
+    assert isinstance(b, isa.Var) and b != a
+    c = k.let(isa.Var("c"), 7)  # isa.Builder's order still works
+    assert c == isa.Var("c")
+    lets = [i for i in k.body if isinstance(i, isa.Let)]
+    assert [(str(i.var), str(i.value)) for i in lets][-2:] == [(str(b), str(a)), ("c", "7")]
