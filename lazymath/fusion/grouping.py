@@ -391,6 +391,11 @@ class Planner:
                 if t.realized is not None or t.op == "const" or id(t) in M:
                     continue
                 leaves, ops, nodes = self._cone(t, M)
+                if ops and not self.spec.coupled:  # 910B: the Cube core has no Vector unit
+                    M.add(id(t))
+                    self.log.append(LogEntry("materialize", (describe(t), describe(n)),
+                        rules.SPLIT_PROLOGUE, t, n))  # fmt: skip
+                    continue
                 heavy = sorted({x.op for x in nodes if x.op in rules.EXPENSIVE_OPS})
                 if len(leaves) > 1 or ops > rules.OPERAND_PROLOGUE_MAX_OPS or heavy:
                     M.add(id(t))

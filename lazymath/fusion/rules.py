@@ -59,6 +59,11 @@ RECOMPUTE_MAX_OPS = 3
 # in EXPENSIVE_OPS: transcendentals, divides and roots need the Vector unit's math library, which
 # a data mover does not have, so such a producer runs as its own (costed, vmath) Vector kernel.
 OPERAND_PROLOGUE_MAX_OPS = 8
+# On a split device (910B) the Cube core (AIC) has no Vector unit and no UB, and MTE2 does no
+# arithmetic: any operand prologue (even a cast or a negation) runs on the Vector cores (AIV) as
+# its own kernel and reaches the Cube through GM.
+SPLIT_PROLOGUE = ("matmul operand prologue: the split device's Cube core has no Vector unit "
+                  "(MTE2 does no arithmetic), so it runs as its own Vector kernel")  # fmt: skip
 
 # Caps per kernel: GM inputs (AscendC allows 64 queue buffers per kernel; each input needs a
 # double-buffered queue) and scalar ops per fused expression (keeps compile time bounded).

@@ -322,5 +322,74 @@ def test_transcendental_prologue_runs_as_a_vector_kernel(spec):
     assert [(k.unit, list(k.ops)) for k in kernels] == [("vector", ["tan"]), ("cube", ["matmul"])]
     got = (lm.tan(ta) @ tb).numpy()
     np.testing.assert_allclose(got, np.tan(a.astype(np.float64)) @ b, rtol=1e-5, atol=1e-5)
-    # a cheap prologue (no math library) still rides the load
-    assert [k.unit for k in schedule((ta * 2.0) @ tb, spec=spec).kernels] == ["mix"]
+    # a cheap prologue: Vector instructions in the Cube kernel on the coupled 910, its own
+    # Vector kernel on the split 910B (see test_cheap_prologue_*)
+    units = [k.unit for k in schedule((ta * 2.0) @ tb, spec=spec).kernels]
+    assert units == (["mix"] if spec == "ascend910" else ["vector", "cube"])
+
+
+def _prologue_kernel(m: int, n: int, k: int) -> tuple[MatmulKernel, np.ndarray, np.ndarray]:
+    """float32 operands, float16 Cube: A -> relu(0.5 - A) as float16, B -> (3 B) as float16."""
+    f, h = "float32", "float16"
+    pa = (SOp("load", f, (), 0), SOp("neg", f, (0,)), SOp("const", f, (), 0.5),
+          SOp("add", f, (1, 2)), SOp("relu", f, (3,)), SOp("cast", h, (4,)))  # fmt: skip
+    pb = (SOp("load", f, (), 0), SOp("const", f, (), 3.0), SOp("mul", f, (0, 1)),
+          SOp("cast", h, (2,)))  # fmt: skip
+    av, bv = ArgView(f, (m, k), (k, 1)), ArgView(f, (k, n), (n, 1))
+    ov = ArgView(f, (m, n), (n, 1))
+    ir = MatmulKernel((), m, n, k, av, bv, pa, pb, h, (), (SOp("acc", f),), (0,), (ov,))
+    rng = np.random.default_rng(5)
+    return ir, rng.uniform(-1, 1, (m, k)).astype(f), rng.uniform(-1, 1, (k, n)).astype(f)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_cheap_prologue_is_vector_instructions_on_the_910(backend):
+    """Audit: neg / add const / relu / scale / cast prologues ran inside the host's GM -> L1
+    packing at 0 cycles. On the coupled 910 they are Vector instructions on UB between a
+    GM -> UB copy and the UB -> L1 move: in the listing, costed, no LoadNz prologue left."""
+    m, n, k = 37, 45, 300
+    ir, a, b = _prologue_kernel(m, n, k)
+    # the prologue computes in float32 (its ops' dtype), then rounds to the Cube's float16
+    ra = np.maximum(np.float32(0.5) - a, np.float32(0)).astype(np.float16).astype(np.float64)
+    rb = (np.float32(3.0) * b).astype(np.float16).astype(np.float64)
+    kern = C.compile_kernel(ir, "ascend910", backend=backend)
+    out = np.zeros((m, n), np.float32)
+    kern(a, b, out)
+    np.testing.assert_allclose(out, ra @ rb, rtol=1e-5, atol=2e-4)
+    prog = kern.program
+    loads = [i for i in prog.instructions() if isinstance(i, cube.LoadNz)]
+    assert loads and all(i.prologue is None and i.src.buf.scope == "UB" for i in loads)
+    ops = {i.op for i in prog.instructions() if isinstance(i, (isa.VUnary, isa.VScalar))}
+    assert {"vneg", "vrelu", "vmuls"} <= ops or {"vmuls", "vadds"} <= ops, ops
+    assert any(isinstance(i, isa.VConv) for i in prog.instructions())
+    text = str(prog)
+    assert "+prologue" not in text and "copy_gm_to_ub" in text
+    est = cost.estimate(prog, ASCEND910)
+    assert est.pipes["Vector"] > 0
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_cheap_prologue_is_its_own_vector_kernel_on_the_910b(backend):
+    """On the split 910B the Cube core has no Vector unit: the fusion rules run the operand
+    prologue as its own Vector kernel and say why in the fusion log; the result is the same."""
+    import lazymath as lm
+    from lazymath import settings
+    from lazymath.api import schedule
+
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-1, 1, (29, 40)).astype(np.float32)
+    b = rng.uniform(-1, 1, (40, 23)).astype(np.float32)
+    ta, tb = lm.tensor(a), lm.tensor(b)
+    expr = lambda: lm.maximum(-ta, 0.25) @ (tb * 2.0)  # noqa: E731
+    sched = schedule(expr(), spec="ascend910b")
+    assert [k.unit for k in sched.kernels].count("vector") >= 1
+    assert [k.unit for k in sched.kernels][-1] == "cube"
+    assert any("has no Vector unit" in str(e) for e in sched.fusion_log)
+    want = np.maximum(-a.astype(np.float64), 0.25) @ (2.0 * b.astype(np.float64))
+    lm.init_device(0, spec="ascend910b")
+    try:
+        with settings.override(LAZYMATH_BACKEND=backend):
+            got = expr().numpy()
+    finally:
+        lm.init_device(0, spec="ascend910")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

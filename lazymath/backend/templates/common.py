@@ -243,6 +243,7 @@ class ExprEmitter:
         # filled by the first composite that needs it, before any reader, and never written
         # again): the UB footprint stays flat in the number of composites
         self.vm_consts: dict = {}
+        self.const_prefix = ""  # names of constant tiles (two emitters in one program differ)
 
     # ---------------------------------------------------------------- helpers
     def const_tile(self, value, dtype: str) -> isa.Ref:
@@ -251,9 +252,10 @@ class ExprEmitter:
             # unique in the pool: a reduce kernel's prologue and epilogue are two emitters
             # sharing one pool (pow(sum(pow(x, 3)), 1/3) had two buffers named c0_float32)
             i = len(self.const_tiles)
-            while f"c{i}_{dtype}" in self.pool._by_name:
+            pre = self.const_prefix
+            while f"{pre}c{i}_{dtype}" in self.pool._by_name:
                 i += 1
-            buf = isa.Buffer(f"c{i}_{dtype}", "UB", dtype, self.pool.tile)
+            buf = isa.Buffer(f"{pre}c{i}_{dtype}", "UB", dtype, self.pool.tile)
             self.pool.buffers.append(buf)  # counted, never freed
             self.pool._by_name[buf.name] = buf
             r = isa.Ref(buf, 0)

@@ -61,6 +61,10 @@ class MatmulTiling:
     memo: bool  # LoadNz memo hint for the B panel (host packs it once per item range)
     epi_rows: int  # UB epilogue chunk rows (coupled path), 0 = FixPipe path
     fixpipe_only: bool  # the epilogue is relu/cast only: FixPipe does it
+    # coupled 910, operand prologue: rows of the L1 panel per UB staging pass (GM -> UB,
+    # vector instructions, UB -> L1); 0 = no prologue on that operand
+    pro_a_rows: int = 0
+    pro_b_rows: int = 0
 
 
 def _round_up(x: int, a: int) -> int:
@@ -133,11 +137,20 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
     memo = _round_up(kk, kc) * tn * 4 <= WORKSPACE_CAP
     simple = all(_fixpipe_chain(k.epilogue, r)[0] for r in k.results) and not k.col_sums
     epi_rows = 0
+    pro_a = pro_b = 0
+    staged = spec.coupled and (k.a_prologue is not None or k.b_prologue is not None)
+    ub = spec.ub_bytes // 2 if staged else spec.ub_bytes  # prologue staging takes the other half
     if spec.coupled and not simple:
-        epi_rows = _epi_rows(k, spec, tm, tn)
+        epi_rows = _epi_rows(k, spec, tm, tn, ub)
+    if staged:  # each staged operand gets half of the prologue's half of UB
+        share = ub // (int(k.a_prologue is not None) + int(k.b_prologue is not None))
+        if k.a_prologue is not None:
+            pro_a = _pro_rows(k.a_prologue, k.a.dtype, k.in_dtype, tm, kc, share)
+        if k.b_prologue is not None:
+            pro_b = _pro_rows(k.b_prologue, k.b.dtype, k.in_dtype, kc, tn, share)
     blocks = min(items, cores)
     return MatmulTiling(tm, tn, kc, n0, kl0, 2, 2, 2, 2, n_panels, m_groups, mg_rows, items,
-                        blocks, blocks, memo, epi_rows, simple)  # fmt: skip
+                        blocks, blocks, memo, epi_rows, simple, pro_a, pro_b)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- UB epilogue (910)
@@ -163,15 +176,52 @@ def _emit_epilogue(k: MatmulKernel, tile: int, acc: isa.Ref):
     return em.hoisted, bufs, b.body, loads, outs
 
 
-def _epi_rows(k: MatmulKernel, spec, tm: int, tn: int) -> int:
-    """Rows of the L0C tile that one UB epilogue pass handles (everything must fit UB)."""
+def _epi_rows(k: MatmulKernel, spec, tm: int, tn: int, ub: int | None = None) -> int:
+    """Rows of the L0C tile that one UB epilogue pass handles (everything must fit `ub` bytes,
+    default all of UB)."""
     probe = _emit_epilogue(k, 32, isa.Ref(isa.Buffer("acc_ub", "UB", "float32", 32), 0))
     per_elem = sum(C.itemsize(b.dtype) for b in probe[1])
-    rows = spec.ub_bytes // max(per_elem * tn, 1)
+    rows = (spec.ub_bytes if ub is None else ub) // max(per_elem * tn, 1)
     if rows < 1:
         raise ValueError(f"matmul epilogue needs {per_elem} B/element: does not fit UB")
     rows = min(tm, rows)
     return max(r for r in range(1, rows + 1) if tm % r == 0)  # a divisor: passes never straddle
+
+
+# ----------------------------------------------------------------------------- UB prologue (910)
+
+
+def _emit_prologue(expr, src_dtype: str, out_dtype: str, tile: int, tag: str):
+    """Vector instructions for an operand prologue over one UB tile (the coupled 910: the
+    Cube core's Vector unit computes it between the GM -> UB and UB -> L1 moves; MTE2 does no
+    arithmetic). Returns (hoisted, buffers, body, src tile, result tile)."""
+    b = isa.Builder(tile=tile)
+    pool = C.TilePool(tile, prefix=f"pro{tag}")
+    src = isa.Ref(isa.Buffer(f"pro{tag}_in", "UB", src_dtype, tile), 0)
+    dst = isa.Ref(isa.Buffer(f"pro{tag}_out", "UB", out_dtype, tile), 0)
+    em = C.ExprEmitter(b, pool, tile)
+    em.const_prefix = f"pro{tag}"
+    (res,) = em.emit(expr, (len(expr) - 1,), {0: src}, None, {0: dst})
+    if isinstance(res, C.Const):  # a constant operand: fill the tile
+        b.emit(isa.VDup(dst, res.value, tile))
+        res = dst
+    if res.buf.dtype != out_dtype:
+        b.emit(isa.VConv(dst, res, tile, "trunc"))
+        res = dst
+    bufs = [src.buf, dst.buf, *pool.buffers, *b.buffers]
+    return em.hoisted, list(dict.fromkeys(bufs)), b.body, src, res
+
+
+def _pro_rows(expr, src_dtype: str, out_dtype: str, rows: int, cols: int, ub: int) -> int:
+    """Rows (a multiple of 16 dividing `rows`) of a rows x cols operand panel per UB prologue
+    pass that fit `ub` bytes."""
+    probe = _emit_prologue(expr, src_dtype, out_dtype, 32, "p")
+    per_elem = sum(C.itemsize(b.dtype) for b in probe[1])
+    fit = ub // max(per_elem * cols, 1)
+    r = max((r for r in range(16, rows + 1, 16) if rows % r == 0 and r <= fit), default=0)
+    if not r:
+        raise ValueError(f"matmul operand prologue needs {per_elem} B/element: does not fit UB")
+    return r
 
 
 # ----------------------------------------------------------------------------- program
@@ -246,14 +296,42 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     nk = -(-k.k // kc)
     spp = kc // kl  # L0 K steps per L1 panel
     kbody.append(Wait("MTE1", "MTE2", pp))
-    kbody.append(cube.LoadNz(a_l1, tm, a_src, (sam, sak), mv, kv, 16, k.a_prologue,
-                             reuse=t.n_panels))  # fmt: skip
+    pro_hoisted: list = []
+
+    def staged(tag, expr, view, l1_ref, l1_rows, src, strides, rows, cols, r_pass, pitch):
+        """GM -> UB (MTE2), the prologue's vector instructions, UB -> L1 (ND -> NZ), in passes
+        of `r_pass` panel rows; serialised by pipe_barriers (single-buffered UB tiles)."""
+        hoist, bufs, body, ub_in, ub_out = _emit_prologue(expr, view.dtype, indt,
+                                                          r_pass * pitch, tag)  # fmt: skip
+        pro_hoisted.extend(hoist)
+        buffers.extend(bb for bb in bufs if bb not in buffers)
+        r0, rv = V(f"p{tag}r0"), V(f"p{tag}rv")
+        pbody = (isa.Let(rv, isa.imin(r_pass, isa.sub(rows, r0))),
+                 isa.PipeBarrier(),  # the UB tiles' last readers are done
+                 isa.CopyIn(ub_in, src + isa.mul(r0, strides[0]), (rv, cols), strides, pitch),
+                 isa.PipeBarrier(),  # MTE2 -> Vector
+                 *body,
+                 isa.PipeBarrier(),  # Vector -> the UB -> L1 move
+                 cube.LoadNz(l1_ref + isa.mul(r0, 16), l1_rows, ub_out, (pitch, 1), rv, cols,
+                             16))  # fmt: skip
+        return isa.Loop(r0, 0, rows, r_pass, pbody)
+
+    if t.pro_a_rows:
+        kbody.append(staged("a", k.a_prologue, k.a, a_l1, tm, a_src, (sam, sak), mv, kv,
+                            t.pro_a_rows, kc))  # fmt: skip
+    else:
+        kbody.append(cube.LoadNz(a_l1, tm, a_src, (sam, sak), mv, kv, 16, k.a_prologue,
+                                 reuse=t.n_panels))  # fmt: skip
     # memo hint: consecutive items of a block share the B panel unless the M group restarts
     new_panel = isa.sub(1, isa.mul(isa.imin(g, 1), isa.imin(isa.sub(it, lo), 1)))
     memo = dict(memo=kci, memo_fill=isa.mul(isa.sub(1, isa.imin(mt, 1)), new_panel),
                 memo_slots=nk, memo_slot_elems=kc * tn) if t.memo else {}  # fmt: skip
-    kbody.append(cube.LoadNz(b_l1, kc, b_src, (sbk, sbn), kv, nv, 16, k.b_prologue,
-                             reuse=-(-k.m // tm), **memo))  # fmt: skip
+    if t.pro_b_rows:
+        kbody.append(staged("b", k.b_prologue, k.b, b_l1, kc, b_src, (sbk, sbn), kv, nv,
+                            t.pro_b_rows, tn))  # fmt: skip
+    else:
+        kbody.append(cube.LoadNz(b_l1, kc, b_src, (sbk, sbn), kv, nv, 16, k.b_prologue,
+                                 reuse=-(-k.m // tm), **memo))  # fmt: skip
     kbody.append(Set("MTE2", "MTE1", pp))
     kbody.append(Wait("MTE2", "MTE1", pp))
     mvp = isa.mul(isa.ceildiv(mv, 16), 16)
@@ -402,7 +480,8 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     free += [("M", "MTE1", e) for e in range(t.l0b_bufs)]
     free += [("M", "MTE1", 2 + e) for e in range(t.l0a_bufs)]
     free += [("FIX", "M", e) for e in range(t.l0c_bufs)]
-    body = [*hoisted, *rng, *(Set(*f) for f in free), isa.Loop(it, lo, hi, 1, tuple(item_body)),
+    body = [*pro_hoisted, *hoisted, *rng, *(Set(*f) for f in free),
+            isa.Loop(it, lo, hi, 1, tuple(item_body)),
             *(Wait(*f) for f in free)]  # fmt: skip
     return isa.Program(name, args, tuple(buffers), tuple(body), t.blocks, t.device_blocks,
                        unit="cube")  # fmt: skip
