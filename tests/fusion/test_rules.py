@@ -303,9 +303,11 @@ def test_operand_prologue_with_epilogue_on_both_presets(spec):
     s = sched(lm.relu(lm.relu(A) @ B) * 2.0, spec=spec)
     if spec == "ascend910":
         assert [(k.unit, k.ops) for k in s.kernels] == [("mix", ["relu", "matmul", "relu", "mul"])]
-    else:  # the prologue stays (a mix kernel); only the FixPipe relu stays after the matmul
+    else:  # the AIC has no Vector unit: the prologue is its own Vector kernel; only the
+        # FixPipe relu stays after the matmul
         assert [(k.unit, k.ops) for k in s.kernels] == [
-            ("mix", ["relu", "matmul", "relu"]),
+            ("vector", ["relu"]),
+            ("cube", ["matmul", "relu"]),
             ("vector", ["mul"]),
         ]
 
@@ -314,7 +316,7 @@ def test_cast_operand_prologue_is_one_kernel():
     A, B = t(32, 48, dtype="float32"), t(48, 64, dtype="float16")
     (k,) = sched(lm.matmul(A.astype("float16"), B)).kernels
     assert k.kind == "matmul" and k.unit == "mix" and k.ops == ["cast", "matmul"]
-    assert k.inputs[0] == "buffer[32, 48]:float32"  # the cast happens in the GM -> L1 load
+    assert k.inputs[0] == "buffer[32, 48]:float32"  # the cast: Vector instructions on UB (910)
 
 
 def test_prologues_on_both_operands_and_a_transposed_operand():
