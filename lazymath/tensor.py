@@ -2298,10 +2298,14 @@ def _fft_table(like: Tensor, fn, *args) -> Tensor:
 
 
 def _to_last(x: Tensor, ax: int) -> Tensor:
+    if ax == x.ndim - 1:
+        return x
     return permute_dims(x, [i for i in range(x.ndim) if i != ax] + [ax])
 
 
 def _from_last(x: Tensor, ax: int) -> Tensor:
+    if ax == x.ndim - 1:
+        return x
     perm = list(range(x.ndim - 1))
     perm.insert(ax, x.ndim - 1)
     return permute_dims(x, perm)
