@@ -554,12 +554,14 @@ _JITS: dict[str, Jit] = {}  # LAZYMATH_TARGET_CPU value -> its engine ("" = host
 _JIT_LOCK = threading.Lock()
 
 
-def get_jit() -> Jit:
+def get_jit(name: str | None = None) -> Jit:
     """The engine generating code for the effective host target (one per target: tests switch
-    LAZYMATH_TARGET_CPU to run the AVX2 path on an AVX-512 host in one process)."""
+    LAZYMATH_TARGET_CPU to run the AVX2 path on an AVX-512 host in one process); `name` picks
+    a target (a LAZYMATH_TARGET_CPU value) instead of the one in effect."""
     from lazymath.backend import host
 
-    name = host.requested()
+    if name is None:
+        name = host.requested()
     jit = _JITS.get(name)
     if jit is None:
         with _JIT_LOCK:

@@ -76,11 +76,12 @@ def abandon() -> None:
 class Compiler:
     """One thread's LLVM state: context, target machine, pass builders (levels 0, 1, 3)."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: str | None = None) -> None:
         from lazymath.backend.jit import _binding, get_jit
 
         llvm = _binding()
-        jit = get_jit()  # initializes the native target; its CPU name and features
+        jit = get_jit(target)  # initializes the native target; its CPU name and features
+        self.cpu_name = jit.cpu_name
         self.context = llvm.create_context()
         target = llvm.Target.from_default_triple()
         self.tm = target.create_target_machine(
@@ -140,32 +141,49 @@ class Compiler:
 _compilers: list[Compiler] = []
 
 
-def _compiler() -> Compiler:
-    c = getattr(_local, "compiler", None)
+def _requested() -> str:
+    from lazymath.backend import host
+
+    return host.requested()
+
+
+def _compiler(target: str | None = None) -> Compiler:
+    """This thread's compiler for `target` (a LAZYMATH_TARGET_CPU value; None: the one in
+    effect now). One per target: a process that switches targets (the tests run the forced
+    AVX2 path after native code) must not generate the new target's kernels with the target
+    machine a worker built for the first one."""
+    if target is None:
+        target = _requested()
+    cs = getattr(_local, "compilers", None)
+    if cs is None:
+        cs = _local.compilers = {}
+    c = cs.get(target)
     if c is None:
-        c = _local.compiler = Compiler()
+        c = cs[target] = Compiler(target)
         with _threads_lock:
             _compilers.append(c)
     return c
 
 
 def _work(ir_text: str, module_name: str, level: int, vectorize: bool = True,
-          marker: str | None = None) -> bytes:  # fmt: skip
+          marker: str | None = None, target: str | None = None) -> bytes:  # fmt: skip
     if marker is None:
-        return _compiler().compile(ir_text, module_name, level, vectorize)
+        return _compiler(target).compile(ir_text, module_name, level, vectorize)
     from lazymath.backend import isolate
 
     with isolate.compiling(marker):  # a process dying in LLVM here leaves the mark
-        return _compiler().compile(ir_text, module_name, level, vectorize)
+        return _compiler(target).compile(ir_text, module_name, level, vectorize)
 
 
 def submit(ir_text: str, module_name: str, level: int = 3, vectorize: bool = True,
            marker: str | None = None) -> Future:  # fmt: skip
     """Compile on a worker thread; the Future's result is the object code. `marker`: the
-    kernel's disk key, marked as being compiled while LLVM runs (see `isolate`)."""
+    kernel's disk key, marked as being compiled while LLVM runs (see `isolate`). The code is
+    generated for the host target in effect at submission (the IR and its disk key were made
+    for it), whichever target the worker compiled for before."""
     _start_threads()
     fut: Future = Future()
-    _queue.put((fut, _work, (ir_text, module_name, level, vectorize, marker)))
+    _queue.put((fut, _work, (ir_text, module_name, level, vectorize, marker, _requested())))
     return fut
 
 

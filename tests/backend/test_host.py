@@ -151,3 +151,31 @@ def test_native_avx512_target_turns_off_llvms_256_bit_preference():
     t = host.make_target("")
     feats = t.llvm_features()
     assert ("-prefer-256-bit" in feats) == (t.avx512 and t.arch in ("x86_64", "amd64"))
+
+
+def test_compile_workers_generate_code_for_the_target_in_effect_at_submission(monkeypatch):
+    """A worker that compiled native code keeps one LLVM target machine per target: a job
+    submitted under LAZYMATH_TARGET_CPU=haswell is generated for haswell (its IR and disk key
+    were made for it), and native jobs after it for the host again."""
+    pytest.importorskip("llvmlite.binding")
+    if "haswell" not in host.executable_targets():
+        pytest.skip("this host cannot run haswell code")
+    from lazymath.backend import workers
+
+    text = 'define void @"f"() {\n  ret void\n}\n'
+    seen = []
+    orig = workers.Compiler.compile
+
+    def spy(self, ir_text, name, level, vectorize=True):
+        seen.append(self.cpu_name)
+        return orig(self, ir_text, name, level, vectorize)
+
+    monkeypatch.setattr(workers.Compiler, "compile", spy)
+    monkeypatch.delenv("LAZYMATH_TARGET_CPU", raising=False)
+    assert workers.submit(text, "wt_native", 0).result(120)
+    monkeypatch.setenv("LAZYMATH_TARGET_CPU", "haswell")
+    assert workers.submit(text, "wt_haswell", 0).result(120)
+    monkeypatch.delenv("LAZYMATH_TARGET_CPU")
+    assert workers.submit(text, "wt_native2", 0).result(120)
+    native = jit.get_jit("").cpu_name
+    assert seen == [native, "haswell", native] and native != "haswell"
