@@ -21,7 +21,7 @@ from . import debug, settings
 from ._threads import run_blocks
 from .backend import cancel as _cancel
 from .backend import ir_reference
-from .backend.host_kernels import AicpuKernel, IrRefKernel
+from .backend.host_kernels import AicpuRunner, IrRefKernel
 from .graph import node as gn
 from .graph.walk import commit, plan_outputs
 from .runtime import api as _rt_api
@@ -207,7 +207,7 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
     for sk in sched.kernels:
         g = sk.group
         if g.kind == "aicpu":
-            ck = AicpuKernel(sk.name, g.member_nodes, g.inputs, g.outputs)
+            ck = AicpuRunner(sk.name, g.ir)
             prog_origins.append("AI CPU (numpy)")
         elif backend == "irref":
             ck = IrRefKernel(sk.name, g.ir)

@@ -1,5 +1,6 @@
-"""Kernels that run on the host without native code: the AI CPU (numpy on the host, for what no
-AI Core unit does well) and the irref backend (the fused kernel IR evaluated with numpy).
+"""Kernels that run on the host without native code: the AI CPU (its kernel IR, a straight-line
+numpy program, for what no AI Core unit does well) and the irref backend (the fused kernel IR
+evaluated with numpy).
 
 Both expose the launch surface of a compiled AI Core kernel (`make_argv`, `run_block`,
 `blocks`), with the 'argv' being the list of numpy arrays itself.
@@ -9,13 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import node as gn
 from ..graph import reference
 from . import ir_reference
+from .kernel_ir import AicpuKernel
 
 
-class AicpuKernel:
-    """A kernel on the AI CPU: the group's nodes evaluated by the numpy reference executor.
+class AicpuRunner:
+    """Runs an AI CPU kernel IR (`kernel_ir.AicpuKernel`): each step by the numpy reference
+    executor's rule for its op (`graph.reference.evaluate`), in order, then the results into
+    the output arrays.
 
     Exposes the same launch surface as a compiled AI Core kernel (`make_argv`, `run_block`),
     with the 'argv' being the list of numpy arrays itself.
@@ -25,41 +28,31 @@ class AicpuKernel:
     llvm_ir = None
     asm = None
 
-    def __init__(self, name: str, nodes: list[gn.Node], inputs: list[gn.Node],
-                 outputs: list[gn.Node]):  # fmt: skip
+    def __init__(self, name: str, ir: AicpuKernel):
         self.name = name
-        pos = {id(n): i for i, n in enumerate(inputs)}
-        # a private copy of the group's structure, independent of the live graph
-        steps = []
-        local = {}
-        for n in nodes:
-            srcs = []
-            for s in n.srcs:
-                if id(s) in local:
-                    srcs.append(("v", local[id(s)]))
-                elif s.op == "const":
-                    srcs.append(("c", s.realized))
-                else:
-                    srcs.append(("i", pos[id(s)]))
-            local[id(n)] = len(steps)
-            steps.append((_Light(n), srcs))
-        self.steps = steps
-        self.out_steps = [local[id(o)] for o in outputs]
-        self.shapes = [(o.shape, o.dtype) for o in outputs]
-        self.isa_text = "aicpu: " + " ".join(n.op for n, _ in steps)
+        self.ir = ir
+        # per step: what the evaluator reads of it (numpy dtypes), or the constant's 0-d array
+        self._steps = [(_Step(st), st.srcs, _const(st)) for st in ir.steps]
+        self._dtypes = [np.dtype(v.dtype) for v in ir.outputs]
+        self.isa_text = ir.as_text()
         self.cost = None
 
     def make_argv(self, arrays):
         return list(arrays)
 
     def run_block(self, argv, block_idx: int = 0, block_num: int = 1) -> None:
-        n_in = len(argv) - len(self.out_steps)
-        ins = argv[:n_in]
-        vals = []
-        for n, srcs in self.steps:
-            args = [vals[k] if t == "v" else (k if t == "c" else ins[k]) for t, k in srcs]
-            vals.append(reference.evaluate(n, args))
-        for out, k, (_shape, dtype) in zip(argv[n_in:], self.out_steps, self.shapes):
+        ir = self.ir
+        n_in = len(ir.inputs)
+        vals: list = []
+        for st, srcs, const in self._steps:
+            op = st.op
+            if op == "load":
+                vals.append(argv[st.arg])
+            elif op == "const":
+                vals.append(const)
+            else:
+                vals.append(reference.evaluate(st, [vals[k] for k in srcs]))
+        for out, k, dtype in zip(argv[n_in:], ir.results, self._dtypes):
             out.reshape(-1)[:] = np.asarray(vals[k], dtype=dtype).reshape(-1)
 
     def __call__(self, *arrays):
@@ -90,10 +83,19 @@ class IrRefKernel:
         ir_reference.run(self.ir, argv)
 
 
-class _Light:
-    """The fields of a node the reference evaluator reads, without the graph behind it."""
+class _Step:
+    """The fields of a step the reference evaluator reads (it takes graph-node-like records:
+    op, arg, numpy dtype, shape)."""
 
-    __slots__ = ("op", "arg", "dtype", "shape", "srcs")
+    __slots__ = ("op", "arg", "dtype", "shape")
 
-    def __init__(self, n: gn.Node):
-        self.op, self.arg, self.dtype, self.shape, self.srcs = n.op, n.arg, n.dtype, n.shape, ()
+    def __init__(self, st):
+        self.op, self.arg, self.dtype, self.shape = st.op, st.arg, np.dtype(st.dtype), st.shape
+
+
+def _const(st) -> np.ndarray | None:
+    if st.op != "const":
+        return None
+    a = np.array(st.arg, dtype=st.dtype)
+    a.flags.writeable = False
+    return a

@@ -1,8 +1,10 @@
 """What the fusion layer hands to the backend: one frozen description per fused kernel.
 
 This is the contract between layer 3 (fusion) and layer 4 (backend). A kernel is a template kind
-(elementwise, reduce, matmul, aicpu) plus GM argument views plus small scalar expressions in SSA
-form (`SOp` tuples). Templates turn these into NPU ISA programs; nothing here knows about graphs.
+(elementwise, reduce, matmul, rows, custom, aicpu) plus GM argument views plus small scalar
+expressions in SSA form (`SOp` tuples). Templates turn these into NPU ISA programs; an AI CPU
+kernel is a short straight-line numpy program instead (`AicpuKernel`, a tuple of `AicpuStep`).
+Nothing here knows about graphs.
 
 Conventions
 - dtypes are numpy dtype *names* (``"float32"``), so everything is hashable and printable.
@@ -190,7 +192,61 @@ class CustomKernel:
     kind: str = "custom"
 
 
-KernelIR = ElementwiseKernel | ReduceKernel | MatmulKernel | RowKernel | CustomKernel
+@dataclass(frozen=True, slots=True)
+class AicpuStep:
+    """One whole-array value of an AI CPU program: `op` applied to the values `srcs` (indices
+    of earlier steps) with the op's parameter `arg`, giving a `dtype` array of `shape`.
+
+    `op` is an op registry name (`graph.ops.Op`: elementwise ops, views, matmul, reduce, pad,
+    concat, conv1d, fft, ...; `arg` as the graph node holds it) or one of two leaves:
+    ``load`` (arg = input index: the kernel's input array as passed) and ``const`` (arg = a
+    Python scalar of `dtype`, a 0-d array)."""
+
+    op: str
+    dtype: str
+    shape: tuple[int, ...]
+    srcs: tuple[int, ...] = ()
+    arg: object = None
+
+
+@dataclass(frozen=True)
+class AicpuKernel:
+    """A kernel for the AI CPU (numpy on the host, for the ops and dtypes the AI Core lacks):
+    `steps` run in order, one numpy operation each (the reference executor's rule for the op,
+    `graph.reference`), and output j is step `results[j]`, written into the contiguous view
+    `outputs[j]`. `inputs[i]` is how input i is laid out in memory; the AI CPU reads it as the
+    numpy array it is, and view ops (reshape, permute, expand, slice, window) are steps that
+    make numpy views, so nothing is copied before an op needs it."""
+
+    inputs: tuple[ArgView, ...]
+    steps: tuple[AicpuStep, ...]
+    results: tuple[int, ...]
+    outputs: tuple[ArgView, ...]
+    kind: str = "aicpu"
+
+    def as_text(self) -> str:
+        """The program, one step a line (``%i = op srcs [arg] -> dtype[shape]``)."""
+        lines = [f"aicpu kernel: {len(self.inputs)} input(s), {len(self.steps)} step(s), "
+                 f"{len(self.outputs)} output(s)"]  # fmt: skip
+        for i, v in enumerate(self.inputs):
+            lay = "" if v.contiguous and not v.offset else f" strides {v.strides} offset {v.offset}"
+            lines.append(f"  in{i}: {v.dtype}{list(v.shape)}{lay}")
+        for i, s in enumerate(self.steps):
+            if s.op == "load":
+                what = f"load in{s.arg}"
+            elif s.op == "const":
+                what = f"const {s.arg!r}"
+            else:
+                what = " ".join([s.op, *(f"%{j}" for j in s.srcs)])
+                if s.arg is not None:
+                    what += f" {s.arg!r}"
+            lines.append(f"  %{i} = {what} -> {s.dtype}{list(s.shape)}")
+        for j, (r, v) in enumerate(zip(self.results, self.outputs)):
+            lines.append(f"  out{j} = %{r}: {v.dtype}{list(v.shape)}")
+        return "\n".join(lines)
+
+
+KernelIR = ElementwiseKernel | ReduceKernel | MatmulKernel | RowKernel | CustomKernel | AicpuKernel
 
 
 def kernel_args(k: KernelIR) -> tuple[ArgView, ...]:
@@ -202,6 +258,6 @@ def kernel_args(k: KernelIR) -> tuple[ArgView, ...]:
         return (*k.inputs, *k.outputs)
     if isinstance(k, ReduceKernel):
         return (*k.inputs, *k.epi_inputs, *k.outputs)
-    if isinstance(k, (RowKernel, CustomKernel)):
+    if isinstance(k, (RowKernel, CustomKernel, AicpuKernel)):
         return (*k.inputs, *k.outputs)
     return (k.a, k.b, *k.epi_inputs, *k.outputs, *k.col_sum_outputs)

@@ -64,9 +64,7 @@ def make_schedule(outputs: list[Node], spec, n_streams: int = 2) -> Schedule:
     for i, g in enumerate(groups):
         unit = _unit(g)
         ops = _ops(g)
-        flops, nbytes = kernel_cost_class(g.ir, unit, spec, g.member_nodes)
-        if unit == "aicpu":
-            nbytes = sum(n.nbytes for n in g.inputs + g.outputs)
+        flops, nbytes = kernel_cost_class(g.ir, unit, spec)
         bound = "compute" if nbytes and flops / nbytes >= ridge_point(unit, spec) else "memory"
         if not nbytes:
             bound = "compute"

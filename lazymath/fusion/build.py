@@ -4,11 +4,12 @@
 written by other kernels), carrying the chain of view nodes met on the way. Elementwise nodes
 become SSA scalar ops; at the boundary the view chain composes with the buffer's own strides
 into one `ArgView`, so views are read in place. The walk is iterative (deep chains are fine).
+An AI CPU group becomes a straight-line program of whole-array steps (`aicpu_kernel`).
 """
 
 from __future__ import annotations
 
-from ..backend.kernel_ir import ArgView, SOp
+from ..backend.kernel_ir import AicpuKernel, AicpuStep, ArgView, SOp, contiguous_view
 from ..graph.node import Node
 from ..graph.ops import ELEMENTWISE
 from . import rules, views
@@ -183,3 +184,39 @@ class RowExprBuilder(ExprBuilder):
         if acc != node.dtype.name:
             v = self._emit(SOp("cast", node.dtype.name, (v,)))
         return v
+
+
+def aicpu_kernel(nodes: list[Node], inputs: list[Node], outputs: list[Node],
+                 copied: frozenset[int] = frozenset()) -> AicpuKernel:  # fmt: skip
+    """The AI CPU program of a group: one step per member node (`nodes`, sources first), a
+    ``load`` step for each boundary node it reads (`inputs`, in argument order) and a
+    ``const`` step per constant. No graph node is kept in the result."""
+    steps: list[AicpuStep] = []
+    value: dict[int, int] = {}  # id(node) -> step index
+    pos = {id(n): i for i, n in enumerate(inputs)}
+
+    def operand(s: Node) -> int:
+        v = value.get(id(s))
+        if v is None:
+            if s.op == "const":
+                step = AicpuStep("const", s.dtype.name, (), (), s.realized.item())
+            else:
+                step = AicpuStep("load", s.dtype.name, tuple(s.shape), (), pos[id(s)])
+            v = value[id(s)] = len(steps)
+            steps.append(step)
+        return v
+
+    for n in nodes:
+        srcs = tuple(operand(s) for s in n.srcs)
+        value[id(n)] = len(steps)
+        steps.append(AicpuStep(n.op, n.dtype.name, tuple(n.shape), srcs, n.arg))
+    views_in = []
+    for n in inputs:
+        sv = base_view(n, copied)
+        views_in.append(ArgView(n.dtype.name, sv.shape, sv.strides, sv.offset))
+    return AicpuKernel(
+        tuple(views_in),
+        tuple(steps),
+        tuple(value[id(o)] for o in outputs),
+        tuple(contiguous_view(o.dtype.name, tuple(o.shape)) for o in outputs),
+    )

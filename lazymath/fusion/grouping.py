@@ -32,7 +32,14 @@ from ..graph import custom
 from ..graph.node import Node, make, toposort
 from ..graph.ops import ELEMENTWISE, kind
 from . import rules
-from .build import CapExceeded, ExprBuilder, NeedMaterialize, RowExprBuilder, is_identity_load
+from .build import (
+    CapExceeded,
+    ExprBuilder,
+    NeedMaterialize,
+    RowExprBuilder,
+    aicpu_kernel,
+    is_identity_load,
+)
 from .views import VIEW_OPS
 
 
@@ -796,7 +803,7 @@ class Planner:
         g.member_nodes = self._members_sorted(g)
         if g.kind == "aicpu":
             g.inputs = self._boundary(g)
-            g.ir = None
+            g.ir = aicpu_kernel(g.member_nodes, g.inputs, g.outputs, self.copied)
             return
         internal = set(g.members)
         if g.kind == "elementwise":

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend.kernel_ir import (
+    AicpuKernel,
     ArgView,
     CustomKernel,
     ElementwiseKernel,
@@ -40,8 +41,9 @@ def _expr_flops(expr) -> int:
     return sum(1 for o in expr if o.op not in ("load", "const", "acc", "cast"))
 
 
-def kernel_cost_class(ir, unit: str, spec, nodes) -> tuple[int, int]:
-    """(FLOPs, bytes moved) of one kernel."""
+def kernel_cost_class(ir, unit: str, spec) -> tuple[int, int]:
+    """(FLOPs, bytes moved) of one kernel, from its kernel IR (an AI CPU kernel's bytes: its
+    whole inputs and outputs)."""
     if isinstance(ir, ElementwiseKernel):
         size = math.prod(ir.shape)
         return size * _expr_flops(ir.expr), sum(map(view_bytes, ir.inputs + ir.outputs))
@@ -64,23 +66,36 @@ def kernel_cost_class(ir, unit: str, spec, nodes) -> tuple[int, int]:
         flops = get(ir.key).flop_count(ir)
         flops += math.prod(ir.outputs[0].shape) * _expr_flops(ir.epilogue)
         return flops, sum(map(view_bytes, ir.inputs + ir.outputs))
-    # AI CPU: count elementwise ops over their sizes plus matmul/conv work approximately
+    if isinstance(ir, AicpuKernel):
+        return _aicpu_flops(ir), sum(_full_bytes(v) for v in ir.inputs + ir.outputs)
+    raise TypeError(f"no cost rule for kernel IR {type(ir).__name__}")
+
+
+def _full_bytes(v: ArgView) -> int:
+    return math.prod(v.shape) * np.dtype(v.dtype).itemsize
+
+
+def _aicpu_flops(ir) -> int:
+    """AI CPU work, approximately: elementwise ops over their sizes, matmul/conv/fft counts."""
     flops = 0
-    for n in nodes:
-        if n.op in ELEMENTWISE:
-            flops += n.size
-        elif n.op == "matmul":
-            flops += 2 * n.size * n.srcs[0].shape[-1]
-        elif n.op == "reduce":
-            flops += n.srcs[0].size
-        elif n.op == "conv1d":  # 2 * C_in/groups * K per output element (+ the bias add)
-            cpg, k = n.srcs[1].shape[1:]
-            flops += n.size * (2 * cpg * k + (len(n.srcs) > 2))
-        elif n.op == "fft":  # the radix-2 count, 5 n log2 n per transform of length n
-            length = max(n.arg[1] or n.srcs[0].shape[n.arg[2]], n.shape[n.arg[2]])
-            flops += int(5 * (n.size // max(n.shape[n.arg[2]], 1)) * length
+    steps = ir.steps
+    for st in steps:
+        size = math.prod(st.shape)
+        if st.op in ELEMENTWISE:
+            flops += size
+        elif st.op == "matmul":
+            flops += 2 * size * steps[st.srcs[0]].shape[-1]
+        elif st.op == "reduce":
+            flops += math.prod(steps[st.srcs[0]].shape)
+        elif st.op == "conv1d":  # 2 * C_in/groups * K per output element (+ the bias add)
+            cpg, k = steps[st.srcs[1]].shape[1:]
+            flops += size * (2 * cpg * k + (len(st.srcs) > 2))
+        elif st.op == "fft":  # the radix-2 count, 5 n log2 n per transform of length n
+            ax = st.arg[2]
+            length = max(st.arg[1] or steps[st.srcs[0]].shape[ax], st.shape[ax])
+            flops += int(5 * (size // max(st.shape[ax], 1)) * length
                          * math.log2(max(length, 2)))  # fmt: skip
-    return flops, 0
+    return flops
 
 
 def ridge_point(unit: str, spec) -> float:
@@ -127,7 +142,10 @@ class ScheduledKernel:
             f"{_fmt_num(self.flops)}flop {fmt_bytes(self.bytes)} ({self.bound}-bound), "
             f"stream {self.stream}"
         )
-        body = self.isa if self.compiled is not None else (str(self.ir) if self.ir else "")
+        if self.compiled is not None:
+            body = self.isa
+        else:
+            body = self.ir.as_text() if hasattr(self.ir, "as_text") else str(self.ir or "")
         return head + ("\n" + body if body else "")
 
     @property
@@ -233,7 +251,7 @@ class Schedule:
         out = []
         for sk in self.kernels:
             ir = sk.ir
-            if ir is None:
+            if ir is None or sk.kind == "aicpu":  # numpy on the host: no vector math
                 continue
             why = call_plan(ir)[1]
             if why:
