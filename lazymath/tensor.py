@@ -1404,12 +1404,32 @@ def _negative_int(x) -> bool:
     return False
 
 
+def _negative_values(x) -> bool:
+    """x is a signed-integer exponent whose values are already on the host (a realized tensor,
+    a numpy array, a list) and holds a negative value. A lazily computed exponent is not
+    read here (that would force a realize at graph-building time)."""
+    if isinstance(x, Tensor):
+        arr = x._node.realized
+        if arr is None:
+            return False
+    elif isinstance(x, (np.ndarray, list, tuple)):
+        arr = np.asarray(x)
+    else:
+        return False
+    return arr.dtype.kind == "i" and arr.size > 0 and bool((arr < 0).any())
+
+
 def pow(a, b) -> Tensor:
     """Elementwise power with broadcasting (numpy.power's dtype rule): an integer base raised
-    to a negative integer exponent is a ValueError, as in numpy."""
+    to a negative integer exponent is a ValueError, as in numpy, for a Python or numpy
+    exponent and for an exponent tensor whose values are known (realized). An exponent
+    computed in the same graph is not checked on the llvm and interp backends (the integer
+    result there is 0 for 2 ** -1, like C's integer power); the reference backend raises."""
     base = a.dtype if isinstance(a, Tensor) else np.asarray(a).dtype
-    if base.kind in "iub" and _negative_int(b) and dt.result_type(base, b).kind in "iu":
-        raise ValueError("Integers to negative integer powers are not allowed.")
+    if base.kind in "iub" and (_negative_int(b) or _negative_values(b)):
+        bt = b.dtype if isinstance(b, Tensor) else np.asarray(b).dtype
+        if dt.result_type(base, bt).kind in "iu":
+            raise ValueError("Integers to negative integer powers are not allowed.")
     return _pow(a, b)
 
 

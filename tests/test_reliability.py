@@ -183,6 +183,17 @@ def test_integer_to_negative_integer_power_raises_like_numpy(dtype, backend, che
     if dtype != np.bool_:
         check(lm.asarray(x) ** 2, x**2)
         check(lm.asarray(x) ** -1.0, x**-1.0)
+        # an exponent whose values are known (realized tensor, array, list) is checked at the
+        # call like numpy's; a non-negative one computes normally
+        exps = np.array([1, -2, 0], dtype)
+        for e in (lm.asarray(exps), exps, [1, -2, 0]):
+            with pytest.raises(ValueError, match="negative integer powers"):
+                np.power(x, np.asarray(e) if not isinstance(e, lm.Tensor) else exps)
+            with pytest.raises(ValueError, match="negative integer powers"):
+                lm.asarray(x) ** e
+        with pytest.raises(ValueError, match="negative integer powers"):
+            2 ** lm.asarray(exps)
+        check(lm.asarray(x) ** lm.asarray(np.abs(exps)), x ** np.abs(exps))
 
 
 @pytest.mark.parametrize(
