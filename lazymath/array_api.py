@@ -1094,24 +1094,24 @@ class _FFTExtension(T._FFT):
     inputs, complex128 for float64/complex128 (real results: float32 / float64)."""
 
     @staticmethod
-    def fftn(x, /, *, s=None, axes=None, norm="backward") -> Tensor:
-        """The n-dimensional DFT over `axes` (all by default; s crops or zero-pads each)."""
-        x = _t(x, "fft.fftn")
-        axes, s = _fft_s_axes("fftn", x, s, axes)
+    def _complex_n(kind: str, x, s, axes, norm) -> Tensor:
+        """fftn / ifftn: the 1-d transform `kind` axis by axis, last axis first."""
+        x = _t(x, f"fft.{kind}n")
+        axes, s = _fft_s_axes(f"{kind}n", x, s, axes)
         out = x
         for a, n in reversed(list(zip(axes, s))):
-            out = T._fft_common("fft", out, n, a, norm)
-        return out if axes else T.astype(x, T._fft_out_dtype("fft", x.dtype))
+            out = T._fft_common(kind, out, n, a, norm)
+        return out if axes else T.astype(x, T._fft_out_dtype(kind, x.dtype))
+
+    @staticmethod
+    def fftn(x, /, *, s=None, axes=None, norm="backward") -> Tensor:
+        """The n-dimensional DFT over `axes` (all by default; s crops or zero-pads each)."""
+        return _FFTExtension._complex_n("fft", x, s, axes, norm)
 
     @staticmethod
     def ifftn(x, /, *, s=None, axes=None, norm="backward") -> Tensor:
         """The n-dimensional inverse DFT over `axes` (all by default)."""
-        x = _t(x, "fft.ifftn")
-        axes, s = _fft_s_axes("ifftn", x, s, axes)
-        out = x
-        for a, n in reversed(list(zip(axes, s))):
-            out = T._fft_common("ifft", out, n, a, norm)
-        return out if axes else T.astype(x, T._fft_out_dtype("ifft", x.dtype))
+        return _FFTExtension._complex_n("ifft", x, s, axes, norm)
 
     @staticmethod
     def rfftn(x, /, *, s=None, axes=None, norm="backward") -> Tensor:

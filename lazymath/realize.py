@@ -69,8 +69,8 @@ def _check_reference_memory(outputs: list) -> None:
     if not pending:
         return
     from .engine import _host_memory_bytes
-    from .units import fmt_bytes
     from .runtime import current_device
+    from .units import fmt_bytes
 
     spec = current_device().spec
     for cap, what in ((spec.hbm_bytes, f"the {fmt_bytes(spec.hbm_bytes)} of device memory of the "
