@@ -182,7 +182,9 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
     def slot(n: gn.Node) -> int:
         if id(n) in slot_of:
             return slot_of[id(n)]
-        if id(n) in leaf_pos:
+        if id(n) in sched.aliases:  # written into an output's memory, typed as n
+            s = Slot("alias", slot(sched.aliases[id(n)]), n.shape, n.dtype)
+        elif id(n) in leaf_pos:
             s = Slot("leaf", leaf_pos[id(n)])
         elif id(n) in out_pos:
             s = Slot("out", out_pos[id(n)], n.shape, n.dtype)

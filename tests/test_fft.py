@@ -205,8 +205,9 @@ def test_fft_plans_chosen_and_explained(small_plans):
     x = lm.tensor(np.ones((5, 48), np.complex64))
     s = lm.schedule(lm.fft.fft(x))
     units = [k.unit for k in s.kernels]
-    # the realized input is read in place (float32 pairs); the AI CPU only joins the result
-    assert units.count("cube") == 3 and units.count("aicpu") == 1, units
+    # the realized input is read in place (float32 pairs) and the last matmul writes the
+    # complex64 result (the join only reinterprets its bytes: no AI CPU kernel)
+    assert units.count("cube") == 3 and "aicpu" not in units, units
     assert sum(k.flops for k in s.kernels if k.unit == "cube") == 5 * 8 * 48 * (4 + 3 + 4)
     text = lm.explain(lm.fft.fft(x))
     assert "fft" in text and "four-step: n=48 = 4 x 3 x 4" in text, text
@@ -256,20 +257,40 @@ def test_fft_bluestein_values(backend, preset, check, data, small_plans, dtype):
 
 def test_fft_chains_stay_on_the_ai_core():
     """ifft(fft(x)) and fft2 pass (real, imaginary) pairs between the transforms and a realized
-    complex input is read in place: the AI CPU only joins the result; a computed complex input
-    is one AI CPU copy (counted, not executed)."""
+    complex input is read in place: no AI CPU kernel at all (the last matmul writes the
+    complex64 result); a computed complex input is one AI CPU copy, a cropped result (rfft's
+    four-step plan) or a join consumed by another kernel one AI CPU join (counted, not
+    executed)."""
     x = lm.tensor(np.ones((8, 64), np.complex64))
-    for out in (lm.fft.ifft(lm.fft.fft(x)), lm.fft.fft2(x), lm.fft.ifft2(lm.fft.fft2(x))):
+    units = [k.unit for k in lm.schedule(lm.fft.ifft(lm.fft.fft(x))).kernels]
+    assert "aicpu" not in units and "cube" in units, units
+    for out in (lm.fft.fft2(x), lm.fft.ifft2(lm.fft.fft2(x))):  # the axis-0 result's transpose
         units = [k.unit for k in lm.schedule(out).kernels]
         assert units.count("aicpu") == 1 and "cube" in units, units
     s = lm.schedule(lm.fft.fft(lm.tensor(np.ones((8, 64), np.complex64))[:, ::2]))
-    assert [list(k.ops) for k in s.kernels if k.unit == "aicpu"] == [
-        ["complex_planes"],
-        ["complex_join"],
-    ]
+    assert [list(k.ops) for k in s.kernels if k.unit == "aicpu"] == [["complex_planes"]]
     r = lm.tensor(np.ones((8, 64), np.float32))
     units = [k.unit for k in lm.schedule(lm.fft.rfft(r)).kernels]
-    assert units == ["cube", "aicpu"], units  # one direct DFT matmul, then the join
+    assert units == ["cube"], units  # one direct DFT matmul writing complex64
+    s = lm.schedule(lm.fft.rfft(lm.tensor(np.ones((8, 4096), np.float32))))
+    assert [list(k.ops) for k in s.kernels if k.unit == "aicpu"] == [["complex_join"]]
+    s = lm.schedule(lm.abs(lm.fft.fft(x)))
+    assert [list(k.ops) for k in s.kernels if k.unit == "aicpu"] == [["complex_join", "abs"]]
+
+
+def test_fft_result_written_in_place_of_the_join(backend, check, data):
+    """The transform's last kernel writes the complex64 output's memory (no join kernel): the
+    result realized alone, with a consumer in the same realize, and read by a second transform."""
+    a = data.rand((3, 48), "complex64", -1, 1)
+    y = lm.fft.fft(lm.tensor(a))
+    z = lm.fft.ifft(y) * 2
+    lm.realize(y, z)
+    check(y, np.fft.fft(a), rtol=1e-4, atol=1e-4 * 48)
+    check(z, a * 2, rtol=1e-4, atol=1e-4)
+    r = data.rand((2, 16), "float32", -1, 1)
+    check(
+        lm.fft.rfft(lm.tensor(r), norm="ortho"), np.fft.rfft(r, norm="ortho"), rtol=1e-4, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "complex64"])

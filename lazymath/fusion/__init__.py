@@ -60,6 +60,7 @@ def make_schedule(outputs: list[Node], spec, n_streams: int = 2) -> Schedule:
     """Fuse and plan; no backend compilation, no execution. The result is frozen: later
     stages (compile, replay, the visualizations) read it and build their own objects."""
     groups, log, planner = plan(outputs, spec)
+    groups, aliases = _elide_bitcasts(groups, outputs)
     rows = []
     for i, g in enumerate(groups):
         unit = _unit(g)
@@ -72,13 +73,14 @@ def make_schedule(outputs: list[Node], spec, n_streams: int = 2) -> Schedule:
         src = (g.core or g.outputs[0]).loc if (g.core or g.outputs) else ""
         rows.append((name, unit, ops, flops, nbytes, bound, src))
     out_ids = {id(o) for o in outputs}
+    alias_ids = {k: id(v) for k, v in aliases.items()}
     mem = plan_memory(
-        [([(id(n), n.nbytes) for n in g.inputs], [(id(n), n.nbytes) for n in g.outputs])
-         for g in groups],
+        [([(alias_ids.get(id(n), id(n)), n.nbytes) for n in g.inputs],
+          [(alias_ids.get(id(n), id(n)), n.nbytes) for n in g.outputs]) for g in groups],
         out_ids,
         _inplace_ok(groups),
     )  # fmt: skip
-    sp = _stream_plan(mem, groups, rows, n_streams)
+    sp = _stream_plan(mem, groups, rows, n_streams, alias_ids)
     kernels = [
         ScheduledKernel(
             name=name, unit=unit, kind=g.kind, ops=ops,
@@ -92,11 +94,35 @@ def make_schedule(outputs: list[Node], spec, n_streams: int = 2) -> Schedule:
     return Schedule(
         kernels, mem, log, spec,
         n_streams=len({k.stream for k in kernels}) or 1, n_events=sp.n_events,
-        outputs=list(outputs), copy_inputs=planner.copied,
+        outputs=list(outputs), copy_inputs=planner.copied, aliases=aliases,
     )  # fmt: skip
 
 
-def _stream_plan(mem, groups, rows, n_streams: int):
+def _elide_bitcasts(groups, outputs) -> tuple[list, dict]:
+    """Drop the AI CPU kernels of `complex_join` outputs that only reinterpret bytes: a join
+    that crops nothing reads its source (float32 (real, imaginary) pairs in C order, computed
+    by an AI Core kernel of this schedule) as complex64, so that kernel writes into the
+    output's memory directly and the join (a memcpy) disappears. Returns the remaining groups
+    and {id(source): join} (the engine gives the source the join's buffer, typed as the
+    source)."""
+    out_ids = {id(o) for o in outputs}
+    produced = {id(n) for g in groups if g.kind != "aicpu" for n in g.outputs}
+    aliases: dict = {}
+    keep = []
+    for g in groups:
+        j = g.outputs[0] if g.kind == "aicpu" and len(g.outputs) == 1 else None
+        if (j is not None and j.op == "complex_join" and id(j) in out_ids
+                and j.arg[1] == j.shape[-1] and len(g.inputs) == 1):  # fmt: skip
+            s = g.inputs[0]
+            if (s is j.srcs[0] and id(s) in produced and id(s) not in out_ids
+                    and id(s) not in aliases and s.nbytes == j.nbytes):  # fmt: skip
+                aliases[id(s)] = j
+                continue
+        keep.append(g)
+    return keep, aliases
+
+
+def _stream_plan(mem, groups, rows, n_streams: int, alias_ids: dict | None = None):
     """Streams and events from buffer hazards. Buffers are identified by *memory*, not by
     node: arena blocks reused by a later buffer (best fit or in place) are the same memory,
     so the hazard check sees write-after-read across streams on a reused block."""
@@ -104,8 +130,11 @@ def _stream_plan(mem, groups, rows, n_streams: int):
 
     segs = _arena_segments(mem)
 
+    alias_ids = alias_ids or {}
+
     def ids(n) -> list:
-        return segs.get(id(n)) or [("node", id(n))]
+        nid = alias_ids.get(id(n), id(n))
+        return segs.get(nid) or [("node", nid)]
 
     deps = []
     for g, (name, _unit, _ops, flops, nbytes, _bound, _src) in zip(groups, rows):

@@ -205,6 +205,9 @@ class Schedule:
     # ids of user arrays (leaf nodes) the program reads through a contiguous copy: the plan
     # never replaces a user's array, it asks the runtime to copy it at each run
     copy_inputs: frozenset = frozenset()
+    # id(node) -> the output node whose memory it is written to, typed as the node (a
+    # complex_join that only reinterprets bytes: fusion._elide_bitcasts); the engine's slots
+    aliases: dict = field(default_factory=dict)
 
     @property
     def planned_peak_bytes(self) -> int:
@@ -286,4 +289,4 @@ class Schedule:
             for k, ck in zip(self.kernels, compiled, strict=True)
         ]
         log = [type(e)(e.what, e.nodes, e.reason, where=e.location()) for e in self.fusion_log]
-        return dataclasses.replace(self, kernels=kernels, fusion_log=log, outputs=[])
+        return dataclasses.replace(self, kernels=kernels, fusion_log=log, outputs=[], aliases={})

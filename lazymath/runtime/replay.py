@@ -38,8 +38,10 @@ from .pool import aligned
 
 @dataclass
 class Slot:
-    kind: str  # leaf | arena | out
-    index: int  # leaf index / output index / arena offset
+    kind: str  # leaf | arena | out | alias
+    # leaf index / output index / arena offset / alias: the slot whose memory it is (an
+    # earlier slot; the same bytes typed as this slot's shape and dtype)
+    index: int
     shape: tuple = ()
     dtype: np.dtype | None = None
 
@@ -109,6 +111,9 @@ class Program:
                     continue
                 arrays[i] = arena.raw[s.index : s.index + size].view(s.dtype).reshape(s.shape)
                 addrs[i] = arena.address + s.index
+            elif s.kind == "alias":
+                arrays[i] = arrays[s.index].view(s.dtype).reshape(s.shape)
+                addrs[i] = addrs[s.index]
             else:
                 arrays[i], addrs[i] = _output_array(dev, s)
         try:
@@ -285,6 +290,8 @@ class _ReplayContext:
             argv = (ctypes.c_void_p * len(slot_ids))()
             for pos, j in enumerate(slot_ids):
                 s = prog.slots[j]
+                if s.kind == "alias":  # patched with the address of the slot it aliases
+                    j, s = s.index, prog.slots[s.index]
                 if s.kind == "arena":
                     argv[pos] = address + s.index
                 else:
