@@ -441,12 +441,26 @@ class LowerCtx:
         not elsewhere in this body (later, or earlier = the next loop iteration) and not
         outside this body. Their stores can be dropped."""
         run_refs = _names_in(run_instrs)
+        # a buffer the run reads from memory (a window not written earlier in the run) holds
+        # values stored before: by an earlier iteration of the enclosing loop, when the run
+        # itself writes it (a ring of slots): its stores are live
+        loaded, seen = set(), set()
+        for e in elems:
+            if isinstance(e, _ReduceMark):
+                srcs = [(e.reduce.src, 1)]
+            else:
+                srcs = list(zip(e.srcs, e.src_strides or (1,) * len(e.srcs)))
+            for r, st in srcs:
+                if _key(r, st) not in seen:
+                    loaded.add(r.buf.name)
+            if not isinstance(e, _ReduceMark):
+                seen.add(_key(e.dst, e.dst_stride))
         out = set()
         for e in elems:
             if isinstance(e, _ReduceMark):
                 continue
             name = e.dst.buf.name
-            if e.dst.buf.scope == "GM":
+            if e.dst.buf.scope == "GM" or name in loaded:
                 continue
             in_body_elsewhere = body_refs[name] - run_refs[name]
             outside = self.global_refs[name] - body_refs[name]
@@ -949,21 +963,52 @@ def _same_n(a, b) -> bool:
 def _fusible_run(ctx: LowerCtx, body, start: int) -> tuple[list, int]:
     """The longest run of elementwise instructions from body[start] that may share one loop.
 
-    Rule: equal `n`; a buffer written in the run is accessed at one offset only, and a
-    gather's table is not written in the run. Then element k of every instruction only meets
-    element k of the others, so interleaving them per element equals running them one after
-    another. Read-only buffers may be read at several offsets (coefficient tables). Flags in
-    between are no-ops on the host.
+    Rule: equal `n`; a buffer written in the run is accessed at one window only, or at windows
+    that provably never share an element (`_disjoint`: constant offsets far enough apart, or
+    the slots of a ring, base + S * ((v + c) % Q) with different c); a gather's table is not
+    written in the run. Then element k of every instruction only meets element k of the
+    others, so interleaving them per element equals running them one after another. Read-only
+    buffers may be read at several offsets (coefficient tables). Flags in between are no-ops
+    on the host. Single-row reductions over the same n join the run (`_ReduceMark`: folded
+    into an accumulator phi, stored after the loop) when their destination is disjoint from
+    every other access of the run: a software-pipelined row kernel closes several rows'
+    reductions in one loop.
     """
     elems: list = []
-    written: dict[str, object] = {}
-    read: dict[str, set] = {}
+    acc: dict[str, list] = {}  # buffer name -> [(off, stride, span, kind)], kind r / w / red
     tables: set[str] = set()
+
+    def ok(r: isa.Ref, st, span, kind: str) -> bool:
+        for off, st2, span2, kind2 in acc.get(r.buf.name, ()):
+            same = (off, st2, span2) == (r.off, st, span)
+            if same and "red" not in (kind, kind2):
+                continue
+            if kind != "r" or kind2 != "r":
+                if not _disjoint(r.off, st, span, off, st2, span2):
+                    return False
+        return True
+
+    def note(r: isa.Ref, st, span, kind: str) -> None:
+        acc.setdefault(r.buf.name, []).append((r.off, st, span, kind))
+
     k = start
     while k < len(body):
         instr = body[k]
         t = type(instr)
         if t in (isa.SetFlag, isa.WaitFlag) and elems:
+            k += 1
+            continue
+        if t is isa.VReduce and elems:
+            if not (instr.rows == 1 and _same_n(instr.n, elems[0].n)):
+                break
+            src_span = _span(instr.n, 1)
+            if instr.dst.buf.name in tables or instr.src.buf.name in tables:
+                break
+            if not (ok(instr.src, 1, src_span, "r") and ok(instr.dst, 0, 1, "red")):
+                break
+            note(instr.src, 1, src_span, "r")
+            note(instr.dst, 0, 1, "red")
+            elems.append(_ReduceMark(instr))
             k += 1
             continue
         if t not in ELEMENTWISE_INSTRS:
@@ -972,34 +1017,75 @@ def _fusible_run(ctx: LowerCtx, body, start: int) -> tuple[list, int]:
         if e is None or (elems and not _same_n(e.n, elems[0].n)):
             break
         strides = e.src_strides or (1,) * len(e.srcs)
-        srcs = [(r, (r.off, st)) for r, st in zip(e.srcs, strides)]
-        w, wpos = e.dst, (e.dst.off, e.dst_stride)
-        if any(written.get(r.buf.name, pos) != pos for r, pos in srcs):
+        srcs = [(r, st, _span(e.n, st)) for r, st in zip(e.srcs, strides)]
+        wspan = _span(e.n, e.dst_stride)
+        if e.dst.buf.name in tables:
             break
-        if w.buf.name in tables or written.get(w.buf.name, wpos) != wpos:
+        if not all(ok(r, st, sp, "r") for r, st, sp in srcs):
             break
-        if read.get(w.buf.name, {wpos}) != {wpos}:
+        if not ok(e.dst, e.dst_stride, wspan, "w"):
             break
-        if e.table is not None and (e.table.buf.name in written or e.table.buf.name == w.buf.name):
-            break
-        for r, pos in srcs:
-            read.setdefault(r.buf.name, set()).add(pos)
-        written[w.buf.name] = wpos
+        if e.table is not None:
+            tb = e.table.buf.name
+            if tb == e.dst.buf.name or any(kd != "r" for *_, kd in acc.get(tb, ())):
+                break
+        for r, st, sp in srcs:
+            note(r, st, sp, "r")
+        note(e.dst, e.dst_stride, wspan, "w")
         if e.table is not None:
             tables.add(e.table.buf.name)
         elems.append(e)
         k += 1
-    # a single-row reduction over the same n may close the run (fused accumulate)
-    j = k
-    while j < len(body) and type(body[j]) in (isa.SetFlag, isa.WaitFlag):
-        j += 1
-    if elems and j < len(body) and type(body[j]) is isa.VReduce:
-        r = body[j]
-        if (r.rows == 1 and _same_n(r.n, elems[0].n) and r.dst.buf.name not in written
-                and r.dst.buf.name not in read):  # fmt: skip
-            elems.append(_ReduceMark(r))
-            k = j + 1
     return elems, k
+
+
+def _span(n, stride) -> int | None:
+    """Elements from the first touched to the last one (+1); None when not static."""
+    if not isinstance(stride, int):
+        return None
+    if stride == 0:
+        return 1
+    if not isinstance(n, int):
+        return None
+    return (n - 1) * abs(stride) + 1 if n > 0 else 0
+
+
+def _ring(off: isa.IntExpr):
+    """off = base + S * ((v + c) % Q) as (v, c mod Q, Q, S, base), else None."""
+    lin = isa.linear(off)
+    if lin is None:
+        return None
+    terms = [(t, c) for t, c in lin.items() if t != 1]
+    if len(terms) != 1:
+        return None
+    t, S = terms[0]
+    if not (isinstance(t, isa.BinInt) and t.op == "%" and isinstance(t.b, int) and t.b > 0):
+        return None
+    inner = isa.linear(t.a)
+    if inner is None:
+        return None
+    vs = [(u, c) for u, c in inner.items() if u != 1]
+    if len(vs) != 1 or vs[0][1] != 1:
+        return None
+    return vs[0][0], inner.get(1, 0) % t.b, t.b, S, lin.get(1, 0)
+
+
+def _disjoint(o1, s1, w1, o2, s2, w2) -> bool:
+    """Do windows (offset, stride, span) never share an element, whatever the variables?"""
+    if w1 is None or w2 is None or s1 < 0 or s2 < 0:
+        return False
+    if w1 == 0 or w2 == 0:
+        return True
+    d = isa.const_difference(o1, o2)
+    if d is not None:
+        return d >= w2 or -d >= w1
+    r1, r2 = _ring(o1), _ring(o2)
+    if r1 is None or r2 is None:
+        return False
+    (v1, c1, q1, S1, b1), (v2, c2, q2, S2, b2) = r1, r2
+    if (v1, q1, S1, b1) != (v2, q2, S2, b2) or c1 == c2:
+        return False
+    return abs(S1) >= max(w1, w2)
 
 
 @dataclass
@@ -1024,12 +1110,11 @@ def lower_elementwise(ctx: LowerCtx, elems: list, dead: frozenset = frozenset())
     at all.
     """
     b = ctx.builder
-    red = None
-    if elems and isinstance(elems[-1], _ReduceMark):
-        red = elems[-1].reduce
-        elems = elems[:-1]
+    reds = [e.reduce for e in elems if isinstance(e, _ReduceMark)]
     ptrs: dict = {}
     for e in elems:
+        if isinstance(e, _ReduceMark):
+            e = Elem(e.reduce.src, (e.reduce.src,), e.reduce.n, None)
         strides = e.src_strides or (1,) * len(e.srcs)
         for r, st in ((e.dst, e.dst_stride), *zip(e.srcs, strides)):
             key = _key(r, st)
@@ -1041,7 +1126,7 @@ def lower_elementwise(ctx: LowerCtx, elems: list, dead: frozenset = frozenset())
             return k
         return b.mul(k, ctx.int(st))
 
-    def body(k):
+    def body(k, accs=()):
         vals: dict = {}  # key -> storage-type value currently held by that ref
         order: list = []
 
@@ -1056,7 +1141,17 @@ def lower_elementwise(ctx: LowerCtx, elems: list, dead: frozenset = frozenset())
             return b.fpext(v, F32) if (dt == "float16" and not raw) else v
 
         dts = {}
+        out = []
         for e in elems:
+            if isinstance(e, _ReduceMark):  # fold the source's current value (raw bits)
+                i = e.reduce
+                sd, dd = i.src.buf.dtype, i.dst.buf.dtype
+                x = read(i.src, 1, True)
+                x = convert(ctx, sd, dd, x, "trunc") if sd != dd else x
+                if dd == "float16":
+                    x = b.fpext(x, F32)
+                out.append(_combine(ctx, i.op, dd, accs[len(out)], x))
+                continue
             strides = e.src_strides or (1,) * len(e.srcs)
             args = [read(r, st, e.raw) for r, st in zip(e.srcs, strides)]
             v = e.fn(*args)
@@ -1073,37 +1168,22 @@ def lower_elementwise(ctx: LowerCtx, elems: list, dead: frozenset = frozenset())
             if key[0] in dead:
                 continue
             ctx.store_raw(p, dts[key], index(k, st), vals[key])
+        return out
 
-        return vals
-
-    if red is None:
-        ctx.parallel_for(ctx.int(elems[0].n), body, width=_mixed_width(elems))
+    plain = [e for e in elems if not isinstance(e, _ReduceMark)]
+    if not reds:
+        ctx.parallel_for(ctx.int(elems[0].n), body, width=_mixed_width(plain))
         return
-    # a trailing vcadd/vcmax/...: the run's last value is folded into an accumulator phi, so a
+    # vcadd/vcmax/... in the run: each folds its source's value into an accumulator phi, so a
     # copy -> prologue -> reduce step reads GM once and never writes UB
-    i = red
-    sd, dd = i.src.buf.dtype, i.dst.buf.dtype
-    key = _key(i.src)
-    init = _reduce_identity(ctx, i.op, dd)
-
-    def step(k, acc):
-        vals = body(k)
-        x = vals.get(key)
-        if x is None:
-            x = ctx.load_raw(ctx.ptr(i.src), sd, k)
-        x = convert(ctx, sd, dd, x, "trunc") if sd != dd else x
-        if dd == "float16":
-            x = b.fpext(x, F32)
-        return [_combine(ctx, i.op, dd, acc, x)]
-
-    (acc,) = ctx._loop(0, ctx.int(i.n), 1, step, parallel=True, carry=[init])
-    dp = ctx.ptr(i.dst)
-    ctx.store(
-        dp,
-        dd,
-        ir.Constant(I64, 0),
-        _combine(ctx, i.op, dd, ctx.load(dp, dd, ir.Constant(I64, 0)), acc),
-    )
+    inits = [_reduce_identity(ctx, i.op, i.dst.buf.dtype) for i in reds]
+    accs = ctx._loop(0, ctx.int(elems[0].n), 1, lambda k, *a: body(k, a), parallel=True,
+                     carry=inits)  # fmt: skip
+    for i, a in zip(reds, accs):
+        dd = i.dst.buf.dtype
+        dp = ctx.ptr(i.dst)
+        zero = ir.Constant(I64, 0)
+        ctx.store(dp, dd, zero, _combine(ctx, i.op, dd, ctx.load(dp, dd, zero), a))
 
 
 MIXED_WIDTH = 8  # float32 lanes of one AVX2 register

@@ -22,7 +22,7 @@ float32 sums in float64.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lazymath.backend import isa
 from lazymath.backend.kernel_ir import RowKernel, SOp
@@ -460,6 +460,10 @@ def _plan(ir: RowKernel, spec, name: str):
     if mode is None:
         raise NotImplementedError("row kernel: the row does not fit UB and has no online form")
     rows_t = _rows_per_block(ir, info, spec)
+    if rows_t == 1 and PIPELINE:
+        piped = _plan_pipelined(ir, info, spec, name, args)
+        if piped is not None:
+            return piped
     Ki, k_outer = info.kshape[-1], info.kshape[:-1]
     n_kch = C.ceil_div(Ki, rows_t)
     items = C.prod(k_outer) * n_kch
@@ -504,6 +508,159 @@ def _plan(ir: RowKernel, spec, name: str):
     prog = isa.Program(name, args, (*queues.values(), *bd.buffers()), tuple(body), blocks,
                        blocks)  # fmt: skip
     return prog, {"mode": "resident", "rows_t": rows_t, "items": items, "blocks": blocks}
+
+
+# ============================================================================= pipelined
+
+
+PIPELINE = True  # software-pipeline one-row blocks across rows when the ring fits UB
+
+
+def _stages(compute: list, R: int) -> list[list] | None:
+    """One row's compute split at its reductions: stage p runs after the p-th group of
+    reductions closed (stage 0 reads the input, the last one writes the outputs). None when
+    an instruction is not a plain vector instruction (loops, library calls)."""
+    stages: list[list] = [[]]
+    after_reduce = False
+    for ins in compute:
+        if isinstance(ins, (isa.Loop, isa.If, isa.Let)) or not hasattr(ins, "n"):
+            return None
+        if isinstance(ins, isa.VReduce):
+            if ins.n != R or ins.rows != 1:
+                return None
+            after_reduce = True
+        elif after_reduce:
+            stages.append([])
+            after_reduce = False
+        stages[-1].append(ins)
+    if after_reduce:
+        stages.append([])
+    return stages
+
+
+def _remap(ins, ring: dict, slot):
+    """`ins` with every ringed UB ref moved to `slot` of its ring."""
+    changes = {}
+    for f in ins.__dataclass_fields__:
+        v = getattr(ins, f)
+        if isinstance(v, isa.Ref) and v.buf.name in ring:
+            buf, size = ring[v.buf.name]
+            changes[f] = isa.Ref(buf, isa.add(v.off, isa.mul(slot, size)))
+        elif isinstance(v, tuple) and any(isinstance(x, isa.Ref) for x in v):
+            out = []
+            for x in v:
+                if isinstance(x, isa.Ref) and x.buf.name in ring:
+                    buf, size = ring[x.buf.name]
+                    x = isa.Ref(buf, isa.add(x.off, isa.mul(slot, size)))
+                out.append(x)
+            changes[f] = tuple(out)
+    return replace(ins, **changes) if changes else ins
+
+
+def _plan_pipelined(ir: RowKernel, info: _Info, spec, name: str, args):
+    """Resident form with one row per step, software-pipelined across rows (AscendC's queues
+    with depth P): step s runs stage p of row s - p for every p, each row's UB buffers in slot
+    (row % P) of a ring. On the device MTE2 brings row s in while the Vector unit works on rows
+    s-1.. and MTE3 writes row s-P+1 out; on the host the stages' loops over the row are one
+    fused loop (reads of GM, exp, writes of GM interleaved), where the three separate loops of
+    the unpipelined form leave memory idle during the compute. None when the kernel does not
+    qualify (per-row inputs, outputs written before the last stage, chains deeper than the
+    pipe pair's event ids) or the ring does not fit UB: the caller builds the plain form."""
+    R = info.R
+    if R < ROW_MIN or any(info.row_input):
+        return None
+    bd, queues, compute = _resident_parts(ir, info, 1, 0, isa.Var("n_rows"))
+    stages = _stages(compute, R)
+    if stages is None:
+        return None
+    P = len(stages)
+    if P < 2 or P > spec.event_ids_per_pipe_pair:
+        return None
+    out_names = {queues[("out", j)].name for j in range(len(ir.outputs))}
+    for st in stages[:-1]:
+        if any(r.buf.name in out_names for ins in st for r in isa.refs_of(ins)):
+            return None
+    rows_out = set(ir.row_outputs)
+    if len(rows_out) != 1:
+        return None
+    row_outputs = ir.row_outputs[0]
+    consts = {r.buf.name for r in (*bd.ef.const_tiles.values(), *bd.er.const_tiles.values())}
+    ring: dict = {}
+    for buf in queues.values():
+        size = buf.size // 2
+        ring[buf.name] = (isa.Buffer(buf.name, "UB", buf.dtype, P * size), size)
+    for buf in bd.buffers():
+        if buf.name not in consts:
+            ring[buf.name] = (isa.Buffer(buf.name, "UB", buf.dtype, P * buf.size), buf.size)
+    rqueues = {k: ring[b.name][0] for k, b in queues.items()}
+    buffers = [ring[b.name][0] if b.name in ring else b for b in (*queues.values(), *bd.buffers())]
+    if C.buffers_bytes(spec, buffers) > spec.ub_bytes:
+        return None
+    n_in = len(ir.inputs)
+    Ki, k_outer = info.kshape[-1], info.kshape[:-1]
+    inits = bd.init_acc()
+
+    def elem(ins) -> bool:
+        return isinstance(ins.n, int) and ins.n == R
+
+    def stage(p: int, s) -> tuple[list, list]:
+        """(row part, element part) of stage p in step s (row s - p)."""
+        slot = isa.mod(isa.add(s, (P - p) % P), P)
+        row = isa.sub(s, p)
+        k_idx, kc = _split(row, Ki, k_outer)
+        rowp = [_remap(i, ring, slot) for i in stages[p] if not elem(i)]
+        elp = [_remap(i, ring, slot) for i in stages[p] if elem(i)]
+        if p == 0:
+            rowp = [_remap(i, ring, slot) for i in inits] + rowp
+            ins = [isa.WaitFlag("V", "MTE2", slot)]
+            for (side, k), buf in rqueues.items():
+                if side == "in":
+                    v, ks = ir.inputs[k], info.in_kstr[k]
+                    off = isa.add(C.dot(k_idx, ks[:-1], v.offset), isa.mul(kc, ks[-1]))
+                    ins.append(isa.CopyIn(isa.Ref(buf, isa.mul(slot, R)), isa.Ref(args[k], off),
+                                          (R,), (info.rstride[("in", k)],)))  # fmt: skip
+            ins += [isa.SetFlag("MTE2", "V", slot), isa.WaitFlag("MTE2", "V", slot)]
+            elp = ins + elp
+        if p == P - 1:
+            outs = _copy_outs(ir, info, args, rqueues, k_idx, kc, 1, 1, isa.mul(slot, R), slot,
+                              R, n_in)  # fmt: skip
+            pre = [isa.WaitFlag("MTE3", "V", slot)]
+            post = [isa.SetFlag("V", "MTE3", slot), isa.WaitFlag("V", "MTE3", slot), *outs,
+                    isa.SetFlag("MTE3", "V", slot), isa.SetFlag("V", "MTE2", slot)]  # fmt: skip
+            if row_outputs:
+                rowp = pre + rowp + post
+            else:
+                elp = pre + elp + post
+        return rowp, elp
+
+    def step(s, guarded: bool) -> tuple:
+        parts = [stage(p, s) for p in range(P - 1, -1, -1)]
+        if not guarded:
+            return tuple([i for rp, _ in parts for i in rp] + [i for _, ep in parts for i in ep])
+        body = []
+        for p, (rp, ep) in zip(range(P - 1, -1, -1), parts):
+            row = isa.sub(s, p)
+            body.append(isa.If(row, ">=", start, (isa.If(row, "<", stop, tuple(rp + ep)),)))
+        return tuple(body)
+
+    items = C.prod(info.kshape)
+    start, stop, lets = C.block_range(items)
+    s0, s1, s2 = isa.Var("s_head"), isa.Var("s"), isa.Var("s_tail")
+    warm = isa.add(start, P - 1)
+    loops = [
+        isa.Loop(s0, start, isa.imin(warm, isa.add(stop, P - 1)), 1, step(s0, True)),
+        isa.Loop(s1, warm, stop, 1, step(s1, False)),
+        isa.Loop(s2, isa.imax(stop, warm), isa.add(stop, P - 1), 1, step(s2, True)),
+    ]
+    pro = [isa.SetFlag("V", "MTE2", q) for q in range(P)]
+    pro += [isa.SetFlag("MTE3", "V", q) for q in range(P)]
+    epi = [isa.WaitFlag("V", "MTE2", q) for q in range(P)]
+    epi += [isa.WaitFlag("MTE3", "V", q) for q in range(P)]
+    body = [*lets, *bd.hoisted(), *pro, *loops, *epi]
+    blocks = C.device_blocks(spec, items)
+    prog = isa.Program(name, args, tuple(buffers), tuple(body), blocks, blocks)
+    return prog, {"mode": "resident", "rows_t": 1, "items": items, "blocks": blocks,
+                  "pipelined": P}  # fmt: skip
 
 
 def _copy_outs(ir, info, args, queues, k_idx, k0, rows_t, nr, half, rhalf, R, n_in,
