@@ -2294,7 +2294,9 @@ def _fft_common(kind: str, x, n, axis, norm) -> Tensor:
     shape = list(x.shape)
     shape[ax] = length
     double = out_dtype in (dt.complex128, dt.float64)
-    impl, fs, why = dft.plan(kind, double, nout, x.size == 0 or math.prod(shape) == 0)
+    rows = math.prod(d for i, d in enumerate(x.shape) if i != ax)
+    ub = x._device.spec.ub_bytes if x._device is not None else None
+    impl, fs, why = dft.plan(kind, double, nout, x.size == 0 or math.prod(shape) == 0, rows, ub)
     if impl != "aicpu":
         return _fft_cube(kind, x, n, ax, norm, out_dtype, impl, fs, f"{impl}: {why}")
     node = gn.make("fft", out_dtype, tuple(shape), (x._node,), (kind, n, ax, norm, f"aicpu: {why}"))
@@ -2469,6 +2471,25 @@ def _bluestein_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool) -
     return cmul(c, dft.chirp, n, sign, scale)
 
 
+def _stockham_rows(p: Tensor, n: int, sign: int, scale: float, real: bool, length: int) -> Tensor:
+    """The Vector Stockham FFT (backend/templates/fft.py) of each row of `p` ((..., n, 2)
+    pairs, or (..., n) real): one Vector kernel; the first `length` frequencies, (b, length, 2)
+    pairs, complex64 in C order."""
+    from . import engine  # noqa: F401  (the driver registers the built-in kernels)
+    from .graph import custom
+
+    lead = p.shape[:-1] if real else p.shape[:-2]
+    b = math.prod(lead)
+    xs = reshape(p, (b, n) if real else (b, n, 2))
+    tw = _fft_table(p, dft.stockham_tables, n, sign, 0)
+    ix = _fft_table(p, dft.stockham_tables, n, sign, 1)
+    params = (("length", length), ("n", n), ("real", bool(real)), ("scale", float(scale)),
+              ("sign", sign))  # fmt: skip
+    node = gn.make("custom", dt.float32, (b, length, 2), (xs._node, tw._node, ix._node),
+                   (custom.BUILTIN["fft_stockham"], params))  # fmt: skip
+    return _wrap(node, [p])
+
+
 def _slice_last(v: Tensor, i: int) -> Tensor:
     """v[..., i:i + 1]"""
     return _slice_node(v, tuple((0, d, 1) for d in v.shape[:-1]) + ((i, 1, 1),))
@@ -2493,7 +2514,7 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
         return _from_last(astype(matmul(rows, mat), out_dtype), ax)
     nin = n if n is not None else size
     length = nin // 2 + 1 if kind == "rfft" else nin  # rfft: the first n // 2 + 1 frequencies
-    full = length if impl == "direct" else nin  # direct plans compute only those
+    full = nin if impl in ("four-step", "bluestein") else length  # the others compute only those
     other = tuple(d for i, d in enumerate(x.shape) if i != ax)
     # a realized input keeps its transform graph (every node of it is interned: the same
     # structure), so a repeated call costs dictionary lookups instead of building ~30 nodes
@@ -2508,6 +2529,8 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
             rows = _fit_axis(_complex_rows(x, ax), nin, -2)
         if impl == "bluestein":
             out = _bluestein_rows(rows, fs, sign, scale, real)._node
+        elif impl == "stockham":
+            out = _stockham_rows(rows, nin, sign, scale, real, length)._node
         else:
             out = _dft_rows(rows, fs, sign, scale, real, full)._node
         while out.op == "reshape":  # the join reads its source in C order
@@ -2516,7 +2539,8 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
             if len(_fft_memo) > 64:
                 _fft_memo.clear()
             _fft_memo.setdefault(x._node, {})[key] = out
-    node = gn.make("complex_join", out_dtype, other + (length,), (out,), (f"cube {why}", full))
+    unit = "vector" if impl == "stockham" else "cube"
+    node = gn.make("complex_join", out_dtype, other + (length,), (out,), (f"{unit} {why}", full))
     return _from_last(_wrap(node, [x]), ax)
 
 

@@ -181,6 +181,7 @@ def small_plans(monkeypatch):
     monkeypatch.setattr(dft, "FACTOR_MAX", 4)
     monkeypatch.setattr(dft, "PRIME_DIRECT_MAX", 7)
     monkeypatch.setattr(dft, "IRFFT_DIRECT_MAX", 16)
+    monkeypatch.setattr(dft, "STOCKHAM_MAX", 0)  # the Cube plans (test_fft_stockham_values)
     dft.plan.cache_clear()
     yield dft
     dft.plan.cache_clear()
@@ -261,18 +262,18 @@ def test_fft_chains_stay_on_the_ai_core():
     complex64 result); a computed complex input is one AI CPU copy, a cropped result (rfft's
     four-step plan) or a join consumed by another kernel one AI CPU join (counted, not
     executed)."""
-    x = lm.tensor(np.ones((8, 64), np.complex64))
+    x = lm.tensor(np.ones((8, 48), np.complex64))
     units = [k.unit for k in lm.schedule(lm.fft.ifft(lm.fft.fft(x))).kernels]
     assert "aicpu" not in units and "cube" in units, units
     for out in (lm.fft.fft2(x), lm.fft.ifft2(lm.fft.fft2(x))):  # the axis-0 result's transpose
         units = [k.unit for k in lm.schedule(out).kernels]
         assert units.count("aicpu") == 1 and "cube" in units, units
-    s = lm.schedule(lm.fft.fft(lm.tensor(np.ones((8, 64), np.complex64))[:, ::2]))
+    s = lm.schedule(lm.fft.fft(lm.tensor(np.ones((8, 96), np.complex64))[:, ::2]))
     assert [list(k.ops) for k in s.kernels if k.unit == "aicpu"] == [["complex_planes"]]
-    r = lm.tensor(np.ones((8, 64), np.float32))
+    r = lm.tensor(np.ones((8, 48), np.float32))
     units = [k.unit for k in lm.schedule(lm.fft.rfft(r)).kernels]
     assert units == ["cube"], units  # one direct DFT matmul writing complex64
-    s = lm.schedule(lm.fft.rfft(lm.tensor(np.ones((8, 4096), np.float32))))
+    s = lm.schedule(lm.fft.rfft(lm.tensor(np.ones((8, 6000), np.float32))))
     assert [list(k.ops) for k in s.kernels if k.unit == "aicpu"] == [["complex_join"]]
     s = lm.schedule(lm.abs(lm.fft.fft(x)))
     assert [list(k.ops) for k in s.kernels if k.unit == "aicpu"] == [["complex_join", "abs"]]
@@ -334,3 +335,52 @@ def test_fft_input_read_in_place_outlives_its_tensor(backend, check, data):
     junk = [(lm.tensor(np.full((4, 48), 7 + 7j, np.complex64)) * 1).realize() for _ in range(3)]
     check(z, np.fft.ifft(np.fft.fft(a), norm="forward"), rtol=1e-4, atol=1e-4 * 48)
     assert len(junk) == 3
+
+
+# ----------------------------------------------------------------------------- Vector Stockham
+
+
+def test_fft_stockham_plan_and_explain():
+    """Powers of two from STOCKHAM_MIN to STOCKHAM_MAX whose kernel fits in UB take the Vector
+    Stockham FFT: one Vector kernel, the reason in lm.explain (no execution)."""
+    from lazymath.graph import dft
+
+    ub = 256 * 1024
+    assert dft.plan("fft", False, 4096, False, 1, ub)[:2] == ("stockham", (4, 4, 4, 4, 4, 4))
+    assert dft.plan("rfft", False, 2048, False, 1024, ub)[:2] == ("stockham", (2, 4, 4, 4, 4, 4))
+    assert dft.plan("fft", False, 4096, False, 1, 64 * 1024)[0] == "four-step"  # UB too small
+    assert dft.plan("fft", False, 8192, False, 1, ub)[0] == "four-step"
+    assert dft.plan("fft", False, 4096, False, 2048, ub)[0] == "four-step"  # a large batch
+    assert dft.plan("fft", False, 2, False, 1, ub)[0] == "direct"
+    assert dft.plan("irfft", False, 64, False, 1, ub)[0] == "direct"
+    x = lm.tensor(np.ones((3, 4096), np.complex64))
+    s = lm.schedule(lm.fft.fft(x))
+    assert [(k.unit, list(k.ops)) for k in s.kernels] == [("vector", ["fft_stockham"])]
+    assert s.kernels[0].flops > 0
+    text = lm.explain(lm.fft.fft(x))
+    assert "vector stockham: n=4096 = 4 x 4 x 4 x 4 x 4 x 4" in text, text
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "complex64"])
+def test_fft_stockham_values(backend, preset, check, data, dtype):
+    """The Vector Stockham FFT against numpy: radix-4 only and a radix-2 first stage, every
+    kind but irfft, norms, n crop and zero-pad, axis 0, a strided input, both presets."""
+    specs = [("fft", 16, None, None, -1), ("ifft", 32, None, "ortho", 0),
+             ("rfft", 8, None, "forward", -1), ("fft", 20, 16, "ortho", -1),
+             ("ifft", 3, 4, None, -1), ("rfft", 1000, 1024, None, 0)]  # fmt: skip
+    if backend == "llvm":  # llvm compiles a kernel per length: three of them
+        specs = [specs[0], specs[2], specs[5]] if dtype == "float32" else specs[:2]
+    cases = []
+    for kind, length, n, norm, axis in specs:
+        if kind == "rfft" and dtype == "complex64":
+            continue
+        shape = (2, length) if axis == -1 else (length, 2)
+        a = data.rand(shape, dtype, -2, 2)
+        label = f"{kind}({dtype}{shape}, n={n}, norm={norm}, axis={axis})"
+        got = getattr(lm.fft, kind)(lm.tensor(a), n=n, norm=norm, axis=axis)
+        cases.append((label, got, getattr(np.fft, kind)(a, n=n, norm=norm, axis=axis), length))
+    if dtype == "complex64":
+        a = data.rand((3, 64), dtype, -1, 1)
+        got = lm.fft.fft(lm.tensor(a)[:, ::2])
+        cases.append(("strided", got, np.fft.fft(a[:, ::2]), 32))
+    _run(check, cases)

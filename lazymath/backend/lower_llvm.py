@@ -1077,6 +1077,8 @@ def _disjoint(o1, s1, w1, o2, s2, w2) -> bool:
     if w1 == 0 or w2 == 0:
         return True
     d = isa.const_difference(o1, o2)
+    if d is not None and s1 == s2 and s1 > 1 and d % s1:  # interleaved: (re, im) pairs
+        return True
     if d is not None:
         return d >= w2 or -d >= w1
     r1, r2 = _ring(o1), _ring(o2)

@@ -11,6 +11,9 @@ backend template, `reference_run` for the IR oracle), so graph/ imports nothing 
 from __future__ import annotations
 
 _KERNELS: dict[str, object] = {}
+# name -> key of the kernels lazymath itself writes with the builder (the Vector FFT,
+# backend/templates/fft.py), registered when the backend imports them
+BUILTIN: dict[str, str] = {}
 
 
 class UnknownKernelError(KeyError):

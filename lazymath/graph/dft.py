@@ -52,6 +52,13 @@ FACTOR_MAX = 128  # four-step: the short DFT n1 is at most this
 PRIME_DIRECT_MAX = 2048  # lengths with no factor <= FACTOR_MAX: direct up to this, else aicpu
 IRFFT_DIRECT_MAX = 4096  # irfft on the Cube is one direct matmul (real output) up to this
 BLUESTEIN_RATIO = 4  # Bluestein replaces a plan with a long direct DFT when that is 4x its flops
+STOCKHAM_MIN = 4  # powers of two from this length ...
+STOCKHAM_MAX = 4096  # ... up to this one (and what fits in UB) may take the Vector Stockham FFT
+# ... when the batch holds at most this many elements: on the host the Vector kernel beat the
+# four-step Cube plan at every batch measured (1 to 1024 rows of 4096: 6x at 1024 rows, where
+# the Cube plan's three passes over the data and its small-K GEMMs cost most); larger batches,
+# not measured, keep the Cube plan
+STOCKHAM_ELEMENTS = 1 << 22
 
 
 def _factor(n: int) -> int | None:
@@ -77,9 +84,11 @@ def factors(n: int) -> list[int] | None:
 
 
 @functools.lru_cache(maxsize=64)
-def plan(kind: str, out_double: bool, n: int, empty: bool) -> tuple[str, tuple, str]:
+def plan(kind: str, out_double: bool, n: int, empty: bool, rows: int = 1,
+         ub_bytes: int | None = None) -> tuple[str, tuple, str]:  # fmt: skip
     """(implementation, factors, reason) for a transform of length `n` (the output length of
-    irfft, the input length of the others)."""
+    irfft, the input length of the others) over `rows` rows, on a device with `ub_bytes` of UB
+    per Vector core (None: the Vector implementation is not considered)."""
     if out_double:
         return "aicpu", (), "double precision stays on the AI CPU (the AI Core computes float32)"
     if empty:
@@ -88,6 +97,19 @@ def plan(kind: str, out_double: bool, n: int, empty: bool) -> tuple[str, tuple, 
         if n <= IRFFT_DIRECT_MAX:
             return "direct", (n,), f"irfft n={n} <= {IRFFT_DIRECT_MAX}: one real-output DFT matmul"
         return "aicpu", (), f"irfft n={n} > {IRFFT_DIRECT_MAX}: no factorized real-output plan yet"
+    if (ub_bytes is not None and n & (n - 1) == 0 and STOCKHAM_MIN <= n <= STOCKHAM_MAX
+            and rows * n <= STOCKHAM_ELEMENTS and stockham_ub_bytes(n) <= ub_bytes):  # fmt: skip
+        rs = stockham_radices(n)
+        return (
+            "stockham",
+            rs,
+            (
+                f"n={n} = {' x '.join(map(str, rs))}, {rows} row(s) ({rows * n} <= "
+                f"{STOCKHAM_ELEMENTS} elements): one Vector kernel, every radix-4/2 stage in UB "
+                f"({stockham_ub_bytes(n)} B of {ub_bytes}), ~{5 * n * (n.bit_length() - 1)} "
+                "flops per row"
+            ),
+        )
     f = factors(n)
     if f is None or f[-1] > DIRECT_MAX:
         m = bluestein_size(n)
@@ -276,3 +298,61 @@ def norm_scale(norm: str | None, n: int, inverse: bool) -> float:
     if (norm in (None, "backward")) == inverse:
         return 1 / n
     return 1.0
+
+
+# ----------------------------------------------------------------------------- Vector Stockham
+
+
+def stockham_radices(n: int) -> tuple[int, ...]:
+    """The radices of the Vector Stockham FFT of a power of two n, in processing order: one
+    radix-2 stage first when log2(n) is odd, then radix-4 stages."""
+    levels = n.bit_length() - 1
+    return (2,) * (levels % 2) + (4,) * (levels // 2)
+
+
+def stockham_stages(n: int) -> list[tuple[int, int, int, int, int]]:
+    """(radix r, stride s, tw offset, ix offset, q = n // r) per stage. Stage t (n_t = r_1 ...
+    r_t, s = n / n_t) maps a[k + s j] (k = p s + q', p = k // s, reading in[p s r + q' + s j])
+    times w_(n_t)^(j p) through the length-r DFT to out[k + j' n / r]; the first stage has no
+    twiddles and reads the input contiguously (its index is k)."""
+    out, nt, tw, ix = [], 1, 0, 0
+    for r in stockham_radices(n):
+        nt *= r
+        q = n // r
+        out.append((r, n // nt, tw, ix, q))
+        if nt > r:
+            tw += 2 * (r - 1) * q
+            ix += q
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def stockham_tables(n: int, sign: int, which: int) -> np.ndarray:
+    """The constant tables of the Vector Stockham FFT (`stockham_stages` gives the offsets):
+    which=0 the twiddles, float32, per stage after the first and j = 1 .. r-1 the real then
+    the imaginary parts of w_(n_t)^(j (k // s)) for k < n / r; which=1 the gather indices,
+    int32, per stage after the first k + (k // s) s (r - 1) for k < n / r."""
+    tw, ix = [], []
+    nt = 1
+    for r, s, _tw, _ix, q in stockham_stages(n):
+        nt *= r
+        if nt == r:
+            continue
+        k = np.arange(q)
+        p = k // s
+        for j in range(1, r):
+            w = np.exp(sign * 2j * np.pi * ((j * p) % nt) / nt)
+            tw += [w.real, w.imag]
+        ix.append(k + p * s * (r - 1))
+    if which == 0:
+        return _ro(np.concatenate(tw) if tw else np.zeros(1))
+    a = np.ascontiguousarray(np.concatenate(ix) if ix else np.zeros(1), dtype=np.int32)
+    a.flags.writeable = False
+    return a
+
+
+def stockham_ub_bytes(n: int) -> int:
+    """UB the Vector Stockham kernel declares for length n: two (real, imaginary) planes to
+    ping-pong between stages and its stage temporaries."""
+    rs = stockham_radices(n)
+    return 4 * (4 * n + 25 * (n // 4) + (4 * (n // 2) if 2 in rs else 0)) + 64 * 64

@@ -1,0 +1,196 @@
+"""The Vector Stockham FFT: every stage of a power-of-two transform inside one Vector kernel.
+
+A built-in kernel written with the user-kernel builder (`userkernel.KernelBuilder`, what
+`lazymath.kernel` authors use) and registered in the user-kernel registry, so the graph
+records it as one `custom` node (`graph.custom.BUILTIN["fft_stockham"]`) and fusion, the
+caches, the interpreter, the cost model and `lm.schedule` treat it like any kernel.
+
+Per row of the batch (blocks split the rows): the row's (real, imaginary) planes live in UB;
+stage t (radix r = 4, or 2 for the first stage when log2 n is odd; `graph.dft.stockham_stages`)
+is one run of vector instructions over q = n / r elements that the LLVM lowering fuses into one
+loop: the gathers of the r inputs (`vgather` with an index table: the Stockham reordering), the
+twiddle products (tables read from GM), the length-r DFT butterflies, and the r outputs written
+to the other plane pair (quarters k + j' n / r). The first stage reads the row from GM directly
+(complex64 rows as float32 pairs: two stride-2 copies; real rows: one copy, imaginary zero),
+the last stage scales and writes the pairs to GM (stride-2 copies), so the result is complex64
+in C order. Tables: twiddles float32 and gather indices int32, built once per (n, direction)
+by `graph.dft.stockham_tables`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import pathlib
+
+import numpy as np
+
+from lazymath.backend import userkernel
+from lazymath.graph import custom, dft
+
+NAME = "fft_stockham"
+
+
+def _kernel(k, x, tw, ix, out, *, n, sign, scale, real, length):
+    rows = x.shape[0]
+    stages = dft.stockham_stages(n)
+    planes = [(k.ub("float32", n, "are"), k.ub("float32", n, "aim")),
+              (k.ub("float32", n, "bre"), k.ub("float32", n, "bim"))]  # fmt: skip
+    q4 = n // 4
+    t = {f"g{j}{c}": k.ub("float32", q4, f"g{j}{c}") for j in range(4) for c in "ri"}
+    t.update({f"b{j}{c}": k.ub("float32", q4, f"b{j}{c}") for j in range(4) for c in "ri"})
+    t.update({f"w{j}{c}": k.ub("float32", q4, f"w{j}{c}") for j in range(1, 4) for c in "ri"})
+    t["p"] = k.ub("float32", q4, "p")
+    t["idx"] = k.ub("int32", q4, "idx")
+    if stages and stages[0][0] == 2:  # the radix-2 first stage works on halves
+        t2 = {f"h{j}{c}": k.ub("float32", n // 2, f"h{j}{c}") for j in range(2) for c in "ri"}
+    start, stop = k.block_range(rows)
+    with k.loop(start, stop) as row:
+        src = None
+        for st, (r, s, tw_off, ix_off, q) in enumerate(stages):
+            last = st == len(stages) - 1
+            if r == 2:
+                g = [(t2[f"h{j}r"], t2[f"h{j}i"]) for j in range(2)]
+            else:
+                g = [(t[f"g{j}r"], t[f"g{j}i"]) for j in range(4)]
+            # the r inputs a_j
+            if src is None:  # first stage: in[k + s j] straight from GM (s == q)
+                for j in range(r):
+                    if real:
+                        k.copy_in(g[j][0], x[row * n + s * j], q)
+                        k.vdup(g[j][1], 0.0, q)
+                    else:
+                        k.copy_in(g[j][0], x[row * 2 * n + 2 * s * j], q, 2)
+                        k.copy_in(g[j][1], x[row * 2 * n + 2 * s * j + 1], q, 2)
+            else:
+                sre, sim = src
+                k.copy_in(t["idx"], ix[ix_off], q)
+                for j in range(r):
+                    k.vgather(g[j][0], sre[s * j], t["idx"], q)
+                    k.vgather(g[j][1], sim[s * j], t["idx"], q)
+                for j in range(1, r):  # a_j *= w^(j p)
+                    wr, wi = t[f"w{j}r"], t[f"w{j}i"]
+                    k.copy_in(wr, tw[tw_off + (2 * j - 2) * q], q)
+                    k.copy_in(wi, tw[tw_off + (2 * j - 1) * q], q)
+                    gr, gi = g[j]
+                    k.vmul(t["p"], gi, wi, q)
+                    k.vmul(wi, gr, wi, q)
+                    k.vmul(gr, gr, wr, q)
+                    k.vsub(gr, gr, t["p"], q)
+                    k.vmul(gi, gi, wr, q)
+                    k.vadd(gi, gi, wi, q)
+            # the length-r DFT: y_j' = sum_j a_j exp(sign 2 pi i j j' / r)
+            if r == 2:
+                ys = _radix2(k, g, q)
+            else:
+                ys = _radix4(k, g, t, q, sign)
+            if last:
+                _write_out(k, ys, g, out, row, q, scale, length)
+            else:
+                dre, dim = planes[st % 2]
+                for jp, (fn, a, b, c, d) in enumerate(ys):
+                    fn[0](dre[jp * q], a, b, q)
+                    fn[1](dim[jp * q], c, d, q)
+                src = (dre, dim)
+
+
+def _radix2(k, g, q):
+    """[(ops, a, b, c, d)] per output j': real = op0(a, b), imaginary = op1(c, d)."""
+    (a0r, a0i), (a1r, a1i) = g
+    return [((k.vadd, k.vadd), a0r, a1r, a0i, a1i), ((k.vsub, k.vsub), a0r, a1r, a0i, a1i)]
+
+
+def _radix4(k, g, t, q, sign):
+    (a0r, a0i), (a1r, a1i), (a2r, a2i), (a3r, a3i) = g
+    b = {f"{j}{c}": t[f"b{j}{c}"] for j in range(4) for c in "ri"}
+    k.vadd(b["0r"], a0r, a2r, q)
+    k.vadd(b["0i"], a0i, a2i, q)
+    k.vsub(b["1r"], a0r, a2r, q)
+    k.vsub(b["1i"], a0i, a2i, q)
+    k.vadd(b["2r"], a1r, a3r, q)
+    k.vadd(b["2i"], a1i, a3i, q)
+    k.vsub(b["3r"], a1r, a3r, q)
+    k.vsub(b["3i"], a1i, a3i, q)
+    add, sub = k.vadd, k.vsub
+    # y1 = b1 + w4 b3, y3 = b1 - w4 b3 with w4 = sign i: w4 b3 = sign (-b3i, b3r)
+    p, m = (sub, add) if sign > 0 else (add, sub)
+    return [
+        ((add, add), b["0r"], b["2r"], b["0i"], b["2i"]),
+        ((p, m), b["1r"], b["3i"], b["1i"], b["3r"]),
+        ((sub, sub), b["0r"], b["2r"], b["0i"], b["2i"]),
+        ((m, p), b["1r"], b["3i"], b["1i"], b["3r"]),
+    ]
+
+
+def _write_out(k, ys, g, out, row, q, scale, length):
+    """The last stage (radix 4): y_j' over the inputs' temporaries g[j'] (the butterflies read
+    only the b temporaries), scaled, written as (real, imaginary) pairs to GM, the first
+    `length` of them (rfft keeps n // 2 + 1)."""
+    for jp, (fn, a, b, c, d) in enumerate(ys):
+        yr, yi = g[jp]
+        fn[0](yr, a, b, q)
+        fn[1](yi, c, d, q)
+        if scale != 1.0:
+            k.vmuls(yr, yr, scale, q)
+            k.vmuls(yi, yi, scale, q)
+    base = row * 2 * length
+    for jp in range(len(ys)):
+        cnt = min(q, length - jp * q)
+        if cnt > 0:
+            k.copy_out(out[base + 2 * jp * q], g[jp][0], cnt, 2)
+            k.copy_out(out[base + 2 * jp * q + 1], g[jp][1], cnt, 2)
+
+
+class VectorFFT:
+    """The definition object the layers call (the interface of `lowlevel.Kernel`): inputs
+    x (rows, n, 2) float32 pairs or (rows, n) real, the twiddle and index tables; output
+    (rows, length, 2) float32 pairs; params n, sign, scale, real, length."""
+
+    name = NAME
+    unit = "vector"
+    epilogue = False
+    unit_reason = None
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def build(self, ir, spec, name: str):
+        return userkernel.build_program(name, "vector", _kernel, _tiling, ir, spec, check=False)
+
+    def flop_count(self, ir) -> int:
+        p = dict(ir.params)
+        n = p["n"]
+        rows = ir.inputs[0].shape[0]
+        flops = 0
+        for i, (r, _s, _tw, _ix, q) in enumerate(dft.stockham_stages(n)):
+            per = (4 if r == 2 else 16) + (0 if i == 0 else 6 * (r - 1))
+            flops += per * q
+        if p["scale"] != 1.0:
+            flops += 2 * n
+        return rows * flops
+
+    def evaluate(self, srcs, arg, dtype, shape) -> np.ndarray:
+        p = dict(arg[1])
+        x = np.asarray(srcs[0], np.float64)
+        z = x if p["real"] else x[..., 0] + 1j * x[..., 1]
+        n = p["n"]
+        f = np.fft.fft(z, axis=-1) if p["sign"] < 0 else np.fft.ifft(z, axis=-1) * n
+        f = f[..., : p["length"]] * p["scale"]
+        return np.stack([f.real, f.imag], -1).astype(dtype).reshape(shape)
+
+    def reference_run(self, ir, arrays) -> None:
+        srcs = [a.reshape(-1)[: math.prod(v.shape)].reshape(v.shape)
+                for a, v in zip(arrays, ir.inputs)]  # fmt: skip
+        v = ir.outputs[0]
+        out = self.evaluate(srcs, (self.key, ir.params), np.dtype(v.dtype), v.shape)
+        arrays[len(ir.inputs)].reshape(-1)[: math.prod(v.shape)] = out.reshape(-1)
+
+
+def _tiling(spec, x, tw, ix, out, **params) -> dict:
+    return {"blocks": max(1, min(x.shape[0], spec.vector_cores))}
+
+
+_SRC = pathlib.Path(__file__).read_bytes() + pathlib.Path(dft.__file__).read_bytes()
+KEY = f"{__name__}.{NAME}:{hashlib.sha256(_SRC).hexdigest()[:16]}"
+custom.register(KEY, VectorFFT(KEY))
+custom.BUILTIN[NAME] = KEY
