@@ -2444,7 +2444,8 @@ def _dft_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool, m: int)
     return permute_dims(reshape(out, (b, n1, n2, 2)), (0, 2, 1, 3))  # [b, k2, k1, plane]
 
 
-def _bluestein_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool) -> Tensor:
+def _bluestein_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool,
+                    vector: bool = False) -> Tensor:  # fmt: skip
     """Bluestein's algorithm: the length-n DFT of each row of `p` ((..., n, 2) pairs, or (..., n)
     real) as the chirp convolution X_k = c_k sum_t (x_t c_t) b_(k-t), c_t = exp(sign i pi t^2/n),
     b = conj(c), computed through transforms of the smooth length m = prod(fs) >= 2n - 1 (the
@@ -2463,6 +2464,10 @@ def _bluestein_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool) -
         a = reshape(p, (b, n, 1)) * _fft_table(p, dft.chirp, n, sign, 1.0, 0)
     else:
         a = cmul(reshape(p, (b, n, 2)), dft.chirp, n, sign, 1.0)
+    if vector:  # the Vector Stockham FFTs zero-pad to m and keep the first n themselves
+        f = _stockham_rows(a, m, -1, 1.0, False, m)
+        g = cmul(f, dft.bluestein_filter, n, m, sign)
+        return cmul(_stockham_rows(g, m, 1, 1.0, False, n), dft.chirp, n, sign, scale)
     a = pad(a, [(0, 0), (0, m - n), (0, 0)])
     f = reshape(_dft_rows(a, fs, -1, 1.0, False, m), (b, m, 2))
     g = cmul(f, dft.bluestein_filter, n, m, sign)
@@ -2480,7 +2485,8 @@ def _stockham_rows(p: Tensor, n: int, sign: int, scale: float, real: bool, lengt
 
     lead = p.shape[:-1] if real else p.shape[:-2]
     b = math.prod(lead)
-    xs = reshape(p, (b, n) if real else (b, n, 2))
+    m = p.shape[-1] if real else p.shape[-2]  # m < n: the kernel zero-pads the rows to n
+    xs = reshape(p, (b, m) if real else (b, m, 2))
     tw = _fft_table(p, dft.stockham_tables, n, sign, 0)
     ix = _fft_table(p, dft.stockham_tables, n, sign, 1)
     params = (("length", length), ("n", n), ("real", bool(real)), ("scale", float(scale)),
@@ -2514,7 +2520,7 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
         return _from_last(astype(matmul(rows, mat), out_dtype), ax)
     nin = n if n is not None else size
     length = nin // 2 + 1 if kind == "rfft" else nin  # rfft: the first n // 2 + 1 frequencies
-    full = nin if impl in ("four-step", "bluestein") else length  # the others compute only those
+    full = length if impl in ("direct", "stockham") else nin  # these compute only those
     other = tuple(d for i, d in enumerate(x.shape) if i != ax)
     # a realized input keeps its transform graph (every node of it is interned: the same
     # structure), so a repeated call costs dictionary lookups instead of building ~30 nodes
@@ -2523,12 +2529,13 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
     out = None if memo is None else memo.get(key)
     if out is None:
         scale = dft.norm_scale(norm, nin, inverse)
+        fit = builtins.min(nin, size) if impl == "stockham" else nin  # the kernel zero-pads
         if real:
-            rows = _fit_axis(astype(_to_last(x, ax), dt.float32), nin, -1)
+            rows = _fit_axis(astype(_to_last(x, ax), dt.float32), fit, -1)
         else:
-            rows = _fit_axis(_complex_rows(x, ax), nin, -2)
-        if impl == "bluestein":
-            out = _bluestein_rows(rows, fs, sign, scale, real)._node
+            rows = _fit_axis(_complex_rows(x, ax), fit, -2)
+        if impl in ("bluestein", "bluestein-vector"):
+            out = _bluestein_rows(rows, fs, sign, scale, real, impl == "bluestein-vector")._node
         elif impl == "stockham":
             out = _stockham_rows(rows, nin, sign, scale, real, length)._node
         else:

@@ -182,6 +182,7 @@ def small_plans(monkeypatch):
     monkeypatch.setattr(dft, "PRIME_DIRECT_MAX", 7)
     monkeypatch.setattr(dft, "IRFFT_DIRECT_MAX", 16)
     monkeypatch.setattr(dft, "STOCKHAM_MAX", 0)  # the Cube plans (test_fft_stockham_values)
+    monkeypatch.setattr(dft, "BLUESTEIN_CUBE", True)
     dft.plan.cache_clear()
     yield dft
     dft.plan.cache_clear()
@@ -219,15 +220,27 @@ def test_fft_plans_chosen_and_explained(small_plans):
 
 
 def test_fft_plan_rule_at_real_sizes():
-    """The default thresholds (no execution): powers of two four-step, short and mid-size
-    primes direct, a prime factor > PRIME_DIRECT_MAX Bluestein on a 5-smooth length."""
+    """The default thresholds (no execution): powers of two four-step (without the Vector
+    kernel's UB), short primes direct, primes up to 2048 Bluestein on two Vector Stockham FFTs,
+    a prime factor > PRIME_DIRECT_MAX the AI CPU (measured faster on the host), or Bluestein on
+    a 5-smooth length through Cube transforms when BLUESTEIN_CUBE is set."""
     from lazymath.graph import dft
 
+    ub = 256 * 1024
     assert dft.plan("fft", False, 4096, False)[:2] == ("four-step", (64, 64))
-    assert dft.plan("fft", False, 97, False)[:2] == ("direct", (97,))
+    assert dft.plan("fft", False, 97, False, 1, ub)[:2] == ("direct", (97,))
     assert dft.plan("fft", False, 1009, False)[:2] == ("direct", (1009,))
-    for n in (2053, 4099, 2 * 4099):
-        impl, fs, why = dft.plan("fft", False, n, False)
+    assert dft.plan("fft", False, 1009, False, 4, ub)[:2] == ("bluestein-vector", (2,) + (4,) * 5)
+    impl, _fs, why = dft.plan("fft", False, 4099, False, 64, ub)
+    assert impl == "aicpu" and "slower than the AI CPU" in why, why
+    dft.BLUESTEIN_CUBE = True
+    dft.plan.cache_clear()
+    try:
+        runs = [(n, *dft.plan("fft", False, n, False)) for n in (2053, 4099, 2 * 4099)]
+    finally:
+        dft.BLUESTEIN_CUBE = False
+        dft.plan.cache_clear()
+    for n, impl, fs, why in runs:
         m = int(np.prod(fs))
         assert impl == "bluestein" and m >= 2 * n - 1 and "Bluestein" in why, (n, fs, why)
         assert dft.factors(m) == list(fs)
@@ -384,3 +397,30 @@ def test_fft_stockham_values(backend, preset, check, data, dtype):
         got = lm.fft.fft(lm.tensor(a)[:, ::2])
         cases.append(("strided", got, np.fft.fft(a[:, ::2]), 32))
     _run(check, cases)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "complex64"])
+def test_fft_bluestein_vector_values(backend, preset, check, data, monkeypatch, dtype):
+    """Bluestein on two Vector Stockham FFTs (primes > 4 with the threshold shrunk): kinds,
+    norms, axis 0, n crop and zero-pad, both presets."""
+    from lazymath.graph import dft
+
+    monkeypatch.setattr(dft, "BLUESTEIN_VECTOR_MIN", 4)
+    dft.plan.cache_clear()
+    specs = [("fft", 5, None, None, -1), ("ifft", 7, None, "ortho", 0),
+             ("rfft", 11, None, "forward", -1), ("fft", 13, 11, None, -1)]  # fmt: skip
+    if backend == "llvm":
+        specs = specs[:1] if dtype == "complex64" else specs[2:3]
+    cases = []
+    for kind, length, n, norm, axis in specs:
+        if kind == "rfft" and dtype == "complex64":
+            continue
+        shape = (2, length) if axis == -1 else (length, 2)
+        a = data.rand(shape, dtype, -2, 2)
+        label = f"{kind}({dtype}{shape}, n={n}, norm={norm}, axis={axis})"
+        got = getattr(lm.fft, kind)(lm.tensor(a), n=n, norm=norm, axis=axis)
+        cases.append((label, got, getattr(np.fft, kind)(a, n=n, norm=norm, axis=axis), length))
+    text = lm.explain(cases[0][1])
+    assert "bluestein-vector" in text and "Vector Stockham FFTs of m=" in text, text
+    _run(check, cases)
+    dft.plan.cache_clear()

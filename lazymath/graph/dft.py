@@ -52,6 +52,10 @@ FACTOR_MAX = 128  # four-step: the short DFT n1 is at most this
 PRIME_DIRECT_MAX = 2048  # lengths with no factor <= FACTOR_MAX: direct up to this, else aicpu
 IRFFT_DIRECT_MAX = 4096  # irfft on the Cube is one direct matmul (real output) up to this
 BLUESTEIN_RATIO = 4  # Bluestein replaces a plan with a long direct DFT when that is 4x its flops
+# Bluestein on Cube transforms (m > STOCKHAM_MAX) was 1.7-3.2x slower than the AI CPU's
+# numpy.fft on the host (64 x 4099, session 3): those lengths go to the AI CPU unless this is set
+BLUESTEIN_CUBE = False
+BLUESTEIN_VECTOR_MIN = 128  # a prime factor > this: Bluestein on two Vector Stockham FFTs
 STOCKHAM_MIN = 4  # powers of two from this length ...
 STOCKHAM_MAX = 4096  # ... up to this one (and what fits in UB) may take the Vector Stockham FFT
 # ... when the batch holds at most this many elements: on the host the Vector kernel beat the
@@ -111,9 +115,33 @@ def plan(kind: str, out_double: bool, n: int, empty: bool, rows: int = 1,
             ),
         )
     f = factors(n)
-    if f is None or f[-1] > DIRECT_MAX:
+    if f is None or f[-1] > BLUESTEIN_VECTOR_MIN:  # a long direct DFT (a prime factor)
+        m = 1 << (2 * n - 2).bit_length()  # the power of two >= 2n - 1
+        fits = ub_bytes is not None and m <= STOCKHAM_MAX and stockham_ub_bytes(m) <= ub_bytes
+        if fits and rows * m <= STOCKHAM_ELEMENTS:
+            what = "a prime factor" if f is None else f"a direct DFT of {f[-1]}"
+            return (
+                "bluestein-vector",
+                stockham_radices(m),
+                (
+                    f"n={n} has {what} > {BLUESTEIN_VECTOR_MIN}: Bluestein, a chirp convolution "
+                    f"through two Vector Stockham FFTs of m={m} (chirp and filter products on "
+                    "the Vector unit)"
+                ),
+            )
+    if f is None or f[-1] > DIRECT_MAX:  # Bluestein on Cube transforms, or the AI CPU
         m = bluestein_size(n)
         blue = bluestein_flops(m)
+    if f is None and not BLUESTEIN_CUBE:
+        return (
+            "aicpu",
+            (),
+            (
+                f"n={n} has a prime factor > {PRIME_DIRECT_MAX}: Bluestein through Cube "
+                f"transforms of m={m} measured 1.7-3.2x slower than the AI CPU's numpy.fft "
+                "on the host (BLUESTEIN_CUBE), so the AI CPU"
+            ),
+        )
     if f is None:
         fs = tuple(factors(m))
         return (

@@ -32,7 +32,7 @@ NAME = "fft_stockham"
 
 
 def _kernel(k, x, tw, ix, out, *, n, sign, scale, real, length):
-    rows = x.shape[0]
+    rows, n_in = x.shape[0], x.shape[1]  # rows shorter than n are zero-padded on chip
     stages = dft.stockham_stages(n)
     planes = [(k.ub("float32", n, "are"), k.ub("float32", n, "aim")),
               (k.ub("float32", n, "bre"), k.ub("float32", n, "bim"))]  # fmt: skip
@@ -56,12 +56,16 @@ def _kernel(k, x, tw, ix, out, *, n, sign, scale, real, length):
             # the r inputs a_j
             if src is None:  # first stage: in[k + s j] straight from GM (s == q)
                 for j in range(r):
-                    if real:
-                        k.copy_in(g[j][0], x[row * n + s * j], q)
-                        k.vdup(g[j][1], 0.0, q)
-                    else:
-                        k.copy_in(g[j][0], x[row * 2 * n + 2 * s * j], q, 2)
-                        k.copy_in(g[j][1], x[row * 2 * n + 2 * s * j + 1], q, 2)
+                    cnt = max(0, min(q, n_in - s * j))  # the rest is the zero padding
+                    if cnt and real:
+                        k.copy_in(g[j][0], x[row * n_in + s * j], cnt)
+                    elif cnt:
+                        k.copy_in(g[j][0], x[row * 2 * n_in + 2 * s * j], cnt, 2)
+                        k.copy_in(g[j][1], x[row * 2 * n_in + 2 * s * j + 1], cnt, 2)
+                    if cnt < q:
+                        k.vdup(g[j][0][cnt], 0.0, q - cnt)
+                    if real or cnt < q:
+                        k.vdup(g[j][1][cnt if not real else 0], 0.0, q - (0 if real else cnt))
             else:
                 sre, sim = src
                 k.copy_in(t["idx"], ix[ix_off], q)
@@ -174,7 +178,7 @@ class VectorFFT:
         x = np.asarray(srcs[0], np.float64)
         z = x if p["real"] else x[..., 0] + 1j * x[..., 1]
         n = p["n"]
-        f = np.fft.fft(z, axis=-1) if p["sign"] < 0 else np.fft.ifft(z, axis=-1) * n
+        f = np.fft.fft(z, n, axis=-1) if p["sign"] < 0 else np.fft.ifft(z, n, axis=-1) * n
         f = f[..., : p["length"]] * p["scale"]
         return np.stack([f.real, f.imag], -1).astype(dtype).reshape(shape)
 
