@@ -176,7 +176,7 @@ class Planner:
                     self.log.append(LogEntry("fft", (describe(n),), why, n))
             if n.op == "custom":  # a user kernel reads dense inputs from GM
                 for s in n.srcs:
-                    if id(s) in self.pos and id(s) not in M:
+                    if id(s) in self.pos and id(s) not in M and _dense_leaf(s) is None:
                         M.add(id(s))
                         self.log.append(LogEntry("materialize", (describe(s), describe(n)),
                                                  rules.FUSE[("elementwise", "custom")][1],
@@ -929,7 +929,7 @@ class Planner:
         g.ir = CustomKernel(key, defn.name, defn.unit, tuple(views_in),
                             tuple(contiguous_view(o.dtype.name, o.shape) for o in outs),
                             params, epilogue, result)  # fmt: skip
-        g.inputs = list(n.srcs)
+        g.inputs = [_dense_leaf(s) or s for s in n.srcs]
 
     def _merge_custom_siblings(self, groups: list[Group]) -> list[Group]:
         """The outputs of one call of a multi-output user kernel are one kernel."""
@@ -988,6 +988,17 @@ class Planner:
             return epi.value(out)
         virtual = make("reshape", out.dtype, core.shape, (out,), loc=out.loc)
         return epi.value(out, (virtual,))
+
+
+def _dense_leaf(s: Node) -> Node | None:
+    """The realized C-contiguous array that `s` reshapes (a dense GM input read in place by a
+    user kernel, e.g. a vector seen as one row), None if `s` is anything else."""
+    b = s
+    while b.op == "reshape" and b.realized is None:
+        b = b.srcs[0]
+    if b is s or b.realized is None or not b.realized.flags.c_contiguous:
+        return None
+    return b
 
 
 def _peel_views(n: Node) -> Node:
