@@ -339,10 +339,25 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
     prog = PROGRAMS.get(full_key)
     hit = prog is not None
     if not hit:
-        reason = debug.miss_reason(key, order, spec, backend)
-        prog = compile_program(outputs, leaves, order, spec, backend)
-        prog.miss_reason = reason
-        PROGRAMS.put(full_key, prog)
+        # background compiles (tier-ups) wait while this realize compiles and runs its first
+        # call (at most backend.workers.HOLD_MAX s): on a small host they would take its cores
+        from .backend.workers import hold_background
+
+        with hold_background():
+            _run_miss(outputs, leaves, order, spec, backend, key, full_key, t0)
+        return
+    _run_and_commit(prog, outputs, leaves, hit, t0)
+
+
+def _run_miss(outputs, leaves, order, spec, backend: str, key, full_key, t0: float) -> None:
+    reason = debug.miss_reason(key, order, spec, backend)
+    prog = compile_program(outputs, leaves, order, spec, backend)
+    prog.miss_reason = reason
+    PROGRAMS.put(full_key, prog)
+    _run_and_commit(prog, outputs, leaves, False, t0)
+
+
+def _run_and_commit(prog, outputs, leaves, hit: bool, t0: float) -> None:
     validate = _VALIDATE.get()
     level = _DEBUG.get()
     out_dir = settings.DEBUG_DIR.get()

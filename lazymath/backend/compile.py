@@ -503,6 +503,7 @@ def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
     kernel = _load_llvm(ir, spec, name, key)
     if kernel is not None:
         return kernel
+    workers.warm()  # the workers load LLVM while the template and lowering run here
     from lazymath.backend import isolate
     from lazymath.backend.lower_llvm import lower_program
 
@@ -521,7 +522,8 @@ def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
     # dies in LLVM leaves the mark, and the next process compiles that kernel in a child
     if tiered and _tier_first(ir, text):
         job.tier0 = workers.submit(_renamed_ir(text, symbol, job.symbol0), job.module0, 0,
-                                   marker=isolate.tier0_marker(key))  # fmt: skip
+                                   marker=isolate.tier0_marker(key),
+                                   codegen=_tier0_codegen(ir))  # fmt: skip
     else:
         job.final = workers.submit(text, job.module, job.level, marker=key)
     return job
@@ -576,6 +578,14 @@ def _work_elements(ir) -> int:
     return 0
 
 
+def _tier0_codegen(ir) -> int:
+    """Code generator level of a kernel's tier-0 code (`workers.Compiler.compile`): LLVM's -O0
+    code generator (~5-10x faster than the default on these modules) except for matmuls,
+    whose explicit GEMM microkernels need the real register allocator to run at speed (their
+    tier-0 code is what the first, long call runs)."""
+    return 3 if ir.kind == "matmul" else 0
+
+
 def _tier_first(ir, text: str) -> bool:
     """Start this kernel on tier-0 code (no IR optimization: code generation only, ~10x faster
     to build) and replace it in the background with the optimized code? For kernels whose
@@ -617,13 +627,19 @@ class _Job:
             kernel.tier = 0
             TIER_STATS["tiered"] += 1
             _tiering_started()
-            fut = workers.submit(self.text, self.module, self.level, marker=self.key)
+            fut = workers.submit(self.text, self.module, self.level, marker=self.key,
+                                 background=True)  # fmt: skip
             # the callback holds the kernel's family weakly: a kernel evicted (and collected)
             # before its optimized code is ready gets none mapped; the code still goes to disk
             watch_background(
                 fut,
                 lambda: workers.submit(
-                    self.text, self.module, self.level, vectorize=False, marker=self.key
+                    self.text,
+                    self.module,
+                    self.level,
+                    vectorize=False,
+                    marker=self.key,
+                    background=True,
                 ),  # fmt: skip
                 lambda f, fam=kernel._family: self._tier_up(fam, f),
                 f"kernel {self.name}",
@@ -718,16 +734,18 @@ def _result(fut, job: _Job, level: int | None = None) -> bytes:
         RuntimeWarning,
         stacklevel=4,
     )
-    workers.abandon()
+    workers.abandon(fut)
+    codegen = 3
     if level == 0:  # the tier-0 compile (its own symbol and module)
         text, module = _renamed_ir(job.text, job.symbol, job.symbol0), job.module0
+        codegen = _tier0_codegen(job.ir)
     else:
         text, module, level = job.text, job.module, job.level
-    fut = workers.submit(text, module, level, vectorize=False, marker=job.key)
+    fut = workers.submit(text, module, level, vectorize=False, marker=job.key, codegen=codegen)
     try:
         return fut.result(timeout=timeout)
     except FutTimeout:
-        workers.abandon()
+        workers.abandon(fut)
         raise RuntimeError(
             f"lazymath: LLVM did not finish compiling kernel {job.name} within {timeout:g} s, "
             "even with the vectorizers off (LAZYMATH_COMPILE_TIMEOUT)"
@@ -799,12 +817,15 @@ def watch_background(fut, retry, on_done, what: str) -> None:
 
     timeout = _compile_timeout()
 
-    def expired(stage: int) -> None:
+    def expired(stage: int, job) -> None:
         if done[0]:
+            return
+        if not job.running() and not job.done():  # still queued (background jobs wait for
+            _watchdog.at(timeout, lambda: expired(stage, job))  # foreground ones): no hang
             return
         import warnings
 
-        workers.abandon()
+        workers.abandon(job)
         if stage == 0:
             warnings.warn(f"lazymath: LLVM did not finish optimizing {what} in the background "
                           f"within {timeout:g} s (a known LLVM loop-vectorizer hang); compiling "
@@ -813,7 +834,7 @@ def watch_background(fut, retry, on_done, what: str) -> None:
                           stacklevel=1)  # fmt: skip
             again = retry()
             again.add_done_callback(deliver)
-            _watchdog.at(timeout, lambda: expired(1))
+            _watchdog.at(timeout, lambda: expired(1, again))
             return
         failed: Future = Future()
         failed.set_exception(RuntimeError(
@@ -823,7 +844,7 @@ def watch_background(fut, retry, on_done, what: str) -> None:
 
     fut.add_done_callback(deliver)
     if not done[0]:
-        _watchdog.at(timeout, lambda: expired(0))
+        _watchdog.at(timeout, lambda: expired(0, fut))
 
 
 _tiering = 0

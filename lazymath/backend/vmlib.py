@@ -327,11 +327,12 @@ def _compile(fn: _Fn) -> None:
     if bc.tiered_setting():
         sym0 = f"{fn.symbol}_t0"
         quick = workers.submit(text.replace(f'@"{fn.symbol}"', f'@"{sym0}"'),
-                               f"{fn.module}_t0", 0)  # fmt: skip
+                               f"{fn.module}_t0", 0, codegen=0)  # fmt: skip
         quick.add_done_callback(lambda f: _linked(fn, f, 0, sym0, f"{fn.module}_t0"))
     bc._tiering_started()
-    final = workers.submit(text, fn.module, 3)
-    bc.watch_background(final, lambda: workers.submit(text, fn.module, 3, vectorize=False),
+    final = workers.submit(text, fn.module, 3, background=bc.tiered_setting())
+    bc.watch_background(final, lambda: workers.submit(text, fn.module, 3, vectorize=False,
+                                                      background=bc.tiered_setting()),
                         lambda f: _linked(fn, f, 2, fn.symbol, fn.module),
                         f"vector math library function {fn.symbol}")  # fmt: skip
 

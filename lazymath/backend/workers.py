@@ -14,24 +14,116 @@ ones, parsing and verifying a module in the worker's own context, keep it). The 
 worker emits is what MCJIT would emit for the module; it is linked in with `jit.load_cached`
 (elfload: no LLVM at all) and stored in the disk cache unchanged.
 
+Foreground and background: a compile someone waits for (a kernel's code, a library function's
+quick code) is foreground; the optimized code that replaces quick code later (tiered compilation)
+is background. Workers take foreground jobs first; a background job starts only when no
+foreground job is queued or running, on at most n-1 workers (one stays free for the next
+foreground job), and not while a realize that compiled is still running its first call
+(`hold_background`: the background would take a core from it) -- unless the job has waited
+HOLD_MAX seconds, so background work always makes progress. Workers load LLVM and build their
+compiler as soon as they start (`warm`, called at the first disk-cache miss), while the
+template and lowering run on the calling thread.
+
 Levels: 3 the O3 pipeline, 1 speed level 1 (tiny kernels, see compile._is_tiny), 0 no IR
-optimization (tiered compilation's first tier: code generation only). Vectorizers on at 1 and 3.
+optimization (tiered compilation's first tier: code generation only, with LLVM's -O0 code
+generator for everything but GEMM microkernels, `codegen=0`). Vectorizers on at 1 and 3.
 Floating point is IEEE at every level (no fast-math flags anywhere): levels only change speed,
 never results.
 """
 
 from __future__ import annotations
 
+import collections
 import os
-import queue
 import threading
+import time
 from concurrent.futures import Future
 
+HOLD_MAX = 0.5  # seconds a background job waits at most for held realizes (`hold_background`)
+
+
+class _Jobs:
+    """The workers' job queue: foreground jobs first, background jobs when the workers and
+    the realizes leave room (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition(threading.Lock())
+        self.fg: collections.deque = collections.deque()
+        self.bg: collections.deque = collections.deque()  # (time queued, job)
+        self.fg_running = 0
+        self.bg_running = 0
+        self.running: dict = {}  # id(future) -> background? (jobs on a worker now)
+        self.holds = 0
+
+    def put(self, job, background: bool = False) -> None:
+        with self.cv:
+            if background:
+                self.bg.append((time.monotonic(), job))
+            else:
+                self.fg.append(job)
+            self.cv.notify_all()
+
+    def _bg_wait(self) -> float | None:
+        """0 if a background job may start now, else seconds to wait (None: until notified)."""
+        if not self.bg or self.fg_running or self.bg_running >= max(1, n_workers() - 1):
+            return None
+        if not self.holds:
+            return 0.0
+        return max(0.0, self.bg[0][0] + HOLD_MAX - time.monotonic())
+
+    def get(self):
+        """The next job this worker may run (blocks until there is one)."""
+        with self.cv:
+            while True:
+                if self.fg:
+                    job, background = self.fg.popleft(), False
+                    self.fg_running += 1
+                    break
+                wait = self._bg_wait()
+                if wait == 0.0:
+                    job, background = self.bg.popleft()[1], True
+                    self.bg_running += 1
+                    break
+                self.cv.wait(wait)
+            self.running[id(job[0])] = background
+            return job
+
+    def done(self, fut) -> None:
+        """`fut`'s job left its worker (finished, or the worker was abandoned in it)."""
+        with self.cv:
+            background = self.running.pop(id(fut), None)
+            if background is None:
+                return
+            if background:
+                self.bg_running -= 1
+            else:
+                self.fg_running -= 1
+            self.cv.notify_all()
+
+    def hold(self, delta: int) -> None:
+        with self.cv:
+            self.holds += delta
+            self.cv.notify_all()
+
+
 _local = threading.local()
-_queue: queue.SimpleQueue = queue.SimpleQueue()
+_queue = _Jobs()
 _threads: list[threading.Thread] = []
 _threads_lock = threading.Lock()
 _abandoned = 0
+
+
+class hold_background:
+    """``with hold_background():`` -- background compiles do not start meanwhile (at most
+    HOLD_MAX seconds per job): the engine holds them while a realize that compiled kernels
+    runs its first call, so a tier-up does not take a core from it."""
+
+    def __enter__(self):
+        _queue.hold(1)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _queue.hold(-1)
 
 
 def n_workers() -> int:
@@ -42,34 +134,60 @@ def n_workers() -> int:
     return max(1, n or min(os.cpu_count() or 1, 4))
 
 
-def _loop() -> None:
-    while True:
-        fut, fn, args = _queue.get()
-        if not fut.set_running_or_notify_cancel():
-            continue
+def _loop(target: str | None) -> None:
+    if target is not None:
         try:
-            fut.set_result(fn(*args))
-        except BaseException as e:  # noqa: BLE001 - handed to whoever waits
-            fut.set_exception(e)
+            _compiler(target)  # load LLVM, build this thread's compiler before the first job
+        except Exception:  # noqa: BLE001,S110 - the first job reports it
+            pass
+    jobs = _queue
+    while True:
+        fut, fn, args = jobs.get()
+        try:
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - handed to whoever waits
+                fut.set_exception(e)
+        finally:
+            jobs.done(fut)
 
 
-def _start_threads() -> None:
-    """Daemon threads (a thread stuck in LLVM must not hold up the interpreter's exit)."""
+def _start_threads(target: str | None = None) -> None:
+    """Daemon threads (a thread stuck in LLVM must not hold up the interpreter's exit); new
+    ones build their compiler for `target` first (`warm`)."""
     with _threads_lock:
         want = n_workers() + _abandoned
         while len(_threads) < want:
-            t = threading.Thread(target=_loop, name=f"lazymath-compile-{len(_threads)}",
-                                 daemon=True)  # fmt: skip
+            t = threading.Thread(target=_loop, args=(target,),
+                                 name=f"lazymath-compile-{len(_threads)}", daemon=True)  # fmt: skip
             t.start()
             _threads.append(t)
 
 
-def abandon() -> None:
-    """A worker is stuck in LLVM for good (see compile's watchdog): start one more thread so
-    the pool keeps its size; the stuck one keeps its core until the process exits."""
+def warm() -> None:
+    """Start the workers now, each loading LLVM and building its compiler for the target in
+    effect (a kernel is about to be compiled: that work overlaps the template and lowering)."""
+    if len(_threads) < n_workers() + _abandoned:
+        from lazymath.backend.jit import get_jit
+
+        target = _requested()
+        # LLVM's import and the engine's setup here, uncontended: on a worker they would run
+        # beside this thread's template work and wait for the GIL at each of their many calls
+        get_jit(target)
+        _start_threads(target)
+
+
+def abandon(fut: Future | None = None) -> None:
+    """A worker is stuck in LLVM for good on `fut`'s job (see compile's watchdog): start one
+    more thread so the pool keeps its size; the stuck one keeps its core until the process
+    exits, and its job no longer counts as running (it would hold up background jobs)."""
     global _abandoned
     with _threads_lock:
         _abandoned += 1
+    if fut is not None:
+        _queue.done(fut)
     _start_threads()
 
 
@@ -81,6 +199,7 @@ class Compiler:
 
         llvm = _binding()
         jit = get_jit(target)  # initializes the native target; its CPU name and features
+        self.target_name = target
         self.cpu_name = jit.cpu_name
         self.context = llvm.create_context()
         target = llvm.Target.from_default_triple()
@@ -90,6 +209,7 @@ class Compiler:
         self.triple = jit.triple
         self.data_layout = jit.data_layout
         self.pbs: dict = {}
+        self.fast_tm = None  # code generation at -O0 (`compile(..., codegen=0)`), made on use
 
     def _pb(self, level: int, vectorize: bool):
         pb = self.pbs.get((level, vectorize))
@@ -106,12 +226,31 @@ class Compiler:
             pb = self.pbs[(level, vectorize)] = llvm.create_pass_builder(self.tm, pto)
         return pb
 
-    def compile(self, ir_text: str, module_name: str, level: int, vectorize: bool = True) -> bytes:
-        """Object code of `ir_text` (one module) optimized at `level`."""
+    def _codegen_tm(self, codegen: int):
+        if codegen >= 3:
+            return self.tm
+        if self.fast_tm is None:
+            from lazymath.backend.jit import _binding, get_jit
+
+            jit = get_jit(self.target_name)
+            target = _binding().Target.from_default_triple()
+            self.fast_tm = target.create_target_machine(
+                cpu=jit.cpu_name, features=jit.cpu_features, opt=0, jit=True
+            )
+        return self.fast_tm
+
+    def compile(self, ir_text: str, module_name: str, level: int, vectorize: bool = True,
+                codegen: int = 3) -> bytes:  # fmt: skip
+        """Object code of `ir_text` (one module) optimized at `level`. `codegen` 0: LLVM's
+        -O0 code generator (FastISel, fast register allocation), several times faster than
+        the default (3) and producing slower code: tier 0 of elementwise and reduce kernels.
+        Either computes the same IEEE results (no fast-math flags; fma only where the IR
+        calls llvm.fma, which every code generator fuses)."""
         from llvmlite.binding import ffi
 
         from lazymath.backend.jit import _binding
 
+        tm = self._codegen_tm(codegen)
         mod = _binding().parse_assembly(ir_text, context=self.context)
         mod.name = module_name
         mod.triple = self.triple
@@ -122,7 +261,7 @@ class Compiler:
             mpm = pb.getModulePassManager()
             ffi.lib.LLVMPY_RunNewModulePassManager._cfn(mpm, mod, pb)  # without the lock
         with ffi.OutputString() as err:
-            mb = ffi.lib.LLVMPY_TargetMachineEmitToMemory._cfn(self.tm, mod, 1, err)
+            mb = ffi.lib.LLVMPY_TargetMachineEmitToMemory._cfn(tm, mod, 1, err)
             if not mb:
                 raise RuntimeError(f"LLVM code generation failed for {module_name}: {err}")
         try:
@@ -166,24 +305,31 @@ def _compiler(target: str | None = None) -> Compiler:
 
 
 def _work(ir_text: str, module_name: str, level: int, vectorize: bool = True,
-          marker: str | None = None, target: str | None = None) -> bytes:  # fmt: skip
+          marker: str | None = None, target: str | None = None,
+          codegen: int = 3) -> bytes:  # fmt: skip
+    kw = {"codegen": codegen} if codegen != 3 else {}
     if marker is None:
-        return _compiler(target).compile(ir_text, module_name, level, vectorize)
+        return _compiler(target).compile(ir_text, module_name, level, vectorize, **kw)
     from lazymath.backend import isolate
 
     with isolate.compiling(marker):  # a process dying in LLVM here leaves the mark
-        return _compiler(target).compile(ir_text, module_name, level, vectorize)
+        return _compiler(target).compile(ir_text, module_name, level, vectorize, **kw)
 
 
 def submit(ir_text: str, module_name: str, level: int = 3, vectorize: bool = True,
-           marker: str | None = None) -> Future:  # fmt: skip
+           marker: str | None = None, background: bool = False,
+           codegen: int = 3) -> Future:  # fmt: skip
     """Compile on a worker thread; the Future's result is the object code. `marker`: the
     kernel's disk key, marked as being compiled while LLVM runs (see `isolate`). The code is
     generated for the host target in effect at submission (the IR and its disk key were made
-    for it), whichever target the worker compiled for before."""
-    _start_threads()
+    for it), whichever target the worker compiled for before. `background`: nobody waits
+    for it now (an optimized replacement of quick code): it yields to foreground compiles.
+    `codegen`: the code generator's level (`Compiler.compile`)."""
+    target = _requested()
+    _start_threads(target)
     fut: Future = Future()
-    _queue.put((fut, _work, (ir_text, module_name, level, vectorize, marker, _requested())))
+    args = (ir_text, module_name, level, vectorize, marker, target, codegen)
+    _queue.put((fut, _work, args), background)
     return fut
 
 
@@ -221,7 +367,7 @@ def _after_fork_in_child() -> None:
     may have inherited the queue's or the list's lock held: fresh ones; compiles the parent
     had queued or running are lost to the child (their futures never finish there)."""
     global _queue, _threads, _threads_lock, _abandoned
-    _queue = queue.SimpleQueue()
+    _queue = _Jobs()
     _threads = []
     _threads_lock = threading.Lock()
     _abandoned = 0

@@ -84,11 +84,11 @@ orig = workers.Compiler.compile
 hung = []
 
 
-def compile(self, ir, name, level, vectorize=True):
+def compile(self, ir, name, level, vectorize=True, **kw):
     if not hung:  # the first worker compile "hangs"
         hung.append(name)
         release.wait()
-    return orig(self, ir, name, level, vectorize)
+    return orig(self, ir, name, level, vectorize, **kw)
 
 
 workers.Compiler.compile = compile
@@ -124,11 +124,11 @@ orig = workers.Compiler.compile
 hung = []
 
 
-def compile(self, ir, name, level, vectorize=True):
+def compile(self, ir, name, level, vectorize=True, **kw):
     if level == 3 and not hung:  # the first optimized compile (the tier-up) "hangs"
         hung.append(name)
         release.wait()
-    return orig(self, ir, name, level, vectorize)
+    return orig(self, ir, name, level, vectorize, **kw)
 
 
 workers.Compiler.compile = compile

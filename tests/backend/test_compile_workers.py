@@ -1,0 +1,101 @@
+"""The compile workers' job queue: foreground compiles (someone waits for them) go first,
+background ones (tier-ups, the library's optimized code) yield to them and to a realize's first
+call, but always make progress. (Tier 0's -O0 code generator giving the same bits as the
+optimized code: tests/backend/test_compile_tiers.py.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+
+from lazymath.backend import workers
+
+
+def _job(tag: str):
+    return (Future(), None, (tag,))
+
+
+def _tag(job) -> str:
+    return job[2][0]
+
+
+def test_foreground_jobs_go_before_background_ones(monkeypatch):
+    monkeypatch.setattr(workers, "n_workers", lambda: 2)
+    q = workers._Jobs()
+    q.put(_job("bg1"), background=True)
+    q.put(_job("fg1"))
+    q.put(_job("bg2"), background=True)
+    q.put(_job("fg2"))
+    first, second = q.get(), q.get()
+    assert [_tag(first), _tag(second)] == ["fg1", "fg2"]
+    # foreground jobs still running: no background job may start
+    assert q._bg_wait() is None
+    q.done(first[0])
+    assert q._bg_wait() is None
+    q.done(second[0])
+    third = q.get()
+    assert _tag(third) == "bg1"
+    # at most n - 1 background jobs at once: one worker stays free for foreground work
+    assert q._bg_wait() is None
+    q.put(_job("fg3"))
+    assert _tag(q.get()) == "fg3"
+
+
+def test_held_realizes_delay_background_jobs_at_most_hold_max(monkeypatch):
+    monkeypatch.setattr(workers, "n_workers", lambda: 2)
+    monkeypatch.setattr(workers, "HOLD_MAX", 0.2)
+    q = workers._Jobs()
+    q.hold(1)
+    q.put(_job("bg"), background=True)
+    wait = q._bg_wait()
+    assert wait is not None and 0.0 < wait <= 0.2
+    t0 = time.monotonic()
+    assert _tag(q.get()) == "bg"  # waits for HOLD_MAX, then runs despite the hold
+    assert time.monotonic() - t0 >= 0.15
+    q.hold(-1)
+    q.done(Future())  # a job this queue never handed out: ignored
+    assert q.bg_running == 1
+
+
+def test_an_abandoned_job_stops_counting_as_running(monkeypatch):
+    monkeypatch.setattr(workers, "n_workers", lambda: 2)
+    q = workers._Jobs()
+    q.put(_job("fg"))
+    stuck = q.get()
+    q.put(_job("bg"), background=True)
+    assert q._bg_wait() is None
+    q.done(stuck[0])  # what workers.abandon(fut) does
+    assert q._bg_wait() == 0.0
+    q.done(stuck[0])  # the stuck job returning later changes nothing
+    assert q.fg_running == 0
+
+
+def test_queue_runs_jobs_on_threads_in_priority_order(monkeypatch):
+    """Through real threads: one worker busy; a background and a foreground job queued
+    meanwhile; the foreground one runs first."""
+    monkeypatch.setattr(workers, "n_workers", lambda: 1)
+    q = workers._Jobs()
+    order = []
+    gate = threading.Event()
+
+    def worker():
+        for _ in range(3):
+            fut, fn, args = q.get()
+            try:
+                fut.set_result(fn(*args))
+            finally:
+                q.done(fut)
+
+    busy, bg, fg = Future(), Future(), Future()
+    q.put((busy, gate.wait, (30,)))
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+    while not q.fg_running:
+        time.sleep(0.001)
+    q.put((bg, order.append, ("bg",)), background=True)
+    q.put((fg, order.append, ("fg",)))
+    gate.set()
+    bg.result(30)
+    t.join(30)
+    assert order == ["fg", "bg"]
