@@ -136,6 +136,7 @@ class LowerCtx:
         self._fns: dict = {}
         self._nblocks = 0
         self.global_refs = _names_in(program.body)
+        self._loaded: set | None = None  # see `_loaded_names`
 
     # --------------------------------------------------------------------- types, values
     def storage_type(self, dtype: str) -> ir.Type:
@@ -440,21 +441,14 @@ class LowerCtx:
         """On-chip buffers written by the run that nothing outside the run ever references:
         not elsewhere in this body (later, or earlier = the next loop iteration) and not
         outside this body. Their stores can be dropped."""
+        if self._loaded is None:
+            self._loaded = _loaded_names(self, self.program.body)
+        declared = {b.name for b in self.program.buffers}
         run_refs = _names_in(run_instrs)
         # a buffer the run reads from memory (a window not written earlier in the run) holds
         # values stored before: by an earlier iteration of the enclosing loop, when the run
         # itself writes it (a ring of slots): its stores are live
-        loaded, seen = set(), set()
-        for e in elems:
-            if isinstance(e, _ReduceMark):
-                srcs = [(e.reduce.src, 1)]
-            else:
-                srcs = list(zip(e.srcs, e.src_strides or (1,) * len(e.srcs)))
-            for r, st in srcs:
-                if _key(r, st) not in seen:
-                    loaded.add(r.buf.name)
-            if not isinstance(e, _ReduceMark):
-                seen.add(_key(e.dst, e.dst_stride))
+        loaded = _run_loads(elems)
         out = set()
         for e in elems:
             if isinstance(e, _ReduceMark):
@@ -466,7 +460,55 @@ class LowerCtx:
             outside = self.global_refs[name] - body_refs[name]
             if in_body_elsewhere == 0 and outside == 0:
                 out.add(name)
+            elif name in declared and name not in self._loaded:
+                out.add(name)  # every read of it anywhere is a register of its own run
         return frozenset(out)
+
+
+def _run_loads(elems: list) -> set[str]:
+    """Buffers a fused run reads from memory: a read of a window the run wrote earlier is the
+    register holding that value, not a load."""
+    loaded, seen = set(), set()
+    for e in elems:
+        if isinstance(e, _ReduceMark):
+            srcs = [(e.reduce.src, 1)]
+        else:
+            srcs = list(zip(e.srcs, e.src_strides or (1,) * len(e.srcs)))
+            if e.table is not None:
+                loaded.add(e.table.buf.name)
+        for r, st in srcs:
+            if _key(r, st) not in seen:
+                loaded.add(r.buf.name)
+        if not isinstance(e, _ReduceMark):
+            seen.add(_key(e.dst, e.dst_stride))
+    return loaded
+
+
+def _loaded_names(ctx: LowerCtx, body) -> set[str]:
+    """Buffers some instruction of the program reads from memory, with the partition into
+    fused runs that `lower_body` makes (same function, same order). A declared buffer outside
+    this set is only ever read as a register inside the run that wrote it: its stores are dead
+    everywhere (the broadcast and output tiles of a pipelined row kernel, which its guarded
+    head/tail loops also name)."""
+    out: set[str] = set()
+    stack = [list(body)]
+    while stack:
+        instrs = stack.pop()
+        k = 0
+        while k < len(instrs):
+            instr = instrs[k]
+            if type(instr) in ELEMENTWISE_INSTRS:
+                run, end = _fusible_run(ctx, instrs, k)
+                if run:
+                    out |= _run_loads(run)
+                    k = end
+                    continue
+            inner = getattr(instr, "body", None)
+            if isinstance(inner, tuple):
+                stack.append(list(inner))
+            out.update(r.buf.name for r in isa.refs_of(instr))
+            k += 1
+    return out
 
 
 def _names_in(instrs) -> Counter:

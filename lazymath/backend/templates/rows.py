@@ -585,9 +585,15 @@ def _plan_pipelined(ir: RowKernel, info: _Info, spec, name: str, args):
         return None
     row_outputs = ir.row_outputs[0]
     consts = {r.buf.name for r in (*bd.ef.const_tiles.values(), *bd.er.const_tiles.values())}
+    # a full input that does not move along the kept axes (layernorm's gamma) is the same
+    # for every row: copied into UB once, before the rows
+    invariant = [k for (side, k) in queues if side == "in" and not any(info.in_kstr[k])]
     ring: dict = {}
-    for buf in queues.values():
+    for (side, k), buf in queues.items():
         size = buf.size // 2
+        if side == "in" and k in invariant:  # size 0: every slot is the same window
+            ring[buf.name] = (isa.Buffer(buf.name, "UB", buf.dtype, size), 0)
+            continue
         ring[buf.name] = (isa.Buffer(buf.name, "UB", buf.dtype, P * size), size)
     for buf in bd.buffers():
         if buf.name not in consts:
@@ -614,7 +620,7 @@ def _plan_pipelined(ir: RowKernel, info: _Info, spec, name: str, args):
             rowp = [_remap(i, ring, slot) for i in inits] + rowp
             ins = [isa.WaitFlag("V", "MTE2", slot)]
             for (side, k), buf in rqueues.items():
-                if side == "in":
+                if side == "in" and k not in invariant:
                     v, ks = ir.inputs[k], info.in_kstr[k]
                     off = isa.add(C.dot(k_idx, ks[:-1], v.offset), isa.mul(kc, ks[-1]))
                     ins.append(isa.CopyIn(isa.Ref(buf, isa.mul(slot, R)), isa.Ref(args[k], off),
@@ -656,7 +662,14 @@ def _plan_pipelined(ir: RowKernel, info: _Info, spec, name: str, args):
     pro += [isa.SetFlag("MTE3", "V", q) for q in range(P)]
     epi = [isa.WaitFlag("V", "MTE2", q) for q in range(P)]
     epi += [isa.WaitFlag("MTE3", "V", q) for q in range(P)]
-    body = [*lets, *bd.hoisted(), *pro, *loops, *epi]
+    once = []
+    for k in invariant:
+        v = ir.inputs[k]
+        once.append(isa.CopyIn(isa.Ref(rqueues[("in", k)], 0), isa.Ref(args[k], v.offset), (R,),
+                               (info.rstride[("in", k)],)))  # fmt: skip
+    if once:
+        once = [*once, isa.SetFlag("MTE2", "V", 0), isa.WaitFlag("MTE2", "V", 0)]
+    body = [*lets, *bd.hoisted(), *once, *pro, *loops, *epi]
     blocks = C.device_blocks(spec, items)
     prog = isa.Program(name, args, tuple(buffers), tuple(body), blocks, blocks)
     return prog, {"mode": "resident", "rows_t": 1, "items": items, "blocks": blocks,
