@@ -2496,6 +2496,38 @@ def _stockham_rows(p: Tensor, n: int, sign: int, scale: float, real: bool, lengt
     return _wrap(node, [p])
 
 
+def _sixstep_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool) -> Tensor:
+    """The six-step FFT of each row of `p` (n = n1 n2, t = t1 n2 + t2, k = k1 + n1 k2) as two
+    passes of the Vector Stockham kernel reading and writing strided columns in GM (no
+    transposes): pass 1, rows (b, t2): the length-n1 DFT over t1, times w_n^(t2 k1), written
+    [b, t2, k1]; pass 2, rows (b, k1): the length-n2 DFT over t2, written at k1 + n1 k2.
+    Result (b, n, 2) pairs, complex64 in C order."""
+    from . import engine  # noqa: F401  (the driver registers the built-in kernels)
+    from .graph import custom
+
+    n1, n2 = fs
+    n = n1 * n2
+    b = math.prod(p.shape[:-1] if real else p.shape[:-2])
+    key = custom.BUILTIN["fft_stockham"]
+    xs = reshape(p, (b, n) if real else (b, n, 2))
+
+    def tables(m: int) -> tuple:
+        return (_fft_table(p, dft.stockham_tables, m, sign, 0)._node,
+                _fft_table(p, dft.stockham_tables, m, sign, 1)._node)  # fmt: skip
+
+    pt = _fft_table(p, dft.sixstep_twiddles, n1, n2, sign)._node
+    lay = (b * n2, n2, n, 1, n2, n, n1, 1, n1)
+    params = (("lay", lay), ("length", n1), ("n", n1), ("real", bool(real)), ("scale", 1.0),
+              ("sign", sign))  # fmt: skip
+    y = gn.make("custom", dt.float32, (b * n2, n1, 2), (xs._node, *tables(n1), pt),
+                (key, params))  # fmt: skip
+    lay = (b * n1, n1, n, 1, n1, n, 1, n1, n2)
+    params = (("lay", lay), ("length", n2), ("n", n2), ("real", False), ("scale", float(scale)),
+              ("sign", sign))  # fmt: skip
+    node = gn.make("custom", dt.float32, (b, n, 2), (y, *tables(n2)), (key, params))
+    return _wrap(node, [p])
+
+
 def _slice_last(v: Tensor, i: int) -> Tensor:
     """v[..., i:i + 1]"""
     return _slice_node(v, tuple((0, d, 1) for d in v.shape[:-1]) + ((i, 1, 1),))
@@ -2538,6 +2570,8 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
             out = _bluestein_rows(rows, fs, sign, scale, real, impl == "bluestein-vector")._node
         elif impl == "stockham":
             out = _stockham_rows(rows, nin, sign, scale, real, length)._node
+        elif impl == "six-step":
+            out = _sixstep_rows(rows, fs, sign, scale, real)._node
         else:
             out = _dft_rows(rows, fs, sign, scale, real, full)._node
         while out.op == "reshape":  # the join reads its source in C order

@@ -362,7 +362,8 @@ def test_fft_stockham_plan_and_explain():
     assert dft.plan("fft", False, 4096, False, 1, ub)[:2] == ("stockham", (4, 4, 4, 4, 4, 4))
     assert dft.plan("rfft", False, 2048, False, 1024, ub)[:2] == ("stockham", (2, 4, 4, 4, 4, 4))
     assert dft.plan("fft", False, 4096, False, 1, 64 * 1024)[0] == "four-step"  # UB too small
-    assert dft.plan("fft", False, 8192, False, 1, ub)[0] == "four-step"
+    assert dft.plan("fft", False, 8192, False, 1, ub)[:2] == ("six-step", (128, 64))
+    assert dft.plan("rfft", False, 1 << 20, False, 1, ub)[:2] == ("six-step", (1024, 1024))
     assert dft.plan("fft", False, 4096, False, 2048, ub)[0] == "four-step"  # a large batch
     assert dft.plan("fft", False, 2, False, 1, ub)[0] == "direct"
     assert dft.plan("irfft", False, 64, False, 1, ub)[0] == "direct"
@@ -422,5 +423,33 @@ def test_fft_bluestein_vector_values(backend, preset, check, data, monkeypatch, 
         cases.append((label, got, getattr(np.fft, kind)(a, n=n, norm=norm, axis=axis), length))
     text = lm.explain(cases[0][1])
     assert "bluestein-vector" in text and "Vector Stockham FFTs of m=" in text, text
+    _run(check, cases)
+    dft.plan.cache_clear()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "complex64"])
+def test_fft_six_step_values(backend, preset, check, data, monkeypatch, dtype):
+    """Powers of two above STOCKHAM_MAX (shrunk to 16): two strided passes of the Vector
+    Stockham kernel, the first times the twiddles; kinds, norms, axis 0, batches, n crop."""
+    from lazymath.graph import dft
+
+    monkeypatch.setattr(dft, "STOCKHAM_MAX", 16)
+    dft.plan.cache_clear()
+    assert dft.plan("fft", False, 128, False, 1, 1 << 18)[:2] == ("six-step", (16, 8))
+    specs = [("fft", 64, None, None, -1), ("ifft", 32, None, "ortho", 0),
+             ("rfft", 128, None, "forward", -1), ("fft", 40, 32, None, 0)]  # fmt: skip
+    if backend == "llvm":
+        specs = specs[:1] if dtype == "complex64" else specs[2:3]
+    cases = []
+    for kind, length, n, norm, axis in specs:
+        if kind == "rfft" and dtype == "complex64":
+            continue
+        shape = (3, length) if axis == -1 else (length, 2)
+        a = data.rand(shape, dtype, -2, 2)
+        label = f"{kind}({dtype}{shape}, n={n}, norm={norm}, axis={axis})"
+        got = getattr(lm.fft, kind)(lm.tensor(a), n=n, norm=norm, axis=axis)
+        cases.append((label, got, getattr(np.fft, kind)(a, n=n, norm=norm, axis=axis), length))
+    s = lm.schedule(cases[0][1])
+    assert [k.ops for k in s.kernels if k.unit == "vector"] == [["fft_stockham"]] * 2
     _run(check, cases)
     dft.plan.cache_clear()

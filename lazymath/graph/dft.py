@@ -114,6 +114,20 @@ def plan(kind: str, out_double: bool, n: int, empty: bool, rows: int = 1,
                 "flops per row"
             ),
         )
+    if ub_bytes is not None and n & (n - 1) == 0 and n > STOCKHAM_MAX:
+        n1 = 1 << ((n.bit_length() - 1 + 1) // 2)
+        n2 = n // n1
+        if (n1 <= STOCKHAM_MAX and stockham_ub_bytes(n1) <= ub_bytes
+                and rows * n <= STOCKHAM_ELEMENTS):  # fmt: skip
+            return (
+                "six-step",
+                (n1, n2),
+                (
+                    f"n={n} = {n1} x {n2}, {rows} row(s): two passes of the Vector Stockham "
+                    f"kernel ({n2} strided columns of {n1}, times the twiddles, then {n1} of "
+                    f"{n2}), ~{5 * n * (n.bit_length() - 1)} flops per row"
+                ),
+            )
     f = factors(n)
     if f is None or f[-1] > BLUESTEIN_VECTOR_MIN:  # a long direct DFT (a prime factor)
         m = 1 << (2 * n - 2).bit_length()  # the power of two >= 2n - 1
@@ -384,3 +398,13 @@ def stockham_ub_bytes(n: int) -> int:
     ping-pong between stages and its stage temporaries."""
     rs = stockham_radices(n)
     return 4 * (4 * n + 25 * (n // 4) + (4 * (n // 2) if 2 in rs else 0)) + 64 * 64
+
+
+@functools.lru_cache(maxsize=16)
+def sixstep_twiddles(n1: int, n2: int, sign: int) -> np.ndarray:
+    """(n2, n1, 2) float32: w_n^(t2 k1) (n = n1 n2) as (real, imaginary) pairs, what the
+    six-step plan's first pass multiplies its row t2 (frequencies k1) by."""
+    n = n1 * n2
+    e = (np.outer(np.arange(n2), np.arange(n1)) % n) / n
+    w = np.exp(sign * 2j * np.pi * e)
+    return _ro(np.stack([w.real, w.imag], -1))

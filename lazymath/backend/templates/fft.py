@@ -31,8 +31,21 @@ from lazymath.graph import custom, dft
 NAME = "fft_stockham"
 
 
-def _kernel(k, x, tw, ix, out, *, n, sign, scale, real, length):
-    rows, n_in = x.shape[0], x.shape[1]  # rows shorter than n are zero-padded on chip
+def _layout(x, n, length, lay):
+    """(rows, R, input strides (batch, row, element), output strides, n_in): `lay` None is
+    dense rows (x (rows, n_in[, 2]), out (rows, length, 2)); else (rows, R, bsi, rsi, esi,
+    bso, rso, eso, n_in): row r = b R + i reads in[b bsi + i rsi + t esi] and writes
+    out[b bso + i rso + k eso] (the six-step plan's column passes), in complex elements."""
+    if lay is None:
+        rows, n_in = x.shape[0], x.shape[1]
+        return rows, rows, (0, n_in, 1), (0, length, 1), n_in
+    rows, R, bsi, rsi, esi, bso, rso, eso, n_in = lay
+    return rows, R, (bsi, rsi, esi), (bso, rso, eso), n_in
+
+
+def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None):
+    pt, out = rest if len(rest) == 2 else (None, rest[0])  # pt: the post-twiddle table
+    rows, R, (bsi, rsi, esi), (bso, rso, eso), n_in = _layout(x, n, length, lay)
     stages = dft.stockham_stages(n)
     planes = [(k.ub("float32", n, "are"), k.ub("float32", n, "aim")),
               (k.ub("float32", n, "bre"), k.ub("float32", n, "bim"))]  # fmt: skip
@@ -46,6 +59,11 @@ def _kernel(k, x, tw, ix, out, *, n, sign, scale, real, length):
         t2 = {f"h{j}{c}": k.ub("float32", n // 2, f"h{j}{c}") for j in range(2) for c in "ri"}
     start, stop = k.block_range(rows)
     with k.loop(start, stop) as row:
+        if R == rows:  # one batch
+            ibase, obase, ri = row * rsi, row * rso, row
+        else:
+            bi, ri = k.let(row // R, "bi"), k.let(row % R, "ri")
+            ibase, obase = bi * bsi + ri * rsi, bi * bso + ri * rso
         src = None
         for st, (r, s, tw_off, ix_off, q) in enumerate(stages):
             last = st == len(stages) - 1
@@ -58,10 +76,10 @@ def _kernel(k, x, tw, ix, out, *, n, sign, scale, real, length):
                 for j in range(r):
                     cnt = max(0, min(q, n_in - s * j))  # the rest is the zero padding
                     if cnt and real:
-                        k.copy_in(g[j][0], x[row * n_in + s * j], cnt)
+                        k.copy_in(g[j][0], x[ibase + s * j * esi], cnt, esi)
                     elif cnt:
-                        k.copy_in(g[j][0], x[row * 2 * n_in + 2 * s * j], cnt, 2)
-                        k.copy_in(g[j][1], x[row * 2 * n_in + 2 * s * j + 1], cnt, 2)
+                        k.copy_in(g[j][0], x[2 * ibase + 2 * s * j * esi], cnt, 2 * esi)
+                        k.copy_in(g[j][1], x[2 * ibase + 2 * s * j * esi + 1], cnt, 2 * esi)
                     if cnt < q:
                         k.vdup(g[j][0][cnt], 0.0, q - cnt)
                     if real or cnt < q:
@@ -89,7 +107,8 @@ def _kernel(k, x, tw, ix, out, *, n, sign, scale, real, length):
             else:
                 ys = _radix4(k, g, t, q, sign)
             if last:
-                _write_out(k, ys, g, out, row, q, scale, length)
+                post = None if pt is None else (pt, ri * length)
+                _write_out(k, ys, g, t, out, obase, eso, q, scale, length, post)
             else:
                 dre, dim = planes[st % 2]
                 for jp, (fn, a, b, c, d) in enumerate(ys):
@@ -126,23 +145,39 @@ def _radix4(k, g, t, q, sign):
     ]
 
 
-def _write_out(k, ys, g, out, row, q, scale, length):
+def _write_out(k, ys, g, t, out, obase, eso, q, scale, length, post):
     """The last stage (radix 4): y_j' over the inputs' temporaries g[j'] (the butterflies read
-    only the b temporaries), scaled, written as (real, imaginary) pairs to GM, the first
-    `length` of them (rfft keeps n // 2 + 1)."""
+    only the b temporaries), times the post-twiddle table row (`post`: (table, offset), the
+    six-step plan's first pass), scaled, written as (real, imaginary) pairs to GM, the first
+    `length` of them (rfft keeps n // 2 + 1), element stride `eso`."""
     for jp, (fn, a, b, c, d) in enumerate(ys):
         yr, yi = g[jp]
         fn[0](yr, a, b, q)
         fn[1](yi, c, d, q)
+        if post is not None and jp * q < length:
+            table, off = post
+            cnt = min(q, length - jp * q)
+            wr, wi = t["w1r"], t["w1i"]
+            if cnt < q:  # a partial last block: the run breaks, the temporaries hold it
+                k.vdup(wr[cnt], 1.0, q - cnt)
+                k.vdup(wi[cnt], 0.0, q - cnt)
+            k.copy_in(wr, table[2 * (off + jp * q)], cnt, 2)
+            k.copy_in(wi, table[2 * (off + jp * q) + 1], cnt, 2)
+            k.vmul(t["p"], yi, wi, q)
+            k.vmul(wi, yr, wi, q)
+            k.vmul(yr, yr, wr, q)
+            k.vsub(yr, yr, t["p"], q)
+            k.vmul(yi, yi, wr, q)
+            k.vadd(yi, yi, wi, q)
         if scale != 1.0:
             k.vmuls(yr, yr, scale, q)
             k.vmuls(yi, yi, scale, q)
-    base = row * 2 * length
     for jp in range(len(ys)):
         cnt = min(q, length - jp * q)
         if cnt > 0:
-            k.copy_out(out[base + 2 * jp * q], g[jp][0], cnt, 2)
-            k.copy_out(out[base + 2 * jp * q + 1], g[jp][1], cnt, 2)
+            o = 2 * (obase + jp * q * eso)
+            k.copy_out(out[o], g[jp][0], cnt, 2 * eso)
+            k.copy_out(out[o + 1], g[jp][1], cnt, 2 * eso)
 
 
 class VectorFFT:
@@ -164,7 +199,7 @@ class VectorFFT:
     def flop_count(self, ir) -> int:
         p = dict(ir.params)
         n = p["n"]
-        rows = ir.inputs[0].shape[0]
+        rows = ir.inputs[0].shape[0] if p.get("lay") is None else p["lay"][0]
         flops = 0
         for i, (r, _s, _tw, _ix, q) in enumerate(dft.stockham_stages(n)):
             per = (4 if r == 2 else 16) + (0 if i == 0 else 6 * (r - 1))
@@ -175,12 +210,27 @@ class VectorFFT:
 
     def evaluate(self, srcs, arg, dtype, shape) -> np.ndarray:
         p = dict(arg[1])
-        x = np.asarray(srcs[0], np.float64)
-        z = x if p["real"] else x[..., 0] + 1j * x[..., 1]
-        n = p["n"]
+        n, length = p["n"], p["length"]
+        x = np.asarray(srcs[0], np.float64).reshape(-1)
+        flat = x if p["real"] else x[0::2] + 1j * x[1::2]
+        lay = p.get("lay")
+        if lay is None:
+            rows = np.asarray(srcs[0]).shape[0]
+            lay = (rows, rows, 0, flat.size // max(rows, 1), 1, 0, length, 1,
+                   flat.size // max(rows, 1))  # fmt: skip
+        rows, R, bsi, rsi, esi, bso, rso, eso, n_in = lay
+        r = np.arange(rows)
+        bi, ri = r // R, r % R
+        z = flat[(bi * bsi + ri * rsi)[:, None] + np.arange(n_in)[None, :] * esi]
         f = np.fft.fft(z, n, axis=-1) if p["sign"] < 0 else np.fft.ifft(z, n, axis=-1) * n
-        f = f[..., : p["length"]] * p["scale"]
-        return np.stack([f.real, f.imag], -1).astype(dtype).reshape(shape)
+        f = f[:, :length]
+        if len(srcs) > 3:  # the post-twiddle table (R, length, 2)
+            pt = np.asarray(srcs[3], np.float64).reshape(R, length, 2)
+            f = f * (pt[..., 0] + 1j * pt[..., 1])[ri]
+        f = f * p["scale"]
+        out = np.zeros(math.prod(shape) // 2, complex)
+        out[(bi * bso + ri * rso)[:, None] + np.arange(length)[None, :] * eso] = f
+        return np.stack([out.real, out.imag], -1).astype(dtype).reshape(shape)
 
     def reference_run(self, ir, arrays) -> None:
         srcs = [a.reshape(-1)[: math.prod(v.shape)].reshape(v.shape)
@@ -190,8 +240,9 @@ class VectorFFT:
         arrays[len(ir.inputs)].reshape(-1)[: math.prod(v.shape)] = out.reshape(-1)
 
 
-def _tiling(spec, x, tw, ix, out, **params) -> dict:
-    return {"blocks": max(1, min(x.shape[0], spec.vector_cores))}
+def _tiling(spec, x, *rest, lay=None, **params) -> dict:
+    rows = x.shape[0] if lay is None else lay[0]
+    return {"blocks": max(1, min(rows, spec.vector_cores))}
 
 
 _SRC = pathlib.Path(__file__).read_bytes() + pathlib.Path(dft.__file__).read_bytes()
