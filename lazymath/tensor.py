@@ -2515,16 +2515,27 @@ def _sixstep_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool) -> 
         return (_fft_table(p, dft.stockham_tables, m, sign, 0)._node,
                 _fft_table(p, dft.stockham_tables, m, sign, 1)._node)  # fmt: skip
 
+    ub = p._device.spec.ub_bytes
+
+    def tiles(m: int, rows: int, real: bool, out: bool) -> tuple:  # columns per tile, tables
+        c = dft.tile_columns(m, rows, real, out, ub)
+        if c == 1:
+            return 1, ()
+        return c, (_fft_table(p, dft.tile_tables, c, m, real, 0)._node,
+                   _fft_table(p, dft.tile_tables, c, m, real, 1)._node)  # fmt: skip
+
     pt = _fft_table(p, dft.sixstep_twiddles, n1, n2, sign)._node
+    cols, extra = tiles(n1, n2, real, False)
     lay = (b * n2, n2, n, 1, n2, n, n1, 1, n1)
-    params = (("lay", lay), ("length", n1), ("n", n1), ("real", bool(real)), ("scale", 1.0),
-              ("sign", sign))  # fmt: skip
-    y = gn.make("custom", dt.float32, (b * n2, n1, 2), (xs._node, *tables(n1), pt),
+    params = (("cols", cols), ("lay", lay), ("length", n1), ("n", n1), ("real", bool(real)),
+              ("scale", 1.0), ("sign", sign))  # fmt: skip
+    y = gn.make("custom", dt.float32, (b * n2, n1, 2), (xs._node, *tables(n1), pt, *extra),
                 (key, params))  # fmt: skip
+    cols, extra = tiles(n2, n1, False, True)
     lay = (b * n1, n1, n, 1, n1, n, 1, n1, n2)
-    params = (("lay", lay), ("length", n2), ("n", n2), ("real", False), ("scale", float(scale)),
-              ("sign", sign))  # fmt: skip
-    node = gn.make("custom", dt.float32, (b, n, 2), (y, *tables(n2)), (key, params))
+    params = (("cols", cols), ("lay", lay), ("length", n2), ("n", n2), ("real", False),
+              ("scale", float(scale)), ("sign", sign))  # fmt: skip
+    node = gn.make("custom", dt.float32, (b, n, 2), (y, *tables(n2), *extra), (key, params))
     return _wrap(node, [p])
 
 
@@ -2580,7 +2591,7 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
             if len(_fft_memo) > 64:
                 _fft_memo.clear()
             _fft_memo.setdefault(x._node, {})[key] = out
-    unit = "vector" if impl == "stockham" else "cube"
+    unit = "vector" if impl in ("stockham", "six-step", "bluestein-vector") else "cube"
     node = gn.make("complex_join", out_dtype, other + (length,), (out,), (f"{unit} {why}", full))
     return _from_last(_wrap(node, [x]), ax)
 

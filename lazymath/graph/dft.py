@@ -408,3 +408,32 @@ def sixstep_twiddles(n1: int, n2: int, sign: int) -> np.ndarray:
     e = (np.outer(np.arange(n2), np.arange(n1)) % n) / n
     w = np.exp(sign * 2j * np.pi * e)
     return _ro(np.stack([w.real, w.imag], -1))
+
+
+def tile_columns(n: int, rows: int, real: bool, out_tiles: bool, ub_bytes: int) -> int:
+    """Columns per tile of a strided pass of the six-step plan (length-n transforms of `rows`
+    columns): the most of 8, 4, 2 (dividing `rows`) whose tiles (the input tile and its
+    indices; with `out_tiles` the results, their transpose and its indices) fit in UB beside
+    the row kernel's buffers; 1: no tiles."""
+    for c in (8, 4, 2):
+        wid = c if real else 2 * c
+        tiles = 4 * (n * wid + n + (6 * c * n if out_tiles else 0))
+        if rows % c == 0 and stockham_ub_bytes(n) + tiles <= ub_bytes:
+            return c
+    return 1
+
+
+@functools.lru_cache(maxsize=16)
+def tile_tables(cols: int, n: int, real: bool, which: int) -> np.ndarray:
+    """int32 gather indices of a tiled strided pass: which=0 the column read (k * width, the
+    tile's row of `cols` values or pairs), which=1 the transpose of the results (planes, rows
+    of n) into (element, column) pairs: out[(k cols + c) 2 + e] = res[(e cols + c) n + k]."""
+    wid = cols if real else 2 * cols
+    if which == 0:
+        a = np.arange(n) * wid
+    else:
+        k, c, e = np.meshgrid(np.arange(n), np.arange(cols), np.arange(2), indexing="ij")
+        a = ((e * cols + c) * n + k).reshape(-1)
+    a = np.ascontiguousarray(a, dtype=np.int32)
+    a.flags.writeable = False
+    return a

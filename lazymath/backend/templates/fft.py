@@ -43,8 +43,10 @@ def _layout(x, n, length, lay):
     return rows, R, (bsi, rsi, esi), (bso, rso, eso), n_in
 
 
-def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None):
-    pt, out = rest if len(rest) == 2 else (None, rest[0])  # pt: the post-twiddle table
+def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None, cols=1):
+    # rest: [the post-twiddle table,] [the tile index tables (cols > 1),] out
+    out = rest[-1]
+    pt = rest[0] if len(rest) in (2, 4) else None
     rows, R, (bsi, rsi, esi), (bso, rso, eso), n_in = _layout(x, n, length, lay)
     stages = dft.stockham_stages(n)
     planes = [(k.ub("float32", n, "are"), k.ub("float32", n, "aim")),
@@ -56,65 +58,141 @@ def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None):
     t["p"] = k.ub("float32", q4, "p")
     t["idx"] = k.ub("int32", q4, "idx")
     if stages and stages[0][0] == 2:  # the radix-2 first stage works on halves
-        t2 = {f"h{j}{c}": k.ub("float32", n // 2, f"h{j}{c}") for j in range(2) for c in "ri"}
-    start, stop = k.block_range(rows)
-    with k.loop(start, stop) as row:
-        if R == rows:  # one batch
-            ibase, obase, ri = row * rsi, row * rso, row
+        t.update({f"h{j}{c}": k.ub("float32", n // 2, f"h{j}{c}") for j in range(2) for c in "ri"})
+    ctx = (k, stages, planes, t, tw, ix, sign, scale, length, n_in, real)
+
+    def read_gm(j, dst, cnt, s, ibase):
+        if real:
+            k.copy_in(dst[0], x[ibase + s * j * esi], cnt, esi)
         else:
-            bi, ri = k.let(row // R, "bi"), k.let(row % R, "ri")
-            ibase, obase = bi * bsi + ri * rsi, bi * bso + ri * rso
-        src = None
-        for st, (r, s, tw_off, ix_off, q) in enumerate(stages):
-            last = st == len(stages) - 1
-            if r == 2:
-                g = [(t2[f"h{j}r"], t2[f"h{j}i"]) for j in range(2)]
+            k.copy_in(dst[0], x[2 * ibase + 2 * s * j * esi], cnt, 2 * esi)
+            k.copy_in(dst[1], x[2 * ibase + 2 * s * j * esi + 1], cnt, 2 * esi)
+
+    def write_gm(g, q, obase):
+        for jp in range(len(g)):
+            cnt = min(q, length - jp * q)
+            if cnt > 0:
+                o = 2 * (obase + jp * q * eso)
+                k.copy_out(out[o], g[jp][0], cnt, 2 * eso)
+                k.copy_out(out[o + 1], g[jp][1], cnt, 2 * eso)
+
+    if cols == 1:
+        start, stop = k.block_range(rows)
+        with k.loop(start, stop) as row:
+            if R == rows:  # one batch
+                ibase, obase, ri = row * rsi, row * rso, row
             else:
-                g = [(t[f"g{j}r"], t[f"g{j}i"]) for j in range(4)]
-            # the r inputs a_j
-            if src is None:  # first stage: in[k + s j] straight from GM (s == q)
-                for j in range(r):
-                    cnt = max(0, min(q, n_in - s * j))  # the rest is the zero padding
-                    if cnt and real:
-                        k.copy_in(g[j][0], x[ibase + s * j * esi], cnt, esi)
-                    elif cnt:
-                        k.copy_in(g[j][0], x[2 * ibase + 2 * s * j * esi], cnt, 2 * esi)
-                        k.copy_in(g[j][1], x[2 * ibase + 2 * s * j * esi + 1], cnt, 2 * esi)
-                    if cnt < q:
-                        k.vdup(g[j][0][cnt], 0.0, q - cnt)
-                    if real or cnt < q:
-                        k.vdup(g[j][1][cnt if not real else 0], 0.0, q - (0 if real else cnt))
-            else:
-                sre, sim = src
-                k.copy_in(t["idx"], ix[ix_off], q)
-                for j in range(r):
-                    k.vgather(g[j][0], sre[s * j], t["idx"], q)
-                    k.vgather(g[j][1], sim[s * j], t["idx"], q)
-                for j in range(1, r):  # a_j *= w^(j p)
-                    wr, wi = t[f"w{j}r"], t[f"w{j}i"]
-                    k.copy_in(wr, tw[tw_off + (2 * j - 2) * q], q)
-                    k.copy_in(wi, tw[tw_off + (2 * j - 1) * q], q)
-                    gr, gi = g[j]
-                    k.vmul(t["p"], gi, wi, q)
-                    k.vmul(wi, gr, wi, q)
-                    k.vmul(gr, gr, wr, q)
-                    k.vsub(gr, gr, t["p"], q)
-                    k.vmul(gi, gi, wr, q)
-                    k.vadd(gi, gi, wi, q)
-            # the length-r DFT: y_j' = sum_j a_j exp(sign 2 pi i j j' / r)
-            if r == 2:
-                ys = _radix2(k, g, q)
-            else:
-                ys = _radix4(k, g, t, q, sign)
-            if last:
-                post = None if pt is None else (pt, ri * length)
-                _write_out(k, ys, g, t, out, obase, eso, q, scale, length, post)
-            else:
-                dre, dim = planes[st % 2]
-                for jp, (fn, a, b, c, d) in enumerate(ys):
-                    fn[0](dre[jp * q], a, b, q)
-                    fn[1](dim[jp * q], c, d, q)
-                src = (dre, dim)
+                bi, ri = k.let(row // R, "bi"), k.let(row % R, "ri")
+                ibase, obase = bi * bsi + ri * rsi, bi * bso + ri * rso
+            _row(ctx, lambda j, dst, cnt, s, b=ibase: read_gm(j, dst, cnt, s, b),
+                 lambda g, q, b=obase: write_gm(g, q, b),
+                 None if pt is None else (pt, ri * length))  # fmt: skip
+        return
+    # tiles of `cols` rows that are adjacent columns (rsi = 1 and/or rso = 1): one 2-D copy
+    # reads their elements (the cache lines the columns share) into tin and each row gathers
+    # its column from it; the rows' results go to rr (planes), one gather transposes them into
+    # (element, column) pairs and one 2-D copy writes the tile
+    in_tiles = rsi == 1 and esi != 1
+    out_tiles = rso == 1 and eso != 1
+    ci, co = rest[-3], rest[-2]
+    wid = cols if real else 2 * cols
+    if in_tiles:
+        tin = k.ub("float32", n_in * wid, "tin")
+        tci = k.ub("int32", n_in, "tci")
+    if out_tiles:
+        rr = k.ub("float32", 2 * cols * length, "rr")
+        tout = k.ub("float32", 2 * cols * length, "tout")
+        tidx = k.ub("int32", 2 * cols * length, "tidx")
+    start, stop = k.block_range(rows // cols)
+    with k.loop(start, stop) as grp:
+        row0 = k.let(grp * cols, "row0")
+        bi, ri0 = k.let(row0 // R, "bi"), k.let(row0 % R, "ri0")
+        ibase, obase = bi * bsi + ri0 * rsi, bi * bso + ri0 * rso
+        if in_tiles:
+            k.copy_in(tin, x[ibase if real else 2 * ibase], (n_in, wid),
+                      (esi if real else 2 * esi, 1))  # fmt: skip
+        with k.loop(cols) as c:
+
+            def read(j, dst, cnt, s, c=c):
+                if not in_tiles:
+                    read_gm(j, dst, cnt, s, ibase + c * rsi)
+                    return
+                k.copy_in(tci, ci, cnt)
+                if real:
+                    k.vgather(dst[0], tin[s * j * wid + c], tci, cnt)
+                else:
+                    k.vgather(dst[0], tin[s * j * wid + 2 * c], tci, cnt)
+                    k.vgather(dst[1], tin[s * j * wid + 2 * c + 1], tci, cnt)
+
+            def write(g, q, c=c):
+                if not out_tiles:
+                    write_gm(g, q, obase + c * rso)
+                    return
+                for jp in range(len(g)):
+                    k.vcopy(rr[c * length + jp * q], g[jp][0], q)
+                    k.vcopy(rr[(cols + c) * length + jp * q], g[jp][1], q)
+
+            _row(ctx, read, write, None if pt is None else (pt, (ri0 + c) * length))
+        if out_tiles:
+            m = 2 * cols * length
+            k.copy_in(tidx, co, m)
+            k.vgather(tout, rr, tidx, m)
+            k.copy_out(out[2 * obase], tout, (length, 2 * cols), (2 * eso, 1))
+
+
+def _row(ctx, read, write, post) -> None:
+    """One row's transform: `read(j, (re, im), cnt, s)` loads a_j's first cnt inputs of the
+    first stage, `write(g, q)` stores the last stage's outputs g[j'] (q each), `post` the
+    post-twiddle (table, offset) or None."""
+    k, stages, planes, t, tw, ix, sign, scale, length, n_in, real = ctx
+    src = None
+    for st, (r, s, tw_off, ix_off, q) in enumerate(stages):
+        last = st == len(stages) - 1
+        h = "h" if r == 2 else "g"
+        g = [(t[f"{h}{j}r"], t[f"{h}{j}i"]) for j in range(r)]
+        # the r inputs a_j
+        if src is None:  # first stage: in[k + s j] (s == q), the rest of a short row zero
+            for j in range(r):
+                cnt = max(0, min(q, n_in - s * j))
+                if cnt:
+                    read(j, g[j], cnt, s)
+                if cnt < q:
+                    k.vdup(g[j][0][cnt], 0.0, q - cnt)
+                if real or cnt < q:
+                    k.vdup(g[j][1][cnt if not real else 0], 0.0, q - (0 if real else cnt))
+        else:
+            sre, sim = src
+            k.copy_in(t["idx"], ix[ix_off], q)
+            for j in range(r):
+                k.vgather(g[j][0], sre[s * j], t["idx"], q)
+                k.vgather(g[j][1], sim[s * j], t["idx"], q)
+            for j in range(1, r):  # a_j *= w^(j p)
+                wr, wi = t[f"w{j}r"], t[f"w{j}i"]
+                k.copy_in(wr, tw[tw_off + (2 * j - 2) * q], q)
+                k.copy_in(wi, tw[tw_off + (2 * j - 1) * q], q)
+                _cmul(k, g[j], wr, wi, t["p"], q)
+        # the length-r DFT: y_j' = sum_j a_j exp(sign 2 pi i j j' / r)
+        ys = _radix2(k, g, q) if r == 2 else _radix4(k, g, t, q, sign)
+        if last:
+            _last_stage(k, ys, g, t, q, scale, length, post)
+            write(g, q)
+        else:
+            dre, dim = planes[st % 2]
+            for jp, (fn, a, b, c, d) in enumerate(ys):
+                fn[0](dre[jp * q], a, b, q)
+                fn[1](dim[jp * q], c, d, q)
+            src = (dre, dim)
+
+
+def _cmul(k, g, wr, wi, p, q) -> None:
+    """g *= (wr + i wi) in place (wi is overwritten)."""
+    gr, gi = g
+    k.vmul(p, gi, wi, q)
+    k.vmul(wi, gr, wi, q)
+    k.vmul(gr, gr, wr, q)
+    k.vsub(gr, gr, p, q)
+    k.vmul(gi, gi, wr, q)
+    k.vadd(gi, gi, wi, q)
 
 
 def _radix2(k, g, q):
@@ -145,11 +223,10 @@ def _radix4(k, g, t, q, sign):
     ]
 
 
-def _write_out(k, ys, g, t, out, obase, eso, q, scale, length, post):
+def _last_stage(k, ys, g, t, q, scale, length, post) -> None:
     """The last stage (radix 4): y_j' over the inputs' temporaries g[j'] (the butterflies read
     only the b temporaries), times the post-twiddle table row (`post`: (table, offset), the
-    six-step plan's first pass), scaled, written as (real, imaginary) pairs to GM, the first
-    `length` of them (rfft keeps n // 2 + 1), element stride `eso`."""
+    six-step plan's first pass) and scaled."""
     for jp, (fn, a, b, c, d) in enumerate(ys):
         yr, yi = g[jp]
         fn[0](yr, a, b, q)
@@ -163,21 +240,10 @@ def _write_out(k, ys, g, t, out, obase, eso, q, scale, length, post):
                 k.vdup(wi[cnt], 0.0, q - cnt)
             k.copy_in(wr, table[2 * (off + jp * q)], cnt, 2)
             k.copy_in(wi, table[2 * (off + jp * q) + 1], cnt, 2)
-            k.vmul(t["p"], yi, wi, q)
-            k.vmul(wi, yr, wi, q)
-            k.vmul(yr, yr, wr, q)
-            k.vsub(yr, yr, t["p"], q)
-            k.vmul(yi, yi, wr, q)
-            k.vadd(yi, yi, wi, q)
+            _cmul(k, (yr, yi), wr, wi, t["p"], q)
         if scale != 1.0:
             k.vmuls(yr, yr, scale, q)
             k.vmuls(yi, yi, scale, q)
-    for jp in range(len(ys)):
-        cnt = min(q, length - jp * q)
-        if cnt > 0:
-            o = 2 * (obase + jp * q * eso)
-            k.copy_out(out[o], g[jp][0], cnt, 2 * eso)
-            k.copy_out(out[o + 1], g[jp][1], cnt, 2 * eso)
 
 
 class VectorFFT:
@@ -224,7 +290,7 @@ class VectorFFT:
         z = flat[(bi * bsi + ri * rsi)[:, None] + np.arange(n_in)[None, :] * esi]
         f = np.fft.fft(z, n, axis=-1) if p["sign"] < 0 else np.fft.ifft(z, n, axis=-1) * n
         f = f[:, :length]
-        if len(srcs) > 3:  # the post-twiddle table (R, length, 2)
+        if len(srcs) in (4, 6):  # the post-twiddle table (R, length, 2) (6: + tile tables)
             pt = np.asarray(srcs[3], np.float64).reshape(R, length, 2)
             f = f * (pt[..., 0] + 1j * pt[..., 1])[ri]
         f = f * p["scale"]
@@ -240,9 +306,9 @@ class VectorFFT:
         arrays[len(ir.inputs)].reshape(-1)[: math.prod(v.shape)] = out.reshape(-1)
 
 
-def _tiling(spec, x, *rest, lay=None, **params) -> dict:
+def _tiling(spec, x, *rest, lay=None, cols=1, **params) -> dict:
     rows = x.shape[0] if lay is None else lay[0]
-    return {"blocks": max(1, min(rows, spec.vector_cores))}
+    return {"blocks": max(1, min(rows // cols, spec.vector_cores))}
 
 
 _SRC = pathlib.Path(__file__).read_bytes() + pathlib.Path(dft.__file__).read_bytes()
