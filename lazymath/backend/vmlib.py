@@ -189,8 +189,7 @@ def library_ir(op: str, dtype: str) -> str:
             g.linkage = "internal"
             g.global_constant = True
             g.align = 64
-            conv = float if np.dtype(buf.dtype).kind == "f" else int
-            g.initializer = ir.Constant(t, [ir.Constant(st, conv(v)) for v in vals.tolist()])
+            g.initializer = _array_constant(t, st, vals)
             ctx.base[buf.name] = g
             continue
         if buf.name not in ctx.global_refs:
@@ -214,6 +213,24 @@ def library_ir(op: str, dtype: str) -> str:
     b.call(fnbody, [fn.args[3], ir.Constant(I64, 1), b.bitcast(argv, PTR)])
     b.ret_void()
     return str(mod)
+
+
+def _array_constant(t, st, vals):
+    """`ir.Constant(t, [ir.Constant(st, v) for v in vals])` printed the same, with each
+    distinct value formatted once (coefficient chunks repeat one value per chunk: llvmlite's
+    per-element float formatting was most of the library's IR printing time)."""
+    from llvmlite import ir
+
+    conv = float if vals.dtype.kind == "f" else int
+    memo: dict = {}  # by bit pattern (-0.0 == 0.0 as floats)
+    items = []
+    for v, bits in zip(vals.tolist(), vals.view(f"u{vals.dtype.itemsize}").tolist()):
+        text = memo.get(bits)
+        if text is None:
+            c = ir.Constant(st, conv(v))
+            text = memo[bits] = f"{c.type} {c.get_reference()}"
+        items.append(text)
+    return ir.FormattedConstant(t, "[" + ", ".join(items) + "]")
 
 
 def _disk_key(op: str, dtype: str) -> str:

@@ -83,14 +83,22 @@ def fit_tile(spec, bytes_at, cap: int | None = None) -> int:
     the tile once composites' fixed-size chunks are reached, so two probes give the slope
     (bytes per tile element: double-buffered queues count twice) and the fixed part.
     """
+    seen: dict[int, int] = {}  # each probe builds the whole program: never one tile twice
+
+    def probe(t: int) -> int:
+        b = seen.get(t)
+        if b is None:
+            b = seen[t] = bytes_at(t)
+        return b
+
     t1, t2 = 512, 1024
-    b1, b2 = bytes_at(t1), bytes_at(t2)
+    b1, b2 = probe(t1), probe(t2)
     slope = max((b2 - b1) / (t2 - t1), 1e-9)
     base = b1 - slope * t1
     t = align_down(int((spec.ub_bytes - base) / slope))
     if cap is not None:
         t = min(t, align_up(cap))
-    while t > TILE_ALIGN and bytes_at(t) > spec.ub_bytes:
+    while t > TILE_ALIGN and probe(t) > spec.ub_bytes:
         t = align_down(int(t * 0.9))
     return t
 
