@@ -99,11 +99,13 @@ def _llvm_build() -> tuple:
     return ()
 
 
-def host_key() -> tuple:
-    """What native code depends on besides the kernel (no llvmlite.binding import)."""
+def host_key(name: str | None = None) -> tuple:
+    """What native code depends on besides the kernel (no llvmlite.binding import), for the
+    target in force or the LAZYMATH_TARGET_CPU value `name`."""
     from lazymath.backend import host
 
-    name = host.requested()
+    if name is None:
+        name = host.requested()
     key = _host_keys.get(name)
     if key is None:
         key = _host_keys[name] = (llvmlite.__version__, _llvm_build(), sys.platform,

@@ -1779,9 +1779,16 @@ isa.register_instr(
 )
 
 
-def call_symbol(op: str, dtype: str) -> str:
-    """The library's C symbol of (op, dtype): void f(ptr dst, ptr src0, ptr src1, i64 n)."""
-    return f"lazymath_vm_{op}_{dtype}"
+def call_symbol(op: str, dtype: str, target: str | None = None) -> str:
+    """The library's C symbol of (op, dtype) for a host target (default: the one in force,
+    LAZYMATH_TARGET_CPU): void f(ptr dst, ptr src0, ptr src1, i64 n). Native code has no
+    suffix; a forced target's is ``.<cpu>`` (a process that switches targets links each
+    target's kernels to that target's library code)."""
+    if target is None:
+        from lazymath.backend.host import requested
+
+        target = requested()
+    return f"lazymath_vm_{op}_{dtype}" + (f".{target}" if target else "")
 
 
 _EXPANSIONS: dict = {}

@@ -2,7 +2,8 @@
 
     addr = vmlib.address("lazymath_vm_sin_float32")   # loads (disk) or compiles it once
 
-One C function per (op, dtype) a kernel calls (`vmath.VMathCall` lowers to a call)::
+One C function per (op, dtype) and host target a kernel calls (`vmath.VMathCall` lowers to a
+call; a forced LAZYMATH_TARGET_CPU adds ``.<cpu>`` to the name, `vmath.call_symbol`)::
 
     void lazymath_vm_<op>_<dtype>(T *dst, const T *src0, const T *src1, int64_t n)
 
@@ -109,12 +110,22 @@ _stats = {"compiled": 0, "disk_hits": 0}
 
 def parse_symbol(symbol: str) -> tuple[str, str] | None:
     """(op, dtype) of a library symbol, or None."""
+    parts = _split(symbol)
+    return None if parts is None else parts[:2]
+
+
+def _split(symbol: str) -> tuple[str, str, str] | None:
+    """(op, dtype, target) of a library symbol (target "" = native, see
+    `vmath.call_symbol`), or None."""
     if not symbol.startswith(PREFIX):
         return None
-    op, _, dtype = symbol[len(PREFIX) :].rpartition("_")
+    base, dot, target = symbol[len(PREFIX) :].partition(".")
+    op, _, dtype = base.rpartition("_")
     if op not in CALL_OPS or dtype not in _FLOATS:
         return None
-    return op, dtype
+    if dot and not (target and all(c.isalnum() or c in "-_" for c in target)):
+        return None
+    return op, dtype, target
 
 
 def program(op: str, dtype: str) -> isa.Program:
@@ -161,8 +172,9 @@ def _constant_buffers(prog: isa.Program) -> tuple[dict, list]:
 
 
 def library_ir(op: str, dtype: str) -> str:
-    """LLVM IR text of the library function for (op, dtype): the program lowered like a
-    kernel (its coefficient chunks and tables as constant data), inside a C-callable wrapper."""
+    """LLVM IR text of the library function for (op, dtype) on the host target in force: the
+    program lowered like a kernel (its coefficient chunks and tables as constant data), inside
+    a C-callable wrapper."""
     import numpy as np
     from llvmlite import ir
 
@@ -233,18 +245,18 @@ def _array_constant(t, st, vals):
     return ir.FormattedConstant(t, "[" + ", ".join(items) + "]")
 
 
-def _disk_key(op: str, dtype: str) -> str:
+def _disk_key(op: str, dtype: str, target: str) -> str:
     from lazymath.backend.jit import host_key
 
-    return kernel_cache.disk_key(repr(("vmlib", op, dtype)), host_key())
+    return kernel_cache.disk_key(repr(("vmlib", op, dtype)), host_key(target))
 
 
 class _Fn:
     """One library function in this process: its pointer cell and the code it points to."""
 
-    def __init__(self, symbol: str, op: str, dtype: str) -> None:
-        self.symbol, self.op, self.dtype = symbol, op, dtype
-        self.key = _disk_key(op, dtype)
+    def __init__(self, symbol: str, op: str, dtype: str, target: str = "") -> None:
+        self.symbol, self.op, self.dtype, self.target = symbol, op, dtype, target
+        self.key = _disk_key(op, dtype, target)
         self.module = f"lmvm_{self.key[:24]}"
         self.cell = ctypes.c_void_p(0)  # the address kernels call through (never freed)
         self.cell_address = ctypes.addressof(self.cell)
@@ -318,8 +330,7 @@ def _request(symbol: str) -> _Fn:
             return fn
         fn = _orphans.pop(symbol, None)  # keeps its cell: kernels may already point at it
         if fn is None:
-            op, dtype = parse_symbol(symbol)
-            fn = _Fn(symbol, op, dtype)
+            fn = _Fn(symbol, *_split(symbol))
         _fns[symbol] = fn
     try:
         addr = _load(fn)
@@ -337,6 +348,18 @@ def _request(symbol: str) -> _Fn:
 
 
 def _compile(fn: _Fn) -> None:
+    from lazymath.backend import host
+
+    if host.requested() == fn.target:
+        _compile_here(fn)
+        return
+    # a function of another target than the one in force (requested by a kernel of that
+    # target being linked, e.g. its tier-up finishing after a switch): generated for its own
+    with settings.override(LAZYMATH_TARGET_CPU=fn.target or "native"):
+        _compile_here(fn)
+
+
+def _compile_here(fn: _Fn) -> None:
     from lazymath.backend import compile as bc
     from lazymath.backend import workers
 

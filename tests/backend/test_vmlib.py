@@ -151,6 +151,41 @@ def test_library_symbol_names():
     assert vmlib.address("lazymath_vm_nothing_float32") is None
     assert vmlib.resolve("lazymath_vmp_nothing_float32") is None
     assert vmlib.cell_symbol("lazymath_vm_sin_float32") == "lazymath_vmp_sin_float32"
+    # a forced target's functions carry it (vmath.call_symbol)
+    assert vmlib._split("lazymath_vm_tanh_float16.x86-64") == ("tanh", "float16", "x86-64")
+    assert vmlib.parse_symbol("lazymath_vm_tanh_float16.haswell") == ("tanh", "float16")
+    assert vmlib.parse_symbol("lazymath_vm_tanh_float16.") is None
+    assert vmlib.parse_symbol("lazymath_vm_tanh_float16.a b") is None
+    assert vmath.call_symbol("sin", "float32", "haswell") == "lazymath_vm_sin_float32.haswell"
+    assert vmath.call_symbol("sin", "float32", "") == "lazymath_vm_sin_float32"
+
+
+def test_each_target_calls_its_own_library_code(monkeypatch):
+    """A process that switches LAZYMATH_TARGET_CPU: the kernels of each target call that
+    target's library function (one per target, its own disk entry), same results."""
+    from lazymath.backend import host
+
+    forced = [t for t in host.executable_targets() if t]
+    if not forced:
+        pytest.skip("this host runs no forced target")
+    monkeypatch.setenv("LAZYMATH_VMATH_CALLS", "always")
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    x = np.linspace(-9, 9, 777, dtype=np.float32)
+    got = {}
+    from lazymath import engine
+
+    for target in ["", forced[0]]:
+        monkeypatch.setenv("LAZYMATH_TARGET_CPU", target or "native")
+        engine.PROGRAMS.clear()  # (programs are not keyed by the target: kernels are)
+        t = lm.tensor(x)
+        got[target] = (lm.sin(lm.cos(t) * 2.0) + lm.tanh(t)).numpy()
+        for op in ("sin", "cos", "tanh"):
+            fn = vmlib._fns[vmath.call_symbol(op, "float32")]
+            assert fn.target == target and fn.tier >= 0
+    native, other = (vmlib._fns[vmath.call_symbol("sin", "float32", t)] for t in ("", forced[0]))
+    assert native is not other and native.key != other.key
+    assert native.cell_address != other.cell_address
+    assert got[""].tobytes() == got[forced[0]].tobytes()
 
 
 _CHILD = r"""
