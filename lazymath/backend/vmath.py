@@ -1784,10 +1784,11 @@ def call_symbol(op: str, dtype: str, target: str | None = None) -> str:
     LAZYMATH_TARGET_CPU): void f(ptr dst, ptr src0, ptr src1, i64 n). Native code has no
     suffix; a forced target's is ``.<cpu>`` (a process that switches targets links each
     target's kernels to that target's library code)."""
-    if target is None:
-        from lazymath.backend.host import requested
+    if target is None:  # == host.requested() (importing host here would close a cycle)
+        from lazymath import settings
 
-        target = requested()
+        target = (settings.TARGET_CPU.get() or "").strip()
+        target = "" if target in ("native", "host") else target
     return f"lazymath_vm_{op}_{dtype}" + (f".{target}" if target else "")
 
 

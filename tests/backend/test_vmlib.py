@@ -179,6 +179,9 @@ def test_each_target_calls_its_own_library_code(monkeypatch):
         engine.PROGRAMS.clear()  # (programs are not keyed by the target: kernels are)
         t = lm.tensor(x)
         got[target] = (lm.sin(lm.cos(t) * 2.0) + lm.tanh(t)).numpy()
+        assert vmath.call_symbol("sin", "float32") == vmath.call_symbol(
+            "sin", "float32", host.requested()
+        )
         for op in ("sin", "cos", "tanh"):
             fn = vmlib._fns[vmath.call_symbol(op, "float32")]
             assert fn.target == target and fn.tier >= 0
