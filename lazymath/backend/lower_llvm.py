@@ -1194,7 +1194,14 @@ def lower_elementwise(ctx: LowerCtx, elems: list, dead: frozenset = frozenset())
                 x = convert(ctx, sd, dd, x, "trunc") if sd != dd else x
                 if dd == "float16":
                     x = b.fpext(x, F32)
-                out.append(_combine(ctx, i.op, dd, accs[len(out)], x))
+                a = accs[len(out)]
+                if _nan_tracked(i):  # maxnum (one vmaxps) + a sticky "saw a NaN" flag
+                    nm = "maxnum" if i.op == "vcmax" else "minnum"
+                    fn = ctx.intrinsic(f"llvm.{nm}.{_suffix(a.type)}", a.type, [a.type, a.type])
+                    out.append(b.call(fn, [a, x], fastmath=("nnan", "nsz")))
+                    out.append(b.or_(accs[len(out)], b.fcmp_unordered("uno", x, x)))
+                    continue
+                out.append(_combine(ctx, i.op, dd, a, x))
                 continue
             strides = e.src_strides or (1,) * len(e.srcs)
             args = [read(r, st, e.raw) for r, st in zip(e.srcs, strides)]
@@ -1220,14 +1227,28 @@ def lower_elementwise(ctx: LowerCtx, elems: list, dead: frozenset = frozenset())
         return
     # vcadd/vcmax/... in the run: each folds its source's value into an accumulator phi, so a
     # copy -> prologue -> reduce step reads GM once and never writes UB
-    inits = [_reduce_identity(ctx, i.op, i.dst.buf.dtype) for i in reds]
-    accs = ctx._loop(0, ctx.int(elems[0].n), 1, lambda k, *a: body(k, a), parallel=True,
-                     carry=inits)  # fmt: skip
-    for i, a in zip(reds, accs):
+    inits = []
+    for i in reds:
+        inits.append(_reduce_identity(ctx, i.op, i.dst.buf.dtype))
+        if _nan_tracked(i):
+            inits.append(ir.Constant(I1, 0))
+    accs = list(ctx._loop(0, ctx.int(elems[0].n), 1, lambda k, *a: body(k, a), parallel=True,
+                          carry=inits))  # fmt: skip
+    for i in reds:
         dd = i.dst.buf.dtype
+        a = accs.pop(0)
+        if _nan_tracked(i):  # the loop's maxnum is poison after a NaN: the flag selects NaN
+            a = b.select(accs.pop(0), ir.Constant(a.type, float("nan")), a)
         dp = ctx.ptr(i.dst)
         zero = ir.Constant(I64, 0)
         ctx.store(dp, dd, zero, _combine(ctx, i.op, dd, ctx.load(dp, dd, zero), a))
+
+
+def _nan_tracked(i: isa.VReduce) -> bool:
+    """A fused float max/min reduction folds with maxnum/minnum under nnan (one vmaxps; LLVM's
+    NaN-propagating maximum costs six instructions per vector) beside an or-reduction of
+    isnan(x); after the loop a seen NaN gives NaN, numpy's max/min semantics."""
+    return i.op in ("vcmax", "vcmin") and kind(i.dst.buf.dtype) == "f"
 
 
 MIXED_WIDTH = 8  # float32 lanes of one AVX2 register

@@ -181,6 +181,30 @@ def test_pipelined_rows_match_numpy(name, backend, monkeypatch):
             _check(name, shape, a, dtype)
 
 
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_fused_max_and_min_propagate_nan(backend, monkeypatch):
+    """Fused float max/min reductions fold with maxnum plus a NaN flag: a NaN anywhere in a
+    row (first, middle, last element) still gives numpy's NaN, infinities stay exact."""
+    monkeypatch.setenv("LAZYMATH_BACKEND", backend)
+    x = RNG.standard_normal((40, 300)).astype(np.float32)
+    x[3, 0] = x[4, 151] = x[5, 299] = np.nan
+    x[9, :] = -np.inf
+    x[10, 4] = np.inf
+    x[11, :7] = np.inf
+    with np.errstate(invalid="ignore"):
+        sm_ref = _softmax(x, 1)
+        mn_ref = x - x.min(1, keepdims=True)
+    sm = lm.softmax(lm.tensor(x), axis=1)
+    assert _pipelined(sm) == 3
+    np.testing.assert_allclose(sm.numpy(), sm_ref, rtol=1e-5, atol=1e-7)
+    mn = lm.tensor(x) - lm.min(lm.tensor(x), axis=1, keepdims=True)
+    np.testing.assert_array_equal(mn.numpy(), mn_ref)
+    mx, sm2 = lm.tensor(x).max(axis=1), lm.softmax(lm.tensor(x), axis=1)
+    lm.realize(mx, sm2)  # one kernel, a per-row output before the last stage: not pipelined
+    np.testing.assert_array_equal(mx.numpy(), x.max(1))
+    np.testing.assert_allclose(sm2.numpy(), sm_ref, rtol=1e-5, atol=1e-7)
+
+
 def test_pipelined_strided_rows_and_910b():
     base = RNG.standard_normal((9, 1030)).astype(np.float32)
     t = lm.softmax(lm.tensor(base).T, axis=0)  # rows of 1030 elements with stride 1030
