@@ -126,7 +126,8 @@ def _kernel_costs(sched):
             continue
         try:
             program = build_program(sk.ir, sched.spec, sk.name)
-            out.append((estimate(program, sched.spec), host_blocks(sk.ir, program)))
+            hb = host_blocks(sk.ir, program, spec=sched.spec)
+            out.append((estimate(program, sched.spec), hb))
         except Exception:  # noqa: BLE001 - an explanation never fails on a costing problem
             out.append((None, None))
     return out

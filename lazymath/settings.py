@@ -244,6 +244,13 @@ COMPILE_THREADS = Setting(
     "compile in parallel",
     minimum=0,
 )  # fmt: skip
+POOL_SPIN_US = Setting(
+    "LAZYMATH_POOL_SPIN_US", "int", 1000,
+    "microseconds a block-pool thread spins (native code, no GIL) waiting for the next launch, "
+    "and a launching thread for its helpers' last block, before it blocks: a launch within the "
+    "window finds its helpers awake (Linux x86-64; 0 = block at once, as elsewhere)",
+    minimum=0,
+)  # fmt: skip
 
 TARGET_CPU = Setting(
     "LAZYMATH_TARGET_CPU", "str", None,
@@ -319,6 +326,7 @@ SETTINGS: tuple[Setting, ...] = (
     AUTOTUNE,
     TIERED,
     COMPILE_THREADS,
+    POOL_SPIN_US,
     COMPILE_ISOLATE,
     SCALAR_ARGS,
     KERNEL_CACHE_LIMIT,

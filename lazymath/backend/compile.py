@@ -55,13 +55,15 @@ def default_backend() -> str:
 MIN_FLOPS_PER_WORKER = 4_000_000  # ~50 us of host microkernel work per extra host thread
 
 
-def host_blocks(ir, program: isa.Program, workers: int | None = None) -> int:
-    """Host mapping: how many host threads run a program's blocks.
+def host_blocks(ir, program: isa.Program, workers: int | None = None, spec=None) -> int:
+    """Host mapping: how many host blocks (BLOCK_NUM) run a program; the block pool runs them
+    on at most one thread per host core, each thread claiming the next block when it is done.
 
     Template programs carry the device's block count and take their items GetBlockIdx()
     style (a contiguous range of items per BLOCK_IDX of BLOCK_NUM), so any count is correct:
     at most one thread per host core and per device block, and one for tiny work (a host
-    hand-off costs tens of microseconds). It changes neither the program nor its simulated
+    hand-off costs tens of microseconds). A big matmul gets more blocks than threads (given
+    `spec`: `templates.matmul.host_blocks`). It changes neither the program nor its simulated
     cost. User kernels (`lm.kernel`) read BLOCK_IDX/BLOCK_NUM the same way."""
     kind = getattr(ir, "kind", None)
     if kind not in _HOST_MAPPED:
@@ -71,7 +73,11 @@ def host_blocks(ir, program: isa.Program, workers: int | None = None) -> int:
         if program.unit != "cube":
             return program.blocks
         flops = 2 * math.prod(ir.batch) * max(ir.m, 1) * max(ir.n, 1) * max(ir.k, 1)
-        return max(1, min(workers, program.blocks, flops // MIN_FLOPS_PER_WORKER))
+        threads = max(1, min(workers, program.blocks, flops // MIN_FLOPS_PER_WORKER))
+        if spec is None or threads == 1:
+            return threads
+        split = importlib.import_module(TEMPLATES["matmul"]).host_blocks
+        return split(ir, spec, threads, flops // MIN_FLOPS_PER_WORKER)
     if _vector_elems(ir) < SMALL_VECTOR_WORK:
         return 1
     return max(1, min(workers, program.blocks))
@@ -143,7 +149,7 @@ class CompiledKernel:
         self.program = program
         self.spec = spec
         self.backend = backend
-        self.blocks = host_blocks(ir, program)
+        self.blocks = host_blocks(ir, program, spec=spec)
         self.symbol = symbol
         self._addr = addr
         self._llvm_ir = llvm_ir

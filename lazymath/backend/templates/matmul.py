@@ -153,6 +153,26 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
                         blocks, blocks, memo, epi_rows, simple, pro_a, pro_b)  # fmt: skip
 
 
+BLOCKS_PER_THREAD = 4  # a big matmul's host blocks per thread at most (dynamic split)
+
+
+def host_blocks(k: MatmulKernel, spec, threads: int, max_blocks: int) -> int:
+    """Host blocks (BLOCK_NUM) for `threads` host threads: a dynamic split (the host mapping's
+    choice, `compile.host_blocks`; the program and its cost do not change).
+
+    The items are (batch, N panel, M group) with the M groups innermost, and a block packs its
+    first B panel and every later one it starts (the LoadNz memo). With as many blocks as
+    threads, a thread that starts late, runs on a busier core or is descheduled leaves the
+    others waiting at the end; with more blocks the others take over its share. A block count
+    that divides the N panels keeps whole panels per block, so B is still packed once per
+    panel: the most blocks, up to BLOCKS_PER_THREAD per thread and `max_blocks`, that divides
+    the panels; `threads` when the panels are too few."""
+    t = tile_matmul(k, spec)
+    panels = C.prod(k.batch) * t.n_panels
+    cap = min(BLOCKS_PER_THREAD * threads, panels, max_blocks)
+    return max((d for d in range(threads + 1, cap + 1) if panels % d == 0), default=threads)
+
+
 # ----------------------------------------------------------------------------- UB epilogue (910)
 
 
