@@ -95,6 +95,7 @@ def test_the_issue_graphs_are_one_kernel_each():
         assert len(s.kernels) == 1, (name, s)
         (entry,) = [e for e in s.fusion_log if e.what == "rows"]
         assert "row-resident" in entry.reason and "UB" in entry.reason, entry
+        assert "software-pipelined over 3 rows" in entry.reason, entry  # ring fits 256 KiB
 
 
 def test_form_follows_the_ub_capacity_and_is_logged():

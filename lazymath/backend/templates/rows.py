@@ -52,6 +52,16 @@ def choose(ir: RowKernel, spec) -> tuple[str | None, str]:
     ub = spec.ub_bytes
     if nb <= ub:
         rt = _rows_per_block(ir, info, spec)
+        piped = _plan_pipelined(ir, info, spec, "k", _args(ir)) if rt == 1 and PIPELINE else None
+        if piped is not None:
+            prog, t = piped
+            need = prog.scope_bytes(spec).get("UB", 0)
+            return "resident", (
+                f"row-resident, software-pipelined over {t['pipelined']} rows (one row per "
+                f"stage, a ring of {t['pipelined']} row buffers per UB buffer): a row of "
+                f"{info.R} elements needs {need // 1024} KiB of UB (UB {ub // 1024} KiB); "
+                "input read once"
+            )
         return "resident", (
             f"row-resident: a block of {rt} row(s) x {info.R} elements needs "
             f"{_resident_bytes(ir, info, spec, rt) // 1024} KiB of UB with double-buffered "
@@ -443,11 +453,16 @@ def _rows_per_block(ir, info, spec) -> int:
     return rt
 
 
+def _args(ir: RowKernel):
+    n_in = len(ir.inputs)
+    names = [f"in{k}" for k in range(n_in)] + [f"out{j}" for j in range(len(ir.outputs))]
+    return C.gm_args((*ir.inputs, *ir.outputs), names)
+
+
 def _plan(ir: RowKernel, spec, name: str):
     info = _Info(ir)
     n_in = len(ir.inputs)
-    names = [f"in{k}" for k in range(n_in)] + [f"out{j}" for j in range(len(ir.outputs))]
-    args = C.gm_args((*ir.inputs, *ir.outputs), names)
+    args = _args(ir)
     if info.K == 0:
         return isa.Program(name, args, (), (), 1, 1), {"mode": "empty"}
     if info.R == 0:
