@@ -6,8 +6,10 @@
     python benchmarks/plot.py                          # PNGs from the results (matplotlib)
 
 Peers: numpy always (at its best: preallocated `out=`), numexpr, torch and jax when installed
-(`--peers numpy,torch` picks). Each case times every peer interleaved (so machine noise hits all
-of them alike), prints progress on stderr, and the run ends with one table: median time per peer,
+(`--peers numpy,torch` picks). Each case times every peer in alternating segments of back-to-back
+calls, each after a short pause (so machine noise hits all of them alike, and no peer is timed
+while another's BLAS threads still spin), prints progress on stderr, and the run ends with one
+table: median time per peer,
 throughput (GFLOPS for matmul, GB/s for the memory-bound cases) and the ratio peer / lazymath
 (> 1: lazymath is faster). `benchmarks/results.json` (or `--out`) keeps the table with the
 machine (CPU model, host ISA, cores, numpy's BLAS from threadpoolctl), the versions, the load
@@ -69,17 +71,33 @@ def _torch_threads(torch) -> None:
 # ----------------------------------------------------------------------------- timing
 
 
-def _interleaved(fns: dict[str, object], reps: int, warmup: int = 2) -> dict[str, float]:
-    """Median seconds per callable, timed round-robin (peer A, B, ..., A, B, ...)."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
+# OpenBLAS' idle worker threads spin ~0.13 s (2^28 TSC ticks) after each call before they sleep
+# (torch's and XLA's pools spin briefly too): a peer timed right after numpy shares a core with
+# that spinning thread. Measured on the 2-core machine (issue 11's note): lazymath 1024^3 ran at
+# 94 GFLOPS one call after numpy and 185 back to back (numpy 180); timing one call of each peer
+# in turn had made it look 0.68x numpy. So each peer is timed in its own segment of back-to-back
+# calls that starts SETTLE_S after the previous segment; two rounds of segments alternate the
+# peers (machine noise still hits all of them).
+SETTLE_S = 0.15
+ROUNDS = 2
+
+
+def _interleaved(fns: dict[str, object], reps: int, warmup: int = 2,
+                 settle: float = SETTLE_S) -> dict[str, float]:  # fmt: skip
+    """Median seconds per callable over ROUNDS rounds of per-peer segments (see SETTLE_S):
+    each segment is a pause of `settle` seconds, `warmup` untimed calls, then its share of
+    `reps` individually timed calls."""
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(reps):
+    per = max(1, -(-reps // ROUNDS))
+    for _ in range(ROUNDS):
         for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
+            time.sleep(settle)
+            for _ in range(warmup):
+                fn()
+            for _ in range(per):
+                t0 = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -119,7 +137,7 @@ def case_matmul(n: int, peers: dict, quick: bool) -> dict:
         fns["jax"] = lambda: f(ja, jb).block_until_ready()
     got = (la @ lb).numpy()
     np.testing.assert_allclose(got, a @ b, rtol=1e-3, atol=1e-3 * n)
-    t = _interleaved(fns, _reps(_probe(fns["lazymath"]), quick))
+    t = _interleaved(fns, _reps(_probe(fns["lazymath"]), quick), settle=0.0 if quick else SETTLE_S)
     return {"suite": "matmul", "case": f"{n}x{n}x{n} float32", "size": n,
             "unit": "GFLOPS", "work": 2.0 * n**3, "seconds": t}  # fmt: skip
 
@@ -151,7 +169,7 @@ def case_elementwise(n: int, peers: dict, quick: bool) -> dict:
         f = jax.jit(lambda v: jnp.exp(v) * 2 + 1)
         fns["jax"] = lambda: f(jx).block_until_ready()
     np.testing.assert_allclose((lm.exp(lx) * 2 + 1).numpy(), np.exp(x) * 2 + 1, rtol=1e-5)
-    t = _interleaved(fns, _reps(_probe(fns["lazymath"]), quick))
+    t = _interleaved(fns, _reps(_probe(fns["lazymath"]), quick), settle=0.0 if quick else SETTLE_S)
     return {"suite": "elementwise", "case": f"exp(x)*2+1, {n} float32", "size": n,
             "unit": "GB/s", "work": 8.0 * n, "seconds": t}  # fmt: skip
 
@@ -186,7 +204,7 @@ def case_softmax(shape: tuple[int, int], peers: dict, quick: bool) -> dict:
     e = np.exp(x - x.max(axis=1, keepdims=True))
     want = e / e.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(lm.softmax(lx, axis=1).numpy(), want, rtol=1e-5, atol=1e-7)
-    t = _interleaved(fns, _reps(_probe(fns["lazymath"]), quick))
+    t = _interleaved(fns, _reps(_probe(fns["lazymath"]), quick), settle=0.0 if quick else SETTLE_S)
     return {"suite": "softmax", "case": f"softmax rows {rows}x{cols} float32", "size": rows * cols,
             "unit": "GB/s", "work": 8.0 * rows * cols, "seconds": t}  # fmt: skip
 
