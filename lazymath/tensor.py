@@ -1327,6 +1327,20 @@ def _binary(m: Op):
 # checks that none is missing); the function, its name and docstring come from the record.
 neg = _unary(Op.NEG)
 abs = _unary(Op.ABS)
+_abs_elementwise = abs
+
+
+def abs(x, *args) -> Tensor:  # noqa: A001
+    if type(x) is Tensor and x._node.op == "complex_join":
+        fused = _fft_abs(x)
+        if fused is not None:
+            return fused
+    return _abs_elementwise(x, *args)
+
+
+abs.__doc__ = _abs_elementwise.__doc__ + (
+    " abs(fft(x)) of a Vector Stockham FFT is one kernel: its last stage writes the magnitudes."
+)
 exp = _unary(Op.EXP)
 exp2 = _unary(Op.EXP2)
 log = _unary(Op.LOG)
@@ -2476,7 +2490,27 @@ def _bluestein_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool,
     return cmul(c, dft.chirp, n, sign, scale)
 
 
-def _stockham_rows(p: Tensor, n: int, sign: int, scale: float, real: bool, length: int) -> Tensor:
+def _fft_window(x: Tensor, ax: int, n: int) -> tuple | None:
+    """(data, window) when `x` is the pending float32 product data * window, the window a
+    realized length-n vector broadcast along the transform axis (the last): the Vector
+    Stockham kernel multiplies it in its load (fft(x * window) is one kernel)."""
+    node = x._node
+    if (node.realized is not None or node.op != "mul" or node.dtype != dt.float32
+            or ax != x.ndim - 1 or x.shape[ax] != n):  # fmt: skip
+        return None
+    for d, w in (node.srcs, node.srcs[::-1]):
+        base = w
+        while base.op in ("expand", "reshape") and base.realized is None:
+            base = base.srcs[0]
+        ok = base.realized is not None and base.size == n and base.shape[-1] == n
+        if ok and d.shape == node.shape and d.dtype == w.dtype == dt.float32:
+            wt = Tensor(base, x._device)
+            return _wrap(d, [x]), reshape(wt, (n,))
+    return None
+
+
+def _stockham_rows(p: Tensor, n: int, sign: int, scale: float, real: bool, length: int,
+                   window: Tensor | None = None) -> Tensor:  # fmt: skip
     """The Vector Stockham FFT (backend/templates/fft.py) of each row of `p` ((..., n, 2)
     pairs, or (..., n) real): one Vector kernel; the first `length` frequencies, (b, length, 2)
     pairs, complex64 in C order."""
@@ -2490,8 +2524,9 @@ def _stockham_rows(p: Tensor, n: int, sign: int, scale: float, real: bool, lengt
     tw = _fft_table(p, dft.stockham_tables, n, sign, 0)
     ix = _fft_table(p, dft.stockham_tables, n, sign, 1)
     params = (("length", length), ("n", n), ("real", bool(real)), ("scale", float(scale)),
-              ("sign", sign))  # fmt: skip
-    node = gn.make("custom", dt.float32, (b, length, 2), (xs._node, tw._node, ix._node),
+              ("sign", sign)) + ((("window", True),) if window is not None else ())  # fmt: skip
+    srcs = (xs._node, tw._node, ix._node) + ((window._node,) if window is not None else ())
+    node = gn.make("custom", dt.float32, (b, length, 2), srcs,
                    (custom.BUILTIN["fft_stockham"], params))  # fmt: skip
     return _wrap(node, [p])
 
@@ -2539,6 +2574,25 @@ def _sixstep_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool) -> 
     return _wrap(node, [p])
 
 
+def _fft_abs(x: Tensor) -> Tensor | None:
+    """|fft(...)| as one Vector Stockham kernel that writes the magnitudes (float32), when `x`
+    is the pending, uncropped result of one; None otherwise."""
+    from .graph import custom
+
+    j = x._node
+    if j.realized is not None or j.arg[1] != j.shape[-1]:
+        return None
+    s = j.srcs[0]
+    if s.op != "custom" or s.realized is not None or s.arg[0] != custom.BUILTIN.get("fft_stockham"):
+        return None
+    p = dict(s.arg[1])
+    if p.get("lay") is not None or p.get("mode"):
+        return None
+    params = tuple(sorted({**p, "mode": "abs"}.items()))
+    node = gn.make("custom", dt.float32, s.shape[:-1], s.srcs, (s.arg[0], params))
+    return reshape(_wrap(node, [x]), x.shape)
+
+
 def _slice_last(v: Tensor, i: int) -> Tensor:
     """v[..., i:i + 1]"""
     return _slice_node(v, tuple((0, d, 1) for d in v.shape[:-1]) + ((i, 1, 1),))
@@ -2573,14 +2627,18 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
     if out is None:
         scale = dft.norm_scale(norm, nin, inverse)
         fit = builtins.min(nin, size) if impl == "stockham" else nin  # the kernel zero-pads
-        if real:
+        win = _fft_window(x, ax, nin) if impl == "stockham" and real else None
+        if win is not None:
+            rows = win[0]
+        elif real:
             rows = _fit_axis(astype(_to_last(x, ax), dt.float32), fit, -1)
         else:
             rows = _fit_axis(_complex_rows(x, ax), fit, -2)
         if impl in ("bluestein", "bluestein-vector"):
             out = _bluestein_rows(rows, fs, sign, scale, real, impl == "bluestein-vector")._node
         elif impl == "stockham":
-            out = _stockham_rows(rows, nin, sign, scale, real, length)._node
+            wt = None if win is None else win[1]
+            out = _stockham_rows(rows, nin, sign, scale, real, length, wt)._node
         elif impl == "six-step":
             out = _sixstep_rows(rows, fs, sign, scale, real)._node
         else:

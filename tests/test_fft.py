@@ -373,6 +373,12 @@ def test_fft_stockham_plan_and_explain():
     assert s.kernels[0].flops > 0
     text = lm.explain(lm.fft.fft(x))
     assert "vector stockham: n=4096 = 4 x 4 x 4 x 4 x 4 x 4" in text, text
+    # abs(fft(x)) and fft(x * window) are one kernel: the magnitudes written by the last
+    # stage, the window multiplied in the load
+    r = lm.tensor(np.ones((3, 1024), np.float32))
+    w = np.hanning(1024).astype(np.float32)
+    for out in (lm.abs(lm.fft.fft(x)), lm.fft.rfft(r * w), lm.abs(lm.fft.rfft(r * w))):
+        assert [list(k.ops) for k in lm.schedule(out).kernels] == [["fft_stockham"]]
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "complex64"])
@@ -397,6 +403,12 @@ def test_fft_stockham_values(backend, preset, check, data, dtype):
         a = data.rand((3, 64), dtype, -1, 1)
         got = lm.fft.fft(lm.tensor(a)[:, ::2])
         cases.append(("strided", got, np.fft.fft(a[:, ::2]), 32))
+        got = lm.abs(lm.fft.ifft(lm.tensor(a), norm="ortho"))
+        cases.append(("abs(ifft)", got, np.abs(np.fft.ifft(a, norm="ortho")), 64))
+    if dtype == "float32":
+        a = data.rand((2, 32), dtype, -1, 1)
+        w = np.hanning(32).astype(np.float32)
+        cases.append(("rfft(x * window)", lm.fft.rfft(lm.tensor(a) * w), np.fft.rfft(a * w), 32))
     _run(check, cases)
 
 

@@ -397,7 +397,7 @@ def stockham_ub_bytes(n: int) -> int:
     """UB the Vector Stockham kernel declares for length n: two (real, imaginary) planes to
     ping-pong between stages and its stage temporaries."""
     rs = stockham_radices(n)
-    return 4 * (4 * n + 25 * (n // 4) + (4 * (n // 2) if 2 in rs else 0)) + 64 * 64
+    return 4 * (4 * n + 25 * (n // 4) + (4 * (n // 2) if 2 in rs else 0) + n // 2) + 64 * 64
 
 
 @functools.lru_cache(maxsize=16)

@@ -43,10 +43,13 @@ def _layout(x, n, length, lay):
     return rows, R, (bsi, rsi, esi), (bso, rso, eso), n_in
 
 
-def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None, cols=1):
-    # rest: [the post-twiddle table,] [the tile index tables (cols > 1),] out
+def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None, cols=1, mode="",
+            window=False):  # fmt: skip
+    # rest: [the post-twiddle table,] [the tile index tables (cols > 1),] [window,] out
     out = rest[-1]
-    pt = rest[0] if len(rest) in (2, 4) else None
+    extras = list(rest[:-1])
+    win = extras.pop() if window else None
+    pt = extras[0] if len(extras) in (1, 3) else None
     rows, R, (bsi, rsi, esi), (bso, rso, eso), n_in = _layout(x, n, length, lay)
     stages = dft.stockham_stages(n)
     planes = [(k.ub("float32", n, "are"), k.ub("float32", n, "aim")),
@@ -61,17 +64,31 @@ def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None, cols=1)
         t.update({f"h{j}{c}": k.ub("float32", n // 2, f"h{j}{c}") for j in range(2) for c in "ri"})
     ctx = (k, stages, planes, t, tw, ix, sign, scale, length, n_in, real)
 
+    if window:
+        t["win"] = k.ub("float32", n // 2, "win")
+
     def read_gm(j, dst, cnt, s, ibase):
         if real:
             k.copy_in(dst[0], x[ibase + s * j * esi], cnt, esi)
         else:
             k.copy_in(dst[0], x[2 * ibase + 2 * s * j * esi], cnt, 2 * esi)
             k.copy_in(dst[1], x[2 * ibase + 2 * s * j * esi + 1], cnt, 2 * esi)
+        if window:  # fft(x * window): the window's product in the load
+            k.copy_in(t["win"], win[s * j], cnt)
+            for d in dst[: 1 if real else 2]:
+                k.vmul(d, d, t["win"], cnt)
 
     def write_gm(g, q, obase):
         for jp in range(len(g)):
             cnt = min(q, length - jp * q)
-            if cnt > 0:
+            if cnt > 0 and mode == "abs":  # |y| = sqrt(re^2 + im^2), float32 (rows, length)
+                yr, yi = g[jp]
+                k.vmul(t["p"], yr, yr, q)
+                k.vmul(yi, yi, yi, q)
+                k.vadd(yi, yi, t["p"], q)
+                k.vsqrt(yr, yi, q)
+                k.copy_out(out[obase + jp * q * eso], yr, cnt, eso)
+            elif cnt > 0:
                 o = 2 * (obase + jp * q * eso)
                 k.copy_out(out[o], g[jp][0], cnt, 2 * eso)
                 k.copy_out(out[o + 1], g[jp][1], cnt, 2 * eso)
@@ -94,7 +111,7 @@ def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None, cols=1)
     # (element, column) pairs and one 2-D copy writes the tile
     in_tiles = rsi == 1 and esi != 1
     out_tiles = rso == 1 and eso != 1
-    ci, co = rest[-3], rest[-2]
+    ci, co = extras[-2], extras[-1]
     wid = cols if real else 2 * cols
     if in_tiles:
         tin = k.ub("float32", n_in * wid, "tin")
@@ -288,12 +305,17 @@ class VectorFFT:
         r = np.arange(rows)
         bi, ri = r // R, r % R
         z = flat[(bi * bsi + ri * rsi)[:, None] + np.arange(n_in)[None, :] * esi]
+        if p.get("window"):  # the last source, times the rows
+            z = z * np.asarray(srcs[-1], np.float64).reshape(-1)[:n_in]
+            srcs = srcs[:-1]
         f = np.fft.fft(z, n, axis=-1) if p["sign"] < 0 else np.fft.ifft(z, n, axis=-1) * n
         f = f[:, :length]
         if len(srcs) in (4, 6):  # the post-twiddle table (R, length, 2) (6: + tile tables)
             pt = np.asarray(srcs[3], np.float64).reshape(R, length, 2)
             f = f * (pt[..., 0] + 1j * pt[..., 1])[ri]
         f = f * p["scale"]
+        if p.get("mode") == "abs":
+            return np.abs(f).astype(dtype).reshape(shape)
         out = np.zeros(math.prod(shape) // 2, complex)
         out[(bi * bso + ri * rso)[:, None] + np.arange(length)[None, :] * eso] = f
         return np.stack([out.real, out.imag], -1).astype(dtype).reshape(shape)
