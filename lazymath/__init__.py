@@ -8,6 +8,10 @@ The public names are `__all__` (tests/test_namespace.py pins `dir(lazymath)`); t
 compile entry points, viz and the subpackages load on first use so `import lazymath` stays cheap.
 """
 
+from . import _dccache
+
+_dccache.install()  # dataclass methods compiled once, kept beside the bytecode (first-call time)
+
 from . import dtypes
 from ._version import __version__
 from .array_api import *  # noqa: F403  (exactly array_api.__all__)

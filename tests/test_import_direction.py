@@ -117,6 +117,7 @@ def layer(mod: str) -> str | None:
         "lazymath.dtypes",
         "lazymath._version",
         "lazymath._threads",
+        "lazymath._dccache",
         "lazymath.units",
         "lazymath.runtime.device",
     ):
