@@ -58,7 +58,7 @@ def choose(ir: RowKernel, spec) -> tuple[str | None, str]:
             need = prog.scope_bytes(spec).get("UB", 0)
             return "resident", (
                 f"row-resident, software-pipelined over {t['pipelined']} rows (one row per "
-                f"stage, a ring of {t['pipelined']} row buffers per UB buffer): a row of "
+                f"stage, a ring of {t['slots']} row buffers per UB buffer): a row of "
                 f"{info.R} elements needs {need // 1024} KiB of UB (UB {ub // 1024} KiB); "
                 "input read once"
             )
@@ -603,30 +603,39 @@ def _plan_pipelined(ir: RowKernel, info: _Info, spec, name: str, args):
     # a full input that does not move along the kept axes (layernorm's gamma) is the same
     # for every row: copied into UB once, before the rows
     invariant = [k for (side, k) in queues if side == "in" and not any(info.in_kstr[k])]
+    inits = bd.init_acc()
+
+    def elem(ins) -> bool:
+        return isinstance(ins.n, int) and ins.n == R
+
+    # Q = P - 1 slots suffice: the rows sharing a slot in a step are s (stage 0) and s - P + 1
+    # (stage P-1), whose accesses come first in program order (row parts and element parts
+    # both run from stage P-1 down) -- unless stage 0's row part (accumulator resets) writes
+    # a buffer stage P-1's element part still reads. Fewer slots: less UB (the 910B fits a
+    # 4096-float softmax) and a smaller host working set.
+    w0 = {i.dst.buf.name for i in [*inits, *(i for i in stages[0] if not elem(i))]}
+    last = {r.buf.name for i in stages[-1] if elem(i) for r in isa.refs_of(i)}
+    Q = P - 1 if P >= 3 and not (w0 & last) else P
     ring: dict = {}
     for (side, k), buf in queues.items():
         size = buf.size // 2
         if side == "in" and k in invariant:  # size 0: every slot is the same window
             ring[buf.name] = (isa.Buffer(buf.name, "UB", buf.dtype, size), 0)
             continue
-        ring[buf.name] = (isa.Buffer(buf.name, "UB", buf.dtype, P * size), size)
+        ring[buf.name] = (isa.Buffer(buf.name, "UB", buf.dtype, Q * size), size)
     for buf in bd.buffers():
         if buf.name not in consts:
-            ring[buf.name] = (isa.Buffer(buf.name, "UB", buf.dtype, P * buf.size), buf.size)
+            ring[buf.name] = (isa.Buffer(buf.name, "UB", buf.dtype, Q * buf.size), buf.size)
     rqueues = {k: ring[b.name][0] for k, b in queues.items()}
     buffers = [ring[b.name][0] if b.name in ring else b for b in (*queues.values(), *bd.buffers())]
     if C.buffers_bytes(spec, buffers) > spec.ub_bytes:
         return None
     n_in = len(ir.inputs)
     Ki, k_outer = info.kshape[-1], info.kshape[:-1]
-    inits = bd.init_acc()
-
-    def elem(ins) -> bool:
-        return isinstance(ins.n, int) and ins.n == R
 
     def stage(p: int, s) -> tuple[list, list]:
         """(row part, element part) of stage p in step s (row s - p)."""
-        slot = isa.mod(isa.add(s, (P - p) % P), P)
+        slot = isa.mod(isa.add(s, (Q - p % Q) % Q), Q)
         row = isa.sub(s, p)
         k_idx, kc = _split(row, Ki, k_outer)
         rowp = [_remap(i, ring, slot) for i in stages[p] if not elem(i)]
@@ -673,10 +682,10 @@ def _plan_pipelined(ir: RowKernel, info: _Info, spec, name: str, args):
         isa.Loop(s1, warm, stop, 1, step(s1, False)),
         isa.Loop(s2, isa.imax(stop, warm), isa.add(stop, P - 1), 1, step(s2, True)),
     ]
-    pro = [isa.SetFlag("V", "MTE2", q) for q in range(P)]
-    pro += [isa.SetFlag("MTE3", "V", q) for q in range(P)]
-    epi = [isa.WaitFlag("V", "MTE2", q) for q in range(P)]
-    epi += [isa.WaitFlag("MTE3", "V", q) for q in range(P)]
+    pro = [isa.SetFlag("V", "MTE2", q) for q in range(Q)]
+    pro += [isa.SetFlag("MTE3", "V", q) for q in range(Q)]
+    epi = [isa.WaitFlag("V", "MTE2", q) for q in range(Q)]
+    epi += [isa.WaitFlag("MTE3", "V", q) for q in range(Q)]
     once = []
     for k in invariant:
         v = ir.inputs[k]
@@ -688,7 +697,7 @@ def _plan_pipelined(ir: RowKernel, info: _Info, spec, name: str, args):
     blocks = C.device_blocks(spec, items)
     prog = isa.Program(name, args, tuple(buffers), tuple(body), blocks, blocks)
     return prog, {"mode": "resident", "rows_t": 1, "items": items, "blocks": blocks,
-                  "pipelined": P}  # fmt: skip
+                  "pipelined": P, "slots": Q}  # fmt: skip
 
 
 def _copy_outs(ir, info, args, queues, k_idx, k0, rows_t, nr, half, rhalf, R, n_in,
