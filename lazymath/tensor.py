@@ -2593,6 +2593,32 @@ def _fft_abs(x: Tensor) -> Tensor | None:
     return reshape(_wrap(node, [x]), x.shape)
 
 
+_RFFT_PACKED = True  # rfft above STOCKHAM_MAX: a half-length complex FFT + one combine kernel
+
+
+def _rfft_packed(p: Tensor, n: int, scale: float) -> Tensor:
+    """rfft of real rows (..., n), n even: the rows read as n / 2 complex points (a free
+    reshape), their complex FFT (Stockham or six-step), then one Vector kernel combining
+    Z[k] and Z[n/2 - k] into the n / 2 + 1 kept frequencies. Result (b, n // 2 + 1, 2)."""
+    from .graph import custom
+
+    h = n // 2
+    b = math.prod(p.shape[:-1])
+    z = reshape(p, (b, h, 2))
+    impl, fs, _why = dft.plan("fft", False, h, False, b, p._device.spec.ub_bytes)
+    if impl == "stockham":
+        zf = _stockham_rows(z, h, -1, 1.0, False, h)
+    else:
+        zf = reshape(_sixstep_rows(z, fs, -1, 1.0, False), (b, h, 2))
+    tw = _fft_table(p, dft.rfft_twiddles, n)
+    ix = _fft_table(p, dft.stockham_tables, 4, -1, 1)  # unused by the kernel (its signature)
+    params = (("length", h + 1), ("mode", "rpost"), ("n", n), ("real", False),
+              ("scale", float(scale)), ("sign", -1))  # fmt: skip
+    node = gn.make("custom", dt.float32, (b, h + 1, 2), (zf._node, tw._node, ix._node),
+                   (custom.BUILTIN["fft_stockham"], params))  # fmt: skip
+    return _wrap(node, [p])
+
+
 def _slice_last(v: Tensor, i: int) -> Tensor:
     """v[..., i:i + 1]"""
     return _slice_node(v, tuple((0, d, 1) for d in v.shape[:-1]) + ((i, 1, 1),))
@@ -2619,10 +2645,19 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
     length = nin // 2 + 1 if kind == "rfft" else nin  # rfft: the first n // 2 + 1 frequencies
     full = length if impl in ("direct", "stockham") else nin  # these compute only those
     other = tuple(d for i, d in enumerate(x.shape) if i != ax)
+    packed = (
+        impl == "six-step"
+        and kind == "rfft"
+        and _RFFT_PACKED
+        and dft.plan("fft", False, nin // 2, False, math.prod(other), x._device.spec.ub_bytes)[0]
+        in ("stockham", "six-step")
+    )
+    if packed:  # a half-length complex FFT + one combine kernel: the n // 2 + 1 kept
+        full = length
     # a realized input keeps its transform graph (every node of it is interned: the same
     # structure), so a repeated call costs dictionary lookups instead of building ~30 nodes
     memo = _fft_memo.get(x._node) if x._node.realized is not None else None
-    key = (kind, nin, ax, norm, fs, x._device)
+    key = (kind, nin, ax, norm, fs, x._device, packed)
     out = None if memo is None else memo.get(key)
     if out is None:
         scale = dft.norm_scale(norm, nin, inverse)
@@ -2639,6 +2674,8 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
         elif impl == "stockham":
             wt = None if win is None else win[1]
             out = _stockham_rows(rows, nin, sign, scale, real, length, wt)._node
+        elif packed:
+            out = _rfft_packed(rows, nin, scale)._node
         elif impl == "six-step":
             out = _sixstep_rows(rows, fs, sign, scale, real)._node
         else:

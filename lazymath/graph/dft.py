@@ -437,3 +437,12 @@ def tile_tables(cols: int, n: int, real: bool, which: int) -> np.ndarray:
     a = np.ascontiguousarray(a, dtype=np.int32)
     a.flags.writeable = False
     return a
+
+
+@functools.lru_cache(maxsize=16)
+def rfft_twiddles(n: int) -> np.ndarray:
+    """(n // 2 + 1, 2) float32: w^k = exp(-2 pi i k / n), k = 0 .. n / 2, as pairs (the rfft's
+    post-processing of a half-length complex FFT)."""
+    k = np.arange(n // 2 + 1)
+    w = np.exp(-2j * np.pi * k / n)
+    return _ro(np.stack([w.real, w.imag], -1))

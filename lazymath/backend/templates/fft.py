@@ -25,7 +25,7 @@ import pathlib
 
 import numpy as np
 
-from lazymath.backend import userkernel
+from lazymath.backend import isa, userkernel
 from lazymath.graph import custom, dft
 
 NAME = "fft_stockham"
@@ -47,6 +47,8 @@ def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None, cols=1,
             window=False):  # fmt: skip
     # rest: [the post-twiddle table,] [the tile index tables (cols > 1),] [window,] out
     out = rest[-1]
+    if mode == "rpost":
+        return _rpost(k, x, tw, out, n, scale, length)
     extras = list(rest[:-1])
     win = extras.pop() if window else None
     pt = extras[0] if len(extras) in (1, 3) else None
@@ -155,6 +157,58 @@ def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None, cols=1,
             k.copy_in(tidx, co, m)
             k.vgather(tout, rr, tidx, m)
             k.copy_out(out[2 * obase], tout, (length, 2 * cols), (2 * eso, 1))
+
+
+def _rpost(k, z, tw, out, n, scale, length) -> None:
+    """rfft of real rows of n = 2h through the FFT Z of the rows read as h complex points
+    z_m = x_2m + i x_2m+1 (mode "rpost", the second kernel): for k = 0 .. h, with A = Z[k mod h]
+    and B = Z[(h - k) mod h], X_k = (A + conj B) / 2 + w^k (A - conj B) / 2i (w = e^(-2 pi i / n)).
+    z (rows, h, 2) pairs, tw (h + 1, 2) the w^k, out (rows, h + 1, 2) = (rows, length, 2)."""
+    h = n // 2
+    rows = z.shape[0]
+    tile = min(h, 2048)
+    f = {c: k.ub("float32", tile, c)
+         for c in ("ar", "ai", "br", "bi", "wr", "wi", "er", "ei", "p")}  # fmt: skip
+    start, stop = k.block_range(rows)
+    with k.loop(start, stop) as row:
+        zi, oi = row * 2 * h, row * 2 * length
+        spans = [(0, 1, 1), (h, 1, 1)]  # k = 0 and k = h (B = Z[0])
+        if h > 1:  # the bulk k = 1 .. h - 1 in tiles
+            with k.loop((h - 1 + tile - 1) // tile) as i:
+                lo = k.let(1 + i * tile, "lo")
+                m = k.let(isa.imin(tile, h - lo), "m")
+                _rpost_span(k, f, z, tw, out, zi, oi, lo, lo, h - lo, m, -2, scale)
+        for lo, m, _ in spans:
+            _rpost_span(k, f, z, tw, out, zi, oi, lo, lo % h, (h - lo) % h, m, 2, scale)
+
+
+def _rpost_span(k, f, z, tw, out, zi, oi, lo, alo, blo, m, bs, scale) -> None:
+    """X_k for k in [lo, lo + m): A read from Z[alo], B from Z[blo] with pair stride bs."""
+    a0, b0 = 2 * alo, 2 * blo
+    k.copy_in(f["ar"], z[zi + a0], m, 2)
+    k.copy_in(f["ai"], z[zi + a0 + 1], m, 2)
+    k.copy_in(f["br"], z[zi + b0], m, bs)
+    k.copy_in(f["bi"], z[zi + b0 + 1], m, bs)
+    k.copy_in(f["wr"], tw[2 * lo], m, 2)
+    k.copy_in(f["wi"], tw[2 * lo + 1], m, 2)
+    # E = (A + conj B) / 2, O = (A - conj B) / 2i: Er, Ei, Or, Oi
+    k.vadd(f["er"], f["ar"], f["br"], m)
+    k.vsub(f["ei"], f["ai"], f["bi"], m)
+    k.vadd(f["p"], f["ai"], f["bi"], m)  # 2 Or
+    k.vsub(f["ar"], f["br"], f["ar"], m)  # 2 Oi = Br - Ar
+    # X = E + w O (times 1/2 and the norm scale)
+    k.vmul(f["br"], f["wr"], f["p"], m)
+    k.vmul(f["bi"], f["wi"], f["ar"], m)
+    k.vsub(f["br"], f["br"], f["bi"], m)
+    k.vadd(f["er"], f["er"], f["br"], m)
+    k.vmul(f["br"], f["wr"], f["ar"], m)
+    k.vmul(f["bi"], f["wi"], f["p"], m)
+    k.vadd(f["br"], f["br"], f["bi"], m)
+    k.vadd(f["ei"], f["ei"], f["br"], m)
+    k.vmuls(f["er"], f["er"], 0.5 * scale, m)
+    k.vmuls(f["ei"], f["ei"], 0.5 * scale, m)
+    k.copy_out(out[oi + 2 * lo], f["er"], m, 2)
+    k.copy_out(out[oi + 2 * lo + 1], f["ei"], m, 2)
 
 
 def _row(ctx, read, write, post) -> None:
@@ -283,6 +337,8 @@ class VectorFFT:
         p = dict(ir.params)
         n = p["n"]
         rows = ir.inputs[0].shape[0] if p.get("lay") is None else p["lay"][0]
+        if p.get("mode") == "rpost":
+            return rows * 12 * (n // 2 + 1)
         flops = 0
         for i, (r, _s, _tw, _ix, q) in enumerate(dft.stockham_stages(n)):
             per = (4 if r == 2 else 16) + (0 if i == 0 else 6 * (r - 1))
@@ -294,6 +350,15 @@ class VectorFFT:
     def evaluate(self, srcs, arg, dtype, shape) -> np.ndarray:
         p = dict(arg[1])
         n, length = p["n"], p["length"]
+        if p.get("mode") == "rpost":
+            zz = np.asarray(srcs[0], np.float64)
+            zc = zz[..., 0] + 1j * zz[..., 1]
+            h = n // 2
+            kk = np.arange(h + 1)
+            a, b = zc[:, kk % h], np.conj(zc[:, (h - kk) % h])
+            w = np.exp(-2j * np.pi * kk / n)
+            f = ((a + b) / 2 + w * (a - b) / 2j) * p["scale"]
+            return np.stack([f.real, f.imag], -1).astype(dtype).reshape(shape)
         x = np.asarray(srcs[0], np.float64).reshape(-1)
         flat = x if p["real"] else x[0::2] + 1j * x[1::2]
         lay = p.get("lay")
