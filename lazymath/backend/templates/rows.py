@@ -9,6 +9,10 @@ results broadcast back over the rows (see `kernel_ir.RowKernel`). Two forms:
   (WholeReduce `VReduce`); a row's reduction result reaches the row's elements through `VBrcb`.
   Outputs are copied UB -> GM once. With one row per block every phase is one fused loop over
   the row (copy-in + prologue + reduce, then ... + copy-out), the broadcast a register.
+  Rows of >= ROW_MIN elements are software-pipelined when the ring fits UB (`_plan_pipelined`):
+  step s runs phase p of row s - p for every p, each row's buffers in a ring slot, so on the
+  device MTE2, Vector and MTE3 work on different rows at once and on the host the phases of
+  three rows are one loop (memory traffic overlapping the exp).
 - **online two-pass** (a row is wider than UB): pass 1 streams the row through UB in chunks and
   folds every reduction; a reduction that needs an earlier one (the sum of exp(x - max) of a
   softmax, the sum of squared deviations of a variance) is computed per chunk against the
