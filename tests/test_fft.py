@@ -373,6 +373,7 @@ def test_fft_stockham_plan_and_explain():
     assert s.kernels[0].flops > 0
     text = lm.explain(lm.fft.fft(x))
     assert "vector stockham: n=4096 = 4 x 4 x 4 x 4 x 4 x 4" in text, text
+    assert "vector: the built-in Vector Stockham FFT" in text, text
     # abs(fft(x)) and fft(x * window) are one kernel: the magnitudes written by the last
     # stage, the window multiplied in the load
     r = lm.tensor(np.ones((3, 1024), np.float32))

@@ -325,7 +325,10 @@ class VectorFFT:
     name = NAME
     unit = "vector"
     epilogue = False
-    unit_reason = None
+    unit_reason = (
+        "the built-in Vector Stockham FFT: every radix-4/2 stage of a row in UB "
+        "(graph/dft.py's plan; the fusion log's fft line says why)"
+    )
 
     def __init__(self, key: str):
         self.key = key
