@@ -18,9 +18,10 @@ Foreground and background: a compile someone waits for (a kernel's code, a libra
 quick code) is foreground; the optimized code that replaces quick code later (tiered compilation)
 is background. Workers take foreground jobs first; a background job starts only when no
 foreground job is queued or running, on at most n-1 workers (one stays free for the next
-foreground job), and not while a realize that compiled is still running its first call
-(`hold_background`: the background would take a core from it) -- unless the job has waited
-HOLD_MAX seconds, so background work always makes progress. Workers load LLVM and build their
+foreground job; all n once the oldest has waited BG_STARVED s), and not while a realize that
+compiled is still running its first call (`hold_background`: the background would take a core
+from it) -- unless the job has waited HOLD_MAX seconds, so background work always makes
+progress. Workers load LLVM and build their
 compiler as soon as they start (`warm`, called at the first disk-cache miss), while the
 template and lowering run on the calling thread.
 
@@ -40,6 +41,7 @@ import time
 from concurrent.futures import Future
 
 HOLD_MAX = 0.5  # seconds a background job waits at most for held realizes (`hold_background`)
+BG_STARVED = 2.0  # seconds after which a waiting background job may take the last free worker
 
 
 class _Jobs:
@@ -65,11 +67,18 @@ class _Jobs:
 
     def _bg_wait(self) -> float | None:
         """0 if a background job may start now, else seconds to wait (None: until notified)."""
-        if not self.bg or self.fg_running or self.bg_running >= max(1, n_workers() - 1):
+        if not self.bg or self.fg_running:
             return None
+        waited = time.monotonic() - self.bg[0][0]
+        # n-1 workers for background jobs, all of them once the oldest has waited BG_STARVED
+        # seconds: a background compile that runs for minutes (or hangs until the watchdog
+        # abandons it) must not hold up every other tier-up
+        limit = n_workers() if waited >= BG_STARVED else max(1, n_workers() - 1)
+        if self.bg_running >= limit:
+            return None if limit == n_workers() else BG_STARVED - waited
         if not self.holds:
             return 0.0
-        return max(0.0, self.bg[0][0] + HOLD_MAX - time.monotonic())
+        return max(0.0, HOLD_MAX - waited)
 
     def get(self):
         """The next job this worker may run (blocks until there is one)."""

@@ -37,7 +37,7 @@ def test_foreground_jobs_go_before_background_ones(monkeypatch):
     third = q.get()
     assert _tag(third) == "bg1"
     # at most n - 1 background jobs at once: one worker stays free for foreground work
-    assert q._bg_wait() is None
+    assert q._bg_wait() != 0.0
     q.put(_job("fg3"))
     assert _tag(q.get()) == "fg3"
 
@@ -56,6 +56,26 @@ def test_held_realizes_delay_background_jobs_at_most_hold_max(monkeypatch):
     q.hold(-1)
     q.done(Future())  # a job this queue never handed out: ignored
     assert q.bg_running == 1
+
+
+def test_a_long_background_job_does_not_starve_the_others(monkeypatch):
+    """One background compile running for long (or hung until the watchdog): after
+    BG_STARVED seconds the next background job may take the last free worker."""
+    monkeypatch.setattr(workers, "n_workers", lambda: 2)
+    monkeypatch.setattr(workers, "BG_STARVED", 0.2)
+    q = workers._Jobs()
+    q.put(_job("long"), background=True)
+    assert _tag(q.get()) == "long"
+    q.put(_job("next"), background=True)
+    wait = q._bg_wait()
+    assert wait is not None and 0.0 < wait <= 0.2
+    t0 = time.monotonic()
+    assert _tag(q.get()) == "next"
+    assert time.monotonic() - t0 >= 0.15
+    q.put(_job("third"), background=True)
+    assert q._bg_wait() != 0.0  # not now
+    time.sleep(0.25)
+    assert q._bg_wait() is None  # starved too, but both workers are busy
 
 
 def test_an_abandoned_job_stops_counting_as_running(monkeypatch):
