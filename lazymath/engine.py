@@ -77,9 +77,9 @@ _VALIDATE = settings.VALIDATE
 
 
 class ProgramCache:
-    """Compiled programs by (graph signature, device spec key, backend), least recently used
-    evicted beyond LAZYMATH_PROGRAM_CACHE_LIMIT (with the arenas they keep, and the kernels only
-    they use), with hit/miss/eviction counters.
+    """Compiled programs by `program_key` (graph signature, device, backend, host target), least
+    recently used evicted beyond LAZYMATH_PROGRAM_CACHE_LIMIT (with the arenas they keep, and the
+    kernels only they use), with hit/miss/eviction counters.
 
     Threads realizing the same graph at once must all find its program. The old lookup took
     the program out of the dict and put it back to mark it recently used, and a thread switch
@@ -323,9 +323,13 @@ def _run_program(prog: Program, leaves: list, validate: bool, hit: bool, on_kern
 
 
 def program_key(key, spec, backend: str) -> tuple:
-    """The program cache's key: the graph, the device, the backend, and LAZYMATH_HOST_MATH
-    (it changes the vector math sequences in the kernels)."""
-    return (key, spec.key(), backend) + (("hostmath",) if settings.HOST_MATH.get() else ())
+    """The program cache's key: the graph, the device, the backend, LAZYMATH_HOST_MATH (it
+    changes the vector math sequences in the kernels) and LAZYMATH_TARGET_CPU (a program holds
+    native code for one target: without it a graph realized again after the target changed
+    replayed the first target's kernels)."""
+    target = (settings.TARGET_CPU.get() or "").strip()
+    target = "" if target in ("native", "host") else target
+    return (key, spec.key(), backend, target) + (("hostmath",) if settings.HOST_MATH.get() else ())
 
 
 def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:

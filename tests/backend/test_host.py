@@ -179,3 +179,30 @@ def test_compile_workers_generate_code_for_the_target_in_effect_at_submission(mo
     assert workers.submit(text, "wt_native2", 0).result(120)
     native = jit.get_jit("").cpu_name
     assert seen == [native, "haswell", native] and native != "haswell"
+
+
+def test_program_cache_is_keyed_by_the_target(monkeypatch):
+    """A graph realized again after LAZYMATH_TARGET_CPU changed compiles a program for the new
+    target (a program holds one target's native code) instead of replaying the first one's;
+    switching back finds the first program again."""
+    others = [t for t in host.executable_targets() if t]
+    if not others:
+        pytest.skip("this host executes no target but its own")
+    x = np.arange(1, 38, dtype=np.float32)  # a prime length
+
+    def realize():
+        t = lm.tensor(x)
+        return (lm.exp(t * 0.01) + t).numpy()
+
+    monkeypatch.delenv(host.ENV_TARGET, raising=False)
+    lm.clear_cache()
+    want = np.exp(x * np.float32(0.01)) + x
+    np.testing.assert_allclose(realize(), want, rtol=1e-6)
+    misses = lm.cache_info()["program_misses"]
+    monkeypatch.setenv(host.ENV_TARGET, others[-1])
+    np.testing.assert_allclose(realize(), want, rtol=1e-6)
+    assert lm.cache_info()["program_misses"] == misses + 1
+    monkeypatch.delenv(host.ENV_TARGET)
+    np.testing.assert_allclose(realize(), want, rtol=1e-6)
+    assert lm.cache_info()["program_misses"] == misses + 1
+    lm.clear_cache()
