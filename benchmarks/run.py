@@ -80,25 +80,45 @@ def _torch_threads(torch) -> None:
 # peers (machine noise still hits all of them).
 SETTLE_S = 0.15
 ROUNDS = 2
+# After the pause the segment's untimed calls run for at least WARM_S (and `warmup` calls): a
+# vCPU that idled through the pause runs slow for tens of milliseconds, and two 15 ms calls did
+# not cover that (quiet machine: lazymath 1024^3 read 127-145 GFLOPS here against 173 in
+# benchmarks/matmul.py, which warms each segment for 0.2 s). `--quick` has no pause and no WARM_S.
+WARM_S = 0.2
 
 
 def _interleaved(fns: dict[str, object], reps: int, warmup: int = 2,
                  settle: float = SETTLE_S) -> dict[str, float]:  # fmt: skip
     """Median seconds per callable over ROUNDS rounds of per-peer segments (see SETTLE_S):
-    each segment is a pause of `settle` seconds, `warmup` untimed calls, then its share of
-    `reps` individually timed calls."""
+    each segment is a pause of `settle` seconds, untimed calls (`warmup`, and for WARM_S when
+    it paused), then its share of `reps` individually timed calls."""
+    for fn in fns.values():
+        fn()
+    _settle_compiles()
     times: dict[str, list[float]] = {k: [] for k in fns}
     per = max(1, -(-reps // ROUNDS))
     for _ in range(ROUNDS):
         for k, fn in fns.items():
             time.sleep(settle)
+            end = time.perf_counter() + (WARM_S if settle else 0.0)
             for _ in range(warmup):
+                fn()
+            while time.perf_counter() < end:
                 fn()
             for _ in range(per):
                 t0 = time.perf_counter()
                 fn()
                 times[k].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _settle_compiles() -> None:
+    """Wait for lazymath's background tier-ups (a new kernel starts on quickly compiled code and
+    its optimized code replaces it when ready): steady state means the optimized code. Without
+    this wait the 1024^3 matmul, compiled just before its timing, ran partly on tier-0 code."""
+    compile_ = sys.modules.get("lazymath.backend.compile")
+    if compile_ is not None:
+        compile_.wait_tiering(60.0)
 
 
 def _reps(seconds_hint: float, quick: bool) -> int:
