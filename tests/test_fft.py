@@ -40,6 +40,21 @@ def _run(check, cases):
             raise AssertionError(f"{label}: {e}") from None
 
 
+def _spec_cases(specs, dtype, data, rows=2):
+    """_run cases for (kind, length, n, norm, axis) specs: `rows` transforms of `length` along
+    the last axis, or 2 columns along axis 0 (rfft skipped for complex inputs)."""
+    cases = []
+    for kind, length, n, norm, axis in specs:
+        if kind == "rfft" and dtype == "complex64":
+            continue
+        shape = (rows, length) if axis == -1 else (length, 2)
+        a = data.rand(shape, dtype, -2, 2)
+        label = f"{kind}({dtype}{shape}, n={n}, norm={norm}, axis={axis})"
+        got = getattr(lm.fft, kind)(lm.tensor(a), n=n, norm=norm, axis=axis)
+        cases.append((label, got, getattr(np.fft, kind)(a, n=n, norm=norm, axis=axis), length))
+    return cases
+
+
 def test_fft_result_dtypes_match_numpy():
     """The result dtype of every kind for every input dtype is numpy's (no execution)."""
     for kind in KINDS:
@@ -250,7 +265,6 @@ def test_fft_plan_rule_at_real_sizes():
 def test_fft_bluestein_values(backend, preset, check, data, small_plans, dtype):
     """Bluestein (the small thresholds send primes > 7 there) against numpy: every kind but
     irfft, norms, axis, n crop and zero-pad, both presets."""
-    cases = []
     specs = [("fft", 11, None, None, -1), ("ifft", 13, None, "ortho", 0),
              ("rfft", 17, None, "forward", -1), ("fft", 9, 11, "ortho", 0),
              ("ifft", 14, 13, None, -1)]  # fmt: skip
@@ -258,14 +272,7 @@ def test_fft_bluestein_values(backend, preset, check, data, small_plans, dtype):
         if dtype == "float16":
             pytest.skip("llvm: the float16 cast prologue is covered by test_fft_family_values")
         specs = specs[2:3] if dtype == "float32" else specs[:1]
-    for kind, length, n, norm, axis in specs:
-        if kind == "rfft" and dtype == "complex64":
-            continue
-        shape = (2, length) if axis == -1 else (length, 2)
-        a = data.rand(shape, dtype, -2, 2)
-        label = f"{kind}({dtype}{shape}, n={n}, norm={norm}, axis={axis})"
-        got = getattr(lm.fft, kind)(lm.tensor(a), n=n, norm=norm, axis=axis)
-        cases.append((label, got, getattr(np.fft, kind)(a, n=n, norm=norm, axis=axis), length))
+    cases = _spec_cases(specs, dtype, data)
     _run(check, cases)
 
 
@@ -391,15 +398,7 @@ def test_fft_stockham_values(backend, preset, check, data, dtype):
              ("ifft", 3, 4, None, -1), ("rfft", 1000, 1024, None, 0)]  # fmt: skip
     if backend == "llvm":  # llvm compiles a kernel per length: three of them
         specs = [specs[0], specs[2], specs[5]] if dtype == "float32" else specs[:2]
-    cases = []
-    for kind, length, n, norm, axis in specs:
-        if kind == "rfft" and dtype == "complex64":
-            continue
-        shape = (2, length) if axis == -1 else (length, 2)
-        a = data.rand(shape, dtype, -2, 2)
-        label = f"{kind}({dtype}{shape}, n={n}, norm={norm}, axis={axis})"
-        got = getattr(lm.fft, kind)(lm.tensor(a), n=n, norm=norm, axis=axis)
-        cases.append((label, got, getattr(np.fft, kind)(a, n=n, norm=norm, axis=axis), length))
+    cases = _spec_cases(specs, dtype, data)
     if dtype == "complex64":
         a = data.rand((3, 64), dtype, -1, 1)
         got = lm.fft.fft(lm.tensor(a)[:, ::2])
@@ -425,15 +424,7 @@ def test_fft_bluestein_vector_values(backend, preset, check, data, monkeypatch, 
              ("rfft", 11, None, "forward", -1), ("fft", 13, 11, None, -1)]  # fmt: skip
     if backend == "llvm":
         specs = specs[:1] if dtype == "complex64" else specs[2:3]
-    cases = []
-    for kind, length, n, norm, axis in specs:
-        if kind == "rfft" and dtype == "complex64":
-            continue
-        shape = (2, length) if axis == -1 else (length, 2)
-        a = data.rand(shape, dtype, -2, 2)
-        label = f"{kind}({dtype}{shape}, n={n}, norm={norm}, axis={axis})"
-        got = getattr(lm.fft, kind)(lm.tensor(a), n=n, norm=norm, axis=axis)
-        cases.append((label, got, getattr(np.fft, kind)(a, n=n, norm=norm, axis=axis), length))
+    cases = _spec_cases(specs, dtype, data)
     text = lm.explain(cases[0][1])
     assert "bluestein-vector" in text and "Vector Stockham FFTs of m=" in text, text
     _run(check, cases)
@@ -453,15 +444,7 @@ def test_fft_six_step_values(backend, preset, check, data, monkeypatch, dtype):
              ("rfft", 128, None, "forward", -1), ("fft", 40, 32, None, 0)]  # fmt: skip
     if backend == "llvm":
         specs = specs[:1] if dtype == "complex64" else specs[2:3]
-    cases = []
-    for kind, length, n, norm, axis in specs:
-        if kind == "rfft" and dtype == "complex64":
-            continue
-        shape = (3, length) if axis == -1 else (length, 2)
-        a = data.rand(shape, dtype, -2, 2)
-        label = f"{kind}({dtype}{shape}, n={n}, norm={norm}, axis={axis})"
-        got = getattr(lm.fft, kind)(lm.tensor(a), n=n, norm=norm, axis=axis)
-        cases.append((label, got, getattr(np.fft, kind)(a, n=n, norm=norm, axis=axis), length))
+    cases = _spec_cases(specs, dtype, data, rows=3)
     s = lm.schedule(cases[0][1])
     ops = [k.ops for k in s.kernels]
     assert len(ops) in (2, 3) and all(o == ["fft_stockham"] for o in ops), ops
