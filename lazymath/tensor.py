@@ -2198,17 +2198,16 @@ def conv1d(x, weight, bias=None, stride: int = 1, padding: int | str = 0, dilati
 
 
 def _conv1d_impl(out_dtype, size: int, cpg: int, cout: int, groups: int, dilation: int):
-    """The AI Core form of a conv1d, None for the AI CPU's: a dense convolution (groups 1,
-    dilation 1) is one Cube matmul over an im2col *view* (no im2col buffer: the packing reads
-    overlapping windows of the input in place); a depthwise one (C_in/groups = 1 = C_out/groups)
-    is one Vector kernel (K multiply-adds over shifted views)."""
+    """The AI Core form of a conv1d, None for the AI CPU's: a depthwise convolution (C_in/groups
+    = 1 = C_out/groups) is one Vector kernel (K multiply-adds over shifted views); every other
+    float16/float32 one (dense, grouped, strided, dilated, padded) is an implicit GEMM on the
+    Cube: one matmul whose B operand, an `im2col` node of x, is built by the GM -> L1 packing
+    (no im2col buffer, no padded copy: backend/im2col.py)."""
     if out_dtype not in (dt.float16, dt.float32) or size == 0:
         return None
-    if groups == 1 and dilation == 1:
-        return _conv1d_cube
-    if cpg == 1 and cout == groups:
+    if cpg == 1 and cout == groups and groups > 1:
         return _conv1d_vector
-    return None
+    return _conv1d_cube
 
 
 def _conv1d_padded(x: Tensor, dtype, pads) -> Tensor:
@@ -2217,21 +2216,24 @@ def _conv1d_padded(x: Tensor, dtype, pads) -> Tensor:
 
 
 def _conv1d_cube(x, w, b, dtype, stride, pads, dilation, lout) -> Tensor:
-    """out[n] = W' (C_out, K*C_in) @ X'[n] (K*C_in, L_out): X' is a window view of the input in
-    (N, L, C_in) layout, X'[n, j*C_in + c, l] = x[n, l*stride + j, c] -- one stride for the
-    contraction (j, c) because it is the input's own (position, channel) order."""
-    n, cin = x.shape[0], x.shape[1]
-    cout, _, k = w.shape
-    xp = _conv1d_padded(x, dtype, pads)
-    lp = xp.shape[2]
-    flat = reshape(permute_dims(xp, (0, 2, 1)), (n * lp * cin,))
-    node = gn.make("window", dtype, (n, k * cin, lout), (flat._node,),
-                   ((lp * cin, 1, stride * cin), 0))  # fmt: skip
-    wt = reshape(permute_dims(astype(w, dtype), (0, 2, 1)), (cout, k * cin))
-    out = matmul(wt, _wrap(node, [x]))
-    if b is not None:
-        out = out + reshape(astype(b, dtype), (cout, 1))
-    return out
+    """Implicit GEMM: out[n, g] = W_g (C_out/G, C/G*K) @ B[n, g] (C/G*K, L_out) with B = im2col
+    of x (element (c*K + j, l) = x[n, g*C/G + c, l*stride + j*dilation - pad_left], 0 in the
+    padding): the weight's own (c, j) order, so W_g is a free reshape of w; the Cube's B packing
+    reads x in place (any layout) and builds the windows and the zero padding on the way to L1.
+    Bias and elementwise consumers are the matmul's epilogue, an elementwise producer of x its
+    prologue."""
+    n, cin, _ = x.shape
+    cout, cpg, k = w.shape
+    groups = cin // cpg
+    shape = (n, cpg * k, lout) if groups == 1 else (n, groups, cpg * k, lout)
+    cols = gn.make("im2col", dtype, shape, (_cast(x._node, dtype),),
+                   (int(k), int(stride), int(dilation), int(pads[0]), int(groups)))  # fmt: skip
+    wg = astype(w, dtype)
+    wg = reshape(wg, (cout, cpg * k) if groups == 1 else (groups, cout // groups, cpg * k))
+    out = matmul(wg, _wrap(cols, [x]))
+    if groups > 1:  # (N, G, C_out/G, L_out) is (N, C_out, L_out) in memory
+        out = reshape(out, (n, cout, lout))
+    return out if b is None else out + reshape(astype(b, dtype), (cout, 1))
 
 
 def _conv1d_vector(x, w, b, dtype, stride, pads, dilation, lout) -> Tensor:

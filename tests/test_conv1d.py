@@ -2,9 +2,10 @@
 form it takes on the AI Core.
 
 Protects: torch's semantics (stride, padding int/'same'/'valid', dilation, groups, bias,
-unbatched input, errors at the call); the dense convolution as ONE Cube kernel over an im2col
-view (no im2col buffer) with bias and elementwise consumers in its epilogue; depthwise as one
-Vector kernel. tests/test_ops_matmul_conv_fft.py holds the older per-dtype sweep.
+unbatched input, errors at the call); every non-depthwise float convolution as ONE Cube kernel
+(implicit GEMM: im2col and the zero padding inside the GM -> L1 packing, no im2col or padded
+buffer) with bias and elementwise consumers in its epilogue and an elementwise producer of x in
+its prologue; depthwise as one Vector kernel. tests/test_ops_matmul_conv_fft.py holds the older per-dtype sweep.
 """
 
 from __future__ import annotations
@@ -25,10 +26,15 @@ CASES = [
     ((1, 3, 7), (2, 3, 7), dict(padding="valid"), True),  # K == L
     ((2, 6, 17), (6, 1, 3), dict(groups=6, dilation=2, padding="same"), True),  # depthwise
     ((2, 6, 16), (6, 1, 4), dict(groups=6, stride=2, padding=3), False),
-    ((2, 6, 13), (4, 3, 3), dict(groups=2, dilation=2, padding=1), True),  # AI CPU
+    ((2, 6, 13), (4, 3, 3), dict(groups=2, dilation=2, padding=1), True),  # grouped, dilated
     ((3, 11), (2, 3, 2), dict(stride=2), True),  # unbatched
     ((1, 1, 1), (1, 1, 1), {}, False),
     ((0, 3, 8), (2, 3, 3), dict(padding=1), True),  # empty batch
+    ((2, 3, 1), (5, 3, 3), dict(padding=1), True),  # L = 1
+    ((2, 7, 5), (3, 7, 9), dict(padding=4, dilation=1), True),  # K > L, all taps padded somewhere
+    ((1, 13, 37), (17, 13, 5), dict(stride=3, dilation=2, padding=5), True),  # primes
+    ((2, 8, 29), (6, 4, 3), dict(groups=2, stride=2, padding="valid"), False),
+    ((2, 6, 20), (12, 1, 3), dict(groups=6, padding=1), True),  # channel multiplier 2
 ]
 
 
@@ -46,7 +52,7 @@ def test_conv1d_against_torch(backend, check, data, dtype):
     outs = []
     cases = CASES
     if backend == "llvm":  # llvm compiles kernels per shape: dense, strided, depthwise, AI CPU
-        cases = [CASES[i] for i in ((0, 2, 4, 6, 9) if dtype == "float32" else (0, 4))]
+        cases = [CASES[i] for i in ((0, 2, 4, 6, 9, 11, 12) if dtype == "float32" else (0, 4))]
     for xs, ws, kw, with_bias in cases:
         x, w = data.rand(xs, dtype, -1, 1), data.rand(ws, dtype, -1, 1)
         b = data.rand((ws[0],), dtype, -1, 1) if with_bias else None
@@ -89,24 +95,48 @@ def test_conv1d_layouts_and_epilogue(backend, preset, check, data):
 
 
 def test_conv1d_is_one_cube_kernel_with_its_epilogue():
-    """relu(conv1d(x, w, b)) * s: the matmul, bias, relu and scale are one Cube kernel reading
-    an im2col view on the 910 (counted, not executed); depthwise is one Vector kernel."""
+    """relu(conv1d(x, w, b)) * s: im2col (padding included), the matmul, bias, relu and scale
+    are ONE Cube kernel on the 910 (counted, not executed): no copy, no pad, no im2col buffer;
+    an elementwise producer of x is its prologue; depthwise is one Vector kernel."""
     x = lm.tensor(np.ones((4, 16, 64), np.float32))
     w = lm.tensor(np.ones((8, 16, 5), np.float32))
     b = lm.tensor(np.ones(8, np.float32))
     s = lm.schedule(lm.relu(lm.conv1d(x, w, b, padding="same")) * 2.0)
-    cube = [k for k in s.kernels if k.unit == "cube"]
-    assert len(cube) == 1 and {"matmul", "relu", "mul"} <= set(cube[0].ops), s
-    assert cube[0].flops >= 2 * 4 * 8 * 64 * 16 * 5
-    assert not any("im2col" in k.name for k in s.kernels)
+    (k,) = s.kernels
+    assert k.unit == "cube" and {"im2col", "matmul", "add", "relu", "mul"} <= set(k.ops), s
+    assert k.flops >= 2 * 4 * 8 * 64 * 16 * 5
+    # the prologue: x * 0.5 + 1 is computed in the packing
+    s = lm.schedule(lm.relu(lm.conv1d(x * 0.5 + 1.0, w, b, stride=2, padding=3)) * 2.0)
+    (k,) = s.kernels
+    assert k.unit == "mix" and {"im2col", "matmul", "mul", "add"} <= set(k.ops), s  # Cube+Vector
+    # grouped, dilated, strided, transposed x: still one Cube kernel plus nothing else
+    xt = lm.tensor(np.ones((4, 64, 16), np.float32))  # read through .mT, in place
+    g = lm.relu(lm.conv1d(xt.mT, lm.tensor(np.ones((8, 8, 3), np.float32)), b, groups=2,
+                          dilation=2, stride=3, padding=4))  # fmt: skip
+    (k,) = lm.schedule(g).kernels
+    assert k.unit == "cube" and {"im2col", "matmul", "add", "relu"} <= set(k.ops), k
     dw = lm.tensor(np.ones((16, 1, 5), np.float32))
     s = lm.schedule(lm.conv1d(x, dw, lm.tensor(np.ones(16, np.float32)), groups=16, padding=2))
     units = [k.unit for k in s.kernels]
     assert units.count("vector") == 1 and "cube" not in units, units
-    # grouped with dilation stays on the AI CPU, which reports its flops
-    g = lm.conv1d(x, lm.tensor(np.ones((8, 8, 3), np.float32)), groups=2, dilation=2)
+    # float64 stays on the AI CPU, which reports its flops
+    g = lm.conv1d(lm.tensor(np.ones((4, 16, 64))), lm.tensor(np.ones((8, 8, 3))), groups=2,
+                  dilation=2)  # fmt: skip
     (k,) = lm.schedule(g).kernels
     assert k.unit == "aicpu" and k.flops == 4 * 8 * 60 * 2 * 8 * 3
+
+
+def test_conv1d_prologue_values(backend, preset, check, data):
+    """An elementwise producer of x fused into the Cube's packing: the padding stays zero (it
+    pads the producer's result, not x), float16 x with a float32 weight (the cast is in it)."""
+    x = data.rand((2, 5, 23), "float16", -1, 1)
+    w = data.rand((4, 5, 3), "float32", -1, 1)
+    b = data.rand((4,), "float32", -1, 1)
+    got = lm.relu(lm.conv1d(lm.tensor(x) * 0.5 + 1.0, lm.tensor(w), lm.tensor(b), stride=2,
+                            padding=3, dilation=2)) * 3.0  # fmt: skip
+    xp = (x * np.float16(0.5) + np.float16(1)).astype(np.float32)  # float16 like lazymath's
+    want = np.maximum(_torch(xp, w, b, dict(stride=2, padding=3, dilation=2)), 0) * 3
+    check(got, want, rtol=2e-5, atol=2e-5)
 
 
 def test_conv1d_padding_errors_at_call():

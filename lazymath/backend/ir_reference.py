@@ -136,6 +136,10 @@ def run(ir, arrays: list[np.ndarray]) -> None:
             a = eval_expr(ir.a_prologue, [a], a.shape)[-1]
         if ir.b_prologue is not None:
             b = eval_expr(ir.b_prologue, [b], b.shape)[-1]
+        if ir.b_im2col:  # implicit GEMM: b is x, the windows zero-padded after the prologue
+            from ..graph.reference import windows
+
+            b = windows(np.broadcast_to(b, ir.b.shape), *ir.b_im2col, ir.n)
         acc = np.matmul(a.astype(np.float32), b.astype(np.float32))
         n_epi = len(ir.epi_inputs)
         eloads = [view_of(x, v) for x, v in zip(arrays[2 : 2 + n_epi], ir.epi_inputs)]

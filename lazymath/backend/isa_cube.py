@@ -67,6 +67,13 @@ class LoadNz:
     memo_slots: int = 0  # how many slots the block's workspace holds
     memo_slot_elems: int = 0  # elements per slot (the L1 panel size)
     reuse: int = 1  # cost hint: LoadNz of the launch that read this same GM tile (L2 hits)
+    # implicit GEMM (conv1d's im2col in the packing, ``backend/im2col.py``): (K, stride,
+    # dilation, pad_left, length); then X[r, c] = src[src.off + ch*sr + p*sc] with ch, j =
+    # divmod(im2col_k0 + r, K), p = (im2col_n0 + c)*stride + j*dilation - pad_left, and 0 where
+    # p falls outside [0, length) (the zero padding; the prologue applies to x's elements only)
+    im2col: tuple[int, int, int, int, int] | None = None
+    im2col_k0: isa.IntExpr = 0
+    im2col_n0: isa.IntExpr = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +143,10 @@ def _fmt_load_nz(i: LoadNz) -> str:
     pro = " +prologue" if i.prologue else ""
     memo = f" memo[{i.memo}] fill={i.memo_fill}" if i.memo is not None else ""
     st = ",".join(map(str, i.strides))
+    if i.im2col:
+        kk, s_, d_, pl, length = i.im2col
+        memo += (f" im2col(K={kk} stride={s_} dilation={d_} pad={pl} L={length}"
+                 f" k0={i.im2col_k0} n0={i.im2col_n0})")  # fmt: skip
     return (f"load_nz {i.dst} (rp={i.dst_rows}) <- {i.src} [{i.rows}x{i.cols}] stride ({st})"
             f" pad_rows={i.row_pad}{pro}{memo}")  # fmt: skip
 

@@ -115,6 +115,17 @@ class ReduceKernel:
     kind: str = "reduce"
 
 
+def im2col_operand(x: ArgView, arg: tuple) -> ArgView:
+    """The B view of an implicit-GEMM matmul (`MatmulKernel.b_im2col`): x (N, C, L) as
+    (N, C, L) for groups 1, else (N, G, C/G, L) (the group a batch axis)."""
+    groups = arg[4]
+    if groups == 1:
+        return x
+    (n, c, length), (sn, sc, sl) = x.shape, x.strides
+    cpg = c // groups
+    return ArgView(x.dtype, (n, groups, cpg, length), (sn, cpg * sc, sc, sl), x.offset)
+
+
 @dataclass(frozen=True)
 class MatmulKernel:
     """C[b, m, n] = epilogue(sum_k A'[b, m, k] * B'[b, k, n]) with float32 accumulation.
@@ -145,6 +156,10 @@ class MatmulKernel:
     kind: str = "matmul"
     col_sums: tuple[int, ...] = ()
     col_sum_outputs: tuple[ArgView, ...] = ()
+    # implicit GEMM (conv1d): (K, stride, dilation, pad_left) when `b` is the conv input x seen
+    # over batch + (C/groups, L) and B'[.., c*K + j, l] = x[.., c, l*stride + j*dilation -
+    # pad_left] (0 outside x): the GM -> L1 packing builds the windows (backend/im2col.py)
+    b_im2col: tuple[int, int, int, int] | None = None
 
 
 @dataclass(frozen=True)

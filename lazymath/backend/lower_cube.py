@@ -27,7 +27,7 @@ import dataclasses
 import numpy as np
 from llvmlite import ir
 
-from lazymath.backend import cost, gemm, interp, isa, lower_llvm, races
+from lazymath.backend import cost, gemm, im2col, interp, isa, lower_llvm, races
 from lazymath.backend import isa_cube as cube
 from lazymath.backend.kernel_ir import Expr
 from lazymath.graph.ops import COMPARISONS, ELEMENTWISE, LOGICAL, Native
@@ -448,6 +448,11 @@ def _load_nz(ctx: lower_llvm.LowerCtx, i: cube.LoadNz) -> None:
     pro = _prologue_fn(ctx, i.prologue, i.src.buf.dtype)
 
     def pack(dst: ir.Value) -> None:
+        if i.im2col:  # implicit GEMM (conv1d): the windows and zero padding built here
+            im2col.emit_pack(b, dst, i.dst_rows, src, i.src.buf.dtype, sr, sc, i.im2col,
+                             _val(ctx, i.im2col_k0), _val(ctx, i.im2col_n0), _val(ctx, i.rows),
+                             _val(ctx, i.cols), i.row_pad, pro)  # fmt: skip
+            return
         gemm.emit_pack_nz(b, dst, i.dst_rows, src, i.src.buf.dtype, 0, sr, sc,
                           _val(ctx, i.rows), _val(ctx, i.cols), i.row_pad, pro)  # fmt: skip
 
@@ -797,9 +802,16 @@ def _i_load_nz(m: interp.Machine, i: cube.LoadNz) -> None:
                 f"kernel {m.program.name}: {cube._fmt_load_nz(i)} skips its repack on the host "
                 f"but memo slot {key[1]} holds {memo.get(key)}, not {what}"
             )
-    x = _gm_tile(m, i.src, rows, cols, i.strides)
+    inside = None
+    if i.im2col:  # implicit GEMM: x's windows, 0 in the padding (backend/im2col.py)
+        x, inside = im2col.gather(m.mem[i.src.buf.name], m.int(i.src.off), i.strides, i.im2col,
+                                  m.int(i.im2col_k0), m.int(i.im2col_n0), rows, cols)  # fmt: skip
+    else:
+        x = _gm_tile(m, i.src, rows, cols, i.strides)
     if i.prologue:
         x = np.broadcast_to(_eval(i.prologue, [x], x.shape)[-1], x.shape)
+    if inside is not None:
+        x = np.where(inside, x, np.zeros((), x.dtype))
     rp = -(-rows // i.row_pad) * i.row_pad
     cp = -(-cols // cube.C0) * cube.C0
     tile = np.zeros((rp, cp), dtype=i.dst.buf.dtype)
@@ -859,8 +871,13 @@ def _nz(m: interp.Machine, ref: isa.Ref, rows: int, cols: int, rows_p: int) -> t
 def _fp_load_nz(m: interp.Machine, i: cube.LoadNz):
     rows, cols = m.int(i.rows), m.int(i.cols)
     rp = -(-rows // i.row_pad) * i.row_pad
-    return [races.strided(m, i.src, (rows, cols), i.strides)], [_nz(m, i.dst, rp, cols,
-                                                                    i.dst_rows)]  # fmt: skip
+    if i.im2col:
+        lo, hi = im2col.footprint(m.int(i.src.off), i.strides, i.im2col, m.int(i.im2col_k0),
+                                  m.int(i.im2col_n0), rows, cols)  # fmt: skip
+        read = (i.src.buf.name, lo, hi)
+    else:
+        read = races.strided(m, i.src, (rows, cols), i.strides)
+    return [read], [_nz(m, i.dst, rp, cols, i.dst_rows)]
 
 
 @races.register(cube.LoadL0)

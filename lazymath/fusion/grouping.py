@@ -26,6 +26,7 @@ from ..backend.kernel_ir import (
     ReduceKernel,
     RowKernel,
     contiguous_view,
+    im2col_operand,
 )
 from ..dtypes import AICORE
 from ..graph import custom
@@ -393,8 +394,9 @@ class Planner:
                 continue
             for s in n.srcs:
                 t = s
-                while t.op in VIEW_OPS and t.realized is None and id(t) not in M:
-                    t = t.srcs[0]
+                while ((t.op in VIEW_OPS or t.op == "im2col") and t.realized is None
+                       and id(t) not in M):  # fmt: skip
+                    t = t.srcs[0]  # (im2col: conv1d's windows, built by the B packing)
                 if t.realized is not None or t.op == "const" or id(t) in M:
                     continue
                 leaves, ops, nodes = self._cone(t, M)
@@ -472,7 +474,7 @@ class Planner:
                 gk = "rows"
             elif k == "custom":
                 gk = "custom"
-            elif self.aicpu[id(n)]:
+            elif self.aicpu[id(n)] or n.op == "im2col":  # im2col on its own: the reference
                 gk = "aicpu"
             elif k in ("reduce", "matmul"):
                 gk = k
@@ -593,7 +595,10 @@ class Planner:
                 if host.kind == "custom" and (len(b.arg) > 2 or not custom.get(b.arg[0]).epilogue):
                     continue  # a user kernel without an epilogue slot: a boundary
                 core = host.core
-                if [d for d in e.shape if d != 1] != [d for d in core.shape if d != 1]:
+                # (a consumer over a reshape of the whole result, e.g. a grouped conv1d's
+                # (N, G, C/G, L) -> (N, C, L), is tried: the build checks the layout)
+                if ([d for d in e.shape if d != 1] != [d for d in core.shape if d != 1]
+                        and not (host.kind == "matmul" and _reshapes(e, core))):  # fmt: skip
                     self.log.append(
                         LogEntry(
                             "refuse",
@@ -857,13 +862,17 @@ class Planner:
         # matmul
         a_src, b_src = core.srcs
         operands, prologues, nodes = [], [], []
-        for s in (a_src, b_src):
+        im2col = b_src.op == "im2col" and id(b_src) in internal
+        for s in (a_src, b_src.srcs[0] if im2col else b_src):
             ob = ExprBuilder(s.shape, internal, copied=self.copied)
             res = ob.value(s)
             if len(ob.inputs) != 1:
                 # only constants: materialize via a tiny elementwise kernel
                 raise NeedMaterialize(_peel_views(s), "matmul operand without a buffer input")
-            operands.append(ob.inputs[0])
+            if im2col and s is not a_src:  # implicit GEMM: B is x (N, C, L), its windows packed
+                operands.append(im2col_operand(ob.inputs[0], b_src.arg))
+            else:
+                operands.append(ob.inputs[0])
             prologues.append(None if is_identity_load(ob.ops, res) else
                              tuple(ob.ops[: res + 1]))  # fmt: skip
             nodes.append(ob.input_nodes[0])
@@ -890,6 +899,7 @@ class Planner:
             tuple(contiguous_view(o.dtype.name, core.shape) for o in g.outputs[:n_out]),
             col_sums=col_sums,
             col_sum_outputs=tuple(contiguous_view(r.dtype.name, r.shape) for r in g.col_sums),
+            b_im2col=b_src.arg[:4] if im2col else None,
         )
         g.inputs = nodes + list(epi.input_nodes)
         g.has_prologue = any(p is not None for p in prologues)
@@ -988,6 +998,25 @@ class Planner:
             return epi.value(out)
         virtual = make("reshape", out.dtype, core.shape, (out,), loc=out.loc)
         return epi.value(out, (virtual,))
+
+
+def _reshapes(e: Node, core: Node) -> bool:
+    """`e` (the root of an elementwise group) has as many elements as `core` and reaches it
+    through elementwise ops and reshapes (the epilogue is built over `core`'s shape through a
+    virtual reshape; the build refuses a layout that does not compose)."""
+    if e.size != core.size:
+        return False
+    stack, seen = [e], set()
+    while stack:
+        n = stack.pop()
+        if n is core:
+            return True
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op in ELEMENTWISE or n.op == "reshape":
+            stack.extend(n.srcs)
+    return False
 
 
 def _dense_leaf(s: Node) -> Node | None:

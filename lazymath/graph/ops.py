@@ -21,6 +21,8 @@ Node ops that are not elementwise:
   buffer, const                    leaves
   reshape, permute, expand, slice  views (zero-copy; `slice` also covers flip via step -1)
   window                           strided (overlapping) view of a 1-D source, arg (strides, offset)
+  im2col                           conv1d's zero-padded windows of x (N, C, L), arg (K, stride,
+                                   dilation, pad_left, groups): read by a matmul's GM -> L1 packing
   reduce                           arg = (op, axes), op one of `REDUCE_OPS`; drops the axes
   matmul                           srcs (a, b) with equal batch dims: (..., m, k) @ (..., k, n)
   pad, concat                      copies, arg = (widths, value) / axis
@@ -65,6 +67,7 @@ class Kind(str, enum.Enum):
     PAD = "pad"
     CONCAT = "concat"
     CONV1D = "conv1d"
+    IM2COL = "im2col"  # conv1d's implicit-GEMM operand (the matmul's packing reads it)
     FFT = "fft"
     CUSTOM = "custom"  # a user kernel (`lazymath.kernel`)
 
@@ -340,6 +343,11 @@ class Op(str, enum.Enum):
     PAD = OpInfo("pad", 1, Kind.PAD, None, None, CHEAP, AiCpu())
     CONCAT = OpInfo("concat", -1, Kind.CONCAT, None, None, CHEAP, AiCpu())  # any number of srcs
     CONV1D = OpInfo("conv1d", -1, Kind.CONV1D, None, None, CHEAP, AiCpu())  # x, w[, bias]
+    # x (N, C, L) -> (N, C*K, L_out) (groups 1) or (N, G, C/G*K, L_out): element (c*K + j, l) is
+    # x[c, l*stride + j*dilation - pad_left], 0 outside x; arg = (K, stride, dilation, pad_left,
+    # groups). Only a matmul's B operand: the Cube's GM -> L1 packing computes it (implicit GEMM,
+    # lazymath/backend/im2col.py); materialized on its own it is an AI CPU kernel.
+    IM2COL = OpInfo("im2col", 1, Kind.IM2COL, None, None, FREE, Cube())
     # arg = (kind, n, axis, norm, why this implementation)
     FFT = OpInfo("fft", 1, Kind.FFT, None, None, CHEAP, AiCpu())
     # the Cube FFT's edges (graph/dft.py): complex (..., n) -> float32 planes (..., 2, n) (real,

@@ -78,6 +78,30 @@ def _conv1d(x, w, bias, stride, padding, dilation, groups, out_dtype):
     return out.astype(out_dtype, copy=False)
 
 
+def windows(x: np.ndarray, k: int, stride: int, dilation: int, pad: int, lout: int) -> np.ndarray:
+    """x (..., C, L) -> (..., C*K, L_out): element (c*K + j, l) = x[..., c, l*stride +
+    j*dilation - pad], 0 outside x (conv1d's zero-padded im2col)."""
+    *lead, c, length = x.shape
+    pos = np.arange(lout)[None, :] * stride + np.arange(k)[:, None] * dilation - pad  # (K, Lout)
+    ok = (pos >= 0) & (pos < length)
+    if length:
+        cols = np.where(ok, x[..., np.clip(pos, 0, length - 1)], x.dtype.type(0))
+    else:
+        cols = np.zeros((*lead, c, k, lout), x.dtype)
+    return cols.astype(x.dtype, copy=False).reshape(*lead, c * k, lout)
+
+
+def im2col(
+    x: np.ndarray, k: int, stride: int, dilation: int, pad: int, groups: int, lout: int
+) -> np.ndarray:
+    """The `im2col` node: x (N, C, L) -> (N, C*K, L_out) for groups 1, else (N, G, C/G*K, L_out)
+    (`windows` of each group's channels)."""
+    if groups == 1:
+        return windows(x, k, stride, dilation, pad, lout)
+    n, c, length = x.shape
+    return windows(x.reshape(n, groups, c // groups, length), k, stride, dilation, pad, lout)
+
+
 def _fft(x, kind, n, axis, norm, out_dtype):
     fn = {"fft": np.fft.fft, "ifft": np.fft.ifft, "rfft": np.fft.rfft, "irfft": np.fft.irfft}[kind]
     return fn(x, n=n, axis=axis, norm=norm).astype(out_dtype, copy=False)
@@ -120,6 +144,8 @@ def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
             return np.lib.stride_tricks.as_strided(
                 flat, node.shape, tuple(s * size for s in strides), writeable=False
             )
+        if op == "im2col":
+            return im2col(srcs[0], *arg, node.shape[-1])
         if op == "reduce":
             return reduce_array(srcs[0], arg[0], arg[1], node.dtype)
         if op == "matmul":

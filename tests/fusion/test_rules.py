@@ -523,9 +523,9 @@ def test_aicpu_kinds(kind):
     elif kind == "concat":
         out = lm.concat([x, t(4, 16)], axis=0)
     elif kind == "conv1d":
-        # dense and depthwise float convolutions run on the Cube/Vector (tests/test_conv1d.py);
-        # a grouped, dilated one is still an AI CPU kernel
-        out = lm.conv1d(t(1, 4, 16), t(4, 2, 3), groups=2, dilation=2)
+        # float16/float32 convolutions run on the Cube/Vector (tests/test_conv1d.py); a float64
+        # one is still an AI CPU kernel
+        out = lm.conv1d(lm.astype(t(1, 4, 16), lm.float64), t(4, 2, 3), groups=2, dilation=2)
     else:  # double precision (float32 inputs run on the Cube, tests/test_fft.py)
         out = lm.fft.fft(lm.astype(x, lm.float64))
     s = sched(out)

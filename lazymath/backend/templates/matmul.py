@@ -138,15 +138,16 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
     simple = all(_fixpipe_chain(k.epilogue, r)[0] for r in k.results) and not k.col_sums
     epi_rows = 0
     pro_a = pro_b = 0
-    staged = spec.coupled and (k.a_prologue is not None or k.b_prologue is not None)
+    b_staged = k.b_prologue is not None and not k.b_im2col  # (im2col: applied in its packing)
+    staged = spec.coupled and (k.a_prologue is not None or b_staged)
     ub = spec.ub_bytes // 2 if staged else spec.ub_bytes  # prologue staging takes the other half
     if spec.coupled and not simple:
         epi_rows = _epi_rows(k, spec, tm, tn, ub)
     if staged:  # each staged operand gets half of the prologue's half of UB
-        share = ub // (int(k.a_prologue is not None) + int(k.b_prologue is not None))
+        share = ub // (int(k.a_prologue is not None) + int(b_staged))
         if k.a_prologue is not None:
             pro_a = _pro_rows(k.a_prologue, k.a.dtype, k.in_dtype, tm, kc, share)
-        if k.b_prologue is not None:
+        if b_staged:
             pro_b = _pro_rows(k.b_prologue, k.b.dtype, k.in_dtype, kc, tn, share)
     blocks = min(items, cores)
     return MatmulTiling(tm, tn, kc, n0, kl0, 2, 2, 2, 2, n_panels, m_groups, mg_rows, items,
@@ -311,6 +312,11 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     kbody.append(isa.Let(pp, isa.mod(panel, t.l1_bufs)))
     a_src = isa.Ref(A, isa.add(base(k.a), isa.add(isa.mul(m0, sam), isa.mul(k0, sak))))
     b_src = isa.Ref(B, isa.add(base(k.b), isa.add(isa.mul(k0, sbk), isa.mul(n0v, sbn))))
+    i2c = {}
+    if k.b_im2col:  # implicit GEMM (conv1d, backend/im2col.py): B is x over (C, L), strides (sbk,
+        # sbn) = its channel and position strides; the packing builds the windows from (k0, n0)
+        i2c = dict(im2col=(*k.b_im2col, k.b.shape[-1]), im2col_k0=k0, im2col_n0=n0v)
+        b_src = isa.Ref(B, base(k.b))
     a_l1 = isa.Ref(l1a, isa.mul(pp, tm * kc))
     b_l1 = isa.Ref(l1b, isa.mul(pp, kc * tn))
     nk = -(-k.k // kc)
@@ -351,7 +357,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                             t.pro_b_rows, tn))  # fmt: skip
     else:
         kbody.append(cube.LoadNz(b_l1, kc, b_src, (sbk, sbn), kv, nv, 16, k.b_prologue,
-                                 reuse=-(-k.m // tm), **memo))  # fmt: skip
+                                 reuse=-(-k.m // tm), **memo, **i2c))  # fmt: skip
     kbody.append(Set("MTE2", "MTE1", pp))
     kbody.append(Wait("MTE2", "MTE1", pp))
     mvp = isa.mul(isa.ceildiv(mv, 16), 16)
