@@ -4,9 +4,10 @@ reference (per-tap einsum, float32), lazymath. Medians and ratios to torch.
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/conv1d.py [--quick]
 
 Workloads (issue 14): relu(conv1d(x, w) + bias), x (32, 64, 4096), w (64, 64, 7), padding 3 (one
-Cube kernel in lazymath: implicit GEMM, im2col and padding in the packing + bias + relu); conv1d (32, 64, 4096) x (128, 64,
-3) with bias; depthwise (groups = 64, K = 7). lazymath goes through the public API, steady
-state (program cache warm). The load average is printed: the machine is shared.
+Cube kernel in lazymath: implicit GEMM, im2col and padding in the packing, bias and relu in the
+epilogue); conv1d (32, 64, 4096) x (128, 64, 3) with bias; depthwise (groups = 64, K = 7).
+lazymath goes through the public API, steady state (program cache warm). The load average is
+printed: the machine is shared.
 """
 
 # ruff: noqa: B023  (the lambdas are timed immediately, inside their loop iteration)
