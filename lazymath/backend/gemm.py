@@ -279,6 +279,7 @@ def prefetch(b: ir.IRBuilder, p: ir.Value, locality: int) -> None:
 
 LINE = 16  # floats per 64-byte cache line
 K_STEP_MERGE = True  # lower_cube.merge_k_steps on (tests compare both lowerings; in the disk key)
+PACK_ROWS = 8  # rows per block of the contiguous-row packer (emit_pack_nz): <= L1 ways
 UK_UNROLL = 4  # k steps per microkernel loop body (a divisor of C0): see get_ukernel
 
 
@@ -754,10 +755,22 @@ def emit_pack_nz(
         return to_f32(b, b.load(p, typ=et), src_dtype)
 
     if sc == 1:
-        # rows are contiguous: one 16-wide vector load per fractal row
-        # rows outer: each source row segment is read once, contiguously (a column-of-fractals
-        # order would walk the source at the row stride and thrash L1/L2 sets for 4 KiB strides)
-        with for_range(b, 0, rows, name="pr") as r:
+        # rows are contiguous: one 16-wide vector load per fractal row, in blocks of PACK_ROWS
+        # rows: for each fractal column the block's rows are consecutive destination lines.
+        # (Row by row, the stores of one row hit every fractal column at the NZ column stride,
+        # Rp * 64 bytes, a multiple of 4 KiB for the template's panels: all in one L1 set, each
+        # store a fresh line evicted before its neighbour is written. Column by column, the
+        # loads would walk the source at its row stride. A block of 8 rows keeps both in L1.)
+        rows_b = (rows // PACK_ROWS * PACK_ROWS if isinstance(rows, int)
+                  else b.and_(rows, c64(-PACK_ROWS)))  # fmt: skip
+        with for_range(b, 0, rows_b, PACK_ROWS, name="prb") as r0:
+            with for_range(b, 0, full_cb, name="pcb") as cb:
+                col = b.mul(cb, c64(C0))
+                for i in range(PACK_ROWS):
+                    r = b.add(r0, c64(i))
+                    v = load_as_f32(b, sgep(base, b.add(b.mul(r, c64(sr)), col)), src_dtype, C0)
+                    store16(dst_row(cb, r), pro(b, v))
+        with for_range(b, rows_b, rows, name="pr") as r:
             row_base = sgep(base, b.mul(r, c64(sr)))
             with for_range(b, 0, full_cb, name="pcb") as cb:
                 v = load_as_f32(b, sgep(row_base, b.mul(cb, c64(C0))), src_dtype, C0)
