@@ -22,6 +22,7 @@ from ._threads import run_blocks
 from .backend import cancel as _cancel
 from .backend import ir_reference
 from .backend.host_kernels import AicpuRunner, IrRefKernel
+from .backend.templates import conv1d as _depthwise  # noqa: F401  (the depthwise conv1d)
 from .backend.templates import fft as _vector_fft  # noqa: F401  (registers the Vector FFT)
 from .graph import node as gn
 from .graph.walk import commit, plan_outputs

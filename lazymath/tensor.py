@@ -2187,7 +2187,7 @@ def conv1d(x, weight, bias=None, stride: int = 1, padding: int | str = 0, dilati
         if b.shape != (cout,):
             raise ValueError(f"conv1d: bias must have shape ({cout},), got {b.shape}")
         srcs.append(_cast(b._node, out_dtype))
-    impl = _conv1d_impl(out_dtype, n * lout * cout, cpg, cout, groups, dilation)
+    impl = _conv1d_impl(out_dtype, n * lout * cout, cpg, cout, groups, stride)
     if impl is not None:
         out = impl(x, w, b, out_dtype, stride, pads, dilation, lout)
         return reshape(out, (cout, lout)) if unbatched else out
@@ -2197,22 +2197,17 @@ def conv1d(x, weight, bias=None, stride: int = 1, padding: int | str = 0, dilati
     return reshape(out, (cout, lout)) if unbatched else out
 
 
-def _conv1d_impl(out_dtype, size: int, cpg: int, cout: int, groups: int, dilation: int):
+def _conv1d_impl(out_dtype, size: int, cpg: int, cout: int, groups: int, stride: int):
     """The AI Core form of a conv1d, None for the AI CPU's: a depthwise convolution (C_in/groups
-    = 1 = C_out/groups) is one Vector kernel (K multiply-adds over shifted views); every other
-    float16/float32 one (dense, grouped, strided, dilated, padded) is an implicit GEMM on the
+    = 1 = C_out/groups) is one Vector kernel (K multiply-adds, the padding in its loads); any
+    other float16/float32 one (dense, grouped, strided, dilated, padded) is an implicit GEMM on the
     Cube: one matmul whose B operand, an `im2col` node of x, is built by the GM -> L1 packing
     (no im2col buffer, no padded copy: backend/im2col.py)."""
     if out_dtype not in (dt.float16, dt.float32) or size == 0:
         return None
     if cpg == 1 and cout == groups and groups > 1:
-        return _conv1d_vector
+        return _conv1d_depthwise
     return _conv1d_cube
-
-
-def _conv1d_padded(x: Tensor, dtype, pads) -> Tensor:
-    x = astype(x, dtype)
-    return pad(x, [(0, 0), (0, 0), pads]) if builtins.any(pads) else x
 
 
 def _conv1d_cube(x, w, b, dtype, stride, pads, dilation, lout) -> Tensor:
@@ -2236,22 +2231,23 @@ def _conv1d_cube(x, w, b, dtype, stride, pads, dilation, lout) -> Tensor:
     return out if b is None else out + reshape(astype(b, dtype), (cout, 1))
 
 
-def _conv1d_vector(x, w, b, dtype, stride, pads, dilation, lout) -> Tensor:
-    """Depthwise: out[n, c, l] = sum_j w[c, 0, j] * x[n, c, l*stride + j*dilation], float32
-    accumulation (float16 rounded once, as the Cube would)."""
-    n, c = x.shape[0], x.shape[1]
+def _conv1d_depthwise(x, w, b, dtype, stride, pads, dilation, lout) -> Tensor:
+    """Depthwise, stride 1: one Vector kernel (backend/templates/conv1d.py) over the rows
+    (n, c) of x read in place, the zero padding in the bounds of its loads; elementwise
+    consumers fuse into its epilogue slot."""
+    from . import engine  # noqa: F401  (the driver registers the built-in kernels)
+    from .graph import custom
+
+    n, c, _ = x.shape
     k = w.shape[2]
-    acc = dt.float32
-    xp = _conv1d_padded(x, acc, pads)
-    wf = astype(w, acc)
-    out = None
-    for j in range(k):
-        xs = _slice_node(xp, ((0, n, 1), (0, c, 1), (j * dilation, lout, stride)))
-        wj = reshape(_slice_node(wf, ((0, c, 1), (0, 1, 1), (j, 1, 1))), (c, 1))
-        out = xs * wj if out is None else out + xs * wj
+    srcs = [astype(x, dtype)._node, astype(w, dtype)._node]
     if b is not None:
-        out = out + reshape(astype(b, acc), (c, 1))
-    return astype(out, dtype)
+        srcs.append(astype(b, dtype)._node)
+    params = (("bias", b is not None), ("dilation", int(dilation)), ("k_taps", int(k)),
+              ("lout", int(lout)), ("pad", int(pads[0])), ("stride", int(stride)))  # fmt: skip
+    node = gn.make("custom", dtype, (n, c, lout), tuple(srcs),
+                   (custom.BUILTIN["conv1d_depthwise"], params))  # fmt: skip
+    return _wrap(node, [x])
 
 
 _FFT_NORMS = (None, "backward", "ortho", "forward")

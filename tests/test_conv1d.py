@@ -35,6 +35,7 @@ CASES = [
     ((1, 13, 37), (17, 13, 5), dict(stride=3, dilation=2, padding=5), True),  # primes
     ((2, 8, 29), (6, 4, 3), dict(groups=2, stride=2, padding="valid"), False),
     ((2, 6, 20), (12, 1, 3), dict(groups=6, padding=1), True),  # channel multiplier 2
+    ((2, 5, 3), (5, 1, 7), dict(groups=5, stride=2, dilation=2, padding=7), True),  # depthwise
 ]
 
 
@@ -52,7 +53,8 @@ def test_conv1d_against_torch(backend, check, data, dtype):
     outs = []
     cases = CASES
     if backend == "llvm":  # llvm compiles kernels per shape: dense, strided, depthwise, AI CPU
-        cases = [CASES[i] for i in ((0, 2, 4, 6, 9, 11, 12) if dtype == "float32" else (0, 4))]
+        cases = [CASES[i] for i in ((0, 2, 4, 5, 6, 9, 11, 12, 15) if dtype == "float32"
+                                    else (0, 4, 15))]  # fmt: skip
     for xs, ws, kw, with_bias in cases:
         x, w = data.rand(xs, dtype, -1, 1), data.rand(ws, dtype, -1, 1)
         b = data.rand((ws[0],), dtype, -1, 1) if with_bias else None
@@ -115,10 +117,15 @@ def test_conv1d_is_one_cube_kernel_with_its_epilogue():
                           dilation=2, stride=3, padding=4))  # fmt: skip
     (k,) = lm.schedule(g).kernels
     assert k.unit == "cube" and {"im2col", "matmul", "add", "relu"} <= set(k.ops), k
+    # depthwise: one Vector kernel, the padding in its loads (no pad kernel), the elementwise
+    # consumers in its epilogue slot, on both presets
     dw = lm.tensor(np.ones((16, 1, 5), np.float32))
-    s = lm.schedule(lm.conv1d(x, dw, lm.tensor(np.ones(16, np.float32)), groups=16, padding=2))
-    units = [k.unit for k in s.kernels]
-    assert units.count("vector") == 1 and "cube" not in units, units
+    for spec in ("ascend910", "ascend910b"):
+        for stride in (1, 2):
+            y = lm.relu(lm.conv1d(x, dw, lm.tensor(np.ones(16, np.float32)), groups=16,
+                                  padding=2, stride=stride)) * 2.0  # fmt: skip
+            (k,) = lm.schedule(y, spec=spec).kernels
+            assert k.unit == "vector" and k.ops[-2:] == ["relu", "mul"], k
     # float64 stays on the AI CPU, which reports its flops
     g = lm.conv1d(lm.tensor(np.ones((4, 16, 64))), lm.tensor(np.ones((8, 8, 3))), groups=2,
                   dilation=2)  # fmt: skip
