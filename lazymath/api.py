@@ -86,6 +86,11 @@ def _unit_reason(sk) -> str:
                 return f"{sk.unit}: {why}"
         return f"{sk.unit}: a user kernel (lm.kernel) written for this unit"
     if sk.unit == "mix":
+        if getattr(sk.group, "col_sums", None):  # only the split 910B makes these MIX
+            return (
+                "mix (Cube + Vector, AIC + AIV): a matmul whose Vector cores sum the "
+                "product's columns, tiles handed over through GM with cross-core flags"
+            )
         return ("mix (Cube + Vector): a matmul whose operand is computed by a Vector prologue "
                 "in the same kernel")  # fmt: skip
     if sk.unit == "cube":

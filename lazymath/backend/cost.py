@@ -113,7 +113,8 @@ class CostCtx:
         self.intervals: dict[str, list] = {p: [] for p in isa.PIPES}
         self.truncated = False
         self.unknown: set[str] = set()
-        self.serial = not any(isinstance(i, (isa.SetFlag, isa.WaitFlag))
+        self.serial = not any(isinstance(i, (isa.SetFlag, isa.WaitFlag, isa.CrossCoreSetFlag,
+                                             isa.CrossCoreWaitFlag))
                               for i, _ in isa.walk(program.body))  # fmt: skip
 
     def int(self, e) -> int:
@@ -178,10 +179,31 @@ class CostCtx:
                 else:
                     s.free[p] = max(s.free[p], when)
                 s.scalar += 1
+            elif t is isa.CrossCoreSetFlag:  # MIX: the other core kind of the group
+                p = _FLAG_PIPE[instr.pipe]
+                s = self.state
+                when = max(s.free[p], s.done[p], s.scalar) + self.spec.gm_write_latency
+                s.flags.setdefault(("cross", instr.side, self.int(instr.flag)), deque()).append(
+                    when
+                )
+                s.scalar += 1
+            elif t is isa.CrossCoreWaitFlag:
+                s = self.state
+                setter = "AIV" if instr.side == "AIC" else "AIC"
+                q = s.flags.get(("cross", setter, self.int(instr.flag)))
+                if not q:
+                    raise ValueError(
+                        f"kernel {self.program.name}: {isa.format_instr(instr)} with no pending "
+                        "cross-core set (the NPU would deadlock)"
+                    )
+                p = _FLAG_PIPE[instr.pipe]
+                s.free[p] = max(s.free[p], q.popleft())
+                s.scalar += 1
             elif t is isa.PipeBarrier:
                 s = self.state
-                t_all = max(*s.free.values(), *s.done.values(), s.scalar)
-                for p in isa.PIPES:
+                ps = isa.AIV_PIPES if instr.pipe == "AIV" else isa.PIPES  # MIX: one core's
+                t_all = max(*(s.free[p] for p in ps), *(s.done[p] for p in ps), s.scalar)
+                for p in ps:
                     s.free[p] = s.done[p] = t_all
                 s.scalar = t_all
             elif t is isa.AtomicAdd:  # assume this block arrives last: it pays for the combine

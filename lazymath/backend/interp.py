@@ -45,6 +45,9 @@ def _compute_dtype(dtype) -> np.dtype:
     return np.dtype(np.float32) if dt == np.float16 else dt
 
 
+_FLAGS = (isa.SetFlag, isa.WaitFlag, isa.CrossCoreSetFlag, isa.CrossCoreWaitFlag)
+
+
 class Machine:
     """One block's state: buffers, variables, pending flags."""
 
@@ -65,7 +68,7 @@ class Machine:
         self.env: dict[isa.Var, int] = {isa.BLOCK_IDX: block_idx, isa.BLOCK_NUM: block_num}
         self.flags: Counter = Counter()
         self.race = None  # races.Tracker when the program synchronises with flags
-        if any(isinstance(i, (isa.SetFlag, isa.WaitFlag)) for i in program.instructions()):
+        if any(isinstance(i, _FLAGS) for i in program.instructions()):
             from lazymath.backend.races import Tracker
 
             self.race = Tracker(program)
@@ -516,6 +519,28 @@ def _set_flag(m: Machine, i: isa.SetFlag) -> None:
         m.race.set_flag(i, m.int(i.event))
 
 
+@register(isa.CrossCoreSetFlag)
+def _cross_set(m: Machine, i: isa.CrossCoreSetFlag) -> None:
+    e = m.int(i.flag)
+    m.flags[("cross", i.side, e)] += 1
+    if m.race is not None:
+        m.race.cross_set(i.pipe, i.side, e)
+
+
+@register(isa.CrossCoreWaitFlag)
+def _cross_wait(m: Machine, i: isa.CrossCoreWaitFlag) -> None:
+    e = m.int(i.flag)
+    key = ("cross", "AIV" if i.side == "AIC" else "AIC", e)
+    if m.flags[key] <= 0:
+        raise FlagError(
+            f"kernel {m.program.name}: {isa.format_instr(i)} with no pending cross-core set "
+            "(the NPU would deadlock)"
+        )
+    m.flags[key] -= 1
+    if m.race is not None:
+        m.race.cross_wait(i.pipe, key[1], e)
+
+
 @register(isa.WaitFlag)
 def _wait_flag(m: Machine, i: isa.WaitFlag) -> None:
     key = (i.src, i.dst, m.int(i.event))
@@ -533,4 +558,4 @@ def _wait_flag(m: Machine, i: isa.WaitFlag) -> None:
 def _barrier(m: Machine, i: isa.PipeBarrier) -> None:
     """In-order interpretation already completes every instruction before the next."""
     if m.race is not None:
-        m.race.barrier()
+        m.race.barrier(isa.AIV_PIPES if i.pipe == "AIV" else None)

@@ -717,10 +717,40 @@ class WaitFlag:
 
 
 @dataclass(frozen=True, slots=True)
+class CrossCoreSetFlag:
+    """AscendC CrossCoreSetFlag<2, pipe>(flag), in a MIX kernel of the split 910B (one Cube
+    core, AIC, and its two Vector cores, AIV, run one kernel and exchange data only through
+    GM): `pipe` of the issuing core signals the other core kind of the group on `flag` once
+    everything it issued before is done. `side` names the issuing core ("AIC" or "AIV")."""
+
+    pipe: str
+    flag: IntExpr
+    side: str = "AIC"
+
+
+@dataclass(frozen=True, slots=True)
+class CrossCoreWaitFlag:
+    """AscendC CrossCoreWaitFlag<2, pipe>(flag): `pipe` of core `side` stalls until the other
+    core kind of the group has set `flag` (consumes it)."""
+
+    pipe: str
+    flag: IntExpr
+    side: str = "AIV"
+
+
+CROSS_CORE_FLAGS = 16  # flag ids 0..15 between the AIC and the AIVs of a group
+
+
+@dataclass(frozen=True, slots=True)
 class PipeBarrier:
-    """pipe_barrier(PIPE_ALL): every pipe waits until all issued work is done."""
+    """pipe_barrier(PIPE_ALL): every pipe waits until all issued work is done. In a MIX
+    kernel the AIVs' barriers are `pipe="AIV"`: a core's barrier covers only its own pipes
+    (`AIV_PIPES`), never the Cube core's FixPipe/Cube/MTE1."""
 
     pipe: str = "ALL"
+
+
+AIV_PIPES = ("Scalar", "MTE2", "Vector", "MTE3")
 
 
 PIPES = ("Scalar", "MTE2", "MTE1", "Vector", "Cube", "MTE3", "FixPipe")
@@ -807,6 +837,8 @@ _BUILTIN_FORMATS = {
     SetFlag: lambda i: f"set_flag {i.src}->{i.dst} {i.event}",
     WaitFlag: lambda i: f"wait_flag {i.src}->{i.dst} {i.event}",
     PipeBarrier: lambda i: f"pipe_barrier {i.pipe}",
+    CrossCoreSetFlag: lambda i: f"{i.side.lower()}: cross_core_set_flag {i.pipe} {i.flag}",
+    CrossCoreWaitFlag: lambda i: f"{i.side.lower()}: cross_core_wait_flag {i.pipe} {i.flag}",
 }
 for _cls in (VBinary, VScalar, VUnary, VFma, VConv, VCmp, VCmpS, VSel, VDup, VGather, VBrcb,
              VReduce, VArgReduce, VHostMath):  # fmt: skip
@@ -820,6 +852,8 @@ register_instr(AtomicAdd, "Scalar", lambda i: f"{i.var} = atomic_add {i.dst}, {i
 register_instr(SetFlag, "Scalar", _BUILTIN_FORMATS[SetFlag])
 register_instr(WaitFlag, "Scalar", _BUILTIN_FORMATS[WaitFlag])
 register_instr(PipeBarrier, "Scalar", _BUILTIN_FORMATS[PipeBarrier])
+register_instr(CrossCoreSetFlag, "Scalar", _BUILTIN_FORMATS[CrossCoreSetFlag])
+register_instr(CrossCoreWaitFlag, "Scalar", _BUILTIN_FORMATS[CrossCoreWaitFlag])
 
 
 def format_instr(instr) -> str:
@@ -1058,6 +1092,15 @@ class Program:
                         f"kernel {self.name}: event id {instr.event} out of range "
                         f"(0..{n_ids - 1} per pipe pair on {spec.name})"
                     )
+            if isinstance(instr, (CrossCoreSetFlag, CrossCoreWaitFlag)):
+                if spec.coupled or self.unit != "mix":
+                    raise ValueError(
+                        f"kernel {self.name}: {format_instr(instr)!r}: cross-core flags join "
+                        f"the AIC and AIVs of a MIX kernel on a split device, not {spec.name}"
+                    )
+                if isinstance(instr.flag, int) and not 0 <= instr.flag < CROSS_CORE_FLAGS:
+                    raise ValueError(f"kernel {self.name}: cross-core flag {instr.flag} out of "
+                                     f"range (0..{CROSS_CORE_FLAGS - 1})")  # fmt: skip
         return self
 
     def instructions(self) -> list:

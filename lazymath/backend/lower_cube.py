@@ -716,7 +716,7 @@ _generic_loop = lower_llvm.LOWER[isa.Loop]
 @lower_llvm.register(isa.Loop)
 def _loop(ctx: lower_llvm.LowerCtx, i: isa.Loop) -> None:
     merged = None
-    if ctx.program.unit == "cube":
+    if ctx.program.unit in ("cube", "mix"):
         alias_ok = _state(ctx).alias_ok
         merged = merge_k_steps(i, ctx.program, alias_ok) if gemm.K_STEP_MERGE else None
         if merged is None:

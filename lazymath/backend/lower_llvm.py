@@ -1631,6 +1631,8 @@ def _atomic_add(ctx: LowerCtx, i: isa.AtomicAdd) -> None:
 @register(isa.SetFlag)
 @register(isa.WaitFlag)
 @register(isa.PipeBarrier)
+@register(isa.CrossCoreSetFlag)
+@register(isa.CrossCoreWaitFlag)
 def _flag(ctx: LowerCtx, i) -> None:
     """Host blocks run in program order: flags matter only to interp checks and the cost model."""
 

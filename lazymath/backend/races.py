@@ -67,12 +67,29 @@ class Tracker:
             if mine.get(p, 0) < v:
                 mine[p] = v
 
-    def barrier(self) -> None:
+    def cross_set(self, pipe: str, side: str, flag: int) -> None:
+        """CrossCoreSetFlag (MIX kernels): like set_flag. The AIC's and the AIVs' pipes of one
+        name are tracked as one pipe here (the listing is one instruction stream)."""
+        self.pending.setdefault(("cross", side, flag), []).append(dict(self.clock[_pipe(pipe)]))
+
+    def cross_wait(self, pipe: str, setter: str, flag: int) -> None:
+        q = self.pending.get(("cross", setter, flag))
+        if not q:
+            return
+        snap = q.pop(0)
+        mine = self.clock[_pipe(pipe)]
+        for p, v in snap.items():
+            if mine.get(p, 0) < v:
+                mine[p] = v
+
+    def barrier(self, pipes=None) -> None:
+        """Join the clocks of `pipes` (default all: PIPE_ALL on one core)."""
+        pipes = list(self.clock) if pipes is None else pipes
         joined: dict[str, int] = {}
-        for c in self.clock.values():
-            for p, v in c.items():
+        for q in pipes:
+            for p, v in self.clock[q].items():
                 joined[p] = max(joined.get(p, 0), v)
-        for p in self.clock:
+        for p in pipes:
             self.clock[p] = dict(joined)
 
     def access(self, m, instr) -> None:

@@ -15,13 +15,14 @@ from .schedule import Schedule, ScheduledKernel, kernel_cost_class, ridge_point
 __all__ = ["Schedule", "ScheduledKernel", "make_schedule"]
 
 
-def _unit(g) -> str:
+def _unit(g, spec=None) -> str:
     if g.kind == "aicpu":
         return "aicpu"
     if g.kind == "custom":
         return g.ir.unit
-    if g.kind == "matmul":
-        return "mix" if g.has_prologue else "cube"
+    if g.kind == "matmul":  # column sums on a split device: the AIVs fold the tiles (MIX)
+        split_cols = bool(g.col_sums) and spec is not None and not spec.coupled
+        return "mix" if g.has_prologue or split_cols else "cube"
     return "vector"
 
 
@@ -63,7 +64,7 @@ def make_schedule(outputs: list[Node], spec, n_streams: int = 2) -> Schedule:
     groups, aliases = _elide_bitcasts(groups, outputs)
     rows = []
     for i, g in enumerate(groups):
-        unit = _unit(g)
+        unit = _unit(g, spec)
         ops = _ops(g)
         flops, nbytes = kernel_cost_class(g.ir, unit, spec)
         bound = "compute" if nbytes and flops / nbytes >= ridge_point(unit, spec) else "memory"

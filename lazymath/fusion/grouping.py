@@ -654,10 +654,11 @@ class Planner:
         return alive
 
     def _merge_col_sums(self, groups: list[Group]) -> list[Group]:
-        """A sum over m of a matmul's product (or of its epilogue) joins the matmul kernel on a
-        coupled core (`rules.MATMUL_COL_SUM`): the vector unit adds each output tile's rows
-        into a column accumulator in UB, so the product is not read back from GM."""
-        if not self.spec.coupled or not rules.MATMUL_COL_SUM:
+        """A sum over m of a matmul's product (or of its epilogue) joins the matmul kernel
+        (`rules.MATMUL_COL_SUM`): the vector unit adds each output tile's rows into a column
+        accumulator in UB (the coupled 910's own, the AIVs' of a MIX kernel on the split
+        910B), so the product is not read back from GM by a second kernel."""
+        if not rules.MATMUL_COL_SUM:
             return groups
         out = []
         for g in groups:

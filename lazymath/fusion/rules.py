@@ -94,7 +94,9 @@ def row_form(template, ir, spec) -> tuple[str | None, str]:
 
 
 # A sum over m of a matmul's product (sum(A @ B, axis=-2), possibly of an elementwise epilogue)
-# is computed in the matmul kernel on a coupled (910) core: the vector unit folds each L0C
-# tile's rows into a column accumulator in UB. On a split (910B) core the Cube has no UB and
-# the sum stays a separate Vector kernel (the MATERIALIZING "matmul" -> "reduce" refusal).
+# is computed in the matmul kernel: on a coupled (910) core the vector unit folds each L0C
+# tile's rows into a column accumulator in UB; on a split (910B) device, whose Cube core (AIC)
+# has no UB, the kernel becomes a MIX kernel (AIC + AIV, tiles handed over in a GM workspace
+# with cross-core flags; see templates/matmul.py). FixPipe cannot reduce, so that is the only
+# honest one-kernel form there.
 MATMUL_COL_SUM = True

@@ -89,7 +89,7 @@ def recipe_strategy():
             st.just("m"),
             st.integers(0, 99),
             st.integers(0, 99),
-            st.sampled_from(["none", "relu", "scale", "bias"]),
+            st.sampled_from(["none", "relu", "scale", "bias", "colsum"]),
         ),
         st.tuples(st.just("c"), st.integers(0, 99), st.floats(-2, 2)),
         st.tuples(st.just("w"), st.sampled_from(ROWS), st.integers(0, 99), st.integers(0, 2)),
@@ -153,6 +153,8 @@ def build(recipe, seed):
                     r = r * 0.25
                 elif st_[3] == "bias" and r.ndim >= 1:
                     r = r + lm.ones(r.shape[-1:]) * 0.5
+                elif st_[3] == "colsum" and r.ndim >= 2:  # in the matmul kernel (910B: MIX)
+                    r = lm.sum(r, axis=-2)
                 pool.append(r)
         elif kind == "c":
             pool.append(pick(st_[1]) * float(st_[2]) + 1.0)

@@ -275,35 +275,92 @@ def test_variance_with_a_large_mean_is_as_accurate_as_numpy(width):
 # ----------------------------------------------------------------------------- matmul column sums
 
 
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
 @pytest.mark.parametrize("backend", ["llvm", "interp"])
-def test_matmul_column_sum_is_one_kernel_on_910(backend, monkeypatch):
+def test_matmul_column_sum_is_one_kernel(spec, backend, monkeypatch):
+    """910: the Cube core's own Vector unit folds the L0C tiles (unit cube); split 910B: a MIX
+    kernel, the AIC hands the tiles to the AIVs through a GM workspace (unit mix)."""
     monkeypatch.setenv("LAZYMATH_BACKEND", backend)
+    unit = "cube" if spec == "ascend910" else "mix"
     big = lm.tensor(np.zeros((4096, 4096), np.float32))
-    s = lm.schedule(lm.sum(lm.matmul(big, big), axis=0))
-    assert [k.ops for k in s.kernels] == [["matmul", "sum"]]
-    for dt, batch in (("float32", ()), ("float16", (3,))):
-        a = RNG.standard_normal((*batch, 37, 19)).astype(dt)
-        b = RNG.standard_normal((*batch, 19, 130)).astype(dt)
-        prod = np.matmul(a.astype(np.float32), b.astype(np.float32))
-        A, B = lm.tensor(a), lm.tensor(b)
-        t = lm.sum(lm.relu(A @ B) * 2.0, axis=-2)
-        both = (A @ B, lm.sum(A @ B, axis=-2))  # the product is also wanted: written too
-        assert len(lm.schedule(t).kernels) == 1 and len(lm.schedule(*both).kernels) == 1
-        lm.realize(t, *both)
-        want = (np.maximum(prod, 0).astype(dt).astype(np.float64) * 2).sum(-2)
-        tol = 2e-2 if dt == "float16" else 1e-5
-        scale = np.abs(want).max() + 1
-        assert np.abs(t.numpy() - want).max() / scale < tol
-        assert np.abs(both[1].numpy() - prod.astype(dt).sum(-2, dtype=np.float64)).max() < tol * (
-            np.abs(prod).sum(-2).max() + 1
-        )
-        np.testing.assert_allclose(both[0].numpy(), prod.astype(dt), rtol=tol, atol=tol)
+    s = lm.schedule(lm.sum(lm.matmul(big, big), axis=0), spec=spec)
+    assert [(k.ops, k.unit) for k in s.kernels] == [(["matmul", "sum"], unit)]
+    lm.init_device(0, spec=spec)
+    try:
+        for dt, batch, (m, k, n) in (("float32", (), (37, 19, 130)),
+                                     ("float16", (3,), (37, 19, 130)),
+                                     ("float32", (), (1, 5, 3)),
+                                     ("float32", (), (131, 17, 290))):  # fmt: skip
+            a = RNG.standard_normal((*batch, m, k)).astype(dt)
+            b = RNG.standard_normal((*batch, k, n)).astype(dt)
+            prod = np.matmul(a.astype(np.float32), b.astype(np.float32))
+            A, B = lm.tensor(a), lm.tensor(b)
+            # an epilogue beyond relu/cast stays a Vector kernel on the 910B (its own policy)
+            epi = spec == "ascend910"
+            t = lm.sum(lm.relu(A @ B) * 2.0 if epi else A @ B, axis=-2)
+            both = (A @ B, lm.sum(A @ B, axis=-2))  # the product is also wanted: written too
+            for ks in (lm.schedule(t).kernels, lm.schedule(*both).kernels):
+                assert [k_.unit for k_ in ks] == [unit]
+            lm.realize(t, *both)
+            want = (
+                (np.maximum(prod, 0).astype(dt).astype(np.float64) * 2).sum(-2)
+                if epi
+                else (prod.astype(dt).sum(-2, dtype=np.float64))
+            )
+            tol = 2e-2 if dt == "float16" else 1e-5
+            scale = np.abs(want).max() + 1
+            assert np.abs(t.numpy() - want).max() / scale < tol
+            assert np.abs(both[1].numpy() - prod.astype(dt).sum(-2, dtype=np.float64)).max() < (
+                tol * (np.abs(prod).sum(-2).max() + 1)
+            )
+            np.testing.assert_allclose(both[0].numpy(), prod.astype(dt), rtol=tol, atol=tol)
+    finally:
+        lm.init_device(0, spec="ascend910")
 
 
-def test_matmul_column_sum_on_910b_is_a_separate_vector_kernel():
-    a = RNG.standard_normal((8, 16)).astype(np.float32)
-    b = RNG.standard_normal((16, 24)).astype(np.float32)
-    t = lm.sum(lm.matmul(lm.tensor(a), lm.tensor(b)), axis=0)
-    s = lm.schedule(t, spec="ascend910b")
-    assert [k.ops for k in s.kernels] == [["matmul"], ["sum"]]
-    np.testing.assert_allclose(t.numpy(), (a @ b).sum(0), rtol=1e-5, atol=1e-5)
+def test_matmul_column_sum_on_910b_is_a_mix_kernel_with_cross_core_flags():
+    from lazymath.backend import compile_kernel, interp, isa
+
+    a = RNG.standard_normal((300, 40)).astype(np.float32)
+    b = RNG.standard_normal((40, 24)).astype(np.float32)
+    s = lm.schedule(lm.sum(lm.matmul(lm.tensor(a), lm.tensor(b)), axis=0), spec="ascend910b")
+    (k,) = s.kernels
+    assert "AIC + AIV" in lm.explain(lm.sum(lm.matmul(lm.tensor(a), lm.tensor(b)), axis=0),
+                                     spec="ascend910b")  # fmt: skip
+    ck = compile_kernel(k.group.ir, "ascend910b", backend="interp")
+    prog = ck.program
+    assert prog.unit == "mix" and prog.workspace > 0
+    kinds = [type(i) for i in prog.instructions()]
+    assert isa.CrossCoreSetFlag in kinds and isa.CrossCoreWaitFlag in kinds
+    assert "cross_core_wait_flag" in ck.isa_text and "fixpipe_l0c_to_gm" in ck.isa_text
+    assert ck.cost.total > 0 and ck.cost.pipes["Vector"] > 0 and not ck.cost.unknown
+    out = np.zeros(24, np.float32)
+    ck(a, b, out)  # the interpreter runs the race checker on the flags
+    np.testing.assert_allclose(out, (a @ b).sum(0), rtol=1e-4, atol=1e-4)
+    # without the "tile in GM" flags the AIV's read of the workspace races FixPipe's write
+    # (the AIV's barriers do not reach the AIC's pipes)
+    from lazymath.backend.races import RaceError
+
+    body = _drop(prog.body, lambda i: type(i) in (isa.CrossCoreSetFlag, isa.CrossCoreWaitFlag)
+                 and isinstance(i.flag, isa.Var))  # fmt: skip
+    with pytest.raises(RaceError, match="ws_tiles"):
+        interp.run(isa.Program(prog.name, prog.args, prog.buffers, body, prog.blocks,
+                               prog.device_blocks, "mix", prog.workspace),
+                   [a.ravel(), b.ravel(), np.zeros(24, np.float32),
+                    np.zeros(prog.workspace, np.uint8)], 0, 1)  # fmt: skip
+    with pytest.raises(ValueError, match="cross-core"):  # no MIX kernels on the coupled 910
+        isa.Program(prog.name, prog.args, (), (isa.CrossCoreSetFlag("FIX", 0),), 1, 1,
+                    "mix").check(lm.current_device().spec)  # fmt: skip
+
+
+def _drop(body, pred):
+    from lazymath.backend import isa
+
+    out = []
+    for i in body:
+        if pred(i):
+            continue
+        if isinstance(i, isa.Loop):
+            i = isa.Loop(i.var, i.start, i.stop, i.step, _drop(i.body, pred))
+        out.append(i)
+    return tuple(out)

@@ -13,6 +13,16 @@ Loop nest of one block (AscendC matmul, split into work items = (batch, N panel,
                     mmad     L0C[:, j] (+)= L0A @ L0B    (Cube, fp32 accumulate)
             out: 910B  fixpipe L0C -> GM (relu / cast; a richer epilogue rides along, see FixPipe)
                  910   fixpipe L0C -> UB, epilogue as vector instructions, copy UB -> GM (MTE3)
+                 910B with column sums: a MIX kernel (below)
+
+Column sums on the split 910B (`sum(A @ B, axis=-2)`): the Cube core (AIC) has no UB, so the
+kernel is a MIX kernel (AscendC KERNEL_TYPE_MIX_AIC_1_2), one program for the AIC and the
+Vector cores (AIV) of its group, written here as one instruction stream with the cross-core
+flags between the two sides: the AIC's FixPipe writes each L0C tile to a GM workspace slot
+(two per group, ping-pong; L2-resident on a real chip) and sets a cross-core flag; the AIV
+waits on it, copies the tile GM -> UB in row chunks, runs the epilogue and folds the rows into
+the column accumulators exactly as the coupled 910 does after its L0C -> UB FixPipe, and sets
+the flag that frees the slot. FixPipe itself has no reduction, so this is the honest form.
 
 Device-only program. `tile_matmul` reads every size from the DeviceSpec and the kernel, never from
 the host: the L0C tile is half of L0C (two tiles ping-pong), the K step is what double-buffers in
@@ -141,7 +151,7 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
     b_staged = k.b_prologue is not None and not k.b_im2col  # (im2col: applied in its packing)
     staged = spec.coupled and (k.a_prologue is not None or b_staged)
     ub = spec.ub_bytes // 2 if staged else spec.ub_bytes  # prologue staging takes the other half
-    if spec.coupled and not simple:
+    if (spec.coupled or k.col_sums) and not simple:  # split 910B + column sums: a MIX kernel
         epi_rows = _epi_rows(k, spec, tm, tn, ub)
     if staged:  # each staged operand gets half of the prologue's half of UB
         share = ub // (int(k.a_prologue is not None) + int(b_staged))
@@ -261,12 +271,18 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     A, B = args[0], args[1]
     EPI, OUT = args[2 : 2 + n_epi], args[2 + n_epi : 2 + n_epi + n_out]
     CS = args[2 + n_epi + n_out :]
+    mix = not spec.coupled and t.epi_rows > 0  # AIC + AIV (column sums on the split 910B)
     for j, (v, r) in enumerate(zip(k.outputs, k.results)):
         if v.dtype != k.epilogue[r].dtype:
             raise ValueError(f"output {j} is {v.dtype} but its expression is {k.epilogue[r].dtype}")
     if k.m == 0 or k.n == 0 or C.prod(k.batch) == 0:
-        return isa.Program(name, args, (), (), 1, 1, unit="cube")
+        return isa.Program(name, args, (), (), 1, 1, unit="mix" if mix else "cube")
     tm, tn, kc, n0, kl = t.tm, t.tn, t.kc, t.n0, t.kl0
+    workspace = 0
+    if mix:  # per group two tile slots of GM workspace (the AIC -> AIV hand-over)
+        ws = isa.Buffer("ws_tiles", "GM", "float32", 0, arg=len(args))
+        args = (*args, ws)
+        workspace = t.blocks * t.l0c_bufs * tm * tn * 4
     indt = k.in_dtype
     l1a = isa.Buffer("l1a", "L1", indt, t.l1_bufs * tm * kc)
     l1b = isa.Buffer("l1b", "L1", indt, t.l1_bufs * kc * tn)
@@ -412,6 +428,8 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         off = isa.add(base(v), isa.add(isa.mul(isa.add(m0, row0), sm), isa.mul(n0v, sn)))
         return isa.Ref(EPI[i], off), (sm, sn)
 
+    # in a MIX kernel the UB epilogue's barriers are the AIV's: they do not reach the AIC's pipes
+    Bar = (lambda: isa.PipeBarrier("AIV")) if mix else isa.PipeBarrier  # noqa: E731
     if t.fixpipe_only:
         for jo, r in enumerate(k.results):
             relu = _fixpipe_chain(k.epilogue, r)[1]
@@ -431,15 +449,17 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         hoisted, ebufs, ebody, loads, outs = _emit_epilogue(k, tile, acc)
         buffers += [b for b in dict.fromkeys(ebufs)]
         r0, rv = V("r0"), V("rv")
-        rbody: list = [
-            isa.PipeBarrier(),  # the UB epilogue runs serialised (single-buffered UB tiles)
-            isa.Let(rv, isa.imin(R, isa.sub(mv, r0))),
-            cube.FixPipe(acc, (tn, 1), l0c_ref + isa.mul(r0, 16), tm, rv, nv),
-        ]
+        # the UB epilogue runs serialised (single-buffered UB tiles)
+        rbody: list = [Bar(), isa.Let(rv, isa.imin(R, isa.sub(mv, r0)))]
+        if mix:  # AIV: the tile's rows from the workspace slot the AIC filled
+            slot = isa.Ref(ws, isa.mul(isa.add(isa.mul(isa.BLOCK_IDX, t.l0c_bufs), cs), tm * tn))
+            rbody.append(isa.CopyIn(acc, slot + isa.mul(r0, tn), (rv, nv), (tn, 1), tn))
+        else:
+            rbody.append(cube.FixPipe(acc, (tn, 1), l0c_ref + isa.mul(r0, 16), tm, rv, nv))
         for i, ref in loads.items():
             src, st = epi_ref(i, r0)
             rbody.append(isa.CopyIn(ref, src, (rv, nv), st, tn))
-        rbody.append(isa.PipeBarrier())  # FixPipe / MTE2 -> Vector
+        rbody.append(Bar())  # FixPipe / MTE2 -> Vector
         rbody += ebody
         colsums = outs[n_out:]
         outs = outs[:n_out]
@@ -465,14 +485,14 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                 cout = isa.Ref(isa.Buffer(f"colo{jc}_ub", "UB", v.dtype, tn), 0)
                 buffers.append(cout.buf)
                 col_out += [
-                    isa.PipeBarrier(),  # the last fold (Vector) -> conversion
+                    Bar(),  # the last fold (Vector) -> conversion
                     isa.VConv(cout, cacc, nv, "trunc"),
-                    isa.PipeBarrier(),  # Vector -> MTE3
+                    Bar(),  # Vector -> MTE3
                     isa.CopyOut(isa.Ref(CS[jc], off), cout, (nv,), (v.strides[-1],)),
                 ]
             else:
                 col_out += [
-                    isa.PipeBarrier(),  # Vector -> MTE3
+                    Bar(),  # Vector -> MTE3
                     isa.CopyOut(isa.Ref(CS[jc], off), cacc, (nv,), (v.strides[-1],)),
                 ]
         copies = []
@@ -482,8 +502,18 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                 buffers.append(o.buf)
                 rbody.append(isa.VDup(o, k.epilogue[k.results[jo]].arg, tile))
             copies.append(isa.CopyOut(out_ref(jo, r0), o, (rv, nv), (scm[jo], scn[jo]), tn))
-        rbody += [isa.PipeBarrier(), *copies, isa.PipeBarrier()]  # Vector -> MTE3 -> next pass
+        rbody += [Bar(), *copies, Bar()]  # Vector -> MTE3 -> next pass
+        if mix:
+            XSet, XWait = isa.CrossCoreSetFlag, isa.CrossCoreWaitFlag
+            out_body += [
+                XWait("FIX", isa.add(cs, 2), "AIC"),  # the AIV has read this slot's last tile
+                cube.FixPipe(slot, (tn, 1), l0c_ref, tm, mv, nv),
+                XSet("FIX", cs, "AIC"),  # tile in GM
+                XWait("MTE2", cs, "AIV"),
+            ]
         out_body.append(isa.Loop(r0, 0, mv, R, tuple(rbody)))
+        if mix:
+            out_body.append(XSet("MTE2", isa.add(cs, 2), "AIV"))  # slot free again
 
     mbody = [
         isa.Let(m0, isa.add(gm0, isa.mul(mt, tm))),
@@ -494,7 +524,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         Set("FIX", "M", cs),
     ]
     if col_init:  # zero the column accumulators after the last item's copy-out read them
-        col_init.insert(0, isa.PipeBarrier())
+        col_init.insert(0, Bar())
     item_body = [*head, *col_init, isa.Loop(mt, 0, isa.ceildiv(gmv, tm), 1, tuple(mbody)),
                  *col_out]  # fmt: skip
     # the block's contiguous range of items (GetBlockIdx()/GetBlockNum(): any block count works)
@@ -506,8 +536,12 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     free += [("M", "MTE1", e) for e in range(t.l0b_bufs)]
     free += [("M", "MTE1", 2 + e) for e in range(t.l0a_bufs)]
     free += [("FIX", "M", e) for e in range(t.l0c_bufs)]
-    body = [*pro_hoisted, *hoisted, *rng, *(Set(*f) for f in free),
+    xfree = xdrain = []
+    if mix:  # the AIV announces both workspace slots free; the AIC drains them at the end
+        xfree = [isa.CrossCoreSetFlag("MTE2", 2 + e, "AIV") for e in range(t.l0c_bufs)]
+        xdrain = [isa.CrossCoreWaitFlag("FIX", 2 + e, "AIC") for e in range(t.l0c_bufs)]
+    body = [*pro_hoisted, *hoisted, *rng, *(Set(*f) for f in free), *xfree,
             isa.Loop(it, lo, hi, 1, tuple(item_body)),
-            *(Wait(*f) for f in free)]  # fmt: skip
+            *(Wait(*f) for f in free), *xdrain]  # fmt: skip
     return isa.Program(name, args, tuple(buffers), tuple(body), t.blocks, t.device_blocks,
-                       unit="cube")  # fmt: skip
+                       unit="mix" if mix else "cube", workspace=workspace)  # fmt: skip
