@@ -2508,7 +2508,7 @@ def _fft_window(x: Tensor, ax: int, n: int) -> tuple | None:
 
 
 def _stockham_rows(p: Tensor, n: int, sign: int, scale: float, real: bool, length: int,
-                   window: Tensor | None = None) -> Tensor:  # fmt: skip
+                   window: Tensor | None = None, shape: tuple | None = None) -> Tensor:  # fmt: skip
     """The Vector Stockham FFT (backend/templates/fft.py) of each row of `p` ((..., n, 2)
     pairs, or (..., n) real): one Vector kernel; the first `length` frequencies, (b, length, 2)
     pairs, complex64 in C order."""
@@ -2524,12 +2524,13 @@ def _stockham_rows(p: Tensor, n: int, sign: int, scale: float, real: bool, lengt
     params = (("length", length), ("n", n), ("real", bool(real)), ("scale", float(scale)),
               ("sign", sign)) + ((("window", True),) if window is not None else ())  # fmt: skip
     srcs = (xs._node, tw._node, ix._node) + ((window._node,) if window is not None else ())
-    node = gn.make("custom", dt.float32, (b, length, 2), srcs,
+    node = gn.make("custom", dt.float32, shape or (b, length, 2), srcs,
                    (custom.BUILTIN["fft_stockham"], params))  # fmt: skip
     return _wrap(node, [p])
 
 
-def _sixstep_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool) -> Tensor:
+def _sixstep_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool,
+                  shape: tuple | None = None) -> Tensor:  # fmt: skip
     """The six-step FFT of each row of `p` (n = n1 n2, t = t1 n2 + t2, k = k1 + n1 k2) as two
     passes of the Vector Stockham kernel reading and writing strided columns in GM (no
     transposes): pass 1, rows (b, t2): the length-n1 DFT over t1, times w_n^(t2 k1), written
@@ -2568,7 +2569,8 @@ def _sixstep_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool) -> 
     lay = (b * n1, n1, n, 1, n1, n, 1, n1, n2)
     params = (("cols", cols), ("lay", lay), ("length", n2), ("n", n2), ("real", False),
               ("scale", float(scale)), ("sign", sign))  # fmt: skip
-    node = gn.make("custom", dt.float32, (b, n, 2), (y, *tables(n2), *extra), (key, params))
+    node = gn.make("custom", dt.float32, shape or (b, n, 2), (y, *tables(n2), *extra),
+                   (key, params))  # fmt: skip
     return _wrap(node, [p])
 
 
@@ -2617,6 +2619,40 @@ def _rfft_packed(p: Tensor, n: int, scale: float) -> Tensor:
     return _wrap(node, [p])
 
 
+def _irfft_packed(x: Tensor, nout: int, ax: int, norm, out_dtype, real: bool) -> Tensor:
+    """irfft of length nout = 2h (dft.plan "packed"): one Vector kernel (mode "ipre") forms the
+    spectrum Z of z_m = x_2m + i x_2m+1 from the h + 1 frequencies, and the inverse Vector FFT
+    of Z (Stockham or six-step, scaled by the norm factor) is z: (b, h, 2) float32 pairs, the
+    real result (b, nout) in C order."""
+    from . import engine  # noqa: F401  (the driver registers the built-in kernels)
+    from .graph import custom
+
+    h = nout // 2
+    m = h + 1
+    if real:  # a real input is the real part; its imaginary part is zero
+        rows = _fit_axis(astype(_to_last(x, ax), dt.float32), m, -1)
+        lead = rows.shape[:-1]
+    else:
+        rows = _fit_axis(_complex_rows(x, ax), m, -2)
+        lead = rows.shape[:-2]
+    b = math.prod(lead)
+    xs = reshape(rows, (b, m) if real else (b, m, 2))
+    tw = _fft_table(x, dft.rfft_twiddles, nout)
+    ix = _fft_table(x, dft.stockham_tables, 4, -1, 1)  # unused by the kernel (its signature)
+    params = (("length", h), ("mode", "ipre"), ("n", nout), ("real", bool(real)),
+              ("scale", 1.0), ("sign", 1))  # fmt: skip
+    z = _wrap(gn.make("custom", dt.float32, (b, h, 2), (xs._node, tw._node, ix._node),
+                      (custom.BUILTIN["fft_stockham"], params)), [x])  # fmt: skip
+    scale = dft.norm_scale(norm, nout, True)
+    impl, fs, _why = dft.plan("fft", False, h, False, b, x._device.spec.ub_bytes)
+    shape = lead + (nout,)  # the pairs of z are the real result in C order: no reshape node
+    if impl == "stockham":
+        zf = _stockham_rows(z, h, 1, scale, False, h, shape=shape)
+    else:
+        zf = _sixstep_rows(z, fs, 1, scale, False, shape=shape)
+    return _from_last(astype(zf, out_dtype), ax)
+
+
 def _slice_last(v: Tensor, i: int) -> Tensor:
     """v[..., i:i + 1]"""
     return _slice_node(v, tuple((0, d, 1) for d in v.shape[:-1]) + ((i, 1, 1),))
@@ -2629,6 +2665,8 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
     sign = 1 if inverse else -1
     size = x.shape[ax]
     real = not dt.is_complex(x.dtype)
+    if kind == "irfft" and impl == "packed":
+        return _irfft_packed(x, n if n is not None else 2 * (size - 1), ax, norm, out_dtype, real)
     if kind == "irfft":
         nout = n if n is not None else 2 * (size - 1)
         m = nout // 2 + 1

@@ -461,3 +461,31 @@ def test_fft_six_step_values(backend, preset, check, data, monkeypatch, dtype):
             cases.append(("unpacked rfft", lm.fft.rfft(lm.tensor(a)), np.fft.rfft(a), 64))
     _run(check, cases)
     dft.plan.cache_clear()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "complex64"])
+def test_irfft_packed_values(backend, preset, check, data, monkeypatch, dtype):
+    """irfft above IRFFT_DIRECT_MAX (shrunk to 16): the packed plan, a Vector kernel forming
+    the half-length spectrum and the inverse Vector FFT of it (Stockham, or six-step with
+    STOCKHAM_MAX shrunk to 16), no AI CPU kernel; norms, axis 0, n crop and zero-pad, the
+    imaginary parts of X[0] and X[n/2] ignored like numpy."""
+    from lazymath.graph import dft
+
+    monkeypatch.setattr(dft, "IRFFT_DIRECT_MAX", 16)
+    monkeypatch.setattr(dft, "STOCKHAM_MAX", 16)
+    dft.plan.cache_clear()
+    ub = 1 << 18
+    assert dft.plan("irfft", False, 32, False, 1, ub)[:2] == ("packed", (16,))
+    assert dft.plan("irfft", False, 34, False, 1, ub)[0] == "aicpu"  # n / 2 = 17
+    assert dft.plan("irfft", False, 33, False, 1, ub)[0] == "aicpu"  # odd n
+    specs = [("irfft", 17, None, None, -1), ("irfft", 33, None, "ortho", -1),
+             ("irfft", 20, 64, "forward", 0), ("irfft", 40, 32, "backward", -1)]  # fmt: skip
+    if backend == "llvm":
+        specs = specs[:2] if dtype == "complex64" else specs[1:2]
+    cases = _spec_cases(specs, dtype, data, rows=3)
+    for m, kernels in ((17, 2), (33, 3)):  # pre + Stockham; pre + the six-step passes
+        x = lm.tensor(np.ones((3, m), dtype))
+        units = [k.unit for k in lm.schedule(lm.fft.irfft(x)).kernels]
+        assert units == ["vector"] * kernels, units
+    _run(check, cases)
+    dft.plan.cache_clear()

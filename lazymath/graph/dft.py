@@ -21,14 +21,20 @@ end is one memcpy. Implementations:
              spectrum is a constant table); the chirp products are Vector kernels, the zero
              padding to m an AI CPU pad.
   aicpu      the AI CPU's numpy.fft: double precision (complex128 results; the AI Core computes
-             in float16/float32), empty inputs, irfft longer than IRFFT_DIRECT_MAX.
+             in float16/float32), empty inputs, irfft longer than IRFFT_DIRECT_MAX without
+             a packed plan.
+  packed     irfft of n = 2h > IRFFT_DIRECT_MAX: a Vector kernel (templates/fft.py mode
+             "ipre") forms Z = (A + conj B) + i w^-k (A - conj B), A = X[k], B = X[h - k], and
+             the inverse Vector FFT of Z (Stockham or six-step) is z_m = x_2m + i x_2m+1, the
+             real result in C order (no AI CPU step).
 
 `plan(...)` returns the choice with its reason; the reason is recorded on the graph and
 printed by `lm.explain` (the fusion log's "fft" entries). The rule (docs/fft_conv.md):
 
   result double (complex128/float64) -> aicpu
   0 elements in or out               -> aicpu (nothing to compute)
-  irfft                              -> direct up to IRFFT_DIRECT_MAX, else aicpu
+  irfft                              -> direct up to IRFFT_DIRECT_MAX, else packed (n even,
+                                        n / 2 a Stockham/six-step length), else aicpu
   no plan from factors (a prime factor > PRIME_DIRECT_MAX) -> bluestein
   a plan with a direct DFT > DIRECT_MAX and > BLUESTEIN_RATIO x Bluestein's flops -> bluestein
   n <= DIRECT_MAX, or no factor in [2, FACTOR_MAX] -> direct
@@ -100,7 +106,19 @@ def plan(kind: str, out_double: bool, n: int, empty: bool, rows: int = 1,
     if kind == "irfft":
         if n <= IRFFT_DIRECT_MAX:
             return "direct", (n,), f"irfft n={n} <= {IRFFT_DIRECT_MAX}: one real-output DFT matmul"
-        return "aicpu", (), f"irfft n={n} > {IRFFT_DIRECT_MAX}: no factorized real-output plan yet"
+        sub = plan("fft", False, n // 2, False, rows, ub_bytes) if n % 2 == 0 else None
+        if sub is not None and sub[0] in ("stockham", "six-step"):
+            return (
+                "packed",
+                (n // 2,),
+                (
+                    f"irfft n={n} > {IRFFT_DIRECT_MAX}: packed, one Vector kernel forms the "
+                    f"half-length spectrum of z_m = x_2m + i x_2m+1, then its inverse "
+                    f"{sub[0]} FFT of h={n // 2} is the real result"
+                ),
+            )
+        return "aicpu", (), (f"irfft n={n} > {IRFFT_DIRECT_MAX}: no packed plan (n odd, or "
+                             "n / 2 not a power of two the Vector FFT takes)")  # fmt: skip
     if (ub_bytes is not None and n & (n - 1) == 0 and STOCKHAM_MIN <= n <= STOCKHAM_MAX
             and rows * n <= STOCKHAM_ELEMENTS and stockham_ub_bytes(n) <= ub_bytes):  # fmt: skip
         rs = stockham_radices(n)

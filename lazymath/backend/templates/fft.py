@@ -49,6 +49,8 @@ def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None, cols=1,
     out = rest[-1]
     if mode == "rpost":
         return _rpost(k, x, tw, out, n, scale, length)
+    if mode == "ipre":
+        return _ipre(k, x, tw, out, n, real)
     extras = list(rest[:-1])
     win = extras.pop() if window else None
     pt = extras[0] if len(extras) in (1, 3) else None
@@ -211,6 +213,58 @@ def _rpost_span(k, f, z, tw, out, zi, oi, lo, alo, blo, m, bs, scale) -> None:
     k.copy_out(out[oi + 2 * lo + 1], f["ei"], m, 2)
 
 
+def _ipre(k, x, tw, out, n, real) -> None:
+    """irfft of length n = 2h through a half-length inverse complex FFT (mode "ipre", the first
+    kernel): from the h + 1 frequencies X (rows, h + 1, 2) pairs (or (rows, h + 1) real), Z[k] =
+    (A + conj B) + i w^-k (A - conj B) for k < h with A = X[k], B = X[h - k] (a negative-stride
+    GM read), w = e^(-2 pi i / n); the imaginary parts of X[0] and X[h] are ignored (numpy's
+    c2r). The inverse FFT of Z (scaled by the irfft's norm factor) is then z with z_m = x_2m +
+    i x_2m+1: the real result in C order. out (rows, h, 2) pairs."""
+    h = n // 2
+    rows = x.shape[0]
+    e = 1 if real else 2
+    tile = min(h, 2048)
+    f = {c: k.ub("float32", tile, c) for c in ("ar", "ai", "br", "bi", "wr", "wi", "dr", "di", "p")}
+    start, stop = k.block_range(rows)
+    with k.loop(start, stop) as row:
+        xi, oi = row * (h + 1) * e, row * 2 * h
+        _ipre_span(k, f, x, tw, out, xi, oi, 0, h, 1, e, real, True)  # k = 0: B = X[h]
+        if h > 1:  # k = 1 .. h - 1 in tiles
+            with k.loop((h - 1 + tile - 1) // tile) as i:
+                lo = k.let(1 + i * tile, "lo")
+                m = k.let(isa.imin(tile, h - lo), "m")
+                _ipre_span(k, f, x, tw, out, xi, oi, lo, h - lo, m, e, real, False)
+
+
+def _ipre_span(k, f, x, tw, out, xi, oi, lo, blo, m, e, real, first) -> None:
+    """Z[k] for k in [lo, lo + m): A from X[lo] up, B from X[blo] down."""
+    k.copy_in(f["ar"], x[xi + e * lo], m, e)
+    k.copy_in(f["br"], x[xi + e * blo], m, -e)
+    if real or first:  # a real input, or the k = 0 pair: imaginary parts ignored
+        k.vdup(f["ai"], 0.0, m)
+        k.vdup(f["bi"], 0.0, m)
+    else:
+        k.copy_in(f["ai"], x[xi + e * lo + 1], m, e)
+        k.copy_in(f["bi"], x[xi + e * blo + 1], m, -e)
+    k.copy_in(f["wr"], tw[2 * lo], m, 2)
+    k.copy_in(f["wi"], tw[2 * lo + 1], m, 2)
+    # D = A - conj B, S = A + conj B; Z = S + i w^-k D with w^-k = (wr, -wi)
+    k.vsub(f["dr"], f["ar"], f["br"], m)
+    k.vadd(f["di"], f["ai"], f["bi"], m)
+    k.vadd(f["ar"], f["ar"], f["br"], m)
+    k.vsub(f["ai"], f["ai"], f["bi"], m)
+    k.vmul(f["p"], f["wr"], f["di"], m)
+    k.vsub(f["ar"], f["ar"], f["p"], m)
+    k.vmul(f["p"], f["wi"], f["dr"], m)
+    k.vadd(f["ar"], f["ar"], f["p"], m)
+    k.vmul(f["p"], f["wr"], f["dr"], m)
+    k.vadd(f["ai"], f["ai"], f["p"], m)
+    k.vmul(f["p"], f["wi"], f["di"], m)
+    k.vadd(f["ai"], f["ai"], f["p"], m)
+    k.copy_out(out[oi + 2 * lo], f["ar"], m, 2)
+    k.copy_out(out[oi + 2 * lo + 1], f["ai"], m, 2)
+
+
 def _row(ctx, read, write, post) -> None:
     """One row's transform: `read(j, (re, im), cnt, s)` loads a_j's first cnt inputs of the
     first stage, `write(g, q)` stores the last stage's outputs g[j'] (q each), `post` the
@@ -342,6 +396,8 @@ class VectorFFT:
         rows = ir.inputs[0].shape[0] if p.get("lay") is None else p["lay"][0]
         if p.get("mode") == "rpost":
             return rows * 12 * (n // 2 + 1)
+        if p.get("mode") == "ipre":
+            return rows * 12 * (n // 2)
         flops = 0
         for i, (r, _s, _tw, _ix, q) in enumerate(dft.stockham_stages(n)):
             per = (4 if r == 2 else 16) + (0 if i == 0 else 6 * (r - 1))
@@ -362,6 +418,17 @@ class VectorFFT:
             w = np.exp(-2j * np.pi * kk / n)
             f = ((a + b) / 2 + w * (a - b) / 2j) * p["scale"]
             return np.stack([f.real, f.imag], -1).astype(dtype).reshape(shape)
+        if p.get("mode") == "ipre":
+            xx = np.asarray(srcs[0], np.float64)
+            h = n // 2
+            xc = xx.astype(complex) if p["real"] else xx[..., 0] + 1j * xx[..., 1]
+            xc = xc.reshape(-1, h + 1).copy()
+            xc[:, 0] = xc[:, 0].real
+            xc[:, h] = xc[:, h].real
+            kk = np.arange(h)
+            a, b = xc[:, kk], np.conj(xc[:, h - kk])
+            z = (a + b) + 1j * np.exp(2j * np.pi * kk / n) * (a - b)
+            return np.stack([z.real, z.imag], -1).astype(dtype).reshape(shape)
         x = np.asarray(srcs[0], np.float64).reshape(-1)
         flat = x if p["real"] else x[0::2] + 1j * x[1::2]
         lay = p.get("lay")
