@@ -2586,9 +2586,10 @@ def _fft_abs(x: Tensor) -> Tensor | None:
     if s.op != "custom" or s.realized is not None or s.arg[0] != custom.BUILTIN.get("fft_stockham"):
         return None
     p = dict(s.arg[1])
-    if p.get("lay") is not None or p.get("mode"):
+    if p.get("lay") is not None or p.get("mode") not in (None, "rpost"):
         return None
-    params = tuple(sorted({**p, "mode": "abs"}.items()))
+    mode = "rpost_abs" if p.get("mode") == "rpost" else "abs"  # (a packed rfft's combine)
+    params = tuple(sorted({**p, "mode": mode}.items()))
     node = gn.make("custom", dt.float32, s.shape[:-1], s.srcs, (s.arg[0], params))
     return reshape(_wrap(node, [x]), x.shape)
 
@@ -2682,7 +2683,15 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
     full = length if impl in ("direct", "stockham") else nin  # these compute only those
     other = tuple(d for i, d in enumerate(x.shape) if i != ax)
     packed = (
-        impl == "six-step"
+        (
+            impl == "six-step"
+            or (
+                impl == "stockham"
+                and size == nin
+                and nin >= dft.RFFT_PACKED_MIN
+                and _fft_window(x, ax, nin) is None
+            )
+        )  # fmt: skip
         and kind == "rfft"
         and _RFFT_PACKED
         and dft.plan("fft", False, nin // 2, False, math.prod(other), x._device.spec.ub_bytes)[0]
@@ -2690,6 +2699,10 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
     )
     if packed:  # a half-length complex FFT + one combine kernel: the n // 2 + 1 kept
         full = length
+        if impl == "stockham":
+            why = (f"rfft packed (n={nin} >= {dft.RFFT_PACKED_MIN}, measured faster): the rows "
+                   f"read as n/2 complex points, their Vector Stockham FFT of {nin // 2} and one "
+                   f"combine kernel (unpacked: {why})")  # fmt: skip
     # a realized input keeps its transform graph (every node of it is interned: the same
     # structure), so a repeated call costs dictionary lookups instead of building ~30 nodes
     memo = _fft_memo.get(x._node) if x._node.realized is not None else None
@@ -2698,7 +2711,7 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
     if out is None:
         scale = dft.norm_scale(norm, nin, inverse)
         fit = builtins.min(nin, size) if impl == "stockham" else nin  # the kernel zero-pads
-        win = _fft_window(x, ax, nin) if impl == "stockham" and real else None
+        win = _fft_window(x, ax, nin) if impl == "stockham" and real and not packed else None
         if win is not None:
             rows = win[0]
         elif real:
@@ -2707,11 +2720,11 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
             rows = _fit_axis(_complex_rows(x, ax), fit, -2)
         if impl in ("bluestein", "bluestein-vector"):
             out = _bluestein_rows(rows, fs, sign, scale, real, impl == "bluestein-vector")._node
+        elif packed:
+            out = _rfft_packed(rows, nin, scale)._node
         elif impl == "stockham":
             wt = None if win is None else win[1]
             out = _stockham_rows(rows, nin, sign, scale, real, length, wt)._node
-        elif packed:
-            out = _rfft_packed(rows, nin, scale)._node
         elif impl == "six-step":
             out = _sixstep_rows(rows, fs, sign, scale, real)._node
         else:

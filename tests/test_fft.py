@@ -489,3 +489,30 @@ def test_irfft_packed_values(backend, preset, check, data, monkeypatch, dtype):
         assert units == ["vector"] * kernels, units
     _run(check, cases)
     dft.plan.cache_clear()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_rfft_packed_stockham_values(backend, preset, check, data, monkeypatch, dtype):
+    """rfft of Stockham lengths from RFFT_PACKED_MIN (shrunk to 8): the rows read as n/2
+    complex points, a Stockham FFT and one combine kernel (two Vector kernels, the reason in
+    lm.explain); abs(rfft(x)) stays two kernels (the combine writes the magnitudes), rfft(x *
+    window) stays one (not packed); norms, axis 0."""
+    from lazymath.graph import dft
+
+    monkeypatch.setattr(dft, "RFFT_PACKED_MIN", 8)
+    dft.plan.cache_clear()
+    x = lm.tensor(np.ones((3, 32), np.float32))
+    assert [k.unit for k in lm.schedule(lm.fft.rfft(x)).kernels] == ["vector"] * 2
+    assert "rfft packed (n=32 >= 8" in str(lm.explain(lm.fft.rfft(x)))
+    assert [k.ops for k in lm.schedule(lm.abs(lm.fft.rfft(x))).kernels] == [["fft_stockham"]] * 2
+    w = np.hanning(32).astype(np.float32)
+    assert len(lm.schedule(lm.fft.rfft(x * w)).kernels) == 1
+    specs = [("rfft", 32, None, None, -1), ("rfft", 16, None, "ortho", 0),
+             ("rfft", 64, None, "forward", -1)]  # fmt: skip
+    if backend == "llvm":
+        specs = specs[:1]
+    cases = _spec_cases(specs, dtype, data, rows=3)
+    a = data.rand((3, 32), dtype, -1, 1)
+    cases.append(("abs(rfft)", lm.abs(lm.fft.rfft(lm.tensor(a))), np.abs(np.fft.rfft(a)), 32))
+    _run(check, cases)
+    dft.plan.cache_clear()

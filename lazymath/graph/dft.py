@@ -69,6 +69,12 @@ STOCKHAM_MAX = 4096  # ... up to this one (and what fits in UB) may take the Vec
 # the Cube plan's three passes over the data and its small-K GEMMs cost most); larger batches,
 # not measured, keep the Cube plan
 STOCKHAM_ELEMENTS = 1 << 22
+# rfft of a Stockham length from this n on: packed (the real rows read as n/2 complex points,
+# their Stockham FFT, one combine kernel; tensor._rfft_packed) instead of one Stockham kernel
+# over the rows as complex with zero imaginary parts. Measured (session 5, load 4-6, medians):
+# n = 4096 x 1 / 16 / 1024 rows 0.13 / 0.76 / 32.0 ms -> 0.08 / 0.49 / 19.6 ms, 1 x 2048 0.075 ->
+# 0.055 ms; at n <= 1024 mixed (256 x 512 0.28 -> 0.46 ms, 4 x 1024 0.074 -> 0.088)
+RFFT_PACKED_MIN = 2048
 
 
 def _factor(n: int) -> int | None:

@@ -47,8 +47,8 @@ def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None, cols=1,
             window=False):  # fmt: skip
     # rest: [the post-twiddle table,] [the tile index tables (cols > 1),] [window,] out
     out = rest[-1]
-    if mode == "rpost":
-        return _rpost(k, x, tw, out, n, scale, length)
+    if mode in ("rpost", "rpost_abs"):
+        return _rpost(k, x, tw, out, n, scale, length, mode == "rpost_abs")
     if mode == "ipre":
         return _ipre(k, x, tw, out, n, real)
     extras = list(rest[:-1])
@@ -161,11 +161,12 @@ def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None, cols=1,
             k.copy_out(out[2 * obase], tout, (length, 2 * cols), (2 * eso, 1))
 
 
-def _rpost(k, z, tw, out, n, scale, length) -> None:
+def _rpost(k, z, tw, out, n, scale, length, magnitude=False) -> None:
     """rfft of real rows of n = 2h through the FFT Z of the rows read as h complex points
     z_m = x_2m + i x_2m+1 (mode "rpost", the second kernel): for k = 0 .. h, with A = Z[k mod h]
     and B = Z[(h - k) mod h], X_k = (A + conj B) / 2 + w^k (A - conj B) / 2i (w = e^(-2 pi i / n)).
-    z (rows, h, 2) pairs, tw (h + 1, 2) the w^k, out (rows, h + 1, 2) = (rows, length, 2)."""
+    z (rows, h, 2) pairs, tw (h + 1, 2) the w^k, out (rows, h + 1, 2) = (rows, length, 2);
+    `magnitude` (mode "rpost_abs", abs(rfft(x))): |X_k| as float32, out (rows, h + 1)."""
     h = n // 2
     rows = z.shape[0]
     tile = min(h, 2048)
@@ -173,18 +174,19 @@ def _rpost(k, z, tw, out, n, scale, length) -> None:
          for c in ("ar", "ai", "br", "bi", "wr", "wi", "er", "ei", "p")}  # fmt: skip
     start, stop = k.block_range(rows)
     with k.loop(start, stop) as row:
-        zi, oi = row * 2 * h, row * 2 * length
+        zi, oi = row * 2 * h, row * (1 if magnitude else 2) * length
         spans = [(0, 1, 1), (h, 1, 1)]  # k = 0 and k = h (B = Z[0])
         if h > 1:  # the bulk k = 1 .. h - 1 in tiles
             with k.loop((h - 1 + tile - 1) // tile) as i:
                 lo = k.let(1 + i * tile, "lo")
                 m = k.let(isa.imin(tile, h - lo), "m")
-                _rpost_span(k, f, z, tw, out, zi, oi, lo, lo, h - lo, m, -2, scale)
+                _rpost_span(k, f, z, tw, out, zi, oi, lo, lo, h - lo, m, -2, scale, magnitude)
         for lo, m, _ in spans:
-            _rpost_span(k, f, z, tw, out, zi, oi, lo, lo % h, (h - lo) % h, m, 2, scale)
+            _rpost_span(k, f, z, tw, out, zi, oi, lo, lo % h, (h - lo) % h, m, 2, scale,
+                        magnitude)  # fmt: skip
 
 
-def _rpost_span(k, f, z, tw, out, zi, oi, lo, alo, blo, m, bs, scale) -> None:
+def _rpost_span(k, f, z, tw, out, zi, oi, lo, alo, blo, m, bs, scale, magnitude) -> None:
     """X_k for k in [lo, lo + m): A read from Z[alo], B from Z[blo] with pair stride bs."""
     a0, b0 = 2 * alo, 2 * blo
     k.copy_in(f["ar"], z[zi + a0], m, 2)
@@ -209,6 +211,13 @@ def _rpost_span(k, f, z, tw, out, zi, oi, lo, alo, blo, m, bs, scale) -> None:
     k.vadd(f["ei"], f["ei"], f["br"], m)
     k.vmuls(f["er"], f["er"], 0.5 * scale, m)
     k.vmuls(f["ei"], f["ei"], 0.5 * scale, m)
+    if magnitude:  # |X_k| = sqrt(re^2 + im^2)
+        k.vmul(f["p"], f["er"], f["er"], m)
+        k.vmul(f["ei"], f["ei"], f["ei"], m)
+        k.vadd(f["ei"], f["ei"], f["p"], m)
+        k.vsqrt(f["er"], f["ei"], m)
+        k.copy_out(out[oi + lo], f["er"], m)
+        return
     k.copy_out(out[oi + 2 * lo], f["er"], m, 2)
     k.copy_out(out[oi + 2 * lo + 1], f["ei"], m, 2)
 
@@ -394,8 +403,8 @@ class VectorFFT:
         p = dict(ir.params)
         n = p["n"]
         rows = ir.inputs[0].shape[0] if p.get("lay") is None else p["lay"][0]
-        if p.get("mode") == "rpost":
-            return rows * 12 * (n // 2 + 1)
+        if p.get("mode") in ("rpost", "rpost_abs"):
+            return rows * (12 + 4 * (p["mode"] == "rpost_abs")) * (n // 2 + 1)
         if p.get("mode") == "ipre":
             return rows * 12 * (n // 2)
         flops = 0
@@ -409,7 +418,7 @@ class VectorFFT:
     def evaluate(self, srcs, arg, dtype, shape) -> np.ndarray:
         p = dict(arg[1])
         n, length = p["n"], p["length"]
-        if p.get("mode") == "rpost":
+        if p.get("mode") in ("rpost", "rpost_abs"):
             zz = np.asarray(srcs[0], np.float64)
             zc = zz[..., 0] + 1j * zz[..., 1]
             h = n // 2
@@ -417,6 +426,8 @@ class VectorFFT:
             a, b = zc[:, kk % h], np.conj(zc[:, (h - kk) % h])
             w = np.exp(-2j * np.pi * kk / n)
             f = ((a + b) / 2 + w * (a - b) / 2j) * p["scale"]
+            if p["mode"] == "rpost_abs":
+                return np.abs(f).astype(dtype).reshape(shape)
             return np.stack([f.real, f.imag], -1).astype(dtype).reshape(shape)
         if p.get("mode") == "ipre":
             xx = np.asarray(srcs[0], np.float64)
