@@ -4,8 +4,9 @@ JAX (jit), lazymath (Cube plans, see lazymath/graph/dft.py). Medians and ratios 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/fft.py [--quick]
 
 Workloads (issue 14): fft of 1024 x 4096 complex64; fft of one 4096-point complex64 vector
-(a cached realize end to end); rfft of 1M float32; fft of 64 x 4099 complex64 (a prime length:
-Bluestein). lazymath goes through the public API
+(a cached realize end to end); rfft of 1M float32; rfft of 1024 x 4096 float32 (the packed
+form); irfft to 1M float32; fft of 64 x 4099 complex64 (a prime length). `--only w1,w2` runs
+the workloads whose label holds one of the words. lazymath goes through the public API
 (`lm.fft.fft(t).realize()`: graph capture, program-cache hit, the kernels), steady state. Peers
 missing from the environment are skipped. The load average is printed: the machine is shared.
 """
@@ -58,7 +59,12 @@ def _peers():
     return out
 
 
+ONLY: list[str] = []  # --only
+
+
 def bench(label, kind, x, reps, peers):
+    if ONLY and not any(w in label for w in ONLY):
+        return
     rows = []
     npf = getattr(np.fft, kind)
     out = np.empty(npf(x).shape, npf(x).dtype)
@@ -94,7 +100,10 @@ def bench(label, kind, x, reps, peers):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--only", default="", help="comma-separated words: workloads whose label "
+                    "holds one of them (e.g. --only irfft,1024 x 4096 float32)")  # fmt: skip
     args = ap.parse_args()
+    ONLY[:] = [w for w in args.only.split(",") if w]
     reps = 3 if args.quick else 9
     peers = _peers()
     rng = np.random.default_rng(0)
@@ -113,6 +122,9 @@ def main():
     bench("fft of one 4096 complex64 (cached realize)", "fft", v, reps * 20, peers)
     r = rng.standard_normal(1 << 20).astype(np.float32)
     bench("rfft of 1M float32", "rfft", r, reps, peers)
+    bench("rfft 1024 x 4096 float32 (packed)", "rfft", x.real.copy(), reps, peers)
+    bench("irfft to 1M float32 (from 524289 complex64)", "irfft", np.fft.rfft(r).astype(
+        np.complex64), reps, peers)  # fmt: skip
     p = (rng.standard_normal((64, 4099)) + 1j * rng.standard_normal((64, 4099))).astype(
         np.complex64
     )  # a prime length > 2048: Bluestein on the AI Core
