@@ -139,8 +139,6 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
         return -(-panels * g // cores) * _round_up(-(-m // g), f)
 
     m_groups = min(range(1, cap + 1), key=lambda g: (makespan(g), g))
-    if k.col_sums:  # an item owns whole columns: its column sums are complete in UB
-        m_groups = 1
     mg_rows = _round_up(-(-m // m_groups), f)
     m_groups = -(-m // mg_rows)
     items = panels * m_groups
@@ -212,11 +210,37 @@ def _epi_rows(k: MatmulKernel, spec, tm: int, tn: int, ub: int | None = None) ->
     default all of UB)."""
     probe = _emit_epilogue(k, 32, isa.Ref(isa.Buffer("acc_ub", "UB", "float32", 32), 0))
     per_elem = sum(C.itemsize(b.dtype) for b in probe[1])
-    rows = (spec.ub_bytes if ub is None else ub) // max(per_elem * tn, 1)
+    per_elem += 4 * len(k.col_sums)  # a float32 work tile per column sum (see `_fold_rows`)
+    # per column sum a row of accumulator, of partials and of converted output; a counter tile
+    fixed = len(k.col_sums) * 3 * 4 * tn + 64 if k.col_sums else 0
+    rows = ((spec.ub_bytes if ub is None else ub) - fixed) // max(per_elem * tn, 1)
     if rows < 1:
         raise ValueError(f"matmul epilogue needs {per_elem} B/element: does not fit UB")
     rows = min(tm, rows)
     return max(r for r in range(1, rows + 1) if tm % r == 0)  # a divisor: passes never straddle
+
+
+def _fold_rows(src: isa.Ref, w: isa.Ref, cacc: isa.Ref, rows, max_rows: int, pitch: int, cols,
+               tag: str) -> list:  # fmt: skip
+    """cacc[:cols] += the sum of `rows` rows (pitch `pitch`) at `src`, folded pairwise on the
+    Vector unit: each level adds the last half of the rows onto the first half (one vadd over
+    half the tile; an odd middle row is carried), ceil(log2(max_rows)) levels, so the chunk
+    costs a few long vector instructions instead of one short one per row. The first level
+    writes the float32 work tile `w` (`src` may be an output tile, left intact), later ones
+    fold `w` in place. Pairwise sums are also the more accurate order."""
+    out: list = []
+    cur, r = src, rows
+    for lv in range(max(0, (max_rows - 1).bit_length())):
+        h, r2 = isa.Var(f"{tag}h{lv}"), isa.Var(f"{tag}r{lv}")
+        out.append(isa.Let(h, isa.floordiv(r, 2)))
+        out.append(isa.VBinary("vadd", w, cur, cur + isa.mul(isa.sub(r, h), pitch),
+                               isa.mul(h, pitch)))  # fmt: skip
+        if cur != w:  # the middle row of an odd count moves to w as it is
+            out.append(isa.VUnary("vcopy", w + isa.mul(h, pitch), cur + isa.mul(h, pitch), pitch))
+        out.append(isa.Let(r2, isa.sub(r, h)))
+        cur, r = w, r2
+    out.append(isa.VBinary("vadd", cacc, cacc, cur, cols))
+    return out
 
 
 # ----------------------------------------------------------------------------- UB prologue (910)
@@ -278,11 +302,22 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     if k.m == 0 or k.n == 0 or C.prod(k.batch) == 0:
         return isa.Program(name, args, (), (), 1, 1, unit="mix" if mix else "cube")
     tm, tn, kc, n0, kl = t.tm, t.tn, t.kc, t.n0, t.kl0
-    workspace = 0
-    if mix:  # per group two tile slots of GM workspace (the AIC -> AIV hand-over)
-        ws = isa.Buffer("ws_tiles", "GM", "float32", 0, arg=len(args))
+    # GM workspace (one argument, laid out here): [per-panel arrival counters | partial column
+    # sums of the M groups | the AIC -> AIV tile slots of a MIX kernel]
+    panels = C.prod(k.batch) * t.n_panels
+    split = bool(k.col_sums) and t.m_groups > 1
+    w_arg, workspace = len(args), 0
+    if split:
+        cnt_b = isa.Buffer("ws_count", "GM", "int64", 0, arg=w_arg)
+        part_b = isa.Buffer("ws_colsums", "GM", "float32", 0, arg=w_arg)
+        part_off = _round_up(panels * 8, 64)
+        args = (*args, cnt_b, part_b)
+        workspace = part_off + len(k.col_sums) * panels * t.m_groups * tn * 4
+    if mix:  # per group two tile slots (the AIC -> AIV hand-over)
+        ws = isa.Buffer("ws_tiles", "GM", "float32", 0, arg=w_arg)
         args = (*args, ws)
-        workspace = t.blocks * t.l0c_bufs * tm * tn * 4
+        tiles_off = _round_up(workspace, 64)
+        workspace = tiles_off + t.blocks * t.l0c_bufs * tm * tn * 4
     indt = k.in_dtype
     l1a = isa.Buffer("l1a", "L1", indt, t.l1_bufs * tm * kc)
     l1b = isa.Buffer("l1b", "L1", indt, t.l1_bufs * kc * tn)
@@ -413,7 +448,9 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     out_body: list = []
     hoisted: list = []
     col_init: list = []  # per item: zero the column accumulators
-    col_out: list = []  # per item: write the column sums
+    col_out: list = []  # per item: write the column sums (split: the panel's last M group)
+    publish: list = []  # split over M groups: per item, its partial column sums to GM
+    gg, arrived = V("gg"), V("arrived")
     scm = [v.strides[-2] for v in k.outputs]
     scn = [v.strides[-1] for v in k.outputs]
 
@@ -452,7 +489,8 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         # the UB epilogue runs serialised (single-buffered UB tiles)
         rbody: list = [Bar(), isa.Let(rv, isa.imin(R, isa.sub(mv, r0)))]
         if mix:  # AIV: the tile's rows from the workspace slot the AIC filled
-            slot = isa.Ref(ws, isa.mul(isa.add(isa.mul(isa.BLOCK_IDX, t.l0c_bufs), cs), tm * tn))
+            slot = isa.Ref(ws, isa.add(tiles_off // 4, isa.mul(
+                isa.add(isa.mul(isa.BLOCK_IDX, t.l0c_bufs), cs), tm * tn)))  # fmt: skip
             rbody.append(isa.CopyIn(acc, slot + isa.mul(r0, tn), (rv, nv), (tn, 1), tn))
         else:
             rbody.append(cube.FixPipe(acc, (tn, 1), l0c_ref + isa.mul(r0, 16), tm, rv, nv))
@@ -463,24 +501,34 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         rbody += ebody
         colsums = outs[n_out:]
         outs = outs[:n_out]
-        rr = V("rr")
         for jc, o in enumerate(colsums):  # fold the chunk's rows into the column accumulator
             cacc = isa.Ref(isa.Buffer(f"colsum{jc}_ub", "UB", "float32", tn), 0)
             buffers.append(cacc.buf)
             col_init.append(isa.VDup(cacc, 0.0, tn))
+            w = isa.Ref(isa.Buffer(f"colw{jc}_ub", "UB", "float32", tile), 0)  # work tile
+            buffers.append(w.buf)
             if isinstance(o, C.Const):
-                o = isa.Ref(isa.Buffer(f"colc{jc}_ub", "UB", "float32", tile), 0)
-                buffers.append(o.buf)
-                rbody.append(isa.VDup(o, k.epilogue[k.col_sums[jc]].arg, tile))
+                rbody.append(isa.VDup(w, k.epilogue[k.col_sums[jc]].arg, tile))
+                o = w
             elif o.buf.dtype != "float32":
-                c32 = isa.Ref(isa.Buffer(f"colf{jc}_ub", "UB", "float32", tile), 0)
-                buffers.append(c32.buf)
-                rbody.append(isa.VConv(c32, o, tile, "trunc"))
-                o = c32
-            row = isa.Ref(o.buf, isa.add(o.off, isa.mul(rr, tn)))
-            rbody.append(isa.Loop(rr, 0, rv, 1, (isa.VBinary("vadd", cacc, cacc, row, nv),)))
+                rbody.append(isa.VConv(w, o, tile, "trunc"))
+                o = w
+            rbody += _fold_rows(o, w, cacc, rv, R, tn, nv, f"f{jc}_")
             v = k.col_sum_outputs[jc]
             off = isa.add(base(v), isa.mul(n0v, v.strides[-1]))
+            if split:  # publish this M group's partial; the panel's last group combines
+                pbase = isa.mul(isa.add(jc * panels, isa.floordiv(it, t.m_groups)), t.m_groups)
+                pslot = isa.add(part_off // 4, isa.mul(isa.add(pbase, g), tn))
+                publish += [Bar(), isa.CopyOut(isa.Ref(part_b, pslot), cacc, (nv,), (1,))]
+                pub = isa.Ref(isa.Buffer(f"colp{jc}_ub", "UB", "float32", tn), 0)
+                buffers.append(pub.buf)
+                gslot = isa.add(part_off // 4, isa.mul(isa.add(pbase, gg), tn))
+                col_out += [
+                    Bar(), isa.VDup(cacc, 0.0, tn),
+                    isa.Loop(gg, 0, t.m_groups, 1, (
+                        Bar(), isa.CopyIn(pub, isa.Ref(part_b, gslot), (nv,), (1,)), Bar(),
+                        isa.VBinary("vadd", cacc, cacc, pub, nv))),
+                ]  # fmt: skip
             if v.dtype != "float32":
                 cout = isa.Ref(isa.Buffer(f"colo{jc}_ub", "UB", v.dtype, tn), 0)
                 buffers.append(cout.buf)
@@ -525,6 +573,16 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     ]
     if col_init:  # zero the column accumulators after the last item's copy-out read them
         col_init.insert(0, Bar())
+    if split:  # the M groups of a panel meet in GM; the last to arrive combines (in g order)
+        zero = isa.Ref(isa.Buffer("cnt_zero_ub", "UB", "int64", 4), 0)
+        buffers.append(zero.buf)
+        cnt = isa.Ref(cnt_b, isa.floordiv(it, t.m_groups))
+        col_out = [*publish, isa.PipeBarrier("ALL"),  # partials in GM before the arrival
+                   isa.AtomicAdd(cnt, 1, arrived),
+                   isa.If(arrived, "==", t.m_groups - 1, (
+                       *col_out, Bar(), isa.VDup(zero, 0, 4), Bar(),
+                       isa.CopyOut(cnt, zero, (1,), (1,)))),  # re-arm the counter
+                   ]  # fmt: skip
     item_body = [*head, *col_init, isa.Loop(mt, 0, isa.ceildiv(gmv, tm), 1, tuple(mbody)),
                  *col_out]  # fmt: skip
     # the block's contiguous range of items (GetBlockIdx()/GetBlockNum(): any block count works)
