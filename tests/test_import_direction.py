@@ -96,11 +96,12 @@ KNOWN_CYCLES: dict[frozenset, str] = {
         "compile asks autotune for a GEMM choice, autotune compiles candidates"
     ),
     frozenset({"lazymath.backend.autotune", "lazymath.backend.compile", "lazymath.backend.gemm",
-               "lazymath.backend.host", "lazymath.backend.jit", "lazymath.backend.vmlib",
-               "lazymath.backend.workers"}): (
+               "lazymath.backend.host", "lazymath.backend.jit", "lazymath.backend.uklib",
+               "lazymath.backend.vmlib", "lazymath.backend.workers"}): (
         "issue 20: the compile workers build their LLVM state from the JIT's target, the "
         "vector-math library is compiled on the workers and tiered with compile's counter, "
-        "compile links kernels to the library; joins the two cycles above"
+        "compile links kernels to the library; joins the two cycles above; the GEMM "
+        "microkernel library (uklib) is generated from gemm's shapes and linked by the JIT"
     ),
     frozenset({"lazymath.distributed.api", "lazymath.distributed.cluster",
                "lazymath.distributed.execute", "lazymath.distributed.explain",

@@ -519,20 +519,51 @@ def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
 
         vmlib.request(vmlib.symbols_of(program))  # load or compile the library meanwhile
     symbol = f"lm_{ir.kind}_{key[:24]}"
-    text = str(lower_program(program, spec, symbol=symbol))
-    job = _Job(ir, spec, name, key, program, symbol, text, 1 if quick else 3)
+    uk_symbols: list[str] = []
+    if tiered and ir.kind == "matmul" and tiered_setting():
+        text0 = _lower_with_uk_library(program, spec, symbol, uk_symbols)
+    else:
+        text0 = str(lower_program(program, spec, symbol=symbol))
+    job = _Job(ir, spec, name, key, program, symbol, text0, 1 if quick else 3)
     how = isolate.mode()
-    if how == "always" or (how == "auto" and isolate.crashed_before(key)):
-        return job.isolated(how)
+    isolated = how == "always" or (how == "auto" and isolate.crashed_before(key))
     # the workers mark the key while LLVM runs on it (`isolate.compiling`): a process that
     # dies in LLVM leaves the mark, and the next process compiles that kernel in a child
-    if tiered and _tier_first(ir, text):
-        job.tier0 = workers.submit(_renamed_ir(text, symbol, job.symbol0), job.module0, 0,
+    if (not isolated and tiered and (uk_symbols or _tier_first(ir, text0))
+            and "reassoc" not in text0):  # fmt: skip
+        job.tier0 = workers.submit(_renamed_ir(text0, symbol, job.symbol0), job.module0, 0,
                                    marker=isolate.tier0_marker(key),
                                    codegen=_tier0_codegen(ir))  # fmt: skip
-    else:
-        job.final = workers.submit(text, job.module, job.level, marker=key)
+    if uk_symbols:  # microkernels declared as `uklib` calls
+        from lazymath.backend import uklib
+
+        if job.tier0 is not None:  # after the kernel: it takes the first free worker
+            job.uk_symbols = uk_symbols
+            for s in uk_symbols:
+                uklib.request(s)
+        job.text = uklib.inline(text0, uk_symbols)  # the kernel whole (optimized code)
+    if isolated:
+        return job.isolated(how)
+    if job.tier0 is None:
+        job.final = workers.submit(job.text, job.module, job.level, marker=key)
     return job
+
+
+def _lower_with_uk_library(program, spec, symbol: str, uk_symbols: list) -> str:
+    """LLVM IR of a tier-0 matmul kernel whose GEMM microkernels are calls into `uklib` (their
+    symbols appended to `uk_symbols`): the kernel's own code is then small and quick to
+    compile, the microkernels compile once per process (or load from disk) on another worker."""
+    from lazymath.backend import gemm, uklib
+    from lazymath.backend.lower_llvm import lower_program
+
+    if not uklib.ENABLED:
+        return str(lower_program(program, spec, symbol=symbol))
+
+    token = gemm.UK_LIBRARY.set(uk_symbols.append)
+    try:
+        return str(lower_program(program, spec, symbol=symbol))
+    finally:
+        gemm.UK_LIBRARY.reset(token)
 
 
 def _compile_llvm(ir, spec, name: str, calls: bool = False) -> CompiledKernel:
@@ -579,8 +610,10 @@ def _work_elements(ir) -> int:
     ~10% of O3 (2048^3 float16), so only its small epilogue counts."""
     if ir.kind == "elementwise":
         return math.prod(ir.shape)
-    if ir.kind == "reduce":
+    if ir.kind in ("reduce", "rows"):
         return math.prod(ir.in_shape)
+    if ir.kind == "custom":  # a user kernel (a Stockham FFT, ...): its largest array
+        return max((math.prod(v.shape) for v in (*ir.inputs, *ir.outputs)), default=0)
     return 0
 
 
@@ -616,6 +649,8 @@ class _Job:
         self.symbol0 = f"{symbol}_t0"
         self.module0 = f"{self.module}_t0"
         self.tier0 = None  # Future of the tier-0 object (tiered kernels)
+        self.text0 = text  # the tier-0 code's IR (its microkernels may be `uklib` calls)
+        self.uk_symbols: list[str] = []  # `uklib` functions the tier-0 code calls
         self.final = None  # Future of the final object
 
     def finish(self) -> CompiledKernel:
@@ -626,6 +661,11 @@ class _Job:
         _link_library(self.program)
         if self.tier0 is not None:
             obj0 = _result(self.tier0, self, 0)
+            if self.uk_symbols:
+                from lazymath.backend import uklib
+
+                for s in self.uk_symbols:  # waited for here, outside the loader's lock
+                    uklib.address(s)
             addr, _ = jit.load_cached(obj0, self.symbol0, self.module0, hold=True)
             kernel_cache.count("compiled")
             kernel = CompiledKernel(self.name, self.ir, self.program, self.spec, "llvm", addr,
@@ -743,7 +783,7 @@ def _result(fut, job: _Job, level: int | None = None) -> bytes:
     workers.abandon(fut)
     codegen = 3
     if level == 0:  # the tier-0 compile (its own symbol and module)
-        text, module = _renamed_ir(job.text, job.symbol, job.symbol0), job.module0
+        text, module = _renamed_ir(job.text0, job.symbol, job.symbol0), job.module0
         codegen = _tier0_codegen(job.ir)
     else:
         text, module, level = job.text, job.module, job.level

@@ -39,6 +39,7 @@ import ctypes
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -427,8 +428,17 @@ def _vfma(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value, fused: bool) -
     return b.call(fn, [x, y, z])
 
 
+# The GEMM microkernel library switch (`uklib`): while set (a callable), `get_ukernel` declares
+# the microkernel as the external library function ``lazymath_uk_<shape>[.<cpu>]`` and passes its
+# symbol to the callable instead of defining it in the module (a tier-0 matmul kernel links the
+# library's code; its optimized version gets the definition pasted back in, `uklib.inline`).
+UK_LIBRARY: ContextVar[Callable[[str], None] | None] = ContextVar("UK_LIBRARY", default=None)
+UK_FNTYPE = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, I64, I64, I64, I32, PTR, PTR])
+
+
 def get_ukernel(mod: ir.Module, uk: Microkernel = Microkernel(), pf_lines: int = 1,
-                nr: int | None = None, rows: int | None = None) -> ir.Function:  # fmt: skip
+                nr: int | None = None, rows: int | None = None,
+                symbol: str | None = None) -> ir.Function:  # fmt: skip
     """``ukernel(a, b, c, nfc, a_fc, b_fc, c_fc, accumulate, pf_b, pf_c)``: C(mr x nr) (+)= A B.
 
     `a` points at row 0 of an mr-row A micro-panel in NZ (row stride 16 floats, next K fractal
@@ -453,18 +463,30 @@ def get_ukernel(mod: ir.Module, uk: Microkernel = Microkernel(), pf_lines: int =
     vt = ir.VectorType(F32, vw)
     # the big AVX-512 kernels loop over 4-step bodies (IR size); kernels of <= 12 accumulators
     # (AVX2's 6x16v8, edge widths) stay fully unrolled: their loop overhead weighs more
-    # (6x16v8 at unroll 4 measured 2-4% slower best-of-5, 1 thread, load 13) and their IR is small
-    unroll = UK_UNROLL if mr * nr // vw > 12 else C0
+    # (6x16v8 at unroll 4 measured 2-4% slower best-of-5, 1 thread, load 13) and their IR is small;
+    # a tile's last rows (`rows` < mr) loop like the full-height kernel of their width: fully
+    # unrolled, the 2-row tail of 6x64v16 was 56 KB of IR and 21 ms of tier-0 codegen
+    unroll = UK_UNROLL if uk.mr * nr // vw > 12 else C0
     name = f"lm_ukernel_{mr}x{nr}v{vw}{'' if uk.fma else 'm'}_pf{pf_lines}"
     name += f"_u{unroll}" if unroll < C0 else ""
+    library = UK_LIBRARY.get() if symbol is None else None
+    if library is not None:
+        from lazymath.backend import uklib
+
+        name = uklib.symbol_of(name)
+    elif symbol is not None:
+        name = symbol  # the library's own definition (external linkage)
     if name in mod.globals:
         return mod.globals[name]
     fp = PTR
-    fnty = ir.FunctionType(ir.VoidType(), [fp, fp, fp, I64, I64, I64, I64, I32, fp, fp])
-    fn = ir.Function(mod, fnty, name=name)
-    fn.linkage = "internal"
+    fn = ir.Function(mod, UK_FNTYPE, name=name)
     for i in range(3):
         fn.args[i].add_attribute("noalias")
+    if library is not None:
+        library(name)
+        return fn
+    if symbol is None:
+        fn.linkage = "internal"
     a, bp, c, nfc, astride, bstride, cstride, accf, pfb, pfc = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     zero = ir.Constant(vt, [0.0] * vw)

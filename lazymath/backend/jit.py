@@ -178,6 +178,10 @@ def runtime_symbol(name: str) -> int | None:
         from lazymath.backend import vmlib
 
         return vmlib.resolve(name)
+    if name.startswith("lazymath_uk_"):  # GEMM microkernels of tier-0 matmul kernels
+        from lazymath.backend import uklib
+
+        return uklib.resolve(name)
     with _runtime_lock:
         addr = _runtime.get(name)
         if addr:

@@ -275,3 +275,18 @@ def test_kernel_evicted_during_its_tier_up_leaves_no_code_mapped(monkeypatch, tm
     got = [np.zeros_like(o) for o in outs]
     k2(*ins, *got)
     np.testing.assert_array_equal(got[0], outs[0])
+
+
+def test_work_elements_counts_every_vector_kind():
+    """A big kernel of any vector kind must not start on (slower) tier-0 code: user kernels
+    (a Stockham FFT is one) and row kernels count their largest array, like elementwise."""
+    from lazymath.backend.kernel_ir import CustomKernel, RowKernel
+
+    big, small = contiguous_view("float32", (512, 1024)), contiguous_view("float32", (512,))
+    fft = CustomKernel("k", "fft", "vector", (big,), (big,))
+    assert bc._work_elements(fft) == 512 * 1024 > bc.TIER_MAX_ELEMENTS
+    assert bc._work_elements(CustomKernel("k", "f", "vector", (small,), (small,))) == 512
+    rows = RowKernel((512, 1024), (1,), (big,), (SOp("load", "float32", (), 0),), (0,),
+                     (big,), (False,), (512,))  # fmt: skip
+    assert bc._work_elements(rows) == 512 * 1024
+    assert bc._work_elements(_KERNELS["matmul_f32"]()[0]) == 0  # its microkernels: explicit

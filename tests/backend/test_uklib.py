@@ -1,0 +1,183 @@
+"""The GEMM microkernel library (backend/uklib.py): tier-0 matmul kernels call out-of-line
+microkernels, compiled once per host target and kept in the disk cache.
+
+The library's microkernel (written as IR text) computes the same bits as the one gemm generates
+with llvmlite; a tier-0 kernel calling it, the same kernel with its microkernels inside, its
+optimized tier-up (definitions pasted back in) and the untiered kernel give the same bits; a
+second process loads the library from disk, a forced target never loads another target's code.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+import lazymath as lm
+from lazymath.backend import compile as bc
+from lazymath.backend import gemm, jit, kernel_cache, uklib, workers
+
+RNG = np.random.default_rng(2011)
+
+
+def _symbol(uk, pf, nr, rows) -> str:
+    token = gemm.UK_LIBRARY.set(lambda _s: None)
+    try:
+        return gemm.get_ukernel(ir.Module(), uk, pf, nr, rows).name
+    finally:
+        gemm.UK_LIBRARY.reset(token)
+
+
+def _aligned(a: np.ndarray) -> np.ndarray:
+    buf = np.empty(a.size + 16, np.float32)
+    off = (-buf.ctypes.data % 64) // 4
+    out = buf[off : off + a.size]
+    out[:] = a
+    return out
+
+
+UK_FN = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, *[ctypes.c_int64] * 4, ctypes.c_int32,
+                         ctypes.c_void_p, ctypes.c_void_p)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "nr,vw,fma,pf,rows",
+    [(64, 16, True, 1, None), (64, 16, True, 3, 2), (32, 16, True, 16, 5), (16, 8, True, 1, None),
+     (16, 8, False, 2, 4), (16, 4, True, 1, None), (48, 16, False, 1, 1)],
+)  # fmt: skip
+def test_text_microkernel_matches_gemms_bit_for_bit(nr, vw, fma, pf, rows):
+    uk = gemm.Microkernel(gemm.MR, nr, vw, fma)
+    sym = _symbol(uk, pf, nr, rows)
+    assert uklib.parse(sym) is not None and sym.startswith(uklib.PREFIX)
+    mod = ir.Module()
+    gemm.get_ukernel(mod, uk, pf, nr, rows, symbol=sym + "_ref")
+    fns = []
+    for name, text in ((sym, uklib.library_ir(sym)), (sym + "_ref", str(mod))):
+        module = f"uktest_{name}"
+        obj = workers.submit(text, module, 0).result(timeout=300)
+        fns.append(UK_FN(jit.load_cached(obj, name, module)[0]))
+    nfc, nf = 3, nr // 16
+    astr, bstr, cstr = 6 * 16, nfc * 256 + 32, 6 * 16 + 16
+    a = _aligned(RNG.standard_normal(nfc * astr + 64).astype(np.float32))
+    b = _aligned(RNG.standard_normal(nf * bstr + 64).astype(np.float32))
+    c0 = RNG.standard_normal(nf * cstr + 64).astype(np.float32)
+    for acc in (0, 1):
+        got = []
+        for fn in fns:
+            c = _aligned(c0)
+            fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, nfc, astr, bstr, cstr, acc,
+               b.ctypes.data, c.ctypes.data)  # fmt: skip
+            got.append(c.tobytes())
+        assert got[0] == got[1]
+        assert got[0] != c0.tobytes()
+
+
+def test_symbols_parse_and_carry_the_target(monkeypatch):
+    assert uklib.parse("lazymath_uk_6x64v16_pf1_u4") == ((6, 64, 16, True, 1, 4), "")
+    assert uklib.parse("lazymath_uk_2x16v8m_pf3.haswell") == ((2, 16, 8, False, 3, 0), "haswell")
+    for bad in ("lazymath_uk_6x64", "lazymath_vm_sin_float32", "lazymath_uk_6x64v16_pf1.a b"):
+        assert uklib.parse(bad) is None
+    monkeypatch.setenv("LAZYMATH_TARGET_CPU", "x86-64")
+    assert uklib.symbol_of("lm_ukernel_6x16v4_pf1") == "lazymath_uk_6x16v4_pf1.x86-64"
+    monkeypatch.setenv("LAZYMATH_TARGET_CPU", "native")
+    assert uklib.symbol_of("lm_ukernel_6x16v4_pf1") == "lazymath_uk_6x16v4_pf1"
+    with pytest.raises(ValueError):  # a shape gemm does not generate this way
+        uklib.library_ir("lazymath_uk_6x64v16_pf1")
+
+
+def _matmul_ir(f: str, m: int, k: int, n: int, scale: float = 0.5):
+    a = RNG.standard_normal((m, k)).astype(f)
+    b = RNG.standard_normal((k, n)).astype(f)
+    out = lm.mul(lm.relu(lm.matmul(lm.tensor(a), lm.tensor(b))), scale)
+    (sk,) = lm.schedule(out).kernels
+    return sk.group.ir, (a, b), np.zeros((m, n), f)
+
+
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+@pytest.mark.parametrize("f,m,k,n", [("float16", 67, 45, 33), ("float32", 130, 97, 61),
+                                     ("float32", 1, 1, 1), ("float16", 7, 300, 129)])  # fmt: skip
+def test_library_calls_inside_and_tier_up_are_bit_identical(f, m, k, n, spec, monkeypatch):
+    monkeypatch.setenv("LAZYMATH_CACHE", "0")
+    monkeypatch.delenv("LAZYMATH_TIERED", raising=False)
+    ir_, ins, out = _matmul_ir(f, m, k, n)
+    results = []
+    for enabled in (True, False):
+        monkeypatch.setattr(uklib, "ENABLED", enabled)
+        kernel_cache.clear_cache(disk=False)
+        (kern,) = bc.compile_kernels([(ir_, "k")], spec, "llvm", tiered=True)
+        assert kern.tier == 0
+        o = np.full_like(out, 7)
+        kern(*ins, o)
+        results.append(o.tobytes())
+        assert bc.wait_tiering(120) and kern.tier == 2
+        text = kern.llvm_ir
+        assert 'declare void @"lazymath_uk_' not in text
+        assert ('define internal void @"lazymath_uk_' in text) == enabled
+        o = np.full_like(out, 9)
+        kern(*ins, o)  # the optimized code, the microkernels inlined
+        results.append(o.tobytes())
+    kernel_cache.clear_cache(disk=False)
+    monkeypatch.setenv("LAZYMATH_TIERED", "0")
+    (plain,) = bc.compile_kernels([(ir_, "k")], spec, "llvm", tiered=True)
+    o = np.full_like(out, 3)
+    plain(*ins, o)
+    assert all(r == o.tobytes() for r in results)
+    ref = np.maximum(ins[0].astype(np.float32) @ ins[1].astype(np.float32), 0) * 0.5
+    np.testing.assert_allclose(o.astype(np.float32), ref, rtol=2e-2, atol=2e-2)
+    kernel_cache.clear_cache(disk=False)
+
+
+_CHILD = r"""
+import json, sys
+import numpy as np
+import lazymath as lm
+from lazymath.backend import compile as bc, kernel_cache, uklib
+scale = float(sys.argv[1])
+rng = np.random.default_rng(5)
+a = rng.standard_normal((150, 70)).astype(np.float16)
+b = rng.standard_normal((70, 90)).astype(np.float16)
+r = lm.mul(lm.relu(lm.matmul(lm.tensor(a), lm.tensor(b))), scale).numpy()
+bc.wait_tiering()
+info = {**kernel_cache.cache_info(), **uklib.stats()}
+print(json.dumps({"info": {k: v for k, v in info.items() if isinstance(v, int)},
+                  "symbols": sorted(uklib._fns), "r": r.view(np.uint16).tolist()}))
+"""
+
+
+def _child(cache: str, scale: float, **env) -> dict:
+    e = {**os.environ, "LAZYMATH_CACHE_DIR": cache, "LAZYMATH_CACHE": "1", **env}
+    for k in ("LAZYMATH_TIERED", "LAZYMATH_TARGET_CPU"):
+        if k not in env:
+            e.pop(k, None)
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(scale)], env=e, capture_output=True,
+                         text=True, timeout=600, check=True)  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_loads_the_library_from_disk_per_target(tmp_path):
+    from lazymath.backend import host
+
+    cache = str(tmp_path / "cache")
+    first = _child(cache, 0.5)
+    assert first["info"]["uklib_compiled"] >= 1 and first["info"]["uklib_disk_hits"] == 0
+    assert first["symbols"] and all("." not in s for s in first["symbols"])
+    # another kernel (its epilogue differs) with the same tiles: its tier-0 code links the
+    # library from disk, nothing of the library compiles
+    second = _child(cache, 0.25)
+    assert second["info"]["compiled"] == 1 and second["info"]["uklib_compiled"] == 0
+    assert second["info"]["uklib_disk_hits"] == len(second["symbols"]) >= 1
+    assert second["symbols"] == first["symbols"]
+    assert np.array_equal(np.array(second["r"], np.uint16).view(np.float16),
+                          np.array(first["r"], np.uint16).view(np.float16) / 2)  # fmt: skip
+    forced = [t for t in host.executable_targets() if t]
+    if forced:  # a forced target compiles (and keys) its own library code
+        third = _child(cache, 0.25, LAZYMATH_TARGET_CPU=forced[0])
+        assert third["info"]["uklib_compiled"] >= 1 and third["info"]["uklib_disk_hits"] == 0
+        assert all(s.endswith("." + forced[0]) for s in third["symbols"])
+        assert third["r"] == second["r"]
