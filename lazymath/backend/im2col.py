@@ -87,30 +87,46 @@ def emit_pack(
             vec = b.insert_element(vec, el, idx)
         return b.select(ok, pro(b, gemm.to_f32(b, vec, src_dtype)), zero16)
 
-    with for_range(b, 0, rows, name="i2r") as r:
+    def row_of(r: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(x row pointer, x position of column 0) of panel row r = (channel, tap)."""
         kk = b.add(as_i64(k0), r)
         ch = b.sdiv(kk, c64(kw))
         j = b.srem(kk, c64(kw))
-        row = gep(b, src, b.mul(ch, c64(sc)), et)
         p0 = b.sub(b.add(b.mul(as_i64(n0), c64(stride)), b.mul(j, c64(dil))), c64(pad))
+        return gep(b, src, b.mul(ch, c64(sc)), et), p0
+
+    def fractal(row: ir.Value, p0: ir.Value, r: ir.Value, cb: ir.Value) -> None:
+        col0 = b.mul(cb, c64(C0))
+        p = b.add(p0, b.mul(col0, c64(stride)))
+        out = dst_row(cb, r)
+        if stride == 1 and sl == 1 and length >= C0:
+            full = b.and_(
+                b.and_(b.icmp_signed(">=", p, c64(0)), b.icmp_signed("<=", p, c64(length - C0))),
+                b.icmp_signed("<=", b.add(col0, c64(C0)), cols_v),
+            )
+            with b.if_else(full) as (inside, edge):
+                with inside:
+                    v = gemm.load_as_f32(b, gep(b, row, p, et), src_dtype, C0)
+                    b.store(pro(b, v), out, align=32)
+                with edge:
+                    b.store(lanewise(row, p, col0), out, align=32)
+        else:
+            b.store(lanewise(row, p, col0), out, align=32)
+
+    # blocks of PACK_ROWS panel rows per fractal column (as gemm.emit_pack_nz): row by row, the
+    # stores of one row hit every fractal column at the NZ column stride (a multiple of 4 KiB
+    # for the template's panels), all in one L1 set
+    blk = gemm.PACK_ROWS
+    rows_b = rows // blk * blk if isinstance(rows, int) else b.and_(rows, c64(-blk))
+    with for_range(b, 0, rows_b, blk, name="i2rb") as r0:
+        block = [(*row_of(b.add(r0, c64(i))), b.add(r0, c64(i))) for i in range(blk)]
         with for_range(b, 0, ncb, name="i2cb") as cb:
-            col0 = b.mul(cb, c64(C0))
-            p = b.add(p0, b.mul(col0, c64(stride)))
-            out = dst_row(cb, r)
-            if stride == 1 and sl == 1 and length >= C0:
-                full = b.and_(
-                    b.and_(b.icmp_signed(">=", p, c64(0)),
-                           b.icmp_signed("<=", p, c64(length - C0))),
-                    b.icmp_signed("<=", b.add(col0, c64(C0)), cols_v),
-                )  # fmt: skip
-                with b.if_else(full) as (inside, edge):
-                    with inside:
-                        v = gemm.load_as_f32(b, gep(b, row, p, et), src_dtype, C0)
-                        b.store(pro(b, v), out, align=32)
-                    with edge:
-                        b.store(lanewise(row, p, col0), out, align=32)
-            else:
-                b.store(lanewise(row, p, col0), out, align=32)
+            for row, p0, r in block:
+                fractal(row, p0, r, cb)
+    with for_range(b, rows_b, rows, name="i2r") as r:
+        row, p0 = row_of(r)
+        with for_range(b, 0, ncb, name="i2cb") as cb:
+            fractal(row, p0, r, cb)
     with for_range(b, rows, rows_p, name="i2z") as r:
         with for_range(b, 0, ncb, name="i2zc") as cb:
             b.store(zero16, dst_row(cb, r), align=32)
