@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import warnings
 from contextlib import contextmanager
@@ -134,6 +133,8 @@ def compile_in_child(text: str, module_name: str, level: int, why: str,
     """Object code for `text` compiled in a child process (`workers.child_main`: vectorizers
     on, then off, each within `timeout` seconds); None if both attempts failed (the caller
     falls back to the interpreter). `why` is said in the warnings."""
+    import subprocess  # here: the import costs every process's first compile ~3 ms
+
     if mode() != "always":
         _warn(f"compiling kernel {module_name} in a separate process: {why}")
     first = ""
