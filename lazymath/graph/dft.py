@@ -14,6 +14,17 @@ end is one memcpy. Implementations:
              w**(k1 t2), written as the rows [[Re y', Im y'], [Im y', -Re y']] of step 3;
              step 3 [Re F, -Im F] (n2, 2 n2) @ those rows: (k2, (k1, plane')), complex64 in
              C order. 8n(n1 + n2) flops per row.
+  stockham   powers of two from STOCKHAM_MIN to STOCKHAM_MAX whose stages fit in UB, batches up
+             to STOCKHAM_ELEMENTS: one Vector kernel (backend/templates/fft.py), every radix-4/2
+             stage of a row in UB (measured faster than the four-step Cube plan at every batch
+             tried on the host).
+  six-step   powers of two above STOCKHAM_MAX: two passes of the Vector Stockham kernel over
+             strided columns (n1 columns of n2, times the twiddles, then n2 of n1); rfft of these
+             (and of Stockham lengths >= RFFT_PACKED_MIN) reads its real rows as n/2 complex
+             points and one Vector kernel combines the halves (tensor._rfft_packed).
+  bluestein-vector  a prime factor above BLUESTEIN_VECTOR_MIN when the power of two
+             m >= 2n - 1 is a Stockham length: the chirp convolution through two Vector
+             Stockham FFTs of m.
   bluestein  lengths with a prime factor above PRIME_DIRECT_MAX (or whose plan would hold a
              direct DFT of BLUESTEIN_RATIO x Bluestein's flops): the chirp convolution
              X_k = c_k sum_t (x_t c_t) b_(k-t), c_t = exp(sign i pi t^2 / n), b = conj(c),
@@ -35,12 +46,15 @@ printed by `lm.explain` (the fusion log's "fft" entries). The rule (docs/fft_con
   0 elements in or out               -> aicpu (nothing to compute)
   irfft                              -> direct up to IRFFT_DIRECT_MAX, else packed (n even,
                                         n / 2 a Stockham/six-step length), else aicpu
-  no plan from factors (a prime factor > PRIME_DIRECT_MAX) -> bluestein
+  a power of two that fits the Vector unit -> stockham (six-step above STOCKHAM_MAX)
+  a prime factor > BLUESTEIN_VECTOR_MIN, m a Stockham length -> bluestein-vector
+  no plan from factors (a prime factor > PRIME_DIRECT_MAX) -> aicpu (bluestein if BLUESTEIN_CUBE)
   a plan with a direct DFT > DIRECT_MAX and > BLUESTEIN_RATIO x Bluestein's flops -> bluestein
   n <= DIRECT_MAX, or no factor in [2, FACTOR_MAX] -> direct
   otherwise                          -> four-step (n1 = the factor nearest sqrt(n))
 
-Not built: a Vector (Stockham radix-4/2) implementation for short lengths.
+The thresholds are measured on the host (the comments at each constant say where); the rule does
+not yet weigh the cost model's estimate of each candidate.
 
 Tables (DFT matrices, twiddles, chirps) are built once per (length, direction, scale) and
 cached.
