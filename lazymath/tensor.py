@@ -2620,7 +2620,8 @@ def _rfft_packed(p: Tensor, n: int, scale: float) -> Tensor:
     return _wrap(node, [p])
 
 
-def _irfft_packed(x: Tensor, nout: int, ax: int, norm, out_dtype, real: bool) -> Tensor:
+def _irfft_packed(x: Tensor, nout: int, ax: int, norm, out_dtype, real: bool,
+                  why: str = "") -> Tensor:  # fmt: skip
     """irfft of length nout = 2h (dft.plan "packed"): one Vector kernel (mode "ipre") forms the
     spectrum Z of z_m = x_2m + i x_2m+1 from the h + 1 frequencies, and the inverse Vector FFT
     of Z (Stockham or six-step, scaled by the norm factor) is z: (b, h, 2) float32 pairs, the
@@ -2651,6 +2652,8 @@ def _irfft_packed(x: Tensor, nout: int, ax: int, norm, out_dtype, real: bool) ->
         zf = _stockham_rows(z, h, 1, scale, False, h, shape=shape)
     else:
         zf = _sixstep_rows(z, fs, 1, scale, False, shape=shape)
+    if why:
+        dft.note_plan(zf._node, why)
     return _from_last(astype(zf, out_dtype), ax)
 
 
@@ -2667,7 +2670,8 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
     size = x.shape[ax]
     real = not dt.is_complex(x.dtype)
     if kind == "irfft" and impl == "packed":
-        return _irfft_packed(x, n if n is not None else 2 * (size - 1), ax, norm, out_dtype, real)
+        return _irfft_packed(x, n if n is not None else 2 * (size - 1), ax, norm, out_dtype, real,
+                             why)  # fmt: skip
     if kind == "irfft":
         nout = n if n is not None else 2 * (size - 1)
         m = nout // 2 + 1
@@ -2677,7 +2681,9 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
         else:
             p = _fit_axis(_complex_rows(x, ax), m, -2)
             rows = reshape(p, p.shape[:-2] + (2 * m,))
-        return _from_last(astype(matmul(rows, mat), out_dtype), ax)
+        prod = matmul(rows, mat)
+        dft.note_plan(prod._node, why)
+        return _from_last(astype(prod, out_dtype), ax)
     nin = n if n is not None else size
     length = nin // 2 + 1 if kind == "rfft" else nin  # rfft: the first n // 2 + 1 frequencies
     full = length if impl in ("direct", "stockham") else nin  # these compute only those

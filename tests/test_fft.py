@@ -516,3 +516,18 @@ def test_rfft_packed_stockham_values(backend, preset, check, data, monkeypatch, 
     cases.append(("abs(rfft)", lm.abs(lm.fft.rfft(lm.tensor(a))), np.abs(np.fft.rfft(a)), 32))
     _run(check, cases)
     dft.plan.cache_clear()
+
+
+def test_irfft_plan_is_explained():
+    """irfft's real result comes out of a matmul (direct) or a Vector FFT kernel (packed), not
+    an fft/complex_join node: the plan's reason is still in lm.explain's fusion log, and the
+    values match numpy."""
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal((3, 4097)) + 1j * rng.standard_normal((3, 4097))).astype(np.complex64)
+    x = lm.tensor(a)
+    for n, expect in ((64, "direct: irfft n=64 <= "), (8192, "packed: irfft n=8192 > ")):
+        y = lm.fft.irfft(x, n=n)
+        text = str(lm.explain(y))
+        assert expect in text, text
+        ref = np.fft.irfft(a.astype(np.complex128), n=n)
+        np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())

@@ -29,7 +29,7 @@ from ..backend.kernel_ir import (
     im2col_operand,
 )
 from ..dtypes import AICORE
-from ..graph import custom
+from ..graph import custom, dft
 from ..graph.node import Node, make, toposort
 from ..graph.ops import ELEMENTWISE, kind
 from . import rules
@@ -161,6 +161,9 @@ class Planner:
         M = set(self.out_ids) | (self.forced & set(self.pos))
         self._row_regions()
         for n in self.pending:
+            why = dft.plan_note(n)  # an irfft's plan, recorded on the node computing it
+            if why is not None:
+                self.log.append(LogEntry("fft", (describe(n),), why, n))
             reg = self.region_of.get(id(n))
             if reg is not None:
                 # a region node read outside its region is written to GM (a root of the

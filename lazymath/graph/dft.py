@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 
 import numpy as np
 
@@ -89,6 +90,22 @@ STOCKHAM_ELEMENTS = 1 << 22
 # n = 4096 x 1 / 16 / 1024 rows 0.13 / 0.76 / 32.0 ms -> 0.08 / 0.49 / 19.6 ms, 1 x 2048 0.075 ->
 # 0.055 ms; at n <= 1024 mixed (256 x 512 0.28 -> 0.46 ms, 4 x 1024 0.074 -> 0.088)
 RFFT_PACKED_MIN = 2048
+
+
+# The plan's reason for transforms whose result is not an "fft" or "complex_join" node (irfft:
+# its real result comes out of a matmul or a Vector FFT kernel): the node that does the
+# transform -> "impl: reason". The fusion planner logs it like the others' (lm.explain).
+_NOTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def note_plan(node, why: str) -> None:
+    """Record `why` (the plan and its reason) for the graph node computing a transform."""
+    _NOTES[node] = why
+
+
+def plan_note(node) -> str | None:
+    """The plan reason recorded by `note_plan` for `node`, if any."""
+    return _NOTES.get(node)
 
 
 def _factor(n: int) -> int | None:
