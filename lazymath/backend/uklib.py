@@ -30,6 +30,7 @@ import threading
 
 from lazymath import settings
 from lazymath.backend import kernel_cache
+from lazymath.backend.vmlib import publish  # one table of the names LLVM was told about
 
 PREFIX = "lazymath_uk_"
 _NAME = re.compile(r"(\d+)x(\d+)v(\d+)(m?)_pf(\d+)(?:_u(\d+))?")
@@ -37,7 +38,6 @@ _TARGET = re.compile(r"[A-Za-z0-9_-]+")
 
 _lock = threading.Lock()
 _fns: dict[str, _Fn] = {}
-_published: set[str] = set()
 _stats = {"compiled": 0, "disk_hits": 0}
 
 
@@ -365,18 +365,6 @@ def resolve(name: str) -> int | None:
     if parse(name) is None:
         return None
     return address(name)
-
-
-def publish(name: str, addr: int) -> None:
-    """Tell LLVM (if loaded) where `name` is, so MCJIT links tier-0 kernels that call it."""
-    import sys
-
-    binding = sys.modules.get("llvmlite.binding")
-    if binding is None or name in _published:
-        return
-    if binding.address_of_symbol(name) != addr:
-        binding.add_symbol(name, addr)
-    _published.add(name)
 
 
 def _declared_name(line: str) -> str:
