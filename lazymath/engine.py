@@ -154,6 +154,23 @@ class ProgramCache:
 PROGRAMS = ProgramCache()
 
 
+def host_fft_rates() -> tuple[int, int]:
+    """(cores, float32 vector lanes) of the host target: what the FFT plan's cost model scales
+    its per-core, per-lane rates by (graph.dft)."""
+    from .backend import host
+
+    t = host.target()
+    return t.cores, t.lanes("float32")
+
+
+def tuned_choice(parts: tuple, labels: list[str], run):
+    """A measured choice among `labels` (backend.autotune.measured_choice): a stored record, a
+    fresh measurement when autotuning is on, else None."""
+    from .backend import autotune
+
+    return autotune.measured_choice(parts, labels, run)
+
+
 def backend_name() -> str:
     """$LAZYMATH_BACKEND: "llvm" (default), "interp", "reference" or "irref"."""
     return _BACKEND.get()

@@ -9,9 +9,11 @@ computed until a realize (`t.realize()`, `lm.realize(...)`, `t.numpy()`, `np.asa
 from __future__ import annotations
 
 import builtins
+import contextlib
 import math
 import operator
 import sys
+import threading
 import weakref
 from collections.abc import Sequence
 
@@ -2308,11 +2310,84 @@ def _fft_common(kind: str, x, n, axis, norm) -> Tensor:
     double = out_dtype in (dt.complex128, dt.float64)
     rows = math.prod(d for i, d in enumerate(x.shape) if i != ax)
     ub = x._device.spec.ub_bytes if x._device is not None else None
-    impl, fs, why = dft.plan(kind, double, nout, x.size == 0 or math.prod(shape) == 0, rows, ub)
+    impl, fs, why = _fft_plan(kind, x, double, nout, x.size == 0 or math.prod(shape) == 0, rows,
+                              ub)  # fmt: skip
     if impl != "aicpu":
         return _fft_cube(kind, x, n, ax, norm, out_dtype, impl, fs, f"{impl}: {why}")
     node = gn.make("fft", out_dtype, tuple(shape), (x._node,), (kind, n, ax, norm, f"aicpu: {why}"))
     return _wrap(node, [x])
+
+
+def _fft_plan(kind: str, x: Tensor, double: bool, n: int, empty: bool, rows: int, ub):
+    """dft.plan's choice (the cost model), or the measured one: a record stored by an earlier
+    autotuned compile (any process on this host target), or, with LAZYMATH_AUTOTUNE=1 / inside
+    lm.precompile(..., autotune=True), a fresh measurement of every candidate plan (each built
+    and realized on random rows of the same shape and dtype, timed; engine.tuned_choice)."""
+    from . import engine
+
+    forced = _FFT_TUNING.get(kind, n, rows)
+    if forced is not None and not (double or empty):  # a candidate being timed
+        return (*forced, dft.describe(kind, *forced, n, rows, ub) + " [a candidate timed]")
+    impl, fs, why = dft.plan(kind, double, n, empty, rows, ub, engine.host_fft_rates())
+    if double or empty or kind in dft.FORCE:
+        return impl, fs, why
+    cands = dft.candidates(kind, n, ub)
+    if len(cands) < 2:
+        return impl, fs, why
+    by_label = {dft.label(c): c for c in cands}
+    nin = n // 2 + 1 if kind == "irfft" else n
+    spec = x._device.spec
+
+    def run(lab: str):  # a callable realizing candidate `lab` on random rows (warm after one)
+        c = by_label[lab]
+        rng = np.random.default_rng(0)
+        data = rng.standard_normal((rows, nin)).astype(np.float32)
+        if dt.is_complex(x.dtype):
+            data = (data + 1j * rng.standard_normal((rows, nin))).astype(np.complex64)
+        elif x.dtype != dt.float32:
+            data = data.astype(np.dtype(x.dtype.name))
+        t = tensor(data)
+
+        def once():
+            with _FFT_TUNING.forcing(kind, n, rows, c):
+                out = _fft_common(kind, t, n if kind == "irfft" else None, -1, None)
+            out.realize()
+
+        return once
+
+    sig = ("fft-plan", kind, n, rows, x.dtype.name, spec.key())
+    hit = engine.tuned_choice(sig, list(by_label), run)
+    if hit is None:
+        return impl, fs, why
+    best, times, origin = hit
+    impl, fs = by_label[best]
+    return impl, fs, dft.explain_choice(kind, impl, fs, n, rows, ub, origin, times)
+
+
+class _Tuning(threading.local):
+    """The plan forced while a candidate is timed: (kind, n, rows) -> (impl, fs)."""
+
+    def __init__(self):
+        self.forced: dict = {}
+
+    def get(self, kind, n, rows):
+        return self.forced.get((kind, n, rows))
+
+    @contextlib.contextmanager
+    def forcing(self, kind, n, rows, c):
+        key = (kind, n, rows)
+        old = self.forced.get(key)
+        self.forced[key] = c
+        try:
+            yield
+        finally:
+            if old is None:
+                self.forced.pop(key, None)
+            else:
+                self.forced[key] = old
+
+
+_FFT_TUNING = _Tuning()
 
 
 # FFT on the AI Core: DFT matmuls on real planes (a complex row as two float32 rows, real and
@@ -2606,7 +2681,7 @@ def _rfft_packed(p: Tensor, n: int, scale: float) -> Tensor:
     h = n // 2
     b = math.prod(p.shape[:-1])
     z = reshape(p, (b, h, 2))
-    impl, fs, _why = dft.plan("fft", False, h, False, b, p._device.spec.ub_bytes)
+    impl, fs = dft.vector_plan(h, p._device.spec.ub_bytes)
     if impl == "stockham":
         zf = _stockham_rows(z, h, -1, 1.0, False, h)
     else:
@@ -2646,7 +2721,7 @@ def _irfft_packed(x: Tensor, nout: int, ax: int, norm, out_dtype, real: bool,
     z = _wrap(gn.make("custom", dt.float32, (b, h, 2), (xs._node, tw._node, ix._node),
                       (custom.BUILTIN["fft_stockham"], params)), [x])  # fmt: skip
     scale = dft.norm_scale(norm, nout, True)
-    impl, fs, _why = dft.plan("fft", False, h, False, b, x._device.spec.ub_bytes)
+    impl, fs = dft.vector_plan(h, x._device.spec.ub_bytes)
     shape = lead + (nout,)  # the pairs of z are the real result in C order: no reshape node
     if impl == "stockham":
         zf = _stockham_rows(z, h, 1, scale, False, h, shape=shape)
@@ -2686,29 +2761,21 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
         return _from_last(astype(prod, out_dtype), ax)
     nin = n if n is not None else size
     length = nin // 2 + 1 if kind == "rfft" else nin  # rfft: the first n // 2 + 1 frequencies
-    full = length if impl in ("direct", "stockham") else nin  # these compute only those
     other = tuple(d for i, d in enumerate(x.shape) if i != ax)
-    packed = (
-        (
-            impl == "six-step"
-            or (
-                impl == "stockham"
-                and size == nin
-                and nin >= dft.RFFT_PACKED_MIN
-                and _fft_window(x, ax, nin) is None
-            )
-        )  # fmt: skip
-        and kind == "rfft"
-        and _RFFT_PACKED
-        and dft.plan("fft", False, nin // 2, False, math.prod(other), x._device.spec.ub_bytes)[0]
-        in ("stockham", "six-step")
-    )
-    if packed:  # a half-length complex FFT + one combine kernel: the n // 2 + 1 kept
-        full = length
-        if impl == "stockham":
-            why = (f"rfft packed (n={nin} >= {dft.RFFT_PACKED_MIN}, measured faster): the rows "
-                   f"read as n/2 complex points, their Vector Stockham FFT of {nin // 2} and one "
-                   f"combine kernel (unpacked: {why})")  # fmt: skip
+    win = _fft_window(x, ax, nin) if real and impl in ("stockham", "packed") else None
+    ub = x._device.spec.ub_bytes
+    vp = dft.vector_plan(nin, ub) if impl == "packed" else None
+    one = vp is not None and vp[0] == "stockham" and (win is not None or size != nin)
+    if vp is not None and (one or not _RFFT_PACKED):  # one kernel: the window, the zero pad
+        impl, fs = vp
+        what = "off" if not _RFFT_PACKED else "the window product or the zero pad in its load"
+        why = (
+            f"{impl}: {dft.describe(kind, impl, fs, nin, math.prod(other), ub)} (not packed: "
+            f"{what})"
+        )
+    packed = impl == "packed"
+    # direct, stockham and the packed rfft compute only the kept frequencies
+    full = length if impl in ("direct", "stockham", "packed") else nin
     # a realized input keeps its transform graph (every node of it is interned: the same
     # structure), so a repeated call costs dictionary lookups instead of building ~30 nodes
     memo = _fft_memo.get(x._node) if x._node.realized is not None else None
@@ -2717,7 +2784,7 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
     if out is None:
         scale = dft.norm_scale(norm, nin, inverse)
         fit = builtins.min(nin, size) if impl == "stockham" else nin  # the kernel zero-pads
-        win = _fft_window(x, ax, nin) if impl == "stockham" and real and not packed else None
+        win = win if impl == "stockham" else None
         if win is not None:
             rows = win[0]
         elif real:
@@ -2741,7 +2808,7 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
             if len(_fft_memo) > 64:
                 _fft_memo.clear()
             _fft_memo.setdefault(x._node, {})[key] = out
-    unit = "vector" if impl in ("stockham", "six-step", "bluestein-vector") else "cube"
+    unit = "vector" if impl in ("stockham", "six-step", "bluestein-vector", "packed") else "cube"
     node = gn.make("complex_join", out_dtype, other + (length,), (out,), (f"{unit} {why}", full))
     return _from_last(_wrap(node, [x]), ax)
 

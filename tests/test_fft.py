@@ -244,7 +244,9 @@ def test_fft_plan_rule_at_real_sizes():
     ub = 256 * 1024
     assert dft.plan("fft", False, 4096, False)[:2] == ("four-step", (64, 64))
     assert dft.plan("fft", False, 97, False, 1, ub)[:2] == ("direct", (97,))
-    assert dft.plan("fft", False, 1009, False)[:2] == ("direct", (1009,))
+    # without the Vector unit a prime 1009 is a direct DFT (a 16 MB matrix) or numpy's
+    impl, _fs, why = dft.plan("fft", False, 1009, False, 64)
+    assert impl == "aicpu" and "[chosen by the cost model: direct " in why, why
     assert dft.plan("fft", False, 1009, False, 4, ub)[:2] == ("bluestein-vector", (2,) + (4,) * 5)
     impl, _fs, why = dft.plan("fft", False, 4099, False, 64, ub)
     assert impl == "aicpu" and "slower than the AI CPU" in why, why
@@ -367,11 +369,12 @@ def test_fft_stockham_plan_and_explain():
 
     ub = 256 * 1024
     assert dft.plan("fft", False, 4096, False, 1, ub)[:2] == ("stockham", (4, 4, 4, 4, 4, 4))
-    assert dft.plan("rfft", False, 2048, False, 1024, ub)[:2] == ("stockham", (2, 4, 4, 4, 4, 4))
+    assert dft.plan("rfft", False, 2048, False, 1024, ub)[:2] == ("packed", (1024,))
+    assert dft.plan("rfft", False, 512, False, 256, ub)[:2] == ("stockham", (2, 4, 4, 4, 4))
     assert dft.plan("fft", False, 4096, False, 1, 64 * 1024)[0] == "four-step"  # UB too small
     assert dft.plan("fft", False, 8192, False, 1, ub)[:2] == ("six-step", (128, 64))
-    assert dft.plan("rfft", False, 1 << 20, False, 1, ub)[:2] == ("six-step", (1024, 1024))
-    assert dft.plan("fft", False, 4096, False, 2048, ub)[0] == "four-step"  # a large batch
+    assert dft.plan("rfft", False, 1 << 20, False, 1, ub)[:2] == ("packed", (1 << 19,))
+    assert dft.plan("fft", False, 4096, False, 2048, ub)[0] == "stockham"  # a large batch too
     assert dft.plan("fft", False, 2, False, 1, ub)[0] == "direct"
     assert dft.plan("irfft", False, 64, False, 1, ub)[0] == "direct"
     x = lm.tensor(np.ones((3, 4096), np.complex64))
@@ -419,6 +422,7 @@ def test_fft_bluestein_vector_values(backend, preset, check, data, monkeypatch, 
     from lazymath.graph import dft
 
     monkeypatch.setattr(dft, "BLUESTEIN_VECTOR_MIN", 4)
+    monkeypatch.setattr(dft, "FORCE", dict.fromkeys(("fft", "ifft", "rfft"), "bluestein-vector"))
     dft.plan.cache_clear()
     specs = [("fft", 5, None, None, -1), ("ifft", 7, None, "ortho", 0),
              ("rfft", 11, None, "forward", -1), ("fft", 13, 11, None, -1)]  # fmt: skip
@@ -438,6 +442,7 @@ def test_fft_six_step_values(backend, preset, check, data, monkeypatch, dtype):
     from lazymath.graph import dft
 
     monkeypatch.setattr(dft, "STOCKHAM_MAX", 16)
+    monkeypatch.setattr(dft, "FORCE", {"fft": "six-step", "ifft": "six-step", "rfft": "packed"})
     dft.plan.cache_clear()
     assert dft.plan("fft", False, 128, False, 1, 1 << 18)[:2] == ("six-step", (16, 8))
     specs = [("fft", 64, None, None, -1), ("ifft", 32, None, "ortho", 0),
@@ -493,17 +498,19 @@ def test_irfft_packed_values(backend, preset, check, data, monkeypatch, dtype):
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 def test_rfft_packed_stockham_values(backend, preset, check, data, monkeypatch, dtype):
-    """rfft of Stockham lengths from RFFT_PACKED_MIN (shrunk to 8): the rows read as n/2
+    """rfft of Stockham lengths, packed (dft.FORCE): the rows read as n/2
     complex points, a Stockham FFT and one combine kernel (two Vector kernels, the reason in
     lm.explain); abs(rfft(x)) stays two kernels (the combine writes the magnitudes), rfft(x *
     window) stays one (not packed); norms, axis 0."""
     from lazymath.graph import dft
 
-    monkeypatch.setattr(dft, "RFFT_PACKED_MIN", 8)
+    monkeypatch.setattr(dft, "FORCE", {"rfft": "packed"})
     dft.plan.cache_clear()
     x = lm.tensor(np.ones((3, 32), np.float32))
     assert [k.unit for k in lm.schedule(lm.fft.rfft(x)).kernels] == ["vector"] * 2
-    assert "rfft packed (n=32 >= 8" in str(lm.explain(lm.fft.rfft(x)))
+    text = str(lm.explain(lm.fft.rfft(x)))
+    assert "packed: n=32: the rows read as n/2 complex points" in text, text
+    assert "[chosen by FORCE['rfft']: stockham " in text, text
     assert [k.ops for k in lm.schedule(lm.abs(lm.fft.rfft(x))).kernels] == [["fft_stockham"]] * 2
     w = np.hanning(32).astype(np.float32)
     assert len(lm.schedule(lm.fft.rfft(x * w)).kernels) == 1
@@ -525,9 +532,114 @@ def test_irfft_plan_is_explained():
     rng = np.random.default_rng(5)
     a = (rng.standard_normal((3, 4097)) + 1j * rng.standard_normal((3, 4097))).astype(np.complex64)
     x = lm.tensor(a)
-    for n, expect in ((64, "direct: irfft n=64 <= "), (8192, "packed: irfft n=8192 > ")):
+    for n, expect in ((64, "direct: irfft n=64: "), (8192, "packed: irfft n=8192: ")):
         y = lm.fft.irfft(x, n=n)
         text = str(lm.explain(y))
         assert expect in text, text
         ref = np.fft.irfft(a.astype(np.complex128), n=n)
         np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+# ----------------------------------------------------------------------------- plan choice
+
+
+def test_fft_plan_cost_model_is_deterministic_and_explained():
+    """The plan is the cheapest candidate by the host cost model (no execution): the same
+    answer for the same transform and host, the candidates' estimates in the reason, the
+    choice the host measurements made at the benchmark's sizes, and FORCE overriding it."""
+    from lazymath.graph import dft
+
+    ub = 256 * 1024
+    host = (2, 16)
+    cases = {  # (kind, n, rows) -> the plan measured fastest (benchmarks/fft_conv.py sizes)
+        ("fft", 4096, 1024): "stockham",
+        ("fft", 4096, 1): "stockham",
+        ("rfft", 1 << 20, 1): "packed",
+        ("rfft", 4096, 1024): "packed",
+        ("irfft", 1 << 20, 1): "packed",
+        ("fft", 4099, 64): "aicpu",
+    }
+    for (kind, n, rows), want in cases.items():
+        impl, fs, why = dft.plan(kind, False, n, False, rows, ub, host)
+        assert impl == want, (kind, n, rows, why)
+        times = dft.candidate_times(kind, n, rows, ub, host)
+        assert min(times, key=times.get) == impl and f"{impl} " in why, why
+        assert "[chosen by the cost model: " in why and f"{dft.label((impl, fs))} " in why, why
+        dft.plan.cache_clear()
+        assert dft.plan(kind, False, n, False, rows, ub, host) == (impl, fs, why)
+    # every candidate exists and is costed; more host lanes or cores never make one slower
+    for kind, n, rows in cases:
+        for c in dft.candidates(kind, n, ub):
+            t = dft.estimate(kind, *c, n, rows, host)
+            assert 0 < t and dft.estimate(kind, *c, n, rows, (4, 16)) <= t
+    x = lm.tensor(np.ones((8, 4096), np.complex64))
+    text = str(lm.explain(lm.fft.fft(x)))
+    assert "stockham: n=4096" in text and "[chosen by the cost model: stockham" in text, text
+    assert "four-step " in text and "aicpu " in text, text  # the other candidates' estimates
+    old = dict(dft.FORCE)
+    dft.FORCE["fft"] = "four-step"
+    try:
+        impl, fs, why = dft.plan("fft", False, 4096, False, 8, ub, host)
+        assert (impl, fs) == ("four-step", (64, 64)) and "chosen by FORCE['fft']" in why, why
+        assert dft.plan("fft", False, 4096, False, 8, None, host)[0] == "four-step"
+    finally:
+        dft.FORCE.clear()
+        dft.FORCE.update(old)
+        dft.plan.cache_clear()
+
+
+_TUNE_SCRIPT = """
+import json, sys
+import numpy as np
+import lazymath as lm
+from lazymath.backend import autotune
+lm.init_device(0, spec=sys.argv[1])
+rng = np.random.default_rng(1)
+a = (rng.standard_normal((3, 64)) + 1j * rng.standard_normal((3, 64))).astype(np.complex64)
+r = rng.standard_normal((3, 64)).astype(np.float32)
+if sys.argv[2] == "precompile":
+    lm.precompile(lambda t: lm.fft.fft(t), a, autotune=True)
+    lm.precompile(lambda t: lm.fft.rfft(t), r, autotune=True)
+y = lm.fft.fft(lm.tensor(a))
+z = lm.fft.rfft(lm.tensor(r))
+text = str(lm.explain(y)) + str(lm.explain(z))
+err = [float(np.abs(y.numpy() - np.fft.fft(a)).max()),
+       float(np.abs(z.numpy() - np.fft.rfft(r)).max())]
+stats = dict(autotune.stats)
+from lazymath.graph import dft
+ub = lm.tensor(a)._device.spec.ub_bytes
+for kind, x, ref in (("fft", a, np.fft.fft(a)), ("rfft", r, np.fft.rfft(r))):
+    for impl, _fs in dft.candidates(kind, 64, ub):  # whatever plan is chosen: numpy's values
+        dft.FORCE[kind] = impl
+        out = getattr(lm.fft, kind)(lm.tensor(x)).numpy()
+        err.append(float(np.abs(out - ref).max() / np.abs(ref).max()))
+    dft.FORCE.clear()
+print(json.dumps({"stats": stats, "explain": text, "err": err}))
+"""
+
+
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+def test_fft_plan_autotuned_stored_and_reused(tmp_path, spec):
+    """lm.precompile(..., autotune=True) times every candidate plan of fft/rfft of (3, 64),
+    stores the winner in the disk cache, and explain says it was measured; a second process
+    reads the record and times nothing; the values match numpy whichever plan won."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, LAZYMATH_CACHE_DIR=str(tmp_path), LAZYMATH_BACKEND="interp")
+    env.pop("LAZYMATH_AUTOTUNE", None)
+    runs = []
+    for mode in ("precompile", "plain"):
+        out = subprocess.run([sys.executable, "-c", _TUNE_SCRIPT, spec, mode], env=env,
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["stats"]["timed"] >= 6 and first["stats"]["records_written"] >= 2, first
+    assert "[chosen by measurement (autotune): " in first["explain"], first["explain"]
+    assert second["stats"]["timed"] == 0 and second["stats"]["records_read"] >= 2, second
+    assert "[chosen by measurement (stored record): " in second["explain"], second["explain"]
+    assert "stockham " in second["explain"] and "direct " in second["explain"]
+    assert len(second["err"]) >= 2 + 6 and max(first["err"] + second["err"]) < 1e-5, runs

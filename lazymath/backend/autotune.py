@@ -33,6 +33,7 @@ MIN_S = 0.005  # seconds of work per timing (repetitions of one block)
 
 stats = {"timed": 0, "records_read": 0, "records_written": 0}  # candidates timed, records used
 _memory: dict[str, gemm.GemmPlan] = {}
+_choices: dict[str, tuple] = {}  # measured_choice's records read or made in this process
 _lock = threading.RLock()
 _local = threading.local()
 
@@ -56,21 +57,53 @@ def forced() -> Iterator[None]:
         _local.force = old
 
 
-def _key(ir, spec) -> str:
+def record_key(*parts) -> str:
+    """The disk key of a measured choice: `parts` (the signature) with the host key (effective
+    target) and the backend source version, like a kernel's."""
     from lazymath.backend.jit import host_key
 
-    return kernel_cache.disk_key(repr(("autotune", ir.kind, ir, spec.key())), host_key())
+    return kernel_cache.disk_key(repr(("autotune", *parts)), host_key())
+
+
+def _key(ir, spec) -> str:
+    return record_key(ir.kind, ir, spec.key())
 
 
 def _path(key: str):
     return kernel_cache.cache_dir() / "autotune" / f"{key}.json"
 
 
-def _read(key: str) -> gemm.GemmPlan | None:
+def read_record(key: str) -> dict | None:
+    """The stored record under `key` (a JSON object), None when there is none (or no disk)."""
     if not kernel_cache.disk_enabled():
         return None
     try:
         rec = json.loads(_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def write_record(key: str, rec: dict) -> None:
+    """Store `rec` under `key` (atomically; a read-only cache stores nothing)."""
+    if not kernel_cache.disk_enabled():
+        return
+    path = _path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(rec))
+        os.replace(tmp, path)
+        stats["records_written"] += 1
+    except OSError:
+        pass  # a read-only cache: the next process measures again
+
+
+def _read(key: str) -> gemm.GemmPlan | None:
+    rec = read_record(key)
+    if rec is None:
+        return None
+    try:
         plan = gemm.parse_plan(f"{rec['plan']}:{int(rec['kc'])}")
         times = {str(k): float(v) for k, v in rec["times"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -80,21 +113,60 @@ def _read(key: str) -> gemm.GemmPlan | None:
 
 
 def _write(key: str, plan: gemm.GemmPlan, times: dict[str, float]) -> None:
-    if not kernel_cache.disk_enabled():
-        return
-    path = _path(key)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"plan": plan.uk.name, "kc": plan.kc, "times": times}))
-        os.replace(tmp, path)
-        stats["records_written"] += 1
-    except OSError:
-        pass  # a read-only cache: the next process measures again
+    write_record(key, {"plan": plan.uk.name, "kc": plan.kc, "times": times})
 
 
 def _label(plan: gemm.GemmPlan) -> str:
     return f"{plan.uk.name}:{plan.kc}"
+
+
+def measured_choice(parts: tuple, labels: list[str], run) -> tuple[str, dict, str] | None:
+    """A choice among `labels` by measurement (the FFT plans use it; the GEMM plans above time
+    kernel blocks instead): the stored record for signature `parts` if there is one (this
+    process or an earlier one), else, when autotuning is on, a fresh timing: `run(label)`
+    returns a callable doing the whole job once; each is called once to warm up (compile),
+    then timed interleaved (ROUNDS rounds, at least MIN_S of work per timing, best wall time
+    of the rounds: the job may use the host's threads). The winner and the times are stored.
+    Returns (winner, {label: seconds}, origin) or None (no record, autotuning off)."""
+    key = record_key(*parts)
+    with _lock:
+        hit = _choices.get(key)
+        if hit is not None:
+            return hit
+        rec = read_record(key)
+        if rec is not None:
+            try:
+                best = str(rec["choice"])
+                times = {str(k): float(v) for k, v in rec["times"].items()}
+            except (KeyError, TypeError, ValueError, AttributeError):
+                rec = None
+            else:
+                if best in labels:
+                    stats["records_read"] += 1
+                    hit = _choices[key] = (best, times, "measurement (stored record)")
+                    return hit
+        if not enabled():
+            return None
+        jobs = [run(lab) for lab in labels]
+        reps = []
+        for job in jobs:
+            job()  # warm-up: compiles, page faults
+            t = time.perf_counter()
+            job()
+            reps.append(max(1, min(50, int(MIN_S / max(time.perf_counter() - t, 1e-6)))))
+        best_t = [float("inf")] * len(jobs)
+        for _ in range(ROUNDS):
+            for i, job in enumerate(jobs):
+                t = time.perf_counter()
+                for _ in range(reps[i]):
+                    job()
+                best_t[i] = min(best_t[i], (time.perf_counter() - t) / reps[i])
+        stats["timed"] += len(jobs)
+        times = dict(zip(labels, best_t))
+        best = labels[best_t.index(min(best_t))]
+        write_record(key, {"choice": best, "times": times})
+        hit = _choices[key] = (best, times, "measurement (autotune)")
+        return hit
 
 
 def _origin(times: dict[str, float]) -> str:

@@ -14,47 +14,32 @@ end is one memcpy. Implementations:
              w**(k1 t2), written as the rows [[Re y', Im y'], [Im y', -Re y']] of step 3;
              step 3 [Re F, -Im F] (n2, 2 n2) @ those rows: (k2, (k1, plane')), complex64 in
              C order. 8n(n1 + n2) flops per row.
-  stockham   powers of two from STOCKHAM_MIN to STOCKHAM_MAX whose stages fit in UB, batches up
-             to STOCKHAM_ELEMENTS: one Vector kernel (backend/templates/fft.py), every radix-4/2
-             stage of a row in UB (measured faster than the four-step Cube plan at every batch
-             tried on the host).
+  stockham   powers of two from STOCKHAM_MIN to STOCKHAM_MAX whose stages fit in UB: one
+             Vector kernel (backend/templates/fft.py), every radix-4/2 stage of a row in UB.
   six-step   powers of two above STOCKHAM_MAX: two passes of the Vector Stockham kernel over
-             strided columns (n1 columns of n2, times the twiddles, then n2 of n1); rfft of these
-             (and of Stockham lengths >= RFFT_PACKED_MIN) reads its real rows as n/2 complex
-             points and one Vector kernel combines the halves (tensor._rfft_packed).
+             strided columns (n1 columns of n2, times the twiddles, then n2 of n1).
+  packed     rfft of n even with n/2 a Stockham/six-step length: the real rows read as n/2
+             complex points, their Vector FFT and one combine kernel (tensor._rfft_packed);
+             irfft of such n: a Vector kernel (templates/fft.py mode "ipre") forms
+             Z = (A + conj B) + i w^-k (A - conj B), A = X[k], B = X[h - k], and the inverse
+             Vector FFT of Z is z_m = x_2m + i x_2m+1, the real result in C order.
   bluestein-vector  a prime factor above BLUESTEIN_VECTOR_MIN when the power of two
              m >= 2n - 1 is a Stockham length: the chirp convolution through two Vector
              Stockham FFTs of m.
-  bluestein  lengths with a prime factor above PRIME_DIRECT_MAX (or whose plan would hold a
-             direct DFT of BLUESTEIN_RATIO x Bluestein's flops): the chirp convolution
-             X_k = c_k sum_t (x_t c_t) b_(k-t), c_t = exp(sign i pi t^2 / n), b = conj(c),
-             through a forward and an inverse transform of a 5-smooth m >= 2n - 1 (the filter's
-             spectrum is a constant table); the chirp products are Vector kernels, the zero
-             padding to m an AI CPU pad.
-  aicpu      the AI CPU's numpy.fft: double precision (complex128 results; the AI Core computes
-             in float16/float32), empty inputs, irfft longer than IRFFT_DIRECT_MAX without
-             a packed plan.
-  packed     irfft of n = 2h > IRFFT_DIRECT_MAX: a Vector kernel (templates/fft.py mode
-             "ipre") forms Z = (A + conj B) + i w^-k (A - conj B), A = X[k], B = X[h - k], and
-             the inverse Vector FFT of Z (Stockham or six-step) is z_m = x_2m + i x_2m+1, the
-             real result in C order (no AI CPU step).
+  bluestein  the chirp convolution X_k = c_k sum_t (x_t c_t) b_(k-t), c_t = exp(sign i pi t^2/n),
+             b = conj(c), through a forward and an inverse Cube transform of a 5-smooth
+             m >= 2n - 1 (the filter's spectrum a constant table); chirp products on the Vector
+             unit, the zero padding to m an AI CPU pad.
+  aicpu      the AI CPU's numpy.fft (double precision and empty inputs always go there).
 
-`plan(...)` returns the choice with its reason; the reason is recorded on the graph and
-printed by `lm.explain` (the fusion log's "fft" entries). The rule (docs/fft_conv.md):
-
-  result double (complex128/float64) -> aicpu
-  0 elements in or out               -> aicpu (nothing to compute)
-  irfft                              -> direct up to IRFFT_DIRECT_MAX, else packed (n even,
-                                        n / 2 a Stockham/six-step length), else aicpu
-  a power of two that fits the Vector unit -> stockham (six-step above STOCKHAM_MAX)
-  a prime factor > BLUESTEIN_VECTOR_MIN, m a Stockham length -> bluestein-vector
-  no plan from factors (a prime factor > PRIME_DIRECT_MAX) -> aicpu (bluestein if BLUESTEIN_CUBE)
-  a plan with a direct DFT > DIRECT_MAX and > BLUESTEIN_RATIO x Bluestein's flops -> bluestein
-  n <= DIRECT_MAX, or no factor in [2, FACTOR_MAX] -> direct
-  otherwise                          -> four-step (n1 = the factor nearest sqrt(n))
-
-The thresholds are measured on the host (the comments at each constant say where); the rule does
-not yet weigh the cost model's estimate of each candidate.
+`plan(...)` returns the choice with its reason: double results and empty inputs -> aicpu;
+otherwise every plan in `candidates(...)` (what exists for the length and fits the UB) gets the
+host cost model's estimate (`estimate`: per kernel a launch plus max(flops at its unit's rate,
+bytes at the memory rate), rates per host core and float32 lane) and the cheapest wins;
+`FORCE[kind]` overrides. With autotuning (LAZYMATH_AUTOTUNE, lm.precompile(autotune=True)) the
+tensor layer measures the candidates instead and stores the winner (tensor._fft_plan). The
+reason (what the plan does, who chose it, every candidate's time) is printed by `lm.explain`
+(the fusion log's "fft" entries). The rule and the model's constants: docs/fft_conv.md.
 
 Tables (DFT matrices, twiddles, chirps) are built once per (length, direction, scale) and
 cached.
@@ -72,24 +57,13 @@ DIRECT_MAX = 128  # a length up to this is one DFT matmul (8n^2 flops per row)
 FACTOR_MAX = 128  # four-step: the short DFT n1 is at most this
 PRIME_DIRECT_MAX = 2048  # lengths with no factor <= FACTOR_MAX: direct up to this, else aicpu
 IRFFT_DIRECT_MAX = 4096  # irfft on the Cube is one direct matmul (real output) up to this
-BLUESTEIN_RATIO = 4  # Bluestein replaces a plan with a long direct DFT when that is 4x its flops
 # Bluestein on Cube transforms (m > STOCKHAM_MAX) was 1.7-3.2x slower than the AI CPU's
-# numpy.fft on the host (64 x 4099, session 3): those lengths go to the AI CPU unless this is set
+# numpy.fft on the host (64 x 4099, session 3; the model agrees: its zero pad is an AI CPU
+# kernel): set, the lengths it covers stay on the AI Core (the AI CPU is not a candidate)
 BLUESTEIN_CUBE = False
-BLUESTEIN_VECTOR_MIN = 128  # a prime factor > this: Bluestein on two Vector Stockham FFTs
+BLUESTEIN_VECTOR_MIN = 128  # a prime factor > this: Bluestein on two Vector FFTs is a candidate
 STOCKHAM_MIN = 4  # powers of two from this length ...
 STOCKHAM_MAX = 4096  # ... up to this one (and what fits in UB) may take the Vector Stockham FFT
-# ... when the batch holds at most this many elements: on the host the Vector kernel beat the
-# four-step Cube plan at every batch measured (1 to 1024 rows of 4096: 6x at 1024 rows, where
-# the Cube plan's three passes over the data and its small-K GEMMs cost most); larger batches,
-# not measured, keep the Cube plan
-STOCKHAM_ELEMENTS = 1 << 22
-# rfft of a Stockham length from this n on: packed (the real rows read as n/2 complex points,
-# their Stockham FFT, one combine kernel; tensor._rfft_packed) instead of one Stockham kernel
-# over the rows as complex with zero imaginary parts. Measured (session 5, load 4-6, medians):
-# n = 4096 x 1 / 16 / 1024 rows 0.13 / 0.76 / 32.0 ms -> 0.08 / 0.49 / 19.6 ms, 1 x 2048 0.075 ->
-# 0.055 ms; at n <= 1024 mixed (256 x 512 0.28 -> 0.46 ms, 4 x 1024 0.074 -> 0.088)
-RFFT_PACKED_MIN = 2048
 
 
 # The plan's reason for transforms whose result is not an "fft" or "complex_join" node (irfft:
@@ -130,121 +104,250 @@ def factors(n: int) -> list[int] | None:
     return None if rest is None else [d, *rest]
 
 
-@functools.lru_cache(maxsize=64)
+# ----------------------------------------------------------------------------- the plan rule
+# Which candidates exist is structure (what is built, what fits); which one runs is the cheapest
+# by the host cost model below, or the fastest measured when autotuning (tensor._fft_plan, the
+# records of backend.autotune). The kernels run on the host, so the time that decides is the
+# host's: each kernel of a plan costs a launch plus the larger of its arithmetic at its unit's
+# rate and its GM traffic at the memory rate (the roofline lm.schedule's bound class uses), the
+# rates per host core scaled by the host target's float32 vector lanes (`host` = (cores,
+# lanes)). The constants were calibrated against candidate times measured on the host with
+# LAZYMATH_AUTOTUNE (docs/fft_conv.md, the issue 14 note, session 6).
+LAUNCH_S = 15e-6  # one AI Core kernel: launch and the realize walk's share
+AICPU_S = 200e-6  # an AI CPU kernel: the program leaves the native replay path, a result copy
+VECTOR_FLOPS = 1.0e9  # per core and float32 lane: the Vector FFT's stages (gathers, butterflies)
+CUBE_FLOPS = 3.0e9  # per core and float32 lane: the host GEMM on DFT shapes (K <= 2 x 128)
+AICPU_FLOPS = 4.0e9  # numpy.fft (pocketfft) on one core, 5 n log2 n flops per row
+GM_BYTES = 10.0e9  # per core: a kernel's GM reads and writes
+COMBINE_S = 1.5e-9  # per output pair of the rfft combine / irfft pre kernels (a reversed read)
+HOST = (2, 16)  # (cores, float32 lanes) when the caller gives no host target
+# tests and users may force a plan per kind ({"fft": "six-step"}); used when it is a candidate
+FORCE: dict = {}
+
+
+def _kernel(flops: float, nbytes: float, rate: float, host) -> float:
+    cores, lanes = host
+    return LAUNCH_S + max(flops / (rate * lanes * cores), nbytes / (GM_BYTES * cores))
+
+
+def _fft_flops(n: int) -> float:
+    return 5 * n * max(1.0, math.log2(n))
+
+
+def _largest_prime(n: int) -> int:
+    p, best = 2, 1
+    while p * p <= n:
+        while n % p == 0:
+            best, n = p, n // p
+        p += 1
+    return max(best, n) if n > 1 else best
+
+
+def vector_plan(n: int, ub_bytes: int | None) -> tuple[str, tuple] | None:
+    """The Vector FFT of a power of two n, if there is one: ("stockham", radices) or
+    ("six-step", (n1, n2)); None otherwise (what the packed rfft/irfft plans build on)."""
+    if ub_bytes is None or n & (n - 1) or n < STOCKHAM_MIN:
+        return None
+    if n <= STOCKHAM_MAX:
+        return ("stockham", stockham_radices(n)) if stockham_ub_bytes(n) <= ub_bytes else None
+    n1 = 1 << ((n.bit_length() - 1 + 1) // 2)
+    if n1 <= STOCKHAM_MAX and stockham_ub_bytes(n1) <= ub_bytes:
+        return "six-step", (n1, n // n1)
+    return None
+
+
+def candidates(kind: str, n: int, ub_bytes: int | None) -> list[tuple[str, tuple]]:
+    """The plans that exist for a transform of length n (irfft: its output length), in the
+    order ties are broken: (implementation, factors)."""
+    out: list[tuple[str, tuple]] = []
+    if kind == "irfft":
+        if n <= IRFFT_DIRECT_MAX:
+            out.append(("direct", (n,)))
+        if n % 2 == 0 and vector_plan(n // 2, ub_bytes) is not None:
+            out.append(("packed", (n // 2,)))
+        return out + [("aicpu", ())]
+    vp = vector_plan(n, ub_bytes)
+    if vp is not None and (vp[0] == "stockham" or kind != "rfft"):
+        out.append(vp)  # (a six-step rfft is always packed)
+    if kind == "rfft" and n % 2 == 0 and vector_plan(n // 2, ub_bytes) is not None:
+        out.append(("packed", (n // 2,)))
+    f = factors(n)
+    if n & (n - 1) and ub_bytes is not None and _largest_prime(n) > BLUESTEIN_VECTOR_MIN:
+        m = 1 << (2 * n - 2).bit_length()  # the power of two >= 2n - 1
+        if m <= STOCKHAM_MAX and stockham_ub_bytes(m) <= ub_bytes:
+            out.append(("bluestein-vector", stockham_radices(m)))
+    if n <= PRIME_DIRECT_MAX:
+        out.append(("direct", (n,)))
+    if f is not None and len(f) > 1:
+        out.append(("four-step", tuple(f)))
+    bluestein = f is None or f[-1] > DIRECT_MAX
+    if bluestein and (f is not None or BLUESTEIN_CUBE):
+        out.append(("bluestein", tuple(factors(bluestein_size(n)))))
+    if not (bluestein and BLUESTEIN_CUBE):  # BLUESTEIN_CUBE keeps those lengths on the AI Core
+        out.append(("aicpu", ()))
+    return out
+
+
+def _vector_fft_s(n: int, rows: int, host, in_bytes: int = 8) -> float:
+    if n <= STOCKHAM_MAX:
+        return _kernel(rows * _fft_flops(n), rows * n * (in_bytes + 8), VECTOR_FLOPS, host)
+    n1 = 1 << ((n.bit_length() - 1 + 1) // 2)
+    n2 = n // n1
+    first = _kernel(rows * (n2 * _fft_flops(n1) + 6 * n), rows * n * (in_bytes + 8),
+                    VECTOR_FLOPS, host)  # fmt: skip
+    return first + _kernel(rows * n1 * _fft_flops(n2), rows * n * 16, VECTOR_FLOPS, host)
+
+
+def _cube_fft_s(fs: tuple, rows: int, host, in_bytes: int = 8, m: int | None = None) -> float:
+    """Direct ((n,)) or four-step DFT matmuls: 8 n per factor flops per row (direct: 8 n m, or
+    4 n m for real rows), the twiddle Vector kernel of each level (reads y, writes the rotated
+    rows R, twice its size) and, past two levels, the recursion's copies."""
+    n = math.prod(fs)
+    if len(fs) == 1:
+        m = n if m is None else m
+        flops = rows * (4 if in_bytes == 4 else 8) * n * m
+        nbytes = rows * (n * in_bytes + 8 * m) + (n * in_bytes // 4) * 2 * m * 4
+        return _kernel(flops, nbytes, CUBE_FLOPS, host)
+    t = 0.0
+    for i, f in enumerate(fs):
+        t += _kernel(rows * 8 * n * f, rows * n * 16, CUBE_FLOPS, host)
+        if i < len(fs) - 1:
+            t += _kernel(rows * 6 * n, rows * n * 24, VECTOR_FLOPS, host)
+        if 0 < i < len(fs) - 1:
+            t += _kernel(0, rows * n * 16, VECTOR_FLOPS, host)
+    return t
+
+
+def _aicpu_s(kind: str, n: int, rows: int, host) -> float:
+    slow = 2.5 if _largest_prime(n) > 32 else 1.0  # pocketfft: Bluestein past large primes
+    return AICPU_S + rows * _fft_flops(n) * slow / AICPU_FLOPS + rows * n * 16 / GM_BYTES
+
+
+def estimate(kind: str, impl: str, fs: tuple, n: int, rows: int, host=None) -> float:
+    """The cost model's host seconds for plan (impl, fs) of a length-n transform over `rows`
+    rows (the docs' table)."""
+    host = host or HOST
+    rows = max(rows, 1)
+    inb = 4 if kind == "rfft" else 8
+    if impl == "aicpu":
+        return _aicpu_s(kind, n, rows, host)
+    if impl == "stockham":
+        return _vector_fft_s(n, rows, host, inb)
+    if impl == "six-step":
+        return _vector_fft_s(n, rows, host, inb)
+    if impl == "packed":  # rfft: FFT of n/2 + combine; irfft: pre kernel + inverse FFT of n/2
+        h = fs[0]
+        return (_vector_fft_s(h, rows, host)
+                + _kernel(rows * 10 * h, rows * 16 * (h + 1), VECTOR_FLOPS, host)
+                + COMBINE_S * rows * (h + 1) / host[0])  # fmt: skip
+    if impl == "direct":
+        if kind == "irfft":
+            m = n // 2 + 1
+            return _kernel(rows * 4 * m * n, rows * (8 * m + 4 * n) + 8 * m * n, CUBE_FLOPS, host)
+        return _cube_fft_s(fs, rows, host, inb, n // 2 + 1 if kind == "rfft" else n)
+    if impl == "four-step":
+        return _cube_fft_s(fs, rows, host, inb)
+    m = math.prod(fs)
+    chirps = 3 * _kernel(rows * 6 * m, rows * m * 16, VECTOR_FLOPS, host)
+    if impl == "bluestein-vector":
+        return chirps + 2 * _vector_fft_s(m, rows, host)
+    # bluestein on Cube transforms: two transforms of m, the chirps, an AI CPU zero pad
+    return chirps + 2 * _cube_fft_s(fs, rows, host) + AICPU_S + rows * m * 8 / GM_BYTES
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} us"
+
+
+def describe(kind: str, impl: str, fs: tuple, n: int, rows: int, ub_bytes) -> str:
+    """What plan (impl, fs) does, in words (the first part of its reason in lm.explain)."""
+    if impl == "stockham":
+        return (f"n={n} = {' x '.join(map(str, fs))}, {rows} row(s): one Vector kernel, every "
+                f"radix-4/2 stage in UB ({stockham_ub_bytes(n)} B of {ub_bytes}), "
+                f"~{5 * n * (n.bit_length() - 1)} flops per row")  # fmt: skip
+    if impl == "six-step":
+        n1, n2 = fs
+        return (f"n={n} = {n1} x {n2}, {rows} row(s): two passes of the Vector Stockham kernel "
+                f"({n2} strided columns of {n1}, times the twiddles, then {n1} of {n2}), "
+                f"~{5 * n * (n.bit_length() - 1)} flops per row")  # fmt: skip
+    if impl == "packed" and kind == "irfft":
+        sub = vector_plan(n // 2, ub_bytes)[0]
+        return (f"irfft n={n}: packed, one Vector kernel forms the half-length spectrum of "
+                f"z_m = x_2m + i x_2m+1, then its inverse {sub} FFT of h={n // 2} is the real "
+                "result")  # fmt: skip
+    if impl == "packed":
+        sub = vector_plan(n // 2, ub_bytes)[0]
+        return (f"n={n}: the rows read as n/2 complex points, their Vector {sub} FFT of "
+                f"{n // 2} and one combine kernel")  # fmt: skip
+    if impl == "bluestein-vector":
+        return (f"n={n}: Bluestein, a chirp convolution through two Vector Stockham FFTs of "
+                f"m={math.prod(fs)} (chirp and filter products on the Vector unit)")  # fmt: skip
+    if impl == "bluestein":
+        m = math.prod(fs)
+        return (f"n={n} has a prime factor > {PRIME_DIRECT_MAX}: Bluestein, a chirp convolution "
+                f"through transforms of m={m} = {' x '.join(map(str, fs))}, "
+                f"{bluestein_flops(m)} flops per row")  # fmt: skip
+    if impl == "direct" and kind == "irfft":
+        return f"irfft n={n}: one real-output DFT matmul"
+    if impl == "direct":
+        return f"n={n}: one DFT matmul, {8 * n * n} flops per row"
+    if impl == "four-step":
+        return (f"n={n} = {' x '.join(map(str, fs))}: DFT matmuls + twiddles, "
+                f"{8 * n * sum(fs)} flops per row (direct would be {8 * n * n})")  # fmt: skip
+    if factors(n) is None and not BLUESTEIN_CUBE and kind != "irfft":
+        return (f"n={n} has a prime factor > {PRIME_DIRECT_MAX}: Bluestein through Cube "
+                f"transforms of m={bluestein_size(n)} measured 1.7-3.2x slower than the AI "
+                "CPU's numpy.fft on the host (BLUESTEIN_CUBE), so the AI CPU")  # fmt: skip
+    return f"n={n}: the AI CPU's numpy.fft"
+
+
+def candidate_times(kind: str, n: int, rows: int, ub_bytes, host=None) -> dict[str, float]:
+    """label -> the cost model's seconds, for every candidate (label: impl, or impl:factors
+    when an implementation has several)."""
+    return {label(c): estimate(kind, *c, n, rows, host) for c in candidates(kind, n, ub_bytes)}
+
+
+def label(c: tuple[str, tuple]) -> str:
+    return c[0]
+
+
+def times_text(times: dict[str, float], best: str) -> str:
+    return ", ".join(f"{k} {_fmt_s(v)}{'*' if k == best else ''}" for k, v in times.items())
+
+
+def explain_choice(kind, impl, fs, n, rows, ub_bytes, origin: str, times: dict) -> str:
+    """The plan's reason for lm.explain: what it does, then where the choice came from and the
+    candidates' times (estimated by the model, or measured)."""
+    return (f"{describe(kind, impl, fs, n, rows, ub_bytes)} [chosen by {origin}: "
+            f"{times_text(times, label((impl, fs)))}]")  # fmt: skip
+
+
 def plan(kind: str, out_double: bool, n: int, empty: bool, rows: int = 1,
-         ub_bytes: int | None = None) -> tuple[str, tuple, str]:  # fmt: skip
-    """(implementation, factors, reason) for a transform of length `n` (the output length of
-    irfft, the input length of the others) over `rows` rows, on a device with `ub_bytes` of UB
-    per Vector core (None: the Vector implementation is not considered)."""
+         ub_bytes: int | None = None, host=None) -> tuple[str, tuple, str]:  # fmt: skip
+    """(implementation, factors, reason) the cost model picks for a transform of length `n`
+    (the output length of irfft, the input length of the others) over `rows` rows, on a device
+    with `ub_bytes` of UB per Vector core (None: the Vector plans are not candidates), on a
+    host of `host` = (cores, float32 lanes). FORCE[kind] wins when it is a candidate."""
+    return _plan(kind, out_double, n, empty, rows, ub_bytes, tuple(host or HOST),
+                 FORCE.get(kind))  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(kind, out_double, n, empty, rows, ub_bytes, host, forced) -> tuple[str, tuple, str]:
     if out_double:
         return "aicpu", (), "double precision stays on the AI CPU (the AI Core computes float32)"
     if empty:
         return "aicpu", (), "no elements to transform"
-    if kind == "irfft":
-        if n <= IRFFT_DIRECT_MAX:
-            return "direct", (n,), f"irfft n={n} <= {IRFFT_DIRECT_MAX}: one real-output DFT matmul"
-        sub = plan("fft", False, n // 2, False, rows, ub_bytes) if n % 2 == 0 else None
-        if sub is not None and sub[0] in ("stockham", "six-step"):
-            return (
-                "packed",
-                (n // 2,),
-                (
-                    f"irfft n={n} > {IRFFT_DIRECT_MAX}: packed, one Vector kernel forms the "
-                    f"half-length spectrum of z_m = x_2m + i x_2m+1, then its inverse "
-                    f"{sub[0]} FFT of h={n // 2} is the real result"
-                ),
-            )
-        return "aicpu", (), (f"irfft n={n} > {IRFFT_DIRECT_MAX}: no packed plan (n odd, or "
-                             "n / 2 not a power of two the Vector FFT takes)")  # fmt: skip
-    if (ub_bytes is not None and n & (n - 1) == 0 and STOCKHAM_MIN <= n <= STOCKHAM_MAX
-            and rows * n <= STOCKHAM_ELEMENTS and stockham_ub_bytes(n) <= ub_bytes):  # fmt: skip
-        rs = stockham_radices(n)
-        return (
-            "stockham",
-            rs,
-            (
-                f"n={n} = {' x '.join(map(str, rs))}, {rows} row(s) ({rows * n} <= "
-                f"{STOCKHAM_ELEMENTS} elements): one Vector kernel, every radix-4/2 stage in UB "
-                f"({stockham_ub_bytes(n)} B of {ub_bytes}), ~{5 * n * (n.bit_length() - 1)} "
-                "flops per row"
-            ),
-        )
-    if ub_bytes is not None and n & (n - 1) == 0 and n > STOCKHAM_MAX:
-        n1 = 1 << ((n.bit_length() - 1 + 1) // 2)
-        n2 = n // n1
-        if (n1 <= STOCKHAM_MAX and stockham_ub_bytes(n1) <= ub_bytes
-                and rows * n <= STOCKHAM_ELEMENTS):  # fmt: skip
-            return (
-                "six-step",
-                (n1, n2),
-                (
-                    f"n={n} = {n1} x {n2}, {rows} row(s): two passes of the Vector Stockham "
-                    f"kernel ({n2} strided columns of {n1}, times the twiddles, then {n1} of "
-                    f"{n2}), ~{5 * n * (n.bit_length() - 1)} flops per row"
-                ),
-            )
-    f = factors(n)
-    if f is None or f[-1] > BLUESTEIN_VECTOR_MIN:  # a long direct DFT (a prime factor)
-        m = 1 << (2 * n - 2).bit_length()  # the power of two >= 2n - 1
-        fits = ub_bytes is not None and m <= STOCKHAM_MAX and stockham_ub_bytes(m) <= ub_bytes
-        if fits and rows * m <= STOCKHAM_ELEMENTS:
-            what = "a prime factor" if f is None else f"a direct DFT of {f[-1]}"
-            return (
-                "bluestein-vector",
-                stockham_radices(m),
-                (
-                    f"n={n} has {what} > {BLUESTEIN_VECTOR_MIN}: Bluestein, a chirp convolution "
-                    f"through two Vector Stockham FFTs of m={m} (chirp and filter products on "
-                    "the Vector unit)"
-                ),
-            )
-    if f is None or f[-1] > DIRECT_MAX:  # Bluestein on Cube transforms, or the AI CPU
-        m = bluestein_size(n)
-        blue = bluestein_flops(m)
-    if f is None and not BLUESTEIN_CUBE:
-        return (
-            "aicpu",
-            (),
-            (
-                f"n={n} has a prime factor > {PRIME_DIRECT_MAX}: Bluestein through Cube "
-                f"transforms of m={m} measured 1.7-3.2x slower than the AI CPU's numpy.fft "
-                "on the host (BLUESTEIN_CUBE), so the AI CPU"
-            ),
-        )
-    if f is None:
-        fs = tuple(factors(m))
-        return (
-            "bluestein",
-            fs,
-            (
-                f"n={n} has a prime factor > {PRIME_DIRECT_MAX}: Bluestein, a chirp convolution "
-                f"through transforms of m={m} = {' x '.join(map(str, fs))}, {blue} flops per row"
-            ),
-        )
-    flops = 8 * n * sum(f)
-    if f[-1] > DIRECT_MAX and flops > BLUESTEIN_RATIO * blue:
-        fs = tuple(factors(m))
-        return (
-            "bluestein",
-            fs,
-            (
-                f"n={n} = {' x '.join(map(str, f))} would be {flops} flops per row (a direct "
-                f"DFT of {f[-1]}): Bluestein through m={m} = {' x '.join(map(str, fs))} is {blue}, "
-                f"under 1/{BLUESTEIN_RATIO} of it"
-            ),
-        )
-    if len(f) == 1:
-        why = (f"n={n} <= {DIRECT_MAX}" if n <= DIRECT_MAX
-               else f"n={n} has no factor <= {FACTOR_MAX}")  # fmt: skip
-        return "direct", tuple(f), f"{why}: one DFT matmul, {8 * n * n} flops per row"
-    return (
-        "four-step",
-        tuple(f),
-        (
-            f"n={n} = {' x '.join(map(str, f))}: DFT matmuls + twiddles, {flops} flops per row "
-            f"(direct would be {8 * n * n})"
-        ),
-    )
+    cands = candidates(kind, n, ub_bytes)
+    times = {label(c): estimate(kind, *c, n, rows, host) for c in cands}
+    pick = next((c for c in cands if c[0] == forced), None)
+    origin = f"FORCE[{kind!r}]" if pick is not None else "the cost model"
+    if pick is None:
+        pick = min(cands, key=lambda c: times[label(c)])
+    return (*pick, explain_choice(kind, *pick, n, rows, ub_bytes, origin, times))
+
+
+plan.cache_clear = _plan.cache_clear  # (tests shrink the structural limits)
 
 
 @functools.lru_cache(maxsize=64)
