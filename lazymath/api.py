@@ -91,6 +91,13 @@ def _unit_reason(sk) -> str:
                 "mix (Cube + Vector, AIC + AIV): a matmul whose Vector cores sum the "
                 "product's columns, tiles handed over through GM with cross-core flags"
             )
+        if getattr(sk.ir, "b_im2col", None) is not None and not getattr(sk.group, "has_prologue",
+                                                                         False):  # fmt: skip
+            return (
+                "mix (Cube + Vector, AIC + AIV): conv1d's implicit GEMM whose Vector cores run "
+                "the epilogue (bias, elementwise ops FixPipe cannot do), tiles handed over "
+                "through GM with cross-core flags"
+            )
         return ("mix (Cube + Vector): a matmul whose operand is computed by a Vector prologue "
                 "in the same kernel")  # fmt: skip
     if sk.unit == "cube":

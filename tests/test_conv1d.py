@@ -80,7 +80,7 @@ def preset(request):
 
 def test_conv1d_layouts_and_epilogue(backend, preset, check, data):
     """Strided/flipped/transposed inputs, and relu(conv1d(x, w, b)) * s (one Cube kernel on the
-    910; on the 910B the split Cube core has no UB and the epilogue is a Vector kernel)."""
+    910; on the 910B one MIX kernel: the AIVs run the epilogue the split Cube core cannot)."""
     w = data.rand((3, 4, 3), "float32", -1, 1)
     b = data.rand((3,), "float32", -1, 1)
     outs = []
@@ -131,6 +131,66 @@ def test_conv1d_is_one_cube_kernel_with_its_epilogue():
                   dilation=2)  # fmt: skip
     (k,) = lm.schedule(g).kernels
     assert k.unit == "aicpu" and k.flops == 4 * 8 * 60 * 2 * 8 * 3
+
+
+def test_conv1d_epilogue_on_910b_is_one_mix_kernel():
+    """ascend910b has no L0C -> UB path: relu(conv1d(x, w, b)) * s is ONE MIX kernel (AIC +
+    AIV): FixPipe writes each L0C tile to a GM workspace slot, cross-core flags hand it to the
+    Vector cores, which add the bias, apply relu and the scale and write the result (counted
+    and compiled, not run). A relu-only epilogue stays on FixPipe (a Cube kernel)."""
+    from lazymath.backend import compile_kernel, isa
+
+    x = lm.tensor(np.ones((4, 16, 64), np.float32))
+    w = lm.tensor(np.ones((8, 16, 5), np.float32))
+    b = lm.tensor(np.ones(8, np.float32))
+    y = lm.relu(lm.conv1d(x, w, b, padding="same")) * 2.0
+    (k,) = lm.schedule(y, spec="ascend910b").kernels
+    assert k.unit == "mix" and {"im2col", "matmul", "add", "relu", "mul"} <= set(k.ops), k
+    text = str(lm.explain(y, spec="ascend910b"))
+    assert "AIC + AIV" in text and "implicit GEMM" in text, text
+    assert "Cube core has no UB" not in text, text  # no refusal: nothing left for a Vector kernel
+    ck = compile_kernel(k.group.ir, "ascend910b", backend="interp")
+    prog = ck.program
+    assert prog.unit == "mix" and prog.workspace > 0
+    kinds = {type(i) for i in prog.instructions()}
+    assert {isa.CrossCoreSetFlag, isa.CrossCoreWaitFlag} <= kinds
+    assert "fixpipe_l0c_to_gm" in ck.isa_text and ck.cost.pipes["Vector"] > 0
+    assert not ck.cost.unknown
+    (k,) = lm.schedule(lm.relu(lm.conv1d(x, w, padding=2)), spec="ascend910b").kernels
+    assert k.unit == "cube", k  # relu rides on FixPipe
+    (k,) = lm.schedule(y, spec="ascend910").kernels
+    assert k.unit == "cube", k  # the coupled 910: L0C -> UB in the Cube kernel itself
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_conv1d_epilogue_values_on_910b(backend, check, data, dtype):
+    """The MIX kernel's values against torch on awkward shapes (odd lengths, K > L, L = 1,
+    grouped + dilated, strided, an empty batch, primes), bias + relu * s, both backends."""
+    cases = [CASES[i] for i in (0, 2, 6, 9, 10, 11, 12, 13)]
+    if backend == "llvm":
+        cases = [CASES[i] for i in ((0, 12, 13) if dtype == "float32" else (2,))]
+    lm.init_device(0, spec="ascend910b")
+    try:
+        outs = []
+        for xs, ws, kw, with_bias in cases:
+            x, w = data.rand(xs, dtype, -1, 1), data.rand(ws, dtype, -1, 1)
+            b = data.rand((ws[0],), dtype, -1, 1) if with_bias else None
+            bt = None if b is None else lm.tensor(b)  # (no name for the conv: a held one is an
+            got = lm.relu(lm.conv1d(lm.tensor(x), lm.tensor(w), bt, **kw)) * 1.5 - 0.25  # output)
+            f32 = [None if a is None else a.astype(np.float32) for a in (x, w, b)]
+            want = (np.maximum(_torch(*f32, kw), 0) * 1.5 - 0.25).astype(dtype)
+            if xs[0] and len(xs) == 3:
+                ks = lm.schedule(got).kernels
+                assert [k.unit for k in ks] == ["mix"], (xs, ws, kw)
+            outs.append((f"{dtype} x{xs} w{ws} {kw} bias={with_bias}", got, want))
+        lm.realize(*[o for _, o, _ in outs])
+        for label, got, want in outs:
+            try:
+                check(got, want, **_tol(dtype))
+            except AssertionError as e:
+                raise AssertionError(f"{label}: {e}") from None
+    finally:
+        lm.init_device(0, spec="ascend910")
 
 
 def test_conv1d_prologue_values(backend, preset, check, data):

@@ -10,6 +10,7 @@ from ..graph.node import Node
 from ..graph.ops import ELEMENTWISE, VIEWS
 from .grouping import plan
 from .memory import plan_memory
+from .rules import FIXPIPE_OPS
 from .schedule import Schedule, ScheduledKernel, kernel_cost_class, ridge_point
 
 __all__ = ["Schedule", "ScheduledKernel", "make_schedule"]
@@ -22,7 +23,12 @@ def _unit(g, spec=None) -> str:
         return g.ir.unit
     if g.kind == "matmul":  # column sums on a split device: the AIVs fold the tiles (MIX)
         split_cols = bool(g.col_sums) and spec is not None and not spec.coupled
-        return "mix" if g.has_prologue or split_cols else "cube"
+        # (conv1d's implicit GEMM on a split device: the AIVs run an epilogue beyond FixPipe's)
+        split_epi = (spec is not None and not spec.coupled and g.ir is not None
+                     and getattr(g.ir, "b_im2col", None) is not None
+                     and any(n.op in ELEMENTWISE and n.op not in FIXPIPE_OPS
+                             for n in g.member_nodes))  # fmt: skip
+        return "mix" if g.has_prologue or split_cols or split_epi else "cube"
     return "vector"
 
 

@@ -346,8 +346,8 @@ class Planner:
     def _fixpipe_chains(self, M: set[int]) -> None:
         """910B: a Cube kernel keeps only FixPipe-capable epilogue ops (relu, cast)."""
         for n in self.pending:
-            if n.op != "matmul" or self.aicpu[id(n)]:
-                continue
+            if n.op != "matmul" or self.aicpu[id(n)] or im2col_matmul(n):
+                continue  # (conv1d's implicit GEMM: a MIX kernel runs its epilogue on the AIVs)
             c = n
             while True:
                 cons = self.consumers[id(c)]
@@ -612,7 +612,7 @@ class Planner:
                         )
                     )
                     continue
-                if host.kind == "matmul" and not self.spec.coupled:
+                if host.kind == "matmul" and not self.spec.coupled and not im2col_matmul(core):
                     bad = {n.op for n in self._members_sorted(g) if n.op in ELEMENTWISE} - \
                         rules.FIXPIPE_OPS  # fmt: skip
                     if bad:
@@ -1021,6 +1021,17 @@ def _reshapes(e: Node, core: Node) -> bool:
         if n.op in ELEMENTWISE or n.op == "reshape":
             stack.extend(n.srcs)
     return False
+
+
+def im2col_matmul(n: Node) -> bool:
+    """`n` is conv1d's implicit GEMM: a matmul whose B operand is (a view of) an im2col. On the
+    split 910B its epilogue runs on the AIVs of a MIX kernel (the Cube core has no UB)."""
+    if n.op != "matmul":
+        return False
+    b = n.srcs[1]
+    while b.op in VIEW_OPS and b.realized is None:
+        b = b.srcs[0]
+    return b.op == "im2col" and b.realized is None
 
 
 def _dense_leaf(s: Node) -> Node | None:

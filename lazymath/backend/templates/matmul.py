@@ -149,7 +149,8 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
     b_staged = k.b_prologue is not None and not k.b_im2col  # (im2col: applied in its packing)
     staged = spec.coupled and (k.a_prologue is not None or b_staged)
     ub = spec.ub_bytes // 2 if staged else spec.ub_bytes  # prologue staging takes the other half
-    if (spec.coupled or k.col_sums) and not simple:  # split 910B + column sums: a MIX kernel
+    # split 910B + column sums, or conv1d's implicit GEMM with an epilogue: a MIX kernel
+    if (spec.coupled or k.col_sums or k.b_im2col) and not simple:
         epi_rows = _epi_rows(k, spec, tm, tn, ub)
     if staged:  # each staged operand gets half of the prologue's half of UB
         share = ub // (int(k.a_prologue is not None) + int(b_staged))
@@ -307,7 +308,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     A, B = args[0], args[1]
     EPI, OUT = args[2 : 2 + n_epi], args[2 + n_epi : 2 + n_epi + n_out]
     CS = args[2 + n_epi + n_out :]
-    mix = not spec.coupled and t.epi_rows > 0  # AIC + AIV (column sums on the split 910B)
+    mix = not spec.coupled and t.epi_rows > 0  # AIC + AIV (split 910B: column sums, conv1d)
     for j, (v, r) in enumerate(zip(k.outputs, k.results)):
         if v.dtype != k.epilogue[r].dtype:
             raise ValueError(f"output {j} is {v.dtype} but its expression is {k.epilogue[r].dtype}")
