@@ -113,13 +113,18 @@ def factors(n: int) -> list[int] | None:
 # rates per host core scaled by the host target's float32 vector lanes (`host` = (cores,
 # lanes)). The constants were calibrated against candidate times measured on the host with
 # LAZYMATH_AUTOTUNE (docs/fft_conv.md, the issue 14 note, session 6).
+CALL_S = 35e-6  # every plan: building the graph, planning, the realize (the same for all)
 LAUNCH_S = 15e-6  # one AI Core kernel: launch and the realize walk's share
-AICPU_S = 200e-6  # an AI CPU kernel: the program leaves the native replay path, a result copy
-VECTOR_FLOPS = 1.0e9  # per core and float32 lane: the Vector FFT's stages (gathers, butterflies)
-CUBE_FLOPS = 3.0e9  # per core and float32 lane: the host GEMM on DFT shapes (K <= 2 x 128)
-AICPU_FLOPS = 4.0e9  # numpy.fft (pocketfft) on one core, 5 n log2 n flops per row
+AICPU_S = 45e-6  # an AI CPU kernel: the program leaves the native replay path, a result copy
+VECTOR_FLOPS = 0.8e9  # per core and float32 lane: the Vector FFT's stages (gathers, butterflies)
+CUBE_FLOPS = 2.5e9  # per core and float32 lane: the host GEMM on DFT shapes (K <= 2 x 128)
+AICPU_FLOPS = 3.0e9  # numpy.fft (pocketfft) on one core, 5 n log2 n flops per row (half: rfft)
 GM_BYTES = 10.0e9  # per core: a kernel's GM reads and writes
 COMBINE_S = 1.5e-9  # per output pair of the rfft combine / irfft pre kernels (a reversed read)
+# a six-step pass over strided columns (tiles, gathers, a transpose per tile): its flops count
+# STRIDED times, and it has a fixed cost per pass
+STRIDED = 2.5
+SIXSTEP_PASS_S = 50e-6
 HOST = (2, 16)  # (cores, float32 lanes) when the caller gives no host target
 # tests and users may force a plan per kind ({"fft": "six-step"}); used when it is a candidate
 FORCE: dict = {}
@@ -193,9 +198,10 @@ def _vector_fft_s(n: int, rows: int, host, in_bytes: int = 8) -> float:
         return _kernel(rows * _fft_flops(n), rows * n * (in_bytes + 8), VECTOR_FLOPS, host)
     n1 = 1 << ((n.bit_length() - 1 + 1) // 2)
     n2 = n // n1
-    first = _kernel(rows * (n2 * _fft_flops(n1) + 6 * n), rows * n * (in_bytes + 8),
+    first = _kernel(STRIDED * rows * (n2 * _fft_flops(n1) + 6 * n), rows * n * (in_bytes + 8),
                     VECTOR_FLOPS, host)  # fmt: skip
-    return first + _kernel(rows * n1 * _fft_flops(n2), rows * n * 16, VECTOR_FLOPS, host)
+    second = _kernel(STRIDED * rows * n1 * _fft_flops(n2), rows * n * 16, VECTOR_FLOPS, host)
+    return first + second + 2 * SIXSTEP_PASS_S
 
 
 def _cube_fft_s(fs: tuple, rows: int, host, in_bytes: int = 8, m: int | None = None) -> float:
@@ -220,14 +226,18 @@ def _cube_fft_s(fs: tuple, rows: int, host, in_bytes: int = 8, m: int | None = N
 
 def _aicpu_s(kind: str, n: int, rows: int, host) -> float:
     slow = 2.5 if _largest_prime(n) > 32 else 1.0  # pocketfft: Bluestein past large primes
-    return AICPU_S + rows * _fft_flops(n) * slow / AICPU_FLOPS + rows * n * 16 / GM_BYTES
+    real = 0.5 if kind in ("rfft", "irfft") else 1.0  # numpy's real transforms: half the work
+    return (AICPU_S + rows * _fft_flops(n) * slow * real / AICPU_FLOPS
+            + rows * n * 16 * real / GM_BYTES)  # fmt: skip
 
 
 def estimate(kind: str, impl: str, fs: tuple, n: int, rows: int, host=None) -> float:
     """The cost model's host seconds for plan (impl, fs) of a length-n transform over `rows`
     rows (the docs' table)."""
-    host = host or HOST
-    rows = max(rows, 1)
+    return CALL_S + _estimate(kind, impl, fs, n, max(rows, 1), host or HOST)
+
+
+def _estimate(kind: str, impl: str, fs: tuple, n: int, rows: int, host) -> float:
     inb = 4 if kind == "rfft" else 8
     if impl == "aicpu":
         return _aicpu_s(kind, n, rows, host)
