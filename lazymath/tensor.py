@@ -2661,15 +2661,17 @@ def _fft_abs(x: Tensor) -> Tensor | None:
     if s.op != "custom" or s.realized is not None or s.arg[0] != custom.BUILTIN.get("fft_stockham"):
         return None
     p = dict(s.arg[1])
-    if p.get("lay") is not None or p.get("mode") not in (None, "rpost"):
+    if p.get("lay") is not None or p.get("mode") not in (None, "rpost", "rfused"):
         return None
-    mode = "rpost_abs" if p.get("mode") == "rpost" else "abs"  # (a packed rfft's combine)
+    # (a packed rfft's combine, separate or inside the Stockham kernel, writes the magnitudes)
+    mode = {"rpost": "rpost_abs", "rfused": "rfused_abs"}.get(p.get("mode"), "abs")
     params = tuple(sorted({**p, "mode": mode}.items()))
     node = gn.make("custom", dt.float32, s.shape[:-1], s.srcs, (s.arg[0], params))
     return reshape(_wrap(node, [x]), x.shape)
 
 
 _RFFT_PACKED = True  # rfft above STOCKHAM_MAX: a half-length complex FFT + one combine kernel
+_RFFT_FUSED = True  # ... the combine inside the Stockham kernel when n / 2 is a Stockham length
 
 
 def _rfft_packed(p: Tensor, n: int, scale: float) -> Tensor:
@@ -2682,6 +2684,20 @@ def _rfft_packed(p: Tensor, n: int, scale: float) -> Tensor:
     b = math.prod(p.shape[:-1])
     z = reshape(p, (b, h, 2))
     impl, fs = dft.vector_plan(h, p._device.spec.ub_bytes)
+    if impl == "stockham" and _RFFT_FUSED:  # one kernel: the combine on the UB-resident Z
+        from . import engine  # noqa: F401  (the driver registers the built-in kernels)
+
+        tables = (
+            _fft_table(p, dft.stockham_tables, h, -1, 0),
+            _fft_table(p, dft.stockham_tables, h, -1, 1),
+            _fft_table(p, dft.rfft_twiddles, n),
+            _fft_table(p, dft.reverse_index, h),
+        )
+        params = (("length", h + 1), ("mode", "rfused"), ("n", h), ("real", False),
+                  ("scale", float(scale)), ("sign", -1))  # fmt: skip
+        node = gn.make("custom", dt.float32, (b, h + 1, 2), (z._node, *(t._node for t in tables)),
+                       (custom.BUILTIN["fft_stockham"], params))  # fmt: skip
+        return _wrap(node, [p])
     if impl == "stockham":
         zf = _stockham_rows(z, h, -1, 1.0, False, h)
     else:
@@ -2779,7 +2795,7 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
     # a realized input keeps its transform graph (every node of it is interned: the same
     # structure), so a repeated call costs dictionary lookups instead of building ~30 nodes
     memo = _fft_memo.get(x._node) if x._node.realized is not None else None
-    key = (kind, nin, ax, norm, fs, x._device, packed)
+    key = (kind, nin, ax, norm, fs, x._device, packed, packed and _RFFT_FUSED)
     out = None if memo is None else memo.get(key)
     if out is None:
         scale = dft.norm_scale(norm, nin, inverse)

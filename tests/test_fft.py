@@ -378,7 +378,7 @@ def test_fft_stockham_plan_and_explain():
     ub = 256 * 1024
     assert dft.plan("fft", False, 4096, False, 1, ub)[:2] == ("stockham", (4, 4, 4, 4, 4, 4))
     assert dft.plan("rfft", False, 2048, False, 1024, ub)[:2] == ("packed", (1024,))
-    assert dft.plan("rfft", False, 256, False, 1, ub)[:2] == ("stockham", (4, 4, 4, 4))
+    assert dft.plan("rfft", False, 4096, False, 1024, ub)[:2] == ("packed", (2048,))
     assert dft.plan("fft", False, 4096, False, 1, 64 * 1024)[0] == "four-step"  # UB too small
     assert dft.plan("fft", False, 8192, False, 1, ub)[:2] == ("six-step", (128, 64))
     assert dft.plan("rfft", False, 1 << 20, False, 1, ub)[:2] == ("packed", (1 << 19,))
@@ -507,29 +507,41 @@ def test_irfft_packed_values(backend, preset, check, data, monkeypatch, dtype):
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 def test_rfft_packed_stockham_values(backend, preset, check, data, monkeypatch, dtype):
-    """rfft of Stockham lengths, packed (dft.FORCE): the rows read as n/2
-    complex points, a Stockham FFT and one combine kernel (two Vector kernels, the reason in
-    lm.explain); abs(rfft(x)) stays two kernels (the combine writes the magnitudes), rfft(x *
-    window) stays one (not packed); norms, axis 0."""
+    """rfft of Stockham lengths, packed (dft.FORCE): the rows read as n/2 complex points, their
+    Stockham FFT and the combine of Z[k] and Z[n/2 - k] in the SAME Vector kernel (mode
+    "rfused": Z stays in UB, B gathered from it; the reason in lm.explain), or, with
+    tensor._RFFT_FUSED off, a separate combine kernel (two kernels); abs(rfft(x)) is the
+    combine writing magnitudes (1 / 2 kernels), rfft(x * window) stays one unpacked kernel;
+    norms, axis 0, both forms."""
+    import sys
+
     from lazymath.graph import dft
 
+    T = sys.modules["lazymath.tensor"]
     monkeypatch.setattr(dft, "FORCE", {"rfft": "packed"})
     dft.plan.cache_clear()
     x = lm.tensor(np.ones((3, 32), np.float32))
-    assert [k.unit for k in lm.schedule(lm.fft.rfft(x)).kernels] == ["vector"] * 2
     text = str(lm.explain(lm.fft.rfft(x)))
     assert "packed: n=32: the rows read as n/2 complex points" in text, text
     assert "[chosen by FORCE['rfft']: stockham " in text, text
-    assert [k.ops for k in lm.schedule(lm.abs(lm.fft.rfft(x))).kernels] == [["fft_stockham"]] * 2
     w = np.hanning(32).astype(np.float32)
     assert len(lm.schedule(lm.fft.rfft(x * w)).kernels) == 1
-    specs = [("rfft", 32, None, None, -1), ("rfft", 16, None, "ortho", 0),
-             ("rfft", 64, None, "forward", -1)]  # fmt: skip
-    if backend == "llvm":
-        specs = specs[:1]
-    cases = _spec_cases(specs, dtype, data, rows=3)
-    a = data.rand((3, 32), dtype, -1, 1)
-    cases.append(("abs(rfft)", lm.abs(lm.fft.rfft(lm.tensor(a))), np.abs(np.fft.rfft(a)), 32))
+    cases = []
+    for fused, kernels in ((True, 1), (False, 2)):
+        monkeypatch.setattr(T, "_RFFT_FUSED", fused)
+        ks = lm.schedule(lm.fft.rfft(x)).kernels
+        assert [k.unit for k in ks] == ["vector"] * kernels, ks
+        assert ("rfused" in str(ks[0].ir)) == fused, ks[0].ir
+        ks = lm.schedule(lm.abs(lm.fft.rfft(x))).kernels
+        assert [k.ops for k in ks] == [["fft_stockham"]] * kernels, ks
+        specs = [("rfft", 32, None, None, -1), ("rfft", 16, None, "ortho", 0),
+                 ("rfft", 64, None, "forward", -1), ("rfft", 8, None, None, -1)]  # fmt: skip
+        if backend == "llvm":
+            specs = specs[:1]
+        cases += _spec_cases(specs, dtype, data, rows=3)
+        a = data.rand((3, 32), dtype, -1, 1)
+        cases.append((f"abs(rfft) fused={fused}", lm.abs(lm.fft.rfft(lm.tensor(a))),
+                      np.abs(np.fft.rfft(a)), 32))  # fmt: skip
     _run(check, cases)
     dft.plan.cache_clear()
 

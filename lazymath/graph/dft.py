@@ -19,7 +19,9 @@ end is one memcpy. Implementations:
   six-step   powers of two above STOCKHAM_MAX: two passes of the Vector Stockham kernel over
              strided columns (n1 columns of n2, times the twiddles, then n2 of n1).
   packed     rfft of n even with n/2 a Stockham/six-step length: the real rows read as n/2
-             complex points, their Vector FFT and one combine kernel (tensor._rfft_packed);
+             complex points, their Vector FFT and the combine of Z[k] and Z[n/2 - k] (inside
+             the Stockham kernel, on Z in UB; after a six-step FFT its own kernel;
+             tensor._rfft_packed);
              irfft of such n: a Vector kernel (templates/fft.py mode "ipre") forms
              Z = (A + conj B) + i w^-k (A - conj B), A = X[k], B = X[h - k], and the inverse
              Vector FFT of Z is z_m = x_2m + i x_2m+1, the real result in C order.
@@ -247,9 +249,11 @@ def _estimate(kind: str, impl: str, fs: tuple, n: int, rows: int, host) -> float
         return _vector_fft_s(n, rows, host, inb)
     if impl == "packed":  # rfft: FFT of n/2 + combine; irfft: pre kernel + inverse FFT of n/2
         h = fs[0]
-        return (_vector_fft_s(h, rows, host)
-                + _kernel(rows * 10 * h, rows * 16 * (h + 1), VECTOR_FLOPS, host)
-                + COMBINE_S * rows * (h + 1) / host[0])  # fmt: skip
+        combine = COMBINE_S * rows * (h + 1) / host[0]
+        if kind == "rfft" and h <= STOCKHAM_MAX:  # the combine inside the Stockham kernel
+            return _vector_fft_s(h, rows, host) + combine
+        return (_vector_fft_s(h, rows, host) + combine
+                + _kernel(rows * 10 * h, rows * 16 * (h + 1), VECTOR_FLOPS, host))  # fmt: skip
     if impl == "direct":
         if kind == "irfft":
             m = n // 2 + 1
@@ -603,6 +607,15 @@ def tile_tables(cols: int, n: int, real: bool, which: int) -> np.ndarray:
         k, c, e = np.meshgrid(np.arange(n), np.arange(cols), np.arange(2), indexing="ij")
         a = ((e * cols + c) * n + k).reshape(-1)
     a = np.ascontiguousarray(a, dtype=np.int32)
+    a.flags.writeable = False
+    return a
+
+
+@functools.lru_cache(maxsize=16)
+def reverse_index(h: int) -> np.ndarray:
+    """int32 (h + 1,): (h - k) mod h for k = 0 .. h, the B = Z[(h - k) mod h] gather of the
+    packed rfft's combine inside the Stockham kernel (templates/fft.py mode "rfused")."""
+    a = np.ascontiguousarray((h - np.arange(h + 1)) % h, dtype=np.int32)
     a.flags.writeable = False
     return a
 

@@ -51,6 +51,9 @@ def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None, cols=1,
         return _rpost(k, x, tw, out, n, scale, length, mode == "rpost_abs")
     if mode == "ipre":
         return _ipre(k, x, tw, out, n, real)
+    if mode in ("rfused", "rfused_abs"):
+        return _rfused(k, x, tw, ix, *rest, n=n, sign=sign, scale=scale,
+                       magnitude=mode == "rfused_abs")  # fmt: skip
     extras = list(rest[:-1])
     win = extras.pop() if window else None
     pt = extras[0] if len(extras) in (1, 3) else None
@@ -161,6 +164,55 @@ def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None, cols=1,
             k.copy_out(out[2 * obase], tout, (length, 2 * cols), (2 * eso, 1))
 
 
+def _rfused(k, x, tw, ix, rtw, rix, out, n, sign, scale, magnitude) -> None:
+    """rfft of real rows of 2n in ONE kernel (mode "rfused"): per row, the Stockham FFT of the
+    row read as n complex points z_m = x_2m + i x_2m+1 (x (rows, n, 2) pairs), its result Z
+    kept in UB (the plane pair the last stage does not read), then the combine of mode "rpost"
+    on chip: X_k = (A + conj B) / 2 + w^k (A - conj B) / 2i, A = Z[k mod n], B = Z[(n - k) mod
+    n] gathered from UB (`rix`, int32 (n + 1,): (n - k) mod n), w^k from `rtw` ((n + 1, 2)),
+    times `scale`. out (rows, n + 1, 2) pairs, or (rows, n + 1) |X_k| (mode "rfused_abs")."""
+    rows = x.shape[0]
+    stages = dft.stockham_stages(n)
+    planes = [(k.ub("float32", n, "are"), k.ub("float32", n, "aim")),
+              (k.ub("float32", n, "bre"), k.ub("float32", n, "bim"))]  # fmt: skip
+    q4 = max(n // 4, 1)
+    t = {f"g{j}{c}": k.ub("float32", q4, f"g{j}{c}") for j in range(4) for c in "ri"}
+    t.update({f"b{j}{c}": k.ub("float32", q4, f"b{j}{c}") for j in range(4) for c in "ri"})
+    t.update({f"w{j}{c}": k.ub("float32", q4, f"w{j}{c}") for j in range(1, 4) for c in "ri"})
+    t["p"] = k.ub("float32", q4, "p")
+    t["idx"] = k.ub("int32", q4, "idx")
+    if stages and stages[0][0] == 2:
+        t.update({f"h{j}{c}": k.ub("float32", n // 2, f"h{j}{c}") for j in range(2) for c in "ri"})
+    ctx = (k, stages, planes, t, tw, ix, sign, 1.0, n, n, False)
+    zr, zi = planes[(len(stages) - 1) % 2]  # the pair the last stage does not read
+    f = {"ar": t["g0r"], "ai": t["g0i"], "br": t["g1r"], "bi": t["g1i"], "wr": t["g2r"],
+         "wi": t["g2i"], "er": t["g3r"], "ei": t["g3i"], "p": t["p"]}  # fmt: skip
+    start, stop = k.block_range(rows)
+    with k.loop(start, stop) as row:
+        xi, oi = row * 2 * n, row * (1 if magnitude else 2) * (n + 1)
+
+        def read(j, dst, cnt, s, xi=xi):
+            k.copy_in(dst[0], x[xi + 2 * s * j], cnt, 2)
+            k.copy_in(dst[1], x[xi + 2 * s * j + 1], cnt, 2)
+
+        def write(g, q):  # Z into the free plane pair
+            for jp in range(len(g)):
+                k.vcopy(zr[jp * q], g[jp][0], q)
+                k.vcopy(zi[jp * q], g[jp][1], q)
+
+        _row(ctx, read, write, None)
+        for lo, m in [(c * q4, q4) for c in range(n // q4)] + [(n, 1)]:
+            a = lo % n
+            k.vcopy(f["ar"], zr[a], m)
+            k.vcopy(f["ai"], zi[a], m)
+            k.copy_in(t["idx"], rix[lo], m)
+            k.vgather(f["br"], zr[0], t["idx"], m)
+            k.vgather(f["bi"], zi[0], t["idx"], m)
+            k.copy_in(f["wr"], rtw[2 * lo], m, 2)
+            k.copy_in(f["wi"], rtw[2 * lo + 1], m, 2)
+            _combine(k, f, out, oi, lo, m, scale, magnitude)
+
+
 def _rpost(k, z, tw, out, n, scale, length, magnitude=False) -> None:
     """rfft of real rows of n = 2h through the FFT Z of the rows read as h complex points
     z_m = x_2m + i x_2m+1 (mode "rpost", the second kernel): for k = 0 .. h, with A = Z[k mod h]
@@ -195,6 +247,11 @@ def _rpost_span(k, f, z, tw, out, zi, oi, lo, alo, blo, m, bs, scale, magnitude)
     k.copy_in(f["bi"], z[zi + b0 + 1], m, bs)
     k.copy_in(f["wr"], tw[2 * lo], m, 2)
     k.copy_in(f["wi"], tw[2 * lo + 1], m, 2)
+    _combine(k, f, out, oi, lo, m, scale, magnitude)
+
+
+def _combine(k, f, out, oi, lo, m, scale, magnitude) -> None:
+    """X_k for k in [lo, lo + m) from A (ar, ai), B (br, bi) and w^k (wr, wi) in UB."""
     # E = (A + conj B) / 2, O = (A - conj B) / 2i: Er, Ei, Or, Oi
     k.vadd(f["er"], f["ar"], f["br"], m)
     k.vsub(f["ei"], f["ai"], f["bi"], m)
@@ -407,13 +464,16 @@ class VectorFFT:
             return rows * (12 + 4 * (p["mode"] == "rpost_abs")) * (n // 2 + 1)
         if p.get("mode") == "ipre":
             return rows * 12 * (n // 2)
+        fused = 0
+        if p.get("mode") in ("rfused", "rfused_abs"):  # the combine after the FFT of n
+            fused = rows * (12 + 4 * (p["mode"] == "rfused_abs")) * (n + 1)
         flops = 0
         for i, (r, _s, _tw, _ix, q) in enumerate(dft.stockham_stages(n)):
             per = (4 if r == 2 else 16) + (0 if i == 0 else 6 * (r - 1))
             flops += per * q
-        if p["scale"] != 1.0:
+        if p["scale"] != 1.0 and not fused:
             flops += 2 * n
-        return rows * flops
+        return rows * flops + fused
 
     def evaluate(self, srcs, arg, dtype, shape) -> np.ndarray:
         p = dict(arg[1])
@@ -427,6 +487,12 @@ class VectorFFT:
             w = np.exp(-2j * np.pi * kk / n)
             f = ((a + b) / 2 + w * (a - b) / 2j) * p["scale"]
             if p["mode"] == "rpost_abs":
+                return np.abs(f).astype(dtype).reshape(shape)
+            return np.stack([f.real, f.imag], -1).astype(dtype).reshape(shape)
+        if p.get("mode") in ("rfused", "rfused_abs"):  # rfft of the rows' 2n reals
+            xx = np.asarray(srcs[0], np.float64).reshape(np.asarray(srcs[0]).shape[0], -1)
+            f = np.fft.rfft(xx, axis=-1) * p["scale"]
+            if p["mode"] == "rfused_abs":
                 return np.abs(f).astype(dtype).reshape(shape)
             return np.stack([f.real, f.imag], -1).astype(dtype).reshape(shape)
         if p.get("mode") == "ipre":
