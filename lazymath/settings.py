@@ -262,9 +262,11 @@ TARGET_CPU = Setting(
 AUTOTUNE = Setting(
     "LAZYMATH_AUTOTUNE", "bool", False,
     "`1` times the host GEMM candidates (microkernel shape, K panel) on the first compile of "
-    "each matmul signature and keeps the fastest, recorded in the disk cache per host target so "
-    "later processes reuse it without timing (`lm.precompile(fn, *x, autotune=True)` does it for "
-    "one function); otherwise a model picks. `lm.explain` shows the plan and its origin",
+    "each matmul signature, and the FFT plans (Vector Stockham, Cube four-step, AI CPU, ...) on "
+    "the first transform of each signature, and keeps the fastest, recorded in the disk cache "
+    "per host target so later processes reuse it without timing (`lm.precompile(fn, *x, "
+    "autotune=True)` does it for one function); otherwise a model picks. `lm.explain` shows the "
+    "plan and its origin",
 )  # fmt: skip
 SCALAR_ARGS = Setting(
     "LAZYMATH_SCALAR_ARGS", "bool", False,
