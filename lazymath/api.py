@@ -86,10 +86,16 @@ def _unit_reason(sk) -> str:
                 return f"{sk.unit}: {why}"
         return f"{sk.unit}: a user kernel (lm.kernel) written for this unit"
     if sk.unit == "mix":
-        if getattr(sk.group, "col_sums", None):  # only the split 910B makes these MIX
+        g = sk.group
+        cols, rows = getattr(g, "col_sums", None), getattr(g, "row_reds", None)
+        if cols or rows:  # only the split 910B makes these MIX
+            what = " and ".join(
+                w for w, on in (("sum the product's columns", cols),
+                                ("reduce the product's rows", rows)) if on
+            )  # fmt: skip
             return (
-                "mix (Cube + Vector, AIC + AIV): a matmul whose Vector cores sum the "
-                "product's columns, tiles handed over through GM with cross-core flags"
+                f"mix (Cube + Vector, AIC + AIV): a matmul whose Vector cores {what}, "
+                "tiles handed over through GM with cross-core flags"
             )
         if getattr(sk.ir, "b_im2col", None) is not None and not getattr(sk.group, "has_prologue",
                                                                          False):  # fmt: skip

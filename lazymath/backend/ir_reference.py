@@ -152,6 +152,11 @@ def run(ir, arrays: list[np.ndarray]) -> None:
         for out, r, v in zip(arrays[2 + n_epi + n_out :], ir.col_sums, ir.col_sum_outputs):
             s = np.broadcast_to(vals[r], shape).astype(np.float32).sum(axis=-2)
             out.reshape(-1)[: int(np.prod(v.shape))] = s.astype(v.dtype).reshape(-1)
+        rest = arrays[2 + n_epi + n_out + len(ir.col_sums) :]
+        for out, (op, r), v in zip(rest, ir.row_reds, ir.row_red_outputs):
+            x = np.broadcast_to(vals[r], shape).astype(np.float32)
+            s = {"sum": np.sum, "max": np.max, "min": np.min}[op](x, axis=-1)
+            out.reshape(-1)[: int(np.prod(v.shape))] = s.astype(v.dtype).reshape(-1)
         return
     if isinstance(ir, CustomKernel):  # the author's numpy reference (or the interpreter)
         from ..graph.custom import get

@@ -138,6 +138,9 @@ class MatmulKernel:
     `col_sums[j]` is an epilogue value summed over m (float32 accumulation) and written to
     `col_sum_outputs[j]` (a view over batch + (n,)): a column sum of the product computed along
     the output tiles instead of a second pass over the written product.
+    `row_reds[j]` = (op, value): an epilogue value reduced over n (op sum / max / min, float32
+    accumulation) and written to `row_red_outputs[j]` (a view over batch + (m,)): each output
+    tile reduces its rows over its columns, the N panels' partials are combined in GM.
     """
 
     batch: tuple[int, ...]
@@ -156,6 +159,8 @@ class MatmulKernel:
     kind: str = "matmul"
     col_sums: tuple[int, ...] = ()
     col_sum_outputs: tuple[ArgView, ...] = ()
+    row_reds: tuple[tuple[str, int], ...] = ()
+    row_red_outputs: tuple[ArgView, ...] = ()
     # implicit GEMM (conv1d): (K, stride, dilation, pad_left) when `b` is the conv input x seen
     # over batch + (C/groups, L) and B'[.., c*K + j, l] = x[.., c, l*stride + j*dilation -
     # pad_left] (0 outside x): the GM -> L1 packing builds the windows (backend/im2col.py)
@@ -275,4 +280,4 @@ def kernel_args(k: KernelIR) -> tuple[ArgView, ...]:
         return (*k.inputs, *k.epi_inputs, *k.outputs)
     if isinstance(k, (RowKernel, CustomKernel, AicpuKernel)):
         return (*k.inputs, *k.outputs)
-    return (k.a, k.b, *k.epi_inputs, *k.outputs, *k.col_sum_outputs)
+    return (k.a, k.b, *k.epi_inputs, *k.outputs, *k.col_sum_outputs, *k.row_red_outputs)

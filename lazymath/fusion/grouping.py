@@ -96,6 +96,7 @@ class Group:
     members: set[int]
     epi_roots: list[Node] = field(default_factory=list)
     col_sums: list[Node] = field(default_factory=list)  # matmul: sums over m in the epilogue
+    row_reds: list[Node] = field(default_factory=list)  # matmul: sum/max/min over n, likewise
     ir: object = None
     inputs: list[Node] = field(default_factory=list)  # boundary nodes read, in argument order
     outputs: list[Node] = field(default_factory=list)  # nodes written, in argument order
@@ -660,7 +661,9 @@ class Planner:
         """A sum over m of a matmul's product (or of its epilogue) joins the matmul kernel
         (`rules.MATMUL_COL_SUM`): the vector unit adds each output tile's rows into a column
         accumulator in UB (the coupled 910's own, the AIVs' of a MIX kernel on the split
-        910B), so the product is not read back from GM by a second kernel."""
+        910B), so the product is not read back from GM by a second kernel. Likewise a sum / max
+        / min over n (`rules.MATMUL_ROW_REDUCE`): each output tile reduces its rows, the N
+        panels' partials meet in a GM workspace."""
         if not rules.MATMUL_COL_SUM:
             return groups
         out = []
@@ -675,30 +678,51 @@ class Planner:
                 b = [x for x in self._boundary(g)]
                 hosts = [self.group_of_root.get(id(x)) for x in b]
                 cand = [h for h in hosts if h is not None and h.kind == "matmul"]
-                if (op == "sum" and nd >= 2 and ax == (nd - 2,) and len(cand) == 1
+                col = op == "sum" and ax == (nd - 2,)
+                row = rules.MATMUL_ROW_REDUCE and ax == (nd - 1,) and nd >= 2
+                row = row and (op == "sum" or (op in ("max", "min") and src.shape[-1] > 0))
+                if ((col or row) and nd >= 2 and len(cand) == 1
                         and src.dtype.name in ("float16", "float32")
                         and src.shape == cand[0].core.shape):  # fmt: skip
                     host = cand[0]
-                    others = [x for x in b if x is not host.core]
+                    # the host's own epilogue values are computed inside it: no cycle
+                    others = [x for x in b if x is not host.core
+                              and all(x is not e for e in host.epi_roots)]  # fmt: skip
                     if self._depends(others, {id(x) for x in host.roots} | {id(host.core)}):
                         host = None
             if host is None:
                 out.append(g)
                 continue
-            trial = Group(host.kind, host.core, host.roots, host.members | g.members | {id(r)},
-                          host.epi_roots, host.col_sums + [r])  # fmt: skip
+            members = host.members | g.members | {id(r)}
+            # an epilogue value written only for this reduction (the 910B's FixPipe chain
+            # stops at relu/cast; the AIVs of the MIX kernel compute the rest) is not written
+            cons = self.consumers
+            epi_roots = [e for e in host.epi_roots if id(e) in self.out_ids
+                         or any(id(c) not in members for c in cons.get(id(e), []))]  # fmt: skip
+            cols, rows = host.col_sums + [r] * col, host.row_reds + [r] * (not col)
+            trial = Group(host.kind, host.core, host.roots, members, epi_roots, cols,
+                          row_reds=rows)  # fmt: skip
+            what = "column sum" if col else f"row {op}"
             try:
                 self.build(trial)
             except (NeedMaterialize, CapExceeded) as ex:
                 self.log.append(LogEntry("refuse", (describe(host.core), describe(r)),
-                                         f"column sum in the matmul epilogue: {ex}",
+                                         f"{what} in the matmul epilogue: {ex}",
                                          host.core, r))  # fmt: skip
                 out.append(g)
                 continue
-            host.members, host.col_sums = trial.members, trial.col_sums
+            inner = {id(host.core)} | {id(e) for e in host.epi_roots}
+            host.members, host.col_sums, host.row_reds = trial.members, cols, rows
+            host.epi_roots = epi_roots
             self.group_of_root[id(r)] = host
-            self.log[:] = [e for e in self.log if not (e.what == "refuse" and e.consumer is r
-                                                      and e.producer is host.core)]  # fmt: skip
+            self.log[:] = [e for e in self.log if not (
+                e.what == "refuse" and id(e.producer) in inner
+                and (e.consumer is r or id(e.consumer) in g.members))]  # fmt: skip
+            if not col:
+                self.log.append(LogEntry("fuse", (describe(host.core), describe(r)),
+                    f"row {op} in the matmul epilogue: each output tile reduces its rows, the "
+                    "N panels' partials meet in a GM workspace (the last panel to arrive "
+                    "combines them in panel order)", host.core, r))  # fmt: skip
         return out
 
     def _merge_elementwise(self, groups: list[Group]) -> list[Group]:
@@ -749,7 +773,7 @@ class Planner:
 
         produced = {}
         for g in groups:
-            for r in g.roots + g.epi_roots + g.col_sums:
+            for r in g.roots + g.epi_roots + g.col_sums + g.row_reds:
                 produced[id(r)] = g
             if g.core is not None:
                 produced[id(g.core)] = g
@@ -796,16 +820,16 @@ class Planner:
                 id(g.core) in self.out_ids
                 or bool(read_elsewhere)
                 or any(id(c) not in g.members for c in self.consumers.get(id(g.core), []))
-                or not (g.epi_roots or g.col_sums)
+                or not (g.epi_roots or g.col_sums or g.row_reds)
             )
             if need:
                 outs.insert(0, g.core)
         seen, uniq = set(), []
         for o in outs:
-            if id(o) not in seen and all(o is not c for c in g.col_sums):
+            if id(o) not in seen and all(o is not c for c in g.col_sums + g.row_reds):
                 seen.add(id(o))
                 uniq.append(o)
-        return uniq + list(g.col_sums)  # kernel_args order: column sums last
+        return uniq + list(g.col_sums) + list(g.row_reds)  # kernel_args order: reductions last
 
     def build(self, g: Group) -> None:
         g.outputs = self.written(g)
@@ -884,9 +908,10 @@ class Planner:
         m, n = core.shape[-2:]
         k = a_src.shape[-1]
         epi = ExprBuilder(core.shape, internal, acc=core, acc_dtype="float32", copied=self.copied)
-        n_out = len(g.outputs) - len(g.col_sums)
+        n_out = len(g.outputs) - len(g.col_sums) - len(g.row_reds)
         results = tuple(self._epi_value(epi, o, core) for o in g.outputs[:n_out])
         col_sums = tuple(epi.value(r.srcs[0]) for r in g.col_sums)
+        row_reds = tuple((r.arg[0], epi.value(r.srcs[0])) for r in g.row_reds)
         g.ir = MatmulKernel(
             batch,
             m,
@@ -903,6 +928,8 @@ class Planner:
             tuple(contiguous_view(o.dtype.name, core.shape) for o in g.outputs[:n_out]),
             col_sums=col_sums,
             col_sum_outputs=tuple(contiguous_view(r.dtype.name, r.shape) for r in g.col_sums),
+            row_reds=row_reds,
+            row_red_outputs=tuple(contiguous_view(r.dtype.name, r.shape) for r in g.row_reds),
             b_im2col=b_src.arg[:4] if im2col else None,
         )
         g.inputs = nodes + list(epi.input_nodes)

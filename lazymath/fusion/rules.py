@@ -100,3 +100,8 @@ def row_form(template, ir, spec) -> tuple[str | None, str]:
 # with cross-core flags; see templates/matmul.py). FixPipe cannot reduce, so that is the only
 # honest one-kernel form there.
 MATMUL_COL_SUM = True
+# Likewise a sum / max / min over n (sum(A @ B, axis=-1), of an epilogue too): each output tile
+# reduces its rows over its columns on the vector unit (910) or the AIVs (910B MIX); a row spans
+# every N panel, so the panels' partials meet in a GM workspace and the last panel of a row
+# block to arrive (an atomic counter) combines them in panel order (deterministic).
+MATMUL_ROW_REDUCE = True

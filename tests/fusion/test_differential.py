@@ -89,7 +89,7 @@ def recipe_strategy():
             st.just("m"),
             st.integers(0, 99),
             st.integers(0, 99),
-            st.sampled_from(["none", "relu", "scale", "bias", "colsum"]),
+            st.sampled_from(["none", "relu", "scale", "bias", "colsum", "rowsum", "rowmax"]),
         ),
         st.tuples(st.just("c"), st.integers(0, 99), st.floats(-2, 2)),
         st.tuples(st.just("w"), st.sampled_from(ROWS), st.integers(0, 99), st.integers(0, 2)),
@@ -155,6 +155,10 @@ def build(recipe, seed):
                     r = r + lm.ones(r.shape[-1:]) * 0.5
                 elif st_[3] == "colsum" and r.ndim >= 2:  # in the matmul kernel (910B: MIX)
                     r = lm.sum(r, axis=-2)
+                elif st_[3] == "rowsum" and r.ndim >= 2:  # row sums: partials over N panels
+                    r = lm.sum(lm.relu(r), axis=-1)
+                elif st_[3] == "rowmax" and r.ndim >= 2 and r.shape[-1]:
+                    r = lm.max(r, axis=-1)
                 pool.append(r)
         elif kind == "c":
             pool.append(pick(st_[1]) * float(st_[2]) + 1.0)

@@ -295,8 +295,8 @@ def test_matmul_column_sum_is_one_kernel(spec, backend, monkeypatch):
             b = RNG.standard_normal((*batch, k, n)).astype(dt)
             prod = np.matmul(a.astype(np.float32), b.astype(np.float32))
             A, B = lm.tensor(a), lm.tensor(b)
-            # an epilogue beyond relu/cast stays a Vector kernel on the 910B (its own policy)
-            epi = spec == "ascend910"
+            # an epilogue beyond relu/cast rides along: the 910B's AIVs run it in the MIX kernel
+            epi = dt == "float32" or spec == "ascend910"
             t = lm.sum(lm.relu(A @ B) * 2.0 if epi else A @ B, axis=-2)
             both = (A @ B, lm.sum(A @ B, axis=-2))  # the product is also wanted: written too
             for ks in (lm.schedule(t).kernels, lm.schedule(*both).kernels):
@@ -387,3 +387,103 @@ def _drop(body, pred):
             i = isa.Loop(i.var, i.start, i.stop, i.step, _drop(i.body, pred))
         out.append(i)
     return tuple(out)
+
+
+# ----------------------------------------------------------------------------- matmul row reductions
+
+ROW_REDS = {
+    "sum": (lambda p: lm.sum(p, axis=-1), lambda p: p.sum(-1)),
+    "max": (lambda p: lm.max(p, axis=-1), lambda p: p.max(-1)),
+    "min": (lambda p: lm.min(p, axis=-1), lambda p: p.min(-1)),
+    "relu_sum": (lambda p: lm.sum(lm.relu(p), axis=-1), lambda p: np.maximum(p, 0).sum(-1)),
+    "relu2_sum": (lambda p: lm.sum(lm.relu(p) * 2.0, axis=-1),
+                  lambda p: (np.maximum(p, 0) * 2).sum(-1)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+def test_matmul_row_reductions_are_one_kernel(spec):
+    """sum / max / min over n of a product (and of an elementwise epilogue) join the matmul
+    kernel: counted through lm.schedule without running; the log says how."""
+    unit = "cube" if spec == "ascend910" else "mix"
+    big = lm.tensor(np.zeros((4096, 4096), np.float32))
+    for name, (f, _) in ROW_REDS.items():
+        s = lm.schedule(f(lm.matmul(big, big)), spec=spec)
+        assert [k.unit for k in s.kernels] == [unit], (name, s)
+        assert (
+            s.kernels[0].ops[0] == "matmul" and "sum" in s.kernels[0].ops or name in ("max", "min")
+        )
+        assert not [e for e in s.fusion_log if e.what == "refuse"], s.fusion_log
+        assert [e for e in s.fusion_log if "in the matmul epilogue" in e.reason], s.fusion_log
+    both = lm.schedule(lm.matmul(big, big), lm.sum(lm.matmul(big, big), axis=-1),
+                       lm.sum(lm.matmul(big, big), axis=0), spec=spec)  # fmt: skip
+    assert [k.unit for k in both.kernels] == [unit]
+    if spec == "ascend910b":
+        assert "reduce the product's rows" in lm.explain(lm.sum(big @ big, axis=-1), spec=spec)
+
+
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_matmul_row_reductions_match_numpy(spec, backend, monkeypatch):
+    """Awkward shapes: a row of 1, primes, K tails, one N panel and several (the panels'
+    partials meet in the GM workspace), batched and broadcast batch, float16 and float32."""
+    monkeypatch.setenv("LAZYMATH_BACKEND", backend)
+    lm.init_device(0, spec=spec)
+    try:
+        cases = (("float32", (), (), (37, 19, 130)),
+                 ("float16", (3,), (3,), (37, 19, 290)),
+                 ("float32", (), (), (1, 5, 3)),
+                 ("float32", (2,), (), (131, 17, 293)),
+                 ("float16", (), (), (67, 33, 1031)))  # fmt: skip
+        for dt, ba, bb, (m, k, n) in cases:
+            a = RNG.standard_normal((*ba, m, k)).astype(dt)
+            b = RNG.standard_normal((*bb, k, n)).astype(dt)
+            prod = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(dt)
+            prod = prod.astype(np.float64)
+            A, B = lm.tensor(a), lm.tensor(b)
+            for name, (f, _) in ROW_REDS.items():
+                assert len(lm.schedule(f(A @ B)).kernels) == 1, (name, lm.schedule(f(A @ B)))
+            P = A @ B  # all five reductions of one product: one kernel (one compile)
+            ts = {name: f(P) for name, (f, _) in ROW_REDS.items()}
+            assert len(lm.schedule(*ts.values()).kernels) == 1
+            lm.realize(*ts.values())
+            scale = np.abs(prod).sum(-1).max() + 1
+            tol = 3e-3 if dt == "float16" else 1e-5
+            for name, t in ts.items():
+                got = t.numpy()
+                assert got.dtype == np.dtype(dt) and got.shape == prod.shape[:-1]
+                err = np.abs(got.astype(np.float64) - ROW_REDS[name][1](prod)).max() / scale
+                assert err < tol, (name, dt, (m, k, n), err)
+    finally:
+        lm.init_device(0, spec="ascend910")
+
+
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+def test_matmul_row_and_column_reductions_over_m_groups_and_n_panels(spec):
+    """M groups x N panels: every panel of a row block publishes its partial row values and
+    the last to arrive combines them (counters re-armed: realized twice); the product, its
+    row sums, row maxima (NaN propagates like numpy) and column sums in one kernel."""
+    from lazymath.backend import compile_kernel
+    from lazymath.backend.templates.matmul import tile_matmul
+
+    lm.init_device(0, spec=spec)
+    try:
+        a = RNG.standard_normal((1000, 48)).astype(np.float32)
+        a[3, 5] = np.nan
+        b = RNG.standard_normal((48, 600)).astype(np.float32)
+        A, B = lm.tensor(a), lm.tensor(b)
+        (k,) = lm.schedule(A @ B, lm.sum(A @ B, axis=-1), lm.max(A @ B, axis=1),
+                           lm.sum(A @ B, axis=0)).kernels  # fmt: skip
+        t = tile_matmul(k.group.ir, lm.current_device().spec)
+        assert t.m_groups > 1 and t.n_panels > 1
+        ck = compile_kernel(k.group.ir, spec, backend="interp")
+        assert ck.cost.total > 0 and not ck.cost.unknown
+        assert "ws_rowred" in ck.isa_text
+        p = a.astype(np.float64) @ b
+        for _ in range(2):  # the second run replays the cached program: counters re-armed
+            outs = (A @ B, lm.sum(A @ B, axis=-1), lm.max(A @ B, axis=1), lm.sum(A @ B, axis=0))
+            lm.realize(*outs)
+            for o, w in zip(outs, (p, p.sum(-1), p.max(1), p.sum(0))):
+                np.testing.assert_allclose(o.numpy(), w, rtol=1e-4, atol=1e-3)
+    finally:
+        lm.init_device(0, spec="ascend910")

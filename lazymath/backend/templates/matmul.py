@@ -143,14 +143,15 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
     m_groups = -(-m // mg_rows)
     items = panels * m_groups
     memo = _round_up(kk, kc) * tn * 4 <= WORKSPACE_CAP
-    simple = all(_fixpipe_chain(k.epilogue, r)[0] for r in k.results) and not k.col_sums
+    reds = bool(k.col_sums or k.row_reds)  # reductions in the epilogue: the vector unit's
+    simple = all(_fixpipe_chain(k.epilogue, r)[0] for r in k.results) and not reds
     epi_rows = 0
     pro_a = pro_b = 0
     b_staged = k.b_prologue is not None and not k.b_im2col  # (im2col: applied in its packing)
     staged = spec.coupled and (k.a_prologue is not None or b_staged)
     ub = spec.ub_bytes // 2 if staged else spec.ub_bytes  # prologue staging takes the other half
-    # split 910B + column sums, or conv1d's implicit GEMM with an epilogue: a MIX kernel
-    if (spec.coupled or k.col_sums or k.b_im2col) and not simple:
+    # split 910B + reductions, or conv1d's implicit GEMM with an epilogue: a MIX kernel
+    if (spec.coupled or reds or k.b_im2col) and not simple:
         epi_rows = _epi_rows(k, spec, tm, tn, ub)
     if staged:  # each staged operand gets half of the prologue's half of UB
         share = ub // (int(k.a_prologue is not None) + int(b_staged))
@@ -212,7 +213,8 @@ def _emit_epilogue(k: MatmulKernel, tile: int, acc: isa.Ref):
     for j, v in enumerate(k.outputs):
         dests[j] = isa.Ref(isa.Buffer(f"out{j}_ub", "UB", v.dtype, tile), 0)
     em = C.ExprEmitter(b, pool, tile)
-    outs = em.emit(k.epilogue, k.results + k.col_sums, loads, acc, dests)
+    outs = em.emit(k.epilogue, k.results + k.col_sums + tuple(r for _, r in k.row_reds), loads,
+                   acc, dests)  # fmt: skip
     bufs = [acc.buf, *(r.buf for r in loads.values()), *(r.buf for r in dests.values()),
             *pool.buffers, *b.buffers]  # fmt: skip
     return em.hoisted, bufs, b.body, loads, outs
@@ -224,8 +226,13 @@ def _epi_rows(k: MatmulKernel, spec, tm: int, tn: int, ub: int | None = None) ->
     probe = _emit_epilogue(k, 32, isa.Ref(isa.Buffer("acc_ub", "UB", "float32", 32), 0))
     per_elem = sum(C.itemsize(b.dtype) for b in probe[1])
     per_elem += 4 * len(k.col_sums)  # a float32 work tile per column sum (see `_fold_rows`)
-    # per column sum a row of accumulator, of partials and of converted output; a counter tile
-    fixed = len(k.col_sums) * 3 * 4 * tn + 64 if k.col_sums else 0
+    # a constant row-reduced value is first spread over a float32 work tile
+    n_out, ncs = len(k.results), len(k.col_sums)
+    per_elem += 4 * sum(isinstance(o, C.Const) for o in probe[4][n_out + ncs :])
+    # per column sum a row of accumulator, of partials and of converted output; per row
+    # reduction the same over the tile's rows; a counter tile
+    fixed = len(k.col_sums) * 3 * 4 * tn + len(k.row_reds) * 3 * 4 * tm
+    fixed += 128 if k.col_sums or k.row_reds else 0
     rows = ((spec.ub_bytes if ub is None else ub) - fixed) // max(per_elem * tn, 1)
     if rows < 1:
         raise ValueError(f"matmul epilogue needs {per_elem} B/element: does not fit UB")
@@ -253,6 +260,25 @@ def _fold_rows(src: isa.Ref, w: isa.Ref, cacc: isa.Ref, rows, max_rows: int, pit
         out.append(isa.Let(r2, isa.sub(r, h)))
         cur, r = w, r2
     out.append(isa.VBinary("vadd", cacc, cacc, cur, cols))
+    return out
+
+
+_ROW_RED = {"sum": ("vcadd", 0.0), "max": ("vcmax", float("-inf")), "min": ("vcmin", float("inf"))}
+_ROW_COMBINE = {"sum": "vadd", "max": "vmax", "min": "vmin"}
+
+
+def _row_write(racc: isa.Ref, gm: isa.Buffer, v, off, n, tm: int, jr: int, buffers: list,
+               Bar) -> list:  # fmt: skip
+    """The float32 row values `racc[:n]` to GM `gm` at `off` (view `v`), converted to its
+    dtype on the way."""
+    src = racc
+    out: list = [Bar()]  # the last Vector op -> the conversion / MTE3
+    if v.dtype != "float32":
+        src = isa.Ref(isa.Buffer(f"rowo{jr}_ub", "UB", v.dtype, tm), 0)
+        if src.buf not in buffers:
+            buffers.append(src.buf)
+        out += [isa.VConv(src, racc, n, "trunc"), Bar()]
+    out.append(isa.CopyOut(isa.Ref(gm, off), src, (n,), (v.strides[-1],)))
     return out
 
 
@@ -303,12 +329,16 @@ def build(k: MatmulKernel, spec, name: str) -> isa.Program:
 def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     n_epi, n_out = len(k.epi_inputs), len(k.outputs)
     names = ["a", "b", *(f"epi{i}" for i in range(n_epi)), *(f"out{j}" for j in range(n_out)),
-             *(f"colsum{j}" for j in range(len(k.col_sums)))]  # fmt: skip
-    args = C.gm_args((k.a, k.b, *k.epi_inputs, *k.outputs, *k.col_sum_outputs), names)
+             *(f"colsum{j}" for j in range(len(k.col_sums))),
+             *(f"row{op}{j}" for j, (op, _) in enumerate(k.row_reds))]  # fmt: skip
+    args = C.gm_args((k.a, k.b, *k.epi_inputs, *k.outputs, *k.col_sum_outputs,
+                      *k.row_red_outputs), names)  # fmt: skip
     A, B = args[0], args[1]
     EPI, OUT = args[2 : 2 + n_epi], args[2 + n_epi : 2 + n_epi + n_out]
-    CS = args[2 + n_epi + n_out :]
-    mix = not spec.coupled and t.epi_rows > 0  # AIC + AIV (split 910B: column sums, conv1d)
+    ncs = len(k.col_sums)
+    CS = args[2 + n_epi + n_out : 2 + n_epi + n_out + ncs]
+    RR = args[2 + n_epi + n_out + ncs :]
+    mix = not spec.coupled and t.epi_rows > 0  # AIC + AIV (split 910B: reductions, conv1d)
     for j, (v, r) in enumerate(zip(k.outputs, k.results)):
         if v.dtype != k.epilogue[r].dtype:
             raise ValueError(f"output {j} is {v.dtype} but its expression is {k.epilogue[r].dtype}")
@@ -326,6 +356,17 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         part_off = _round_up(panels * 8, 64)
         args = (*args, cnt_b, part_b)
         workspace = part_off + len(k.col_sums) * panels * t.m_groups * tn * 4
+    # row reductions over several N panels: [per (batch, M group) arrival counters | the
+    # panels' partial row values]
+    rsplit = bool(k.row_reds) and t.n_panels > 1
+    nbat = C.prod(k.batch)
+    if rsplit:
+        rcnt_off = _round_up(workspace, 64)
+        rpart_off = _round_up(rcnt_off + nbat * t.m_groups * 8, 64)
+        rcnt_b = isa.Buffer("ws_rcount", "GM", "int64", 0, arg=w_arg)
+        rpart_b = isa.Buffer("ws_rowred", "GM", "float32", 0, arg=w_arg)
+        args = (*args, rcnt_b, rpart_b)
+        workspace = rpart_off + len(k.row_reds) * nbat * t.n_panels * k.m * 4
     if mix:  # per group two tile slots (the AIC -> AIV hand-over)
         ws = isa.Buffer("ws_tiles", "GM", "float32", 0, arg=w_arg)
         args = (*args, ws)
@@ -463,6 +504,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     col_init: list = []  # per item: zero the column accumulators
     col_out: list = []  # per item: write the column sums (split: the panel's last M group)
     publish: list = []  # split over M groups: per item, its partial column sums to GM
+    row_out: list = []  # row reductions over several N panels: the last panel combines
     gg, arrived = V("gg"), V("arrived")
     scm = [v.strides[-2] for v in k.outputs]
     scn = [v.strides[-1] for v in k.outputs]
@@ -512,7 +554,8 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
             rbody.append(isa.CopyIn(ref, src, (rv, nv), st, tn))
         rbody.append(Bar())  # FixPipe / MTE2 -> Vector
         rbody += ebody
-        colsums = outs[n_out:]
+        colsums = outs[n_out : n_out + ncs]
+        rowvals = outs[n_out + ncs :]
         outs = outs[:n_out]
         for jc, o in enumerate(colsums):  # fold the chunk's rows into the column accumulator
             cacc = isa.Ref(isa.Buffer(f"colsum{jc}_ub", "UB", "float32", tn), 0)
@@ -556,6 +599,47 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                     Bar(),  # Vector -> MTE3
                     isa.CopyOut(isa.Ref(CS[jc], off), cacc, (nv,), (v.strides[-1],)),
                 ]
+        row_init: list = []  # per M tile: reset the row accumulators
+        row_fin: list = []  # per M tile: the tile's row values to GM (final, or a partial)
+        for jr, ((op, _), o) in enumerate(zip(k.row_reds, rowvals)):
+            vop, ident = _ROW_RED[op]
+            racc = isa.Ref(isa.Buffer(f"rowred{jr}_ub", "UB", "float32", tm), 0)
+            buffers.append(racc.buf)
+            row_init += [isa.VDup(racc, ident, tm)]
+            if isinstance(o, C.Const):
+                w = isa.Ref(isa.Buffer(f"roww{jr}_ub", "UB", "float32", tile), 0)
+                buffers.append(w.buf)
+                rbody.append(isa.VDup(w, k.epilogue[k.row_reds[jr][1]].arg, tile))
+                o = w
+            if k.n % tn == 0:  # every panel full: one WholeReduce over the chunk's rows
+                rbody.append(isa.VReduce(vop, racc + r0, o, tn, rv))
+            else:  # rows of nv valid columns at pitch tn
+                rr = V(f"rr{jr}")
+                red = isa.VReduce(vop, racc + isa.add(r0, rr), o + isa.mul(rr, tn), nv)
+                rbody.append(isa.Loop(rr, 0, rv, 1, (red,)))
+            v = k.row_red_outputs[jr]
+            if rsplit:  # this panel's partial row values; the row block's last panel combines
+                rslot = isa.add(rpart_off // 4, isa.add(isa.mul(isa.add(
+                    isa.mul(isa.add(jr * nbat, bi), t.n_panels), pn), k.m), m0))  # fmt: skip
+                row_fin += [Bar(), isa.CopyOut(isa.Ref(rpart_b, rslot), racc, (mv,), (1,))]
+                pub = isa.Ref(isa.Buffer(f"rowp{jr}_ub", "UB", "float32", tm), 0)
+                buffers.append(pub.buf)
+                mc, mcv, pq = V(f"mc{jr}"), V(f"mcv{jr}"), V(f"pq{jr}")
+                src = isa.add(rpart_off // 4, isa.add(isa.mul(isa.add(
+                    isa.mul(isa.add(jr * nbat, bi), t.n_panels), pq), k.m), mc))  # fmt: skip
+                comb = [isa.Let(mcv, isa.imin(tm, isa.sub(isa.add(gm0, gmv), mc))),
+                        Bar(), isa.VDup(racc, ident, tm),
+                        isa.Loop(pq, 0, t.n_panels, 1, (
+                            Bar(), isa.CopyIn(pub, isa.Ref(rpart_b, src), (mcv,), (1,)), Bar(),
+                            isa.VBinary(_ROW_COMBINE[op], racc, racc, pub, mcv))),
+                        *_row_write(racc, RR[jr], v, isa.add(base(v), isa.mul(mc, v.strides[-1])),
+                                    mcv, tm, jr, buffers, Bar)]  # fmt: skip
+                row_out.append(isa.Loop(mc, gm0, isa.add(gm0, gmv), tm, tuple(comb)))
+            else:  # one panel holds the whole row: the tile's row values are final
+                off = isa.add(base(v), isa.mul(m0, v.strides[-1]))
+                row_fin += _row_write(racc, RR[jr], v, off, mv, tm, jr, buffers, Bar)
+        if row_init:
+            row_init.insert(0, Bar())  # the previous tile's write-out has read them
         copies = []
         for jo, o in enumerate(outs):
             if isinstance(o, C.Const):
@@ -572,7 +656,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                 XSet("FIX", cs, "AIC"),  # tile in GM
                 XWait("MTE2", cs, "AIV"),
             ]
-        out_body.append(isa.Loop(r0, 0, mv, R, tuple(rbody)))
+        out_body += [*row_init, isa.Loop(r0, 0, mv, R, tuple(rbody)), *row_fin]
         if mix:
             out_body.append(XSet("MTE2", isa.add(cs, 2), "AIV"))  # slot free again
 
@@ -596,8 +680,19 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                        *col_out, Bar(), isa.VDup(zero, 0, 4), Bar(),
                        isa.CopyOut(cnt, zero, (1,), (1,)))),  # re-arm the counter
                    ]  # fmt: skip
+    if row_out:  # the N panels of a row block meet in GM; the last to arrive combines them
+        zero = isa.Ref(isa.Buffer("rcnt_zero_ub", "UB", "int64", 4), 0)
+        buffers.append(zero.buf)
+        rcnt = isa.Ref(rcnt_b, isa.add(rcnt_off // 8, isa.add(isa.mul(bi, t.m_groups), g)))
+        rarr = V("rarrived")
+        row_out = [isa.PipeBarrier("ALL"),  # partials in GM before the arrival
+                   isa.AtomicAdd(rcnt, 1, rarr),
+                   isa.If(rarr, "==", t.n_panels - 1, (
+                       *row_out, Bar(), isa.VDup(zero, 0, 4), Bar(),
+                       isa.CopyOut(rcnt, zero, (1,), (1,)))),  # re-arm the counter
+                   ]  # fmt: skip
     item_body = [*head, *col_init, isa.Loop(mt, 0, isa.ceildiv(gmv, tm), 1, tuple(mbody)),
-                 *col_out]  # fmt: skip
+                 *col_out, *row_out]  # fmt: skip
     # the block's contiguous range of items (GetBlockIdx()/GetBlockNum(): any block count works)
     rng = [
         isa.Let(lo, isa.floordiv(isa.mul(isa.BLOCK_IDX, t.items), isa.BLOCK_NUM)),
