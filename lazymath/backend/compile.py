@@ -520,27 +520,25 @@ def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
         vmlib.request(vmlib.symbols_of(program))  # load or compile the library meanwhile
     symbol = f"lm_{ir.kind}_{key[:24]}"
     uk_symbols: list[str] = []
+    how = isolate.mode()
+    isolated = how == "always" or (how == "auto" and isolate.crashed_before(key))
     if tiered and ir.kind == "matmul" and tiered_setting():
-        text0 = _lower_with_uk_library(program, spec, symbol, uk_symbols)
+        text0 = _lower_with_uk_library(program, spec, symbol, uk_symbols, request=not isolated)
     else:
         text0 = str(lower_program(program, spec, symbol=symbol))
     job = _Job(ir, spec, name, key, program, symbol, text0, 1 if quick else 3)
-    how = isolate.mode()
-    isolated = how == "always" or (how == "auto" and isolate.crashed_before(key))
     # the workers mark the key while LLVM runs on it (`isolate.compiling`): a process that
     # dies in LLVM leaves the mark, and the next process compiles that kernel in a child
     if (not isolated and tiered and (uk_symbols or _tier_first(ir, text0))
             and "reassoc" not in text0):  # fmt: skip
         job.tier0 = workers.submit(_renamed_ir(text0, symbol, job.symbol0), job.module0, 0,
                                    marker=isolate.tier0_marker(key),
-                                   codegen=_tier0_codegen(ir))  # fmt: skip
-    if uk_symbols:  # microkernels declared as `uklib` calls
+                                   **_tier0_options(ir, bool(uk_symbols)))  # fmt: skip
+    if uk_symbols:  # microkernels declared as `uklib` calls (requested while lowering)
         from lazymath.backend import uklib
 
-        if job.tier0 is not None:  # after the kernel: it takes the first free worker
+        if job.tier0 is not None:
             job.uk_symbols = uk_symbols
-            for s in uk_symbols:
-                uklib.request(s)
         job.text = uklib.inline(text0, uk_symbols)  # the kernel whole (optimized code)
     if isolated:
         return job.isolated(how)
@@ -549,17 +547,26 @@ def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
     return job
 
 
-def _lower_with_uk_library(program, spec, symbol: str, uk_symbols: list) -> str:
+def _lower_with_uk_library(program, spec, symbol: str, uk_symbols: list,
+                           request: bool = True) -> str:  # fmt: skip
     """LLVM IR of a tier-0 matmul kernel whose GEMM microkernels are calls into `uklib` (their
     symbols appended to `uk_symbols`): the kernel's own code is then small and quick to
-    compile, the microkernels compile once per process (or load from disk) on another worker."""
+    compile, the microkernels compile once per process (or load from disk) on another worker.
+    With `request`, each microkernel is requested (`uklib.request`) the moment the lowering
+    meets it: its compile runs on a worker while the rest of the kernel is lowered and
+    printed here (the main microkernel is the longest compile of a cold matmul)."""
     from lazymath.backend import gemm, uklib
     from lazymath.backend.lower_llvm import lower_program
 
     if not uklib.ENABLED:
         return str(lower_program(program, spec, symbol=symbol))
 
-    token = gemm.UK_LIBRARY.set(uk_symbols.append)
+    def met(s: str) -> None:
+        uk_symbols.append(s)
+        if request:
+            uklib.request(s)
+
+    token = gemm.UK_LIBRARY.set(met)
     try:
         return str(lower_program(program, spec, symbol=symbol))
     finally:
@@ -617,12 +624,17 @@ def _work_elements(ir) -> int:
     return 0
 
 
-def _tier0_codegen(ir) -> int:
-    """Code generator level of a kernel's tier-0 code (`workers.Compiler.compile`): LLVM's -O0
-    code generator (~5-10x faster than the default on these modules) except for matmuls,
-    whose explicit GEMM microkernels need the real register allocator to run at speed (their
-    tier-0 code is what the first, long call runs)."""
-    return 3 if ir.kind == "matmul" else 0
+def _tier0_options(ir, uk_library: bool = False) -> dict:
+    """How a kernel's tier-0 code is generated (`workers.Compiler.compile` keywords): LLVM's
+    -O0 code generator (~5-10x faster than the default on these modules). A matmul whose
+    microkernels are `uklib` calls (its "driver": packing, loops, fix-pipe) gets a short IR
+    clean-up first (SROA, InstCombine, SimplifyCFG): its packing loops then run as fast as
+    with the full code generator (2048^3 float16: the driver compiles in ~12 instead of ~40
+    ms). A matmul with its microkernels inside keeps the full code generator: they need the
+    real register allocator to run at speed (tier-0 code is what the first, long call runs)."""
+    if ir.kind != "matmul":
+        return {"codegen": 0}
+    return {"codegen": 0, "cleanup": True} if uk_library else {"codegen": 3}
 
 
 def _tier_first(ir, text: str) -> bool:
@@ -781,13 +793,13 @@ def _result(fut, job: _Job, level: int | None = None) -> bytes:
         stacklevel=4,
     )
     workers.abandon(fut)
-    codegen = 3
+    options: dict = {}
     if level == 0:  # the tier-0 compile (its own symbol and module)
         text, module = _renamed_ir(job.text0, job.symbol, job.symbol0), job.module0
-        codegen = _tier0_codegen(job.ir)
+        options = _tier0_options(job.ir, bool(job.uk_symbols))
     else:
         text, module, level = job.text, job.module, job.level
-    fut = workers.submit(text, module, level, vectorize=False, marker=job.key, codegen=codegen)
+    fut = workers.submit(text, module, level, vectorize=False, marker=job.key, **options)
     try:
         return fut.result(timeout=timeout)
     except FutTimeout:

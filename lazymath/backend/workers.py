@@ -27,7 +27,8 @@ template and lowering run on the calling thread.
 
 Levels: 3 the O3 pipeline, 1 speed level 1 (tiny kernels, see compile._is_tiny), 0 no IR
 optimization (tiered compilation's first tier: code generation only, with LLVM's -O0 code
-generator for everything but GEMM microkernels, `codegen=0`). Vectorizers on at 1 and 3.
+generator, `codegen=0` -- after a short IR clean-up for a matmul's driver, `cleanup=True` --
+and the full one for the GEMM microkernels of `uklib`). Vectorizers on at 1 and 3.
 Floating point is IEEE at every level (no fast-math flags anywhere): levels only change speed,
 never results.
 """
@@ -219,6 +220,7 @@ class Compiler:
         self.data_layout = jit.data_layout
         self.pbs: dict = {}
         self.fast_tm = None  # code generation at -O0 (`compile(..., codegen=0)`), made on use
+        self.cleanup_mpm = None  # SROA + InstCombine + SimplifyCFG (`compile(..., cleanup=True)`)
 
     def _pb(self, level: int, vectorize: bool):
         pb = self.pbs.get((level, vectorize))
@@ -248,13 +250,28 @@ class Compiler:
             )
         return self.fast_tm
 
+    def _cleanup(self):
+        if self.cleanup_mpm is None:
+            from lazymath.backend.jit import _binding
+
+            mpm = _binding().create_new_module_pass_manager()
+            mpm.add_sroa_pass()
+            mpm.add_instruction_combine_pass()
+            mpm.add_simplify_cfg_pass()
+            self.cleanup_mpm = mpm
+        return self.cleanup_mpm
+
     def compile(self, ir_text: str, module_name: str, level: int, vectorize: bool = True,
-                codegen: int = 3) -> bytes:  # fmt: skip
+                codegen: int = 3, cleanup: bool = False) -> bytes:  # fmt: skip
         """Object code of `ir_text` (one module) optimized at `level`. `codegen` 0: LLVM's
         -O0 code generator (FastISel, fast register allocation), several times faster than
         the default (3) and producing slower code: tier 0 of elementwise and reduce kernels.
-        Either computes the same IEEE results (no fast-math flags; fma only where the IR
-        calls llvm.fma, which every code generator fuses)."""
+        `cleanup` (level 0): SROA, InstCombine and SimplifyCFG before code generation -- a
+        few ms that let the -O0 code generator keep values in registers (tier 0 of a matmul's
+        driver: its packing loops then run as fast as with the full code generator, which
+        takes 3-4x longer). Every way computes the same IEEE results (no fast-math flags, so
+        no pass reassociates or contracts; fma only where the IR calls llvm.fma, which every
+        code generator fuses)."""
         from llvmlite.binding import ffi
 
         from lazymath.backend.jit import _binding
@@ -269,6 +286,8 @@ class Compiler:
             pb = self._pb(3 if level >= 3 else 1, vectorize)
             mpm = pb.getModulePassManager()
             ffi.lib.LLVMPY_RunNewModulePassManager._cfn(mpm, mod, pb)  # without the lock
+        elif cleanup:
+            ffi.lib.LLVMPY_RunNewModulePassManager._cfn(self._cleanup(), mod, self._pb(1, False))
         with ffi.OutputString() as err:
             mb = ffi.lib.LLVMPY_TargetMachineEmitToMemory._cfn(tm, mod, 1, err)
             if not mb:
@@ -315,8 +334,10 @@ def _compiler(target: str | None = None) -> Compiler:
 
 def _work(ir_text: str, module_name: str, level: int, vectorize: bool = True,
           marker: str | None = None, target: str | None = None,
-          codegen: int = 3) -> bytes:  # fmt: skip
+          codegen: int = 3, cleanup: bool = False) -> bytes:  # fmt: skip
     kw = {"codegen": codegen} if codegen != 3 else {}
+    if cleanup:
+        kw["cleanup"] = True
     if marker is None:
         return _compiler(target).compile(ir_text, module_name, level, vectorize, **kw)
     from lazymath.backend import isolate
@@ -327,17 +348,18 @@ def _work(ir_text: str, module_name: str, level: int, vectorize: bool = True,
 
 def submit(ir_text: str, module_name: str, level: int = 3, vectorize: bool = True,
            marker: str | None = None, background: bool = False,
-           codegen: int = 3) -> Future:  # fmt: skip
+           codegen: int = 3, cleanup: bool = False) -> Future:  # fmt: skip
     """Compile on a worker thread; the Future's result is the object code. `marker`: the
     kernel's disk key, marked as being compiled while LLVM runs (see `isolate`). The code is
     generated for the host target in effect at submission (the IR and its disk key were made
     for it), whichever target the worker compiled for before. `background`: nobody waits
     for it now (an optimized replacement of quick code): it yields to foreground compiles.
-    `codegen`: the code generator's level (`Compiler.compile`)."""
+    `codegen`, `cleanup`: the code generator's level, IR clean-up at level 0
+    (`Compiler.compile`)."""
     target = _requested()
     _start_threads(target)
     fut: Future = Future()
-    args = (ir_text, module_name, level, vectorize, marker, target, codegen)
+    args = (ir_text, module_name, level, vectorize, marker, target, codegen, cleanup)
     _queue.put((fut, _work, args), background)
     return fut
 

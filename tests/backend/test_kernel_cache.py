@@ -162,3 +162,31 @@ def test_second_process_compiles_nothing_and_survives_corruption(tmp_path):
     assert third["disk_hits"] == 1 and third["binding"] is True  # the recompile loads LLVM
     fourth = _child(cache)
     assert fourth["ok"] and fourth["compiled"] == 0 and fourth["disk_hits"] == 2
+
+
+def test_sources_version_is_remembered_beside_the_bytecode(tmp_path, monkeypatch):
+    """The backend's source hash (part of every disk key) is kept in __pycache__, valid for
+    the files' names, sizes and mtimes: equal to a fresh hash, recomputed when a file changes,
+    never written when Python writes no bytecode, and a damaged file is ignored."""
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.py").write_text("x = 1\n")
+    (root / "sub" / "b.py").write_text("y = 2\n")
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    fresh = kernel_cache.sources_version(root, "1.0")
+    assert not (root / "__pycache__").exists()
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert kernel_cache.sources_version(root, "1.0") == fresh  # computed, then stored
+    stored = root / "__pycache__" / kernel_cache._VERSION_FILE
+    assert stored.read_text().split()[1] == fresh
+    reads = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda p: reads.append(p) or real(p))
+    assert kernel_cache.sources_version(root, "1.0") == fresh and reads == []  # stat only
+    assert kernel_cache.sources_version(root, "1.1") != fresh  # another lazymath version
+    (root / "sub" / "b.py").write_text("y = 3  # changed\n")
+    changed = kernel_cache.sources_version(root, "1.0")
+    assert changed != fresh and reads  # read and hashed again
+    stored.write_text("garbage")
+    reads.clear()
+    assert kernel_cache.sources_version(root, "1.0") == changed and reads

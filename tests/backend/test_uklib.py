@@ -133,6 +133,37 @@ def test_library_calls_inside_and_tier_up_are_bit_identical(f, m, k, n, spec, mo
     kernel_cache.clear_cache(disk=False)
 
 
+def test_microkernels_compile_while_the_driver_is_lowered(monkeypatch):
+    """Each microkernel is requested the moment the lowering meets it (its compile starts
+    before the kernel's own code is submitted), and the tier-0 driver -- packing, loops,
+    fix-pipe -- is compiled after the IR clean-up with the -O0 code generator (the bits are
+    compared with every other way in the test above)."""
+    monkeypatch.setenv("LAZYMATH_CACHE", "0")
+    monkeypatch.delenv("LAZYMATH_TIERED", raising=False)
+    monkeypatch.setattr(uklib, "_fns", {})  # nothing compiled yet in this process
+    seen = []
+    real = workers.submit
+
+    def spy(text, module, level=3, *a, **kw):
+        seen.append((module, level, kw))
+        return real(text, module, level, *a, **kw)
+
+    monkeypatch.setattr(workers, "submit", spy)
+    ir_, ins, out = _matmul_ir("float16", 130, 97, 61)
+    kernel_cache.clear_cache(disk=False)
+    (kern,) = bc.compile_kernels([(ir_, "k")], "ascend910", "llvm", tiered=True)
+    assert kern.tier == 0
+    mods = [m for m, _, _ in seen]
+    t0 = next(i for i, m in enumerate(mods) if m.endswith("_t0"))
+    assert [m for m in mods[:t0] if m.startswith("lmuk_")]
+    assert seen[t0][1:] == (0, {"marker": seen[t0][2]["marker"], "codegen": 0, "cleanup": True})
+    kern(*ins, out)
+    ref = np.maximum(ins[0].astype(np.float32) @ ins[1].astype(np.float32), 0) * 0.5
+    np.testing.assert_allclose(out.astype(np.float32), ref, rtol=2e-2, atol=2e-2)
+    assert bc.wait_tiering(120)
+    kernel_cache.clear_cache(disk=False)
+
+
 _CHILD = r"""
 import json, sys
 import numpy as np
