@@ -2323,20 +2323,35 @@ def _fft_plan(kind: str, x: Tensor, double: bool, n: int, empty: bool, rows: int
     autotuned compile (any process on this host target), or, with LAZYMATH_AUTOTUNE=1 / inside
     lm.precompile(..., autotune=True), a fresh measurement of every candidate plan (each built
     and realized on random rows of the same shape and dtype, timed; engine.tuned_choice)."""
-    from . import engine
-
     forced = _FFT_TUNING.get(kind, n, rows)
     if forced is not None and not (double or empty):  # a candidate being timed
         return (*forced, dft.describe(kind, *forced, n, rows, ub) + " [a candidate timed]")
-    impl, fs, why = dft.plan(kind, double, n, empty, rows, ub, engine.host_fft_rates())
+    spec = x._device.spec if x._device is not None else None
+    sig = (kind, double, n, empty, rows, ub, x._node.dtype, spec, settings.TARGET_CPU.get())
+    hit = dft.MEMO.get(sig)  # this process's answer (no disk read per call; lm.precompile's
+    if hit is not None and kind not in dft.FORCE and (hit[3] or not settings.AUTOTUNE.get()):
+        return hit[:3]  # autotune=True clears it)
+    from . import engine
+
+    host = engine.host_fft_rates()
+    impl, fs, why = dft.plan(kind, double, n, empty, rows, ub, host)
     if double or empty or kind in dft.FORCE:
         return impl, fs, why
+    impl, fs, why, measured = _fft_tuned(kind, x, n, rows, ub, spec, impl, fs, why)
+    dft.MEMO[sig] = (impl, fs, why, measured)
+    return impl, fs, why
+
+
+def _fft_tuned(kind: str, x: Tensor, n: int, rows: int, ub, spec, impl, fs, why):
+    """(impl, fs, why, measured): the measured plan (a stored record or a fresh measurement),
+    else the model's (impl, fs, why)."""
+    from . import engine
+
     cands = dft.candidates(kind, n, ub)
     if len(cands) < 2:
-        return impl, fs, why
+        return impl, fs, why, False
     by_label = {dft.label(c): c for c in cands}
     nin = n // 2 + 1 if kind == "irfft" else n
-    spec = x._device.spec
 
     def run(lab: str):  # a callable realizing candidate `lab` on random rows (warm after one)
         c = by_label[lab]
@@ -2358,10 +2373,10 @@ def _fft_plan(kind: str, x: Tensor, double: bool, n: int, empty: bool, rows: int
     sig = ("fft-plan", kind, n, rows, x.dtype.name, spec.key())
     hit = engine.tuned_choice(sig, list(by_label), run)
     if hit is None:
-        return impl, fs, why
+        return impl, fs, why, False
     best, times, origin = hit
     impl, fs = by_label[best]
-    return impl, fs, dft.explain_choice(kind, impl, fs, n, rows, ub, origin, times)
+    return impl, fs, dft.explain_choice(kind, impl, fs, n, rows, ub, origin, times), True
 
 
 class _Tuning(threading.local):
@@ -2671,7 +2686,6 @@ def _fft_abs(x: Tensor) -> Tensor | None:
 
 
 _RFFT_PACKED = True  # rfft above STOCKHAM_MAX: a half-length complex FFT + one combine kernel
-_RFFT_FUSED = True  # ... the combine inside the Stockham kernel when n / 2 is a Stockham length
 
 
 def _rfft_packed(p: Tensor, n: int, scale: float) -> Tensor:
@@ -2684,7 +2698,7 @@ def _rfft_packed(p: Tensor, n: int, scale: float) -> Tensor:
     b = math.prod(p.shape[:-1])
     z = reshape(p, (b, h, 2))
     impl, fs = dft.vector_plan(h, p._device.spec.ub_bytes)
-    if impl == "stockham" and _RFFT_FUSED:  # one kernel: the combine on the UB-resident Z
+    if impl == "stockham" and dft.RFFT_FUSED:  # one kernel: the combine on the UB-resident Z
         from . import engine  # noqa: F401  (the driver registers the built-in kernels)
 
         tables = (
@@ -2795,7 +2809,7 @@ def _fft_cube(kind: str, x: Tensor, n, ax: int, norm, out_dtype, impl: str, fs: 
     # a realized input keeps its transform graph (every node of it is interned: the same
     # structure), so a repeated call costs dictionary lookups instead of building ~30 nodes
     memo = _fft_memo.get(x._node) if x._node.realized is not None else None
-    key = (kind, nin, ax, norm, fs, x._device, packed, packed and _RFFT_FUSED)
+    key = (kind, nin, ax, norm, fs, x._device, packed, packed and dft.RFFT_FUSED)
     out = None if memo is None else memo.get(key)
     if out is None:
         scale = dft.norm_scale(norm, nin, inverse)

@@ -48,9 +48,13 @@ def enabled() -> bool:
 
 @contextlib.contextmanager
 def forced() -> Iterator[None]:
-    """Autotune every matmul compiled on this thread inside the block (lm.precompile)."""
+    """Autotune every matmul compiled on this thread inside the block (lm.precompile), and
+    every FFT plan chosen in it (the tensor layer's per-process plan memo is dropped)."""
+    from lazymath.graph import dft
+
     old = getattr(_local, "force", False)
     _local.force = True
+    dft.MEMO.clear()
     try:
         yield
     finally:

@@ -66,6 +66,12 @@ BLUESTEIN_CUBE = False
 BLUESTEIN_VECTOR_MIN = 128  # a prime factor > this: Bluestein on two Vector FFTs is a candidate
 STOCKHAM_MIN = 4  # powers of two from this length ...
 STOCKHAM_MAX = 4096  # ... up to this one (and what fits in UB) may take the Vector Stockham FFT
+# rfft packed on a Stockham half length: the combine inside the Stockham kernel (templates/fft.py
+# mode "rfused", Z kept in UB) instead of a second kernel. The device model prefers it (64 x 4096
+# simulated: 910 183 vs 196 us, 910B 102 vs 109 us: no GM round trip of Z, one launch fewer) but
+# on the host it measured 5-19 % slower (the reversed half is a UB gather, scalar on the host
+# lowering; the second kernel's negative-stride GM copy vectorizes): off by default
+RFFT_FUSED = False
 
 
 # The plan's reason for transforms whose result is not an "fft" or "complex_join" node (irfft:
@@ -250,7 +256,7 @@ def _estimate(kind: str, impl: str, fs: tuple, n: int, rows: int, host) -> float
     if impl == "packed":  # rfft: FFT of n/2 + combine; irfft: pre kernel + inverse FFT of n/2
         h = fs[0]
         combine = COMBINE_S * rows * (h + 1) / host[0]
-        if kind == "rfft" and h <= STOCKHAM_MAX:  # the combine inside the Stockham kernel
+        if kind == "rfft" and h <= STOCKHAM_MAX and RFFT_FUSED:  # the combine in the kernel
             return _vector_fft_s(h, rows, host) + combine
         return (_vector_fft_s(h, rows, host) + combine
                 + _kernel(rows * 10 * h, rows * 16 * (h + 1), VECTOR_FLOPS, host))  # fmt: skip
@@ -361,7 +367,16 @@ def _plan(kind, out_double, n, empty, rows, ub_bytes, host, forced) -> tuple[str
     return (*pick, explain_choice(kind, *pick, n, rows, ub_bytes, origin, times))
 
 
-plan.cache_clear = _plan.cache_clear  # (tests shrink the structural limits)
+# the tensor layer's per-process answers (model or measured) per transform signature
+MEMO: dict = {}
+
+
+def _clear() -> None:
+    _plan.cache_clear()
+    MEMO.clear()
+
+
+plan.cache_clear = _clear  # (tests shrink the structural limits)
 
 
 @functools.lru_cache(maxsize=64)
