@@ -157,6 +157,12 @@ def run(ir, arrays: list[np.ndarray]) -> None:
             x = np.broadcast_to(vals[r], shape).astype(np.float32)
             s = {"sum": np.sum, "max": np.max, "min": np.min}[op](x, axis=-1)
             out.reshape(-1)[: int(np.prod(v.shape))] = s.astype(v.dtype).reshape(-1)
+        rest = rest[len(ir.row_reds) :]
+        for out, r, v in zip(rest, ir.softmax, ir.softmax_outputs):
+            x = np.broadcast_to(vals[r], shape).astype(np.float32)
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            s = e / e.sum(axis=-1, keepdims=True)
+            out.reshape(-1)[:size] = s.astype(v.dtype).reshape(-1)
         return
     if isinstance(ir, CustomKernel):  # the author's numpy reference (or the interpreter)
         from ..graph.custom import get

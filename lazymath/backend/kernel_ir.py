@@ -141,6 +141,9 @@ class MatmulKernel:
     `row_reds[j]` = (op, value): an epilogue value reduced over n (op sum / max / min, float32
     accumulation) and written to `row_red_outputs[j]` (a view over batch + (m,)): each output
     tile reduces its rows over its columns, the N panels' partials are combined in GM.
+    `softmax[j]`: an epilogue value x whose softmax over n is written to `softmax_outputs[j]`
+    (over batch + (m, n)): each tile writes exp(x - its row max) and publishes (row max, row sum)
+    per N panel; the row block's last panel rescales the written rows (online softmax).
     """
 
     batch: tuple[int, ...]
@@ -161,6 +164,8 @@ class MatmulKernel:
     col_sum_outputs: tuple[ArgView, ...] = ()
     row_reds: tuple[tuple[str, int], ...] = ()
     row_red_outputs: tuple[ArgView, ...] = ()
+    softmax: tuple[int, ...] = ()
+    softmax_outputs: tuple[ArgView, ...] = ()
     # implicit GEMM (conv1d): (K, stride, dilation, pad_left) when `b` is the conv input x seen
     # over batch + (C/groups, L) and B'[.., c*K + j, l] = x[.., c, l*stride + j*dilation -
     # pad_left] (0 outside x): the GM -> L1 packing builds the windows (backend/im2col.py)
@@ -280,4 +285,5 @@ def kernel_args(k: KernelIR) -> tuple[ArgView, ...]:
         return (*k.inputs, *k.epi_inputs, *k.outputs)
     if isinstance(k, (RowKernel, CustomKernel, AicpuKernel)):
         return (*k.inputs, *k.outputs)
-    return (k.a, k.b, *k.epi_inputs, *k.outputs, *k.col_sum_outputs, *k.row_red_outputs)
+    reds = (*k.col_sum_outputs, *k.row_red_outputs, *k.softmax_outputs)
+    return (k.a, k.b, *k.epi_inputs, *k.outputs, *reds)

@@ -22,7 +22,9 @@ def _unit(g, spec=None) -> str:
     if g.kind == "custom":
         return g.ir.unit
     if g.kind == "matmul":  # column sums on a split device: the AIVs fold the tiles (MIX)
-        split_cols = bool(g.col_sums or g.row_reds) and spec is not None and not spec.coupled
+        split_cols = (
+            bool(g.col_sums or g.row_reds or g.softmax) and spec is not None and not spec.coupled
+        )
         # (conv1d's implicit GEMM on a split device: the AIVs run an epilogue beyond FixPipe's)
         split_epi = (spec is not None and not spec.coupled and g.ir is not None
                      and getattr(g.ir, "b_im2col", None) is not None

@@ -97,6 +97,7 @@ class Group:
     epi_roots: list[Node] = field(default_factory=list)
     col_sums: list[Node] = field(default_factory=list)  # matmul: sums over m in the epilogue
     row_reds: list[Node] = field(default_factory=list)  # matmul: sum/max/min over n, likewise
+    softmax: list[tuple[Node, Node]] = field(default_factory=list)  # matmul: (x, softmax(x, -1))
     ir: object = None
     inputs: list[Node] = field(default_factory=list)  # boundary nodes read, in argument order
     outputs: list[Node] = field(default_factory=list)  # nodes written, in argument order
@@ -493,6 +494,7 @@ class Planner:
         groups = self._merge_custom_siblings(groups)
         groups = self._merge_epilogues(groups)
         groups = self._merge_col_sums(groups)
+        groups = self._merge_softmax(groups)
         groups = self._merge_elementwise(groups)
         groups = self._merge_aicpu(groups)
         return self._toposort_groups(groups)
@@ -725,6 +727,73 @@ class Planner:
                     "combines them in panel order)", host.core, r))  # fmt: skip
         return out
 
+    def _merge_softmax(self, groups: list[Group]) -> list[Group]:
+        """softmax(x, axis=-1) of a matmul's product (or of its epilogue), as a row kernel whose
+        only input is that product, joins the matmul kernel (`rules.MATMUL_SOFTMAX`): a row
+        spans every N panel, so each output tile writes exp(x - its row max) and publishes its
+        (row max, row sum); the last panel of a row block rescales the block's rows by
+        exp(max_p - max) / sum (the online softmax of split rows)."""
+        if not rules.MATMUL_SOFTMAX:
+            return groups
+        out = []
+        gr = self.group_of_root
+        for g in groups:
+            if g.kind != "rows":
+                out.append(g)
+                continue
+            n_log = len(self.log)
+            try:
+                self.build(g)
+            except (NeedMaterialize, CapExceeded):
+                del self.log[n_log:]
+                out.append(g)
+                continue
+            del self.log[n_log:]  # the final build logs the row kernel again if it stays
+            mm = [b for b in g.inputs if getattr(gr.get(id(b)), "kind", None) == "matmul"]
+            x = _softmax_source(g) if len(g.roots) == 1 and len(g.outputs) == 1 else None
+            src = g.inputs[0] if len(g.inputs) == 1 and x is not None else None
+            host = gr.get(id(src)) if src is not None else None
+            if (host is None or host.kind != "matmul" or src is None
+                    or not (src is host.core or any(src is e for e in host.epi_roots))
+                    or src.shape != host.core.shape):  # fmt: skip
+                if mm:
+                    m = mm[0]
+                    self.log.append(LogEntry("refuse", (describe(m), describe(g.roots[0])),
+                        "row kernel over a matmul product: of the row chains only softmax(x, -1) "
+                        "with no other output (and sum/max/min over the last axis) has an online "
+                        "form across the matmul's N panels; this one runs as its own row kernel",
+                        m, g.roots[0]))  # fmt: skip
+                out.append(g)
+                continue
+            (o,) = g.outputs
+            members = host.members | g.members
+            cons = self.consumers
+            epi_roots = [e for e in host.epi_roots if id(e) in self.out_ids
+                         or any(id(c) not in members for c in cons.get(id(e), []))]  # fmt: skip
+            trial = Group(host.kind, host.core, host.roots, members, epi_roots, host.col_sums,
+                          row_reds=host.row_reds, softmax=host.softmax + [(x, o)])  # fmt: skip
+            try:
+                self.build(trial)
+            except (NeedMaterialize, CapExceeded) as ex:
+                self.log.append(LogEntry("refuse", (describe(host.core), describe(o)),
+                                         f"softmax in the matmul epilogue: {ex}",
+                                         host.core, o))  # fmt: skip
+                out.append(g)
+                continue
+            inner = {id(host.core)} | {id(e) for e in host.epi_roots}
+            host.members, host.epi_roots, host.softmax = members, epi_roots, trial.softmax
+            for r in g.roots:
+                self.group_of_root[id(r)] = host
+            self.log[:] = [e for e in self.log if not (
+                e.what == "refuse" and id(e.producer) in inner
+                and id(e.consumer) in g.members)]  # fmt: skip
+            self.log.append(LogEntry("fuse", (describe(host.core), describe(o)),
+                "softmax over the last axis in the matmul epilogue (online form): each output "
+                "tile writes exp(x - its row max) and publishes its row max and sum; the last "
+                "N panel of a row block to arrive rescales the block's rows in GM",
+                host.core, o))  # fmt: skip
+        return out
+
     def _merge_elementwise(self, groups: list[Group]) -> list[Group]:
         ew = [g for g in groups if g.kind == "elementwise"]
         for i, g1 in enumerate(ew):
@@ -773,7 +842,7 @@ class Planner:
 
         produced = {}
         for g in groups:
-            for r in g.roots + g.epi_roots + g.col_sums + g.row_reds:
+            for r in g.roots + g.epi_roots + g.col_sums + g.row_reds + [o for _, o in g.softmax]:
                 produced[id(r)] = g
             if g.core is not None:
                 produced[id(g.core)] = g
@@ -820,16 +889,17 @@ class Planner:
                 id(g.core) in self.out_ids
                 or bool(read_elsewhere)
                 or any(id(c) not in g.members for c in self.consumers.get(id(g.core), []))
-                or not (g.epi_roots or g.col_sums or g.row_reds)
+                or not (g.epi_roots or g.col_sums or g.row_reds or g.softmax)
             )
             if need:
                 outs.insert(0, g.core)
         seen, uniq = set(), []
+        last = g.col_sums + g.row_reds + [o for _, o in g.softmax]
         for o in outs:
-            if id(o) not in seen and all(o is not c for c in g.col_sums + g.row_reds):
+            if id(o) not in seen and all(o is not c for c in last):
                 seen.add(id(o))
                 uniq.append(o)
-        return uniq + list(g.col_sums) + list(g.row_reds)  # kernel_args order: reductions last
+        return uniq + last  # kernel_args order: the row / column results last
 
     def build(self, g: Group) -> None:
         g.outputs = self.written(g)
@@ -908,10 +978,11 @@ class Planner:
         m, n = core.shape[-2:]
         k = a_src.shape[-1]
         epi = ExprBuilder(core.shape, internal, acc=core, acc_dtype="float32", copied=self.copied)
-        n_out = len(g.outputs) - len(g.col_sums) - len(g.row_reds)
+        n_out = len(g.outputs) - len(g.col_sums) - len(g.row_reds) - len(g.softmax)
         results = tuple(self._epi_value(epi, o, core) for o in g.outputs[:n_out])
         col_sums = tuple(epi.value(r.srcs[0]) for r in g.col_sums)
         row_reds = tuple((r.arg[0], epi.value(r.srcs[0])) for r in g.row_reds)
+        softmax = tuple(epi.value(x) for x, _ in g.softmax)
         g.ir = MatmulKernel(
             batch,
             m,
@@ -930,6 +1001,8 @@ class Planner:
             col_sum_outputs=tuple(contiguous_view(r.dtype.name, r.shape) for r in g.col_sums),
             row_reds=row_reds,
             row_red_outputs=tuple(contiguous_view(r.dtype.name, r.shape) for r in g.row_reds),
+            softmax=softmax,
+            softmax_outputs=tuple(contiguous_view(o.dtype.name, o.shape) for _, o in g.softmax),
             b_im2col=b_src.arg[:4] if im2col else None,
         )
         g.inputs = nodes + list(epi.input_nodes)
@@ -1029,6 +1102,36 @@ class Planner:
             return epi.value(out)
         virtual = make("reshape", out.dtype, core.shape, (out,), loc=out.loc)
         return epi.value(out, (virtual,))
+
+
+def _softmax_source(g: Group) -> Node | None:
+    """The node x when row group `g` computes exactly softmax(x) over the last axis
+    (exp(x - max) / sum(exp(x - max)), float16 sums cast back allowed; elementwise ops before
+    the max are part of x), else None."""
+    ir = g.ir
+    e = ir.expr if ir is not None else ()
+    if (not e or len(ir.results) != 1 or ir.row_outputs != (False,) or len(ir.in_shape) < 2
+            or ir.axes != (len(ir.in_shape) - 1,)):  # fmt: skip
+        return None
+    red = [i for i, op in enumerate(e) if op.op == "reduce"]
+    if len(red) != 2 or e[red[0]].arg != "max" or e[red[1]].arg != "sum":
+        return None
+    i0 = red[0]
+    x = e[i0].srcs[0]
+    tail = e[i0 + 1 :]
+    ops = [op.op for op in tail]
+    if ops not in (["sub", "exp", "reduce", "div"], ["sub", "exp", "reduce", "cast", "div"]):
+        return None
+    sub, ex = tail[0], tail[1]
+    s = i0 + 3 + (ops[3] == "cast")
+    div = tail[-1]
+    if (sub.srcs != (x, i0) or ex.srcs != (i0 + 1,) or tail[2].srcs != (i0 + 2,)
+            or div.srcs != (i0 + 2, s) or ir.results != (len(e) - 1,)):  # fmt: skip
+        return None
+    if not e[x].dtype.startswith("float"):
+        return None
+    maxes = [n for n in g.member_nodes if n.op == "reduce" and n.arg[0] == "max"]
+    return maxes[0].srcs[0] if len(maxes) == 1 else None
 
 
 def _reshapes(e: Node, core: Node) -> bool:

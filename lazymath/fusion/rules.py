@@ -105,3 +105,8 @@ MATMUL_COL_SUM = True
 # every N panel, so the panels' partials meet in a GM workspace and the last panel of a row
 # block to arrive (an atomic counter) combines them in panel order (deterministic).
 MATMUL_ROW_REDUCE = True
+# softmax(x, axis=-1) of a matmul's product (a row kernel whose only input is the product) joins
+# the matmul kernel in its online form: tiles write exp(x - their row max) and publish (max,
+# sum); the last N panel of a row block rescales the block's rows in GM (read + write once more
+# of the block, on chip-local L2 on a device, against a full GM round trip of the product).
+MATMUL_SOFTMAX = True

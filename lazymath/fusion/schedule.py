@@ -58,9 +58,8 @@ def kernel_cost_class(ir, unit: str, spec) -> tuple[int, int]:
         b = math.prod(ir.batch)
         flops = 2 * b * ir.m * ir.n * ir.k + b * ir.m * ir.n * _expr_flops(ir.epilogue)
         moved = view_bytes(ir.a) + view_bytes(ir.b)
-        moved += sum(
-            map(view_bytes, ir.epi_inputs + ir.outputs + ir.col_sum_outputs + ir.row_red_outputs)
-        )
+        moved += sum(map(view_bytes, ir.epi_inputs + ir.outputs + ir.col_sum_outputs))
+        moved += sum(map(view_bytes, ir.row_red_outputs + ir.softmax_outputs))
         return flops, moved
     if isinstance(ir, CustomKernel):  # the author's FLOP count (`lazymath.kernel(flops=...)`)
         from ..graph.custom import get

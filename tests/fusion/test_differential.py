@@ -89,7 +89,9 @@ def recipe_strategy():
             st.just("m"),
             st.integers(0, 99),
             st.integers(0, 99),
-            st.sampled_from(["none", "relu", "scale", "bias", "colsum", "rowsum", "rowmax"]),
+            st.sampled_from(
+                ["none", "relu", "scale", "bias", "colsum", "rowsum", "rowmax", "softmax"]
+            ),
         ),
         st.tuples(st.just("c"), st.integers(0, 99), st.floats(-2, 2)),
         st.tuples(st.just("w"), st.sampled_from(ROWS), st.integers(0, 99), st.integers(0, 2)),
@@ -159,6 +161,8 @@ def build(recipe, seed):
                     r = lm.sum(lm.relu(r), axis=-1)
                 elif st_[3] == "rowmax" and r.ndim >= 2 and r.shape[-1]:
                     r = lm.max(r, axis=-1)
+                elif st_[3] == "softmax" and r.ndim >= 2:  # online softmax over N panels
+                    r = lm.softmax(r * 0.5, axis=-1)
                 pool.append(r)
         elif kind == "c":
             pool.append(pick(st_[1]) * float(st_[2]) + 1.0)

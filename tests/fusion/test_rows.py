@@ -462,7 +462,7 @@ def test_matmul_row_reductions_match_numpy(spec, backend, monkeypatch):
 def test_matmul_row_and_column_reductions_over_m_groups_and_n_panels(spec):
     """M groups x N panels: every panel of a row block publishes its partial row values and
     the last to arrive combines them (counters re-armed: realized twice); the product, its
-    row sums, row maxima (NaN propagates like numpy) and column sums in one kernel."""
+    row sums, row maxima (NaN propagates like numpy), column sums and the softmax in one kernel."""
     from lazymath.backend import compile_kernel
     from lazymath.backend.templates.matmul import tile_matmul
 
@@ -472,18 +472,84 @@ def test_matmul_row_and_column_reductions_over_m_groups_and_n_panels(spec):
         a[3, 5] = np.nan
         b = RNG.standard_normal((48, 600)).astype(np.float32)
         A, B = lm.tensor(a), lm.tensor(b)
-        (k,) = lm.schedule(A @ B, lm.sum(A @ B, axis=-1), lm.max(A @ B, axis=1),
-                           lm.sum(A @ B, axis=0)).kernels  # fmt: skip
+        # (a row max of its own: softmax's max, the same node, would be a second row output)
+        (k,) = lm.schedule(A @ B, lm.sum(A @ B, axis=-1), lm.max(A @ B * 1.0, axis=1),
+                           lm.sum(A @ B, axis=0), lm.softmax(A @ B, axis=-1)).kernels  # fmt: skip
         t = tile_matmul(k.group.ir, lm.current_device().spec)
         assert t.m_groups > 1 and t.n_panels > 1
         ck = compile_kernel(k.group.ir, spec, backend="interp")
         assert ck.cost.total > 0 and not ck.cost.unknown
         assert "ws_rowred" in ck.isa_text
         p = a.astype(np.float64) @ b
+        with np.errstate(invalid="ignore"):
+            sm = np.exp(p - p.max(-1, keepdims=True))
+            sm /= sm.sum(-1, keepdims=True)
         for _ in range(2):  # the second run replays the cached program: counters re-armed
-            outs = (A @ B, lm.sum(A @ B, axis=-1), lm.max(A @ B, axis=1), lm.sum(A @ B, axis=0))
+            outs = (A @ B, lm.sum(A @ B, axis=-1), lm.max(A @ B * 1.0, axis=1),
+                    lm.sum(A @ B, axis=0), lm.softmax(A @ B, axis=-1))  # fmt: skip
             lm.realize(*outs)
-            for o, w in zip(outs, (p, p.sum(-1), p.max(1), p.sum(0))):
+            for o, w in zip(outs, (p, p.sum(-1), p.max(1), p.sum(0), sm)):
                 np.testing.assert_allclose(o.numpy(), w, rtol=1e-4, atol=1e-3)
+    finally:
+        lm.init_device(0, spec="ascend910")
+
+
+# ----------------------------------------------------------------------------- softmax(A @ B)
+
+
+def _softmax64(p):
+    e = np.exp(p - p.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+def test_softmax_of_a_matmul_is_one_kernel(spec):
+    """softmax(A @ B, -1) (also of a scaled product, also with the product wanted) is the
+    matmul kernel in the online form; log_softmax and other axes are refused with a reason."""
+    unit = "cube" if spec == "ascend910" else "mix"
+    big = lm.tensor(np.zeros((4096, 4096), np.float32))
+    for outs in ((lm.softmax(big @ big, axis=-1),), (lm.softmax((big @ big) * 0.125, axis=-1),),
+                 (big @ big, lm.softmax(big @ big, axis=-1))):  # fmt: skip
+        s = lm.schedule(*outs, spec=spec)
+        assert [k.unit for k in s.kernels] == [unit], s
+        assert any("softmax over the last axis in the matmul epilogue" in e.reason
+                   for e in s.fusion_log)  # fmt: skip
+        assert not [e for e in s.fusion_log if e.what == "refuse"], s.fusion_log
+    for t in (lm.log_softmax(big @ big, axis=-1), lm.softmax(big @ big, axis=0)):
+        s = lm.schedule(t, spec=spec)
+        assert len(s.kernels) == 2
+        assert any("row kernel over a matmul product" in e.reason for e in s.fusion_log)
+
+
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_softmax_of_a_matmul_matches_numpy(spec, backend, monkeypatch):
+    """One N panel (normalised in the tile) and several (rows rescaled by the last panel),
+    a row of 1, primes, K tails, batch and broadcast batch, float16 / float32."""
+    monkeypatch.setenv("LAZYMATH_BACKEND", backend)
+    lm.init_device(0, spec=spec)
+    try:
+        cases = (("float32", (), (), (37, 19, 130)),
+                 ("float16", (3,), (3,), (37, 19, 290)),
+                 ("float32", (), (), (1, 5, 3)),
+                 ("float32", (2,), (), (131, 17, 293)),
+                 ("float16", (), (), (67, 33, 1031)))  # fmt: skip
+        for dt, ba, bb, (m, k, n) in cases:
+            a = (RNG.standard_normal((*ba, m, k)) * 2).astype(dt)
+            b = RNG.standard_normal((*bb, k, n)).astype(dt)
+            prod = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(dt)
+            A, B = lm.tensor(a), lm.tensor(b)
+            t = lm.softmax((A @ B) * 0.5, axis=-1)
+            assert len(lm.schedule(t).kernels) == 1
+            got = t.numpy()
+            assert got.dtype == np.dtype(dt) and got.shape == prod.shape
+            want = _softmax64(prod.astype(np.float64) * 0.5)
+            if dt == "float16":
+                tol = 1e-3
+            else:  # numpy's own float32 error on this input, or 1e-6
+                np_err = np.abs(_softmax64(prod * np.float32(0.5)).astype(np.float64) - want)
+                tol = max(1e-6, 4 * np_err.max())
+            err = np.abs(got.astype(np.float64) - want).max()
+            assert err < tol, (dt, (m, k, n), err, tol)
     finally:
         lm.init_device(0, spec="ascend910")

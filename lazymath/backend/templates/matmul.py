@@ -143,7 +143,7 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
     m_groups = -(-m // mg_rows)
     items = panels * m_groups
     memo = _round_up(kk, kc) * tn * 4 <= WORKSPACE_CAP
-    reds = bool(k.col_sums or k.row_reds)  # reductions in the epilogue: the vector unit's
+    reds = bool(k.col_sums or k.row_reds or k.softmax)  # row / column work: the vector unit's
     simple = all(_fixpipe_chain(k.epilogue, r)[0] for r in k.results) and not reds
     epi_rows = 0
     pro_a = pro_b = 0
@@ -213,8 +213,8 @@ def _emit_epilogue(k: MatmulKernel, tile: int, acc: isa.Ref):
     for j, v in enumerate(k.outputs):
         dests[j] = isa.Ref(isa.Buffer(f"out{j}_ub", "UB", v.dtype, tile), 0)
     em = C.ExprEmitter(b, pool, tile)
-    outs = em.emit(k.epilogue, k.results + k.col_sums + tuple(r for _, r in k.row_reds), loads,
-                   acc, dests)  # fmt: skip
+    vals = k.results + k.col_sums + tuple(r for _, r in k.row_reds) + k.softmax
+    outs = em.emit(k.epilogue, vals, loads, acc, dests)
     bufs = [acc.buf, *(r.buf for r in loads.values()), *(r.buf for r in dests.values()),
             *pool.buffers, *b.buffers]  # fmt: skip
     return em.hoisted, bufs, b.body, loads, outs
@@ -233,6 +233,10 @@ def _epi_rows(k: MatmulKernel, spec, tm: int, tn: int, ub: int | None = None) ->
     # reduction the same over the tile's rows; a counter tile
     fixed = len(k.col_sums) * 3 * 4 * tn + len(k.row_reds) * 3 * 4 * tm
     fixed += 128 if k.col_sums or k.row_reds else 0
+    # softmax: float32 work and broadcast tiles (+ the output dtype's), five rows of row values
+    per_elem += sum(8 + (C.itemsize(v.dtype) if v.dtype != "float32" else 0)
+                    for v in k.softmax_outputs)  # fmt: skip
+    fixed += len(k.softmax) * (5 * 4 * tm + 128)
     rows = ((spec.ub_bytes if ub is None else ub) - fixed) // max(per_elem * tn, 1)
     if rows < 1:
         raise ValueError(f"matmul epilogue needs {per_elem} B/element: does not fit UB")
@@ -265,6 +269,16 @@ def _fold_rows(src: isa.Ref, w: isa.Ref, cacc: isa.Ref, rows, max_rows: int, pit
 
 _ROW_RED = {"sum": ("vcadd", 0.0), "max": ("vcmax", float("-inf")), "min": ("vcmin", float("inf"))}
 _ROW_COMBINE = {"sum": "vadd", "max": "vmax", "min": "vmin"}
+
+
+def _reduce_rows(vop: str, dst: isa.Ref, src: isa.Ref, rows, cols, pitch: int, full: bool,
+                 tag: str) -> list:  # fmt: skip
+    """dst[r] op= reduce(src[r*pitch : r*pitch + cols]) for r < rows: one WholeReduce when the
+    rows are full (cols == pitch), else one reduction per row."""
+    if full:
+        return [isa.VReduce(vop, dst, src, pitch, rows)]
+    rr = isa.Var(f"{tag}r")
+    return [isa.Loop(rr, 0, rows, 1, (isa.VReduce(vop, dst + rr, src + isa.mul(rr, pitch), cols),))]
 
 
 def _row_write(racc: isa.Ref, gm: isa.Buffer, v, off, n, tm: int, jr: int, buffers: list,
@@ -330,14 +344,17 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     n_epi, n_out = len(k.epi_inputs), len(k.outputs)
     names = ["a", "b", *(f"epi{i}" for i in range(n_epi)), *(f"out{j}" for j in range(n_out)),
              *(f"colsum{j}" for j in range(len(k.col_sums))),
-             *(f"row{op}{j}" for j, (op, _) in enumerate(k.row_reds))]  # fmt: skip
+             *(f"row{op}{j}" for j, (op, _) in enumerate(k.row_reds)),
+             *(f"softmax{j}" for j in range(len(k.softmax)))]  # fmt: skip
     args = C.gm_args((k.a, k.b, *k.epi_inputs, *k.outputs, *k.col_sum_outputs,
-                      *k.row_red_outputs), names)  # fmt: skip
+                      *k.row_red_outputs, *k.softmax_outputs), names)  # fmt: skip
     A, B = args[0], args[1]
     EPI, OUT = args[2 : 2 + n_epi], args[2 + n_epi : 2 + n_epi + n_out]
     ncs = len(k.col_sums)
     CS = args[2 + n_epi + n_out : 2 + n_epi + n_out + ncs]
-    RR = args[2 + n_epi + n_out + ncs :]
+    nrr = len(k.row_reds)
+    RR = args[2 + n_epi + n_out + ncs : 2 + n_epi + n_out + ncs + nrr]
+    SMO = args[2 + n_epi + n_out + ncs + nrr :]
     mix = not spec.coupled and t.epi_rows > 0  # AIC + AIV (split 910B: reductions, conv1d)
     for j, (v, r) in enumerate(zip(k.outputs, k.results)):
         if v.dtype != k.epilogue[r].dtype:
@@ -358,7 +375,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         workspace = part_off + len(k.col_sums) * panels * t.m_groups * tn * 4
     # row reductions over several N panels: [per (batch, M group) arrival counters | the
     # panels' partial row values]
-    rsplit = bool(k.row_reds) and t.n_panels > 1
+    rsplit = bool(k.row_reds or k.softmax) and t.n_panels > 1
     nbat = C.prod(k.batch)
     if rsplit:
         rcnt_off = _round_up(workspace, 64)
@@ -366,7 +383,8 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         rcnt_b = isa.Buffer("ws_rcount", "GM", "int64", 0, arg=w_arg)
         rpart_b = isa.Buffer("ws_rowred", "GM", "float32", 0, arg=w_arg)
         args = (*args, rcnt_b, rpart_b)
-        workspace = rpart_off + len(k.row_reds) * nbat * t.n_panels * k.m * 4
+        n_q = nrr + 2 * len(k.softmax)  # row quantities: reductions, softmax (max, sum)
+        workspace = rpart_off + n_q * nbat * t.n_panels * k.m * 4
     if mix:  # per group two tile slots (the AIC -> AIV hand-over)
         ws = isa.Buffer("ws_tiles", "GM", "float32", 0, arg=w_arg)
         args = (*args, ws)
@@ -555,7 +573,8 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         rbody.append(Bar())  # FixPipe / MTE2 -> Vector
         rbody += ebody
         colsums = outs[n_out : n_out + ncs]
-        rowvals = outs[n_out + ncs :]
+        rowvals = outs[n_out + ncs : n_out + ncs + nrr]
+        smvals = outs[n_out + ncs + nrr :]
         outs = outs[:n_out]
         for jc, o in enumerate(colsums):  # fold the chunk's rows into the column accumulator
             cacc = isa.Ref(isa.Buffer(f"colsum{jc}_ub", "UB", "float32", tn), 0)
@@ -638,9 +657,90 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
             else:  # one panel holds the whole row: the tile's row values are final
                 off = isa.add(base(v), isa.mul(m0, v.strides[-1]))
                 row_fin += _row_write(racc, RR[jr], v, off, mv, tm, jr, buffers, Bar)
+        sm_copies: list = []
+        for js, o in enumerate(smvals):  # softmax over n (online across the N panels)
+            v = k.softmax_outputs[js]
+            ssm, ssn = v.strides[-2:]
+            q = nrr + 2 * js  # its (row max, row sum) partials in the workspace
+
+            def rp(qq, panel, row):
+                return isa.Ref(rpart_b, isa.add(rpart_off // 4, isa.add(isa.mul(isa.add(
+                    isa.mul(isa.add(qq * nbat, bi), t.n_panels), panel), k.m), row)))  # fmt: skip
+
+            def sm_ref(row, col, v=v, ssm=ssm, ssn=ssn, js=js):
+                return isa.Ref(SMO[js], isa.add(base(v), isa.add(isa.mul(row, ssm),
+                                                                   isa.mul(col, ssn))))  # fmt: skip
+
+            smx, ssu, srv = (isa.Ref(isa.Buffer(f"sm{js}_{w}_ub", "UB", "float32", tm), 0)
+                             for w in ("max", "sum", "rec"))  # fmt: skip
+            sw = isa.Ref(isa.Buffer(f"sm{js}_w_ub", "UB", "float32", tile), 0)
+            sb = isa.Ref(isa.Buffer(f"sm{js}_b_ub", "UB", "float32", tile), 0)
+            buffers += [smx.buf, ssu.buf, srv.buf, sw.buf, sb.buf]
+            so = sw
+            if v.dtype != "float32":
+                so = isa.Ref(isa.Buffer(f"sm{js}_o_ub", "UB", v.dtype, tile), 0)
+                buffers.append(so.buf)
+            row_init += [isa.VDup(smx, float("-inf"), tm), isa.VDup(ssu, 0.0, tm)]
+            if isinstance(o, C.Const):
+                rbody.append(isa.VDup(sw, k.epilogue[k.softmax[js]].arg, tile))
+                o = sw
+            elif o.buf.dtype != "float32":
+                rbody.append(isa.VConv(sw, o, tile, "trunc"))
+                o = sw
+            cnt = isa.mul(rv, tn)
+            full = k.n % tn == 0
+            rbody += [*_reduce_rows("vcmax", smx + r0, o, rv, nv, tn, full, f"sx{js}"),
+                      isa.VBrcb(sb, smx + r0, tn, rv),
+                      isa.VBinary("vsub", sw, o, sb, cnt),
+                      isa.VUnary("vexp", sw, sw, cnt)]  # fmt: skip
+            rbody += _reduce_rows("vcadd", ssu + r0, sw, rv, nv, tn, full, f"ss{js}")
+            if not rsplit:  # one panel holds the whole row: normalise now
+                rbody += [isa.VUnary("vrec", srv + r0, ssu + r0, rv),
+                          isa.VBrcb(sb, srv + r0, tn, rv),
+                          isa.VBinary("vmul", sw, sw, sb, cnt)]  # fmt: skip
+            if so is not sw:
+                rbody.append(isa.VConv(so, sw, cnt, "trunc"))
+            sm_copies.append(isa.CopyOut(sm_ref(isa.add(m0, r0), n0v), so, (rv, nv), (ssm, ssn),
+                                         tn))  # fmt: skip
+            if not rsplit:
+                continue
+            # this panel's (row max, row sum of exp(x - max)); the last panel rescales the rows
+            row_fin += [Bar(), isa.CopyOut(rp(q, pn, m0), smx, (mv,), (1,)),
+                        isa.CopyOut(rp(q + 1, pn, m0), ssu, (mv,), (1,))]  # fmt: skip
+            pmx, psu = (isa.Ref(isa.Buffer(f"sm{js}_p{w}_ub", "UB", "float32", tm), 0)
+                        for w in ("max", "sum"))  # fmt: skip
+            buffers += [pmx.buf, psu.buf]
+            mc, mcv, pq, pn0, pnv = (V(f"sm{js}{w}") for w in ("mc", "mcv", "pq", "pn0", "pnv"))
+            ccnt = isa.mul(mcv, tn)
+            conv_in = [isa.VConv(sw, so, ccnt, "trunc")] if so is not sw else []
+            conv_out = [isa.VConv(so, sw, ccnt, "trunc")] if so is not sw else []
+            comb = [
+                isa.Let(mcv, isa.imin(R, isa.sub(isa.add(gm0, gmv), mc))),
+                Bar(), isa.VDup(smx, float("-inf"), tm), isa.VDup(ssu, 0.0, tm),
+                isa.Loop(pq, 0, t.n_panels, 1, (  # the row max over the panels
+                    Bar(), isa.CopyIn(pmx, rp(q, pq, mc), (mcv,), (1,)), Bar(),
+                    isa.VBinary("vmax", smx, smx, pmx, mcv))),
+                isa.Loop(pq, 0, t.n_panels, 1, (  # sum = sum_p sum_p * exp(max_p - max)
+                    Bar(), isa.CopyIn(pmx, rp(q, pq, mc), (mcv,), (1,)),
+                    isa.CopyIn(psu, rp(q + 1, pq, mc), (mcv,), (1,)), Bar(),
+                    isa.VBinary("vsub", pmx, pmx, smx, mcv), isa.VUnary("vexp", pmx, pmx, mcv),
+                    isa.VBinary("vmul", pmx, pmx, psu, mcv),
+                    isa.VBinary("vadd", ssu, ssu, pmx, mcv))),
+                isa.VUnary("vrec", srv, ssu, mcv),
+                isa.Loop(pq, 0, t.n_panels, 1, (  # rows of panel p *= exp(max_p - max) / sum
+                    isa.Let(pn0, isa.mul(pq, tn)), isa.Let(pnv, isa.imin(tn, isa.sub(k.n, pn0))),
+                    Bar(), isa.CopyIn(pmx, rp(q, pq, mc), (mcv,), (1,)),
+                    isa.CopyIn(so, sm_ref(mc, pn0), (mcv, pnv), (ssm, ssn), tn), Bar(),
+                    isa.VBinary("vsub", pmx, pmx, smx, mcv), isa.VUnary("vexp", pmx, pmx, mcv),
+                    isa.VBinary("vmul", pmx, pmx, srv, mcv),
+                    isa.VBrcb(sb, pmx, tn, mcv), *conv_in,
+                    isa.VBinary("vmul", sw, sw, sb, ccnt), *conv_out,
+                    Bar(), isa.CopyOut(sm_ref(mc, pn0), so, (mcv, pnv), (ssm, ssn), tn))),
+            ]  # fmt: skip
+            row_out.append(isa.Loop(mc, gm0, isa.add(gm0, gmv), R, tuple(comb)))
         if row_init:
             row_init.insert(0, Bar())  # the previous tile's write-out has read them
-        copies = []
+        copies = list(sm_copies)
         for jo, o in enumerate(outs):
             if isinstance(o, C.Const):
                 o = isa.Ref(isa.Buffer(f"outc{jo}_ub", "UB", k.outputs[jo].dtype, tile), 0)
