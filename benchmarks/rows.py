@@ -252,12 +252,70 @@ def _cpu_times(fn, reps: int) -> tuple[float, float]:
     return min(ts), statistics.median(ts)
 
 
+# ----------------------------------------------------------------------------- matmul + rows
+
+
+def run_matmul_case(name: str, n: int, reps: int) -> None:
+    """sum(A @ B, -1) / softmax(A @ B, -1): lazymath's one kernel (the reduction or the online
+    softmax in the matmul epilogue) against the same graph as two kernels (the fusion rule
+    off), numpy (matmul and the row op into preallocated out=) and torch eager."""
+    from lazymath.fusion import rules
+
+    rng = np.random.default_rng(1)
+    a_np = rng.standard_normal((n, n)).astype(np.float32)
+    b_np = rng.standard_normal((n, n)).astype(np.float32)
+    a, b = lm.tensor(a_np), lm.tensor(b_np)
+
+    def graph():
+        p = a @ b
+        return lm.sum(p, axis=-1) if name == "mm_rowsum" else lm.softmax(p, axis=-1)
+
+    def lm_time(fused: bool) -> float:
+        rules.MATMUL_ROW_REDUCE = rules.MATMUL_SOFTMAX = fused
+        try:
+            kernels = len(lm.schedule(graph()).kernels)
+            graph().realize()
+            return median_time(lambda: graph().realize(), reps), kernels
+        finally:
+            rules.MATMUL_ROW_REDUCE = rules.MATMUL_SOFTMAX = True
+
+    warm_cores()
+    res, ks = {}, {}
+    res["lazymath fused"], ks["lazymath fused"] = lm_time(True)
+    res["lazymath 2 kernels"], ks["lazymath 2 kernels"] = lm_time(False)
+    prod = np.empty((n, n), np.float32)
+    row = np.empty((n, 1), np.float32)
+
+    def np_fn():
+        np.matmul(a_np, b_np, out=prod)
+        if name == "mm_rowsum":
+            return np.sum(prod, axis=-1, out=row[:, 0])
+        np.max(prod, axis=1, keepdims=True, out=row)
+        np.subtract(prod, row, out=prod)
+        np.exp(prod, out=prod)
+        np.sum(prod, axis=1, keepdims=True, out=row)
+        return np.divide(prod, row, out=prod)
+
+    res["numpy (out=)"] = median_time(np_fn, reps)
+    if torch is not None:
+        at, bt = torch.from_numpy(a_np), torch.from_numpy(b_np)
+        op = (lambda p: p.sum(-1)) if name == "mm_rowsum" else (lambda p: torch.softmax(p, -1))
+        res[f"torch eager {torch.get_num_threads()}t"] = median_time(lambda: op(at @ bt), reps)
+    print(f"\n{name} ({n}, {n}) @ ({n}, {n}) float32")
+    base = res["lazymath fused"]
+    for who, t in res.items():
+        k = f" ({ks[who]} kernel{'s' * (ks[who] > 1)})" if who in ks else ""
+        print(f"  {who:20s} {t * 1e3:9.3f} ms   {t / base:6.2f}x lazymath's time{k}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--n", type=int, default=4096, help="rows = cols = n")
     ap.add_argument("--cases", type=str, default="softmax,log_softmax,layernorm,var")
     ap.add_argument("--single-thread", action="store_true")
+    ap.add_argument("--matmul", type=int, default=0, metavar="N",
+                    help="also time sum(A @ B, -1), softmax(A @ B, -1) at N x N x N")  # fmt: skip
     args = ap.parse_args()
     print(f"lazymath {lm.__version__}, numpy {np.__version__}, torch "
           f"{getattr(torch, '__version__', '-')}, jax {getattr(jax, '__version__', '-')}, "
@@ -272,11 +330,14 @@ def main() -> None:
     x_np = rng.standard_normal((args.n, args.n)).astype(np.float32)
     g_np = rng.standard_normal(args.n).astype(np.float32)
     copy_gbs = copy_bandwidth(x_np, args.reps)
-    names = args.cases.split(",")
+    names = [c for c in args.cases.split(",") if c]
     for name in names:
         run_case(name, x_np, g_np, args.reps, copy_gbs)
     if args.single_thread:
         case_single_thread(names, x_np, g_np, max(5, args.reps // 2))
+    if args.matmul:
+        for name in ("mm_rowsum", "mm_softmax"):
+            run_matmul_case(name, args.matmul, args.reps)
     print("\n" + load_average())
 
 
