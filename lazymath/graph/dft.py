@@ -69,8 +69,9 @@ STOCKHAM_MAX = 4096  # ... up to this one (and what fits in UB) may take the Vec
 # rfft packed on a Stockham half length: the combine inside the Stockham kernel (templates/fft.py
 # mode "rfused", Z kept in UB) instead of a second kernel. The device model prefers it (64 x 4096
 # simulated: 910 183 vs 196 us, 910B 102 vs 109 us: no GM round trip of Z, one launch fewer) but
-# on the host it measured 5-19 % slower (the reversed half is a UB gather, scalar on the host
-# lowering; the second kernel's negative-stride GM copy vectorizes): off by default
+# on the host it measured 4-19 % slower at 1 and 1024 rows (a variant without the UB gather, Z
+# bounced through the row's output, was slower too at 1024 x 4096: 10.9 vs 8.8 ms; the cause is
+# not found): off by default
 RFFT_FUSED = False
 
 
