@@ -2338,6 +2338,8 @@ def _fft_plan(kind: str, x: Tensor, double: bool, n: int, empty: bool, rows: int
     if double or empty or kind in dft.FORCE:
         return impl, fs, why
     impl, fs, why, measured = _fft_tuned(kind, x, n, rows, ub, spec, impl, fs, why)
+    if len(dft.MEMO) > 4096:  # (a long process over many shapes)
+        dft.MEMO.clear()
     dft.MEMO[sig] = (impl, fs, why, measured)
     return impl, fs, why
 
