@@ -166,7 +166,7 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
 
 BLOCKS_PER_THREAD = 4  # a big matmul's host blocks per thread at most (dynamic split)
 ITEM_BLOCKS_PER_THREAD = 16  # the same when M groups are tall enough to be blocks of their own
-SPLIT_PANEL_ROWS = 1024  # M group rows from which a block may hold part of an N panel
+SPLIT_PANEL_ROWS = 1024  # rows of its N panel a block holds at least when it holds part of one
 
 
 def host_blocks(k: MatmulKernel, spec, threads: int, max_blocks: int) -> int:
@@ -179,20 +179,28 @@ def host_blocks(k: MatmulKernel, spec, threads: int, max_blocks: int) -> int:
     others waiting at the end (up to one block's time); with more blocks the others take over
     its share. A block count that divides the N panels keeps whole panels per block, so B is
     still packed once per panel: the most blocks, up to BLOCKS_PER_THREAD per thread and
-    `max_blocks`, that divides the panels; `threads` when the panels are too few. When the M
-    groups have at least SPLIT_PANEL_ROWS rows, a block may also be a run of whole items (up to
-    ITEM_BLOCKS_PER_THREAD per thread): a panel split over blocks is packed once per block,
-    K x 256 elements against 2 x rows x 256 x K flops of its item (< 1.5% at 1024 rows).
+    `max_blocks`, that divides the panels; `threads` when the panels are too few. A block may
+    also be a run of whole items holding at least SPLIT_PANEL_ROWS rows of its panel (up to
+    ITEM_BLOCKS_PER_THREAD blocks per thread): a panel split over blocks is packed once per
+    block, K x 256 elements against 2 x rows x 256 x K flops of its items (< 1.5% at 1024 rows).
     Measured at 4096^3 on 2 cores (the kernel on the pool, medians of interleaved launches,
     three runs): 32 blocks of one item fp16 214 / 204, fp32 237 GFLOPS against 8 blocks of two
-    panels 204 / 192, 222 (16 blocks: 207 / 195, 221)."""
+    panels 204 / 192, 222 (16 blocks: 207 / 195, 221). At 2048^3 (M groups of 512 rows: runs of
+    2 items, 16 blocks instead of 8 whole panels), launches interleaved in one process, median
+    speed ratio 16 / 8 blocks over 21-41 rounds: fp32 1.066 and 1.020, fp16 1.010 (32 blocks:
+    1.028, 0.996, 0.985). The two vCPUs of the project VM often differ in speed for a whole
+    process (identical blocks took 1.2-1.5x the CPU time on one thread in about half of the
+    processes, issue 11's note, session 6): more, smaller blocks let the faster thread take a
+    larger share.
+    """
     t = tile_matmul(k, spec)
     panels = C.prod(k.batch) * t.n_panels
     cap = min(BLOCKS_PER_THREAD * threads, panels, max_blocks)
     best = max((d for d in range(threads + 1, cap + 1) if panels % d == 0), default=threads)
-    if t.mg_rows < SPLIT_PANEL_ROWS:
+    run = -(-SPLIT_PANEL_ROWS // t.mg_rows)  # items of a block that holds part of a panel
+    if run >= t.m_groups and t.mg_rows < SPLIT_PANEL_ROWS:  # it would hold whole panels
         return best
-    cap = min(ITEM_BLOCKS_PER_THREAD * threads, t.items, max_blocks)
+    cap = min(ITEM_BLOCKS_PER_THREAD * threads, t.items // run, max_blocks)
     return max((d for d in range(best, cap + 1) if t.items % d == 0), default=best)
 
 
