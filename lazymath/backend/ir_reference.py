@@ -153,9 +153,12 @@ def run(ir, arrays: list[np.ndarray]) -> None:
             s = np.broadcast_to(vals[r], shape).astype(np.float32).sum(axis=-2)
             out.reshape(-1)[: int(np.prod(v.shape))] = s.astype(v.dtype).reshape(-1)
         rest = arrays[2 + n_epi + n_out + len(ir.col_sums) :]
-        for out, (op, r), v in zip(rest, ir.row_reds, ir.row_red_outputs):
+        for j, (out, (op, r), v) in enumerate(zip(rest, ir.row_reds, ir.row_red_outputs)):
             x = np.broadcast_to(vals[r], shape).astype(np.float32)
             s = {"sum": np.sum, "max": np.max, "min": np.min}[op](x, axis=-1)
+            post = ir.row_posts[j] if j < len(ir.row_posts) else None
+            if post is not None:
+                s = eval_expr(post, [], s.shape, s.astype(np.float32))[-1]
             out.reshape(-1)[: int(np.prod(v.shape))] = s.astype(v.dtype).reshape(-1)
         rest = rest[len(ir.row_reds) :]
         for out, r, v in zip(rest, ir.softmax, ir.softmax_outputs):

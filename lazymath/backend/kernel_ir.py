@@ -164,6 +164,9 @@ class MatmulKernel:
     col_sum_outputs: tuple[ArgView, ...] = ()
     row_reds: tuple[tuple[str, int], ...] = ()
     row_red_outputs: tuple[ArgView, ...] = ()
+    # per row reduction, None or an expression applied to the final float32 row value (``acc``)
+    # before it is written, e.g. a mean's `* (1/n)` and cast
+    row_posts: tuple[Expr | None, ...] = ()
     softmax: tuple[int, ...] = ()
     softmax_outputs: tuple[ArgView, ...] = ()
     # implicit GEMM (conv1d): (K, stride, dilation, pad_left) when `b` is the conv input x seen

@@ -97,6 +97,7 @@ class Group:
     epi_roots: list[Node] = field(default_factory=list)
     col_sums: list[Node] = field(default_factory=list)  # matmul: sums over m in the epilogue
     row_reds: list[Node] = field(default_factory=list)  # matmul: sum/max/min over n, likewise
+    row_outs: list[Node] = field(default_factory=list)  # the node each row reduction writes
     softmax: list[tuple[Node, Node]] = field(default_factory=list)  # matmul: (x, softmax(x, -1))
     ir: object = None
     inputs: list[Node] = field(default_factory=list)  # boundary nodes read, in argument order
@@ -672,7 +673,11 @@ class Planner:
         for g in groups:
             r = g.core
             host = None
-            if g.kind == "reduce" and g.roots == [r] and not g.epi_roots:
+            # the reduction's own epilogue (a mean's scale and cast): one value per row
+            post = None
+            if g.kind == "reduce" and g.roots == [r] and len(g.epi_roots) <= 1:
+                post = g.epi_roots[0] if g.epi_roots else r
+            if post is not None and post.shape == r.shape:
                 op, axes = r.arg
                 src = r.srcs[0]
                 nd = len(src.shape)
@@ -680,7 +685,7 @@ class Planner:
                 b = [x for x in self._boundary(g)]
                 hosts = [self.group_of_root.get(id(x)) for x in b]
                 cand = [h for h in hosts if h is not None and h.kind == "matmul"]
-                col = op == "sum" and ax == (nd - 2,)
+                col = op == "sum" and ax == (nd - 2,) and post is r
                 row = rules.MATMUL_ROW_REDUCE and ax == (nd - 1,) and nd >= 2
                 row = row and (op == "sum" or (op in ("max", "min") and src.shape[-1] > 0))
                 if ((col or row) and nd >= 2 and len(cand) == 1
@@ -701,9 +706,14 @@ class Planner:
             cons = self.consumers
             epi_roots = [e for e in host.epi_roots if id(e) in self.out_ids
                          or any(id(c) not in members for c in cons.get(id(e), []))]  # fmt: skip
-            cols, rows = host.col_sums + [r] * col, host.row_reds + [r] * (not col)
+            # the raw row value is written too when it is wanted besides its epilogue
+            both = post is not r and (id(r) in self.out_ids or any(
+                id(c) not in g.members for c in self.consumers.get(id(r), [])))  # fmt: skip
+            new_rows = [] if col else [r, r] if both else [r]
+            cols, rows = host.col_sums + [r] * col, host.row_reds + new_rows
+            routs = host.row_outs + ([] if col else [r, post] if both else [post])
             trial = Group(host.kind, host.core, host.roots, members, epi_roots, cols,
-                          row_reds=rows)  # fmt: skip
+                          row_reds=rows, row_outs=routs)  # fmt: skip
             what = "column sum" if col else f"row {op}"
             try:
                 self.build(trial)
@@ -715,6 +725,8 @@ class Planner:
                 continue
             inner = {id(host.core)} | {id(e) for e in host.epi_roots}
             host.members, host.col_sums, host.row_reds = trial.members, cols, rows
+            host.row_outs = routs
+            self.group_of_root[id(post)] = host
             host.epi_roots = epi_roots
             self.group_of_root[id(r)] = host
             self.log[:] = [e for e in self.log if not (
@@ -771,7 +783,8 @@ class Planner:
             epi_roots = [e for e in host.epi_roots if id(e) in self.out_ids
                          or any(id(c) not in members for c in cons.get(id(e), []))]  # fmt: skip
             trial = Group(host.kind, host.core, host.roots, members, epi_roots, host.col_sums,
-                          row_reds=host.row_reds, softmax=host.softmax + [(x, o)])  # fmt: skip
+                          row_reds=host.row_reds, row_outs=host.row_outs,
+                          softmax=host.softmax + [(x, o)])  # fmt: skip
             try:
                 self.build(trial)
             except (NeedMaterialize, CapExceeded) as ex:
@@ -842,7 +855,8 @@ class Planner:
 
         produced = {}
         for g in groups:
-            for r in g.roots + g.epi_roots + g.col_sums + g.row_reds + [o for _, o in g.softmax]:
+            done = g.col_sums + g.row_reds + g.row_outs + [o for _, o in g.softmax]
+            for r in g.roots + g.epi_roots + done:
                 produced[id(r)] = g
             if g.core is not None:
                 produced[id(g.core)] = g
@@ -894,7 +908,7 @@ class Planner:
             if need:
                 outs.insert(0, g.core)
         seen, uniq = set(), []
-        last = g.col_sums + g.row_reds + [o for _, o in g.softmax]
+        last = g.col_sums + g.row_outs + [o for _, o in g.softmax]
         for o in outs:
             if id(o) not in seen and all(o is not c for c in last):
                 seen.add(id(o))
@@ -982,6 +996,16 @@ class Planner:
         results = tuple(self._epi_value(epi, o, core) for o in g.outputs[:n_out])
         col_sums = tuple(epi.value(r.srcs[0]) for r in g.col_sums)
         row_reds = tuple((r.arg[0], epi.value(r.srcs[0])) for r in g.row_reds)
+        posts = []
+        for r, o in zip(g.row_reds, g.row_outs):
+            if o is r:
+                posts.append(None)
+                continue
+            pb = ExprBuilder(r.shape, internal, acc=r, acc_dtype="float32", copied=self.copied)
+            pb.value(o)
+            if pb.inputs:  # only the row value and constants
+                raise NeedMaterialize(r, "a row reduction's epilogue reads another input")
+            posts.append(tuple(pb.ops))
         softmax = tuple(epi.value(x) for x, _ in g.softmax)
         g.ir = MatmulKernel(
             batch,
@@ -1000,7 +1024,8 @@ class Planner:
             col_sums=col_sums,
             col_sum_outputs=tuple(contiguous_view(r.dtype.name, r.shape) for r in g.col_sums),
             row_reds=row_reds,
-            row_red_outputs=tuple(contiguous_view(r.dtype.name, r.shape) for r in g.row_reds),
+            row_red_outputs=tuple(contiguous_view(o.dtype.name, o.shape) for o in g.row_outs),
+            row_posts=tuple(posts) if any(p is not None for p in posts) else (),
             softmax=softmax,
             softmax_outputs=tuple(contiguous_view(o.dtype.name, o.shape) for _, o in g.softmax),
             b_im2col=b_src.arg[:4] if im2col else None,

@@ -241,6 +241,7 @@ def _epi_rows(k: MatmulKernel, spec, tm: int, tn: int, ub: int | None = None) ->
     # reduction the same over the tile's rows; a counter tile
     fixed = len(k.col_sums) * 3 * 4 * tn + len(k.row_reds) * 3 * 4 * tm
     fixed += 128 if k.col_sums or k.row_reds else 0
+    fixed += sum(4 * 4 * tm for p in k.row_posts if p is not None)  # a row epilogue's tiles
     # softmax: float32 work and broadcast tiles (+ the output dtype's), five rows of row values
     per_elem += sum(8 + (C.itemsize(v.dtype) if v.dtype != "float32" else 0)
                     for v in k.softmax_outputs)  # fmt: skip
@@ -290,16 +291,34 @@ def _reduce_rows(vop: str, dst: isa.Ref, src: isa.Ref, rows, cols, pitch: int, f
 
 
 def _row_write(racc: isa.Ref, gm: isa.Buffer, v, off, n, tm: int, jr: int, buffers: list,
-               Bar) -> list:  # fmt: skip
-    """The float32 row values `racc[:n]` to GM `gm` at `off` (view `v`), converted to its
-    dtype on the way."""
+               Bar, post=None, hoisted: list | None = None) -> list:  # fmt: skip
+    """The float32 row values `racc[:n]` to GM `gm` at `off` (view `v`), through the row
+    reduction's epilogue `post` (an expression over ``acc``, e.g. a mean's scale and cast) and
+    converted to the view's dtype on the way."""
     src = racc
-    out: list = [Bar()]  # the last Vector op -> the conversion / MTE3
-    if v.dtype != "float32":
-        src = isa.Ref(isa.Buffer(f"rowo{jr}_ub", "UB", v.dtype, tm), 0)
-        if src.buf not in buffers:
-            buffers.append(src.buf)
-        out += [isa.VConv(src, racc, n, "trunc"), Bar()]
+    out: list = [Bar()]  # the last Vector op -> the epilogue / conversion / MTE3
+    dst = isa.Ref(isa.Buffer(f"rowo{jr}_ub", "UB", v.dtype, tm), 0)
+    if post is not None:
+        b = isa.Builder(tile=tm)
+        pool = C.TilePool(tm, prefix=f"rpost{jr}_")
+        em = C.ExprEmitter(b, pool, tm)
+        em.const_prefix = f"rpost{jr}_"
+        (res,) = em.emit(post, (len(post) - 1,), {}, racc, {0: dst})
+        if isinstance(res, C.Const):
+            b.emit(isa.VDup(dst, res.value, tm))
+            res = dst
+        if hoisted is not None:
+            hoisted.extend(em.hoisted)
+        for buf in [*pool.buffers, *b.buffers]:
+            if buf not in buffers:
+                buffers.append(buf)
+        out += [*b.body, Bar()]
+        src = res
+    if src.buf.dtype != v.dtype:
+        out += [isa.VConv(dst, src, n, "trunc"), Bar()]
+        src = dst
+    if src.buf is dst.buf and dst.buf not in buffers:
+        buffers.append(dst.buf)
     out.append(isa.CopyOut(isa.Ref(gm, off), src, (n,), (v.strides[-1],)))
     return out
 
@@ -630,6 +649,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         row_fin: list = []  # per M tile: the tile's row values to GM (final, or a partial)
         for jr, ((op, _), o) in enumerate(zip(k.row_reds, rowvals)):
             vop, ident = _ROW_RED[op]
+            post = k.row_posts[jr] if k.row_posts else None
             racc = isa.Ref(isa.Buffer(f"rowred{jr}_ub", "UB", "float32", tm), 0)
             buffers.append(racc.buf)
             row_init += [isa.VDup(racc, ident, tm)]
@@ -660,11 +680,12 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                             Bar(), isa.CopyIn(pub, isa.Ref(rpart_b, src), (mcv,), (1,)), Bar(),
                             isa.VBinary(_ROW_COMBINE[op], racc, racc, pub, mcv))),
                         *_row_write(racc, RR[jr], v, isa.add(base(v), isa.mul(mc, v.strides[-1])),
-                                    mcv, tm, jr, buffers, Bar)]  # fmt: skip
+                                    mcv, tm, jr, buffers, Bar, post, hoisted)]  # fmt: skip
                 row_out.append(isa.Loop(mc, gm0, isa.add(gm0, gmv), tm, tuple(comb)))
             else:  # one panel holds the whole row: the tile's row values are final
                 off = isa.add(base(v), isa.mul(m0, v.strides[-1]))
-                row_fin += _row_write(racc, RR[jr], v, off, mv, tm, jr, buffers, Bar)
+                row_fin += _row_write(racc, RR[jr], v, off, mv, tm, jr, buffers, Bar, post,
+                                      hoisted)  # fmt: skip
         sm_copies: list = []
         for js, o in enumerate(smvals):  # softmax over n (online across the N panels)
             v = k.softmax_outputs[js]
