@@ -400,8 +400,8 @@ ROW_REDS = {
                   lambda p: (np.maximum(p, 0) * 2).sum(-1)),
     # the reduction's own epilogue (scale and cast, sqrt, ...) is applied to the row values
     "mean": (lambda p: lm.mean(p, axis=-1), lambda p: p.mean(-1)),
-    "norm": (lambda p: lm.sqrt(lm.sum(lm.square(p), axis=-1)),
-             lambda p: np.sqrt((p * p).sum(-1))),
+    "norm": (lambda p: lm.sqrt(lm.sum(lm.square(p * 0.25), axis=-1)),  # (no float16 overflow)
+             lambda p: np.sqrt((p * p / 16).sum(-1))),
     "max2": (lambda p: lm.max(p, axis=-1) * 2.0 + 1.0, lambda p: p.max(-1) * 2 + 1),
 }  # fmt: skip
 
