@@ -46,10 +46,10 @@ def test_host_blocks_keep_whole_panels(spec, workers, shape):
     assert blocks >= threads and blocks <= t.items
     if blocks > threads:  # a dynamic split: whole panels per block, enough work per block
         if panels % blocks or blocks > T.BLOCKS_PER_THREAD * threads:
-            # runs of whole items holding at least SPLIT_PANEL_ROWS rows of their panel
+            # runs of whole items holding at least HALF_PANEL_ROWS rows of their panel
             assert t.items % blocks == 0
             assert blocks <= T.ITEM_BLOCKS_PER_THREAD * threads
-            assert min(t.items // blocks * t.mg_rows, ir.m) >= min(T.SPLIT_PANEL_ROWS, ir.m)
+            assert min(t.items // blocks * t.mg_rows, ir.m) >= min(T.HALF_PANEL_ROWS, ir.m)
         flops = 2 * int(np.prod(ir.batch)) * ir.m * ir.n * ir.k
         assert flops // blocks >= C.MIN_FLOPS_PER_WORKER
     if threads > 1 and panels >= 2 * threads and panels % (2 * threads) == 0:
@@ -57,14 +57,14 @@ def test_host_blocks_keep_whole_panels(spec, workers, shape):
 
 
 def test_big_square_matmuls_get_more_blocks_than_threads_on_two_cores():
-    """The measured case (2 cores, ascend910): 1024^3 runs 4 blocks of one 256-column panel,
-    2048^3 16 blocks of two 512-row items (half a panel); 512^3 (2 panels) keeps 2; 4096^3
-    (M groups of 2048 rows) 32 blocks of one item each."""
+    """The measured case (2 cores, ascend910): 1024^3 runs 8 blocks of half a 256-column panel
+    (four 128-row items), 2048^3 16 blocks of two 512-row items (half a panel); 512^3 (2
+    panels, 64-row items) keeps 2; 4096^3 (M groups of 2048 rows) 32 blocks of one item each."""
     got = {}
     for n in (512, 1024, 2048, 4096):
         ir = mm_ir((), n, n, n)
         got[n] = C.host_blocks(ir, T.build(ir, ASCEND910, "mm"), 2, ASCEND910)
-    assert got == {512: 2, 1024: 4, 2048: 16, 4096: 32}
+    assert got == {512: 2, 1024: 8, 2048: 16, 4096: 32}
 
 
 def _cases():

@@ -167,6 +167,7 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
 BLOCKS_PER_THREAD = 4  # a big matmul's host blocks per thread at most (dynamic split)
 ITEM_BLOCKS_PER_THREAD = 16  # the same when M groups are tall enough to be blocks of their own
 SPLIT_PANEL_ROWS = 1024  # rows of its N panel a block holds at least when it holds part of one
+HALF_PANEL_ROWS = 512  # ... or this many when whole panels give < BLOCKS_PER_THREAD per thread
 
 
 def host_blocks(k: MatmulKernel, spec, threads: int, max_blocks: int) -> int:
@@ -191,12 +192,20 @@ def host_blocks(k: MatmulKernel, spec, threads: int, max_blocks: int) -> int:
     1.028, 0.996, 0.985). The two vCPUs of the project VM often differ in speed for a whole
     process (identical blocks took 1.2-1.5x the CPU time on one thread in about half of the
     processes, issue 11's note, session 6): more, smaller blocks let the faster thread take a
-    larger share.
+    larger share. So when whole panels give fewer than BLOCKS_PER_THREAD blocks per thread, a
+    block may be a run of items of HALF_PANEL_ROWS rows: 1024^3 runs 8 blocks of 512 rows (was 4
+    whole panels); ratio 8 / 4 blocks in 12 process-runs: 0.97-1.00 where the threads ran alike,
+    1.10-1.29 where one was slow (fp32 0.974, 0.977, 0.989, 0.984, 1.002, 1.105; fp16 0.990,
+    1.291, 0.979, 1.138, 1.113, 0.985).
     """
     t = tile_matmul(k, spec)
     panels = C.prod(k.batch) * t.n_panels
     cap = min(BLOCKS_PER_THREAD * threads, panels, max_blocks)
     best = max((d for d in range(threads + 1, cap + 1) if panels % d == 0), default=threads)
+    few = -(-HALF_PANEL_ROWS // t.mg_rows)  # too few panels: runs of items of half a panel
+    if best < BLOCKS_PER_THREAD * threads and few < t.m_groups:
+        cap = min(BLOCKS_PER_THREAD * threads, t.items // few, max_blocks)
+        best = max((d for d in range(best, cap + 1) if t.items % d == 0), default=best)
     run = -(-SPLIT_PANEL_ROWS // t.mg_rows)  # items of a block that holds part of a panel
     if run >= t.m_groups and t.mg_rows < SPLIT_PANEL_ROWS:  # it would hold whole panels
         return best
