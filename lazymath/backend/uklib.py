@@ -30,7 +30,7 @@ import threading
 
 from lazymath import settings
 from lazymath.backend import kernel_cache
-from lazymath.backend.vmlib import publish  # one table of the names LLVM was told about
+from lazymath.backend.vmlib import for_target, publish  # one name table, one target switch
 
 PREFIX = "lazymath_uk_"
 _NAME = re.compile(r"(\d+)x(\d+)v(\d+)(m?)_pf(\d+)(?:_u(\d+))?")
@@ -280,13 +280,7 @@ def _failed(fn: _Fn, e: BaseException) -> None:
 
 
 def _compile(fn: _Fn) -> None:
-    from lazymath.backend import host
-
-    if host.requested() == fn.target:
-        _compile_here(fn)
-        return
-    with settings.override(LAZYMATH_TARGET_CPU=fn.target or "native"):
-        _compile_here(fn)
+    for_target(fn.target, _compile_here, fn)
 
 
 _texts: dict[str, str] = {}  # symbol -> library IR text (generated or loaded)

@@ -348,15 +348,21 @@ def _request(symbol: str) -> _Fn:
 
 
 def _compile(fn: _Fn) -> None:
+    for_target(fn.target, _compile_here, fn)
+
+
+def for_target(target: str | None, work, *args) -> None:
+    """Run `work(*args)` with `target` (an LLVM CPU name; None: the host's) in force. A library
+    function of another target than the one in force (requested by a kernel of that target
+    being linked, e.g. its tier-up finishing after a switch) is generated for its own; vmlib
+    and uklib both compile through here."""
     from lazymath.backend import host
 
-    if host.requested() == fn.target:
-        _compile_here(fn)
+    if host.requested() == target:
+        work(*args)
         return
-    # a function of another target than the one in force (requested by a kernel of that
-    # target being linked, e.g. its tier-up finishing after a switch): generated for its own
-    with settings.override(LAZYMATH_TARGET_CPU=fn.target or "native"):
-        _compile_here(fn)
+    with settings.override(LAZYMATH_TARGET_CPU=target or "native"):
+        work(*args)
 
 
 def _compile_here(fn: _Fn) -> None:
