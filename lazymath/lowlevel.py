@@ -524,9 +524,12 @@ def ascendcl_names() -> dict:
 
 def pipe_timeline(cost, width: int = 64) -> str:
     """The simulated per-pipe timeline of one kernel block (`Kernel.cost`, `CompiledKernel.cost`)
-    as text: one row per pipe, ``#`` where the pipe is busy, over the block's makespan."""
+    as text: one row per pipe, ``#`` where the pipe is busy, over the block's makespan (a MIX
+    kernel's pipes per core: "AIC.Cube", "AIV.Vector", ...)."""
     total = max(float(cost.total), 1.0)
     order = [p for p in isa.PIPES if cost.intervals.get(p)]
+    order += [p for p in cost.intervals if p not in isa.PIPES and cost.intervals[p]]
+    wid = max(8, *(len(p) for p in order)) if order else 8
     lines = [f"{cost.name}: {cost.total:,.0f} cycles per block, {cost.blocks} block(s)"]
     for p in order:
         row = [" "] * width
@@ -536,7 +539,7 @@ def pipe_timeline(cost, width: int = 64) -> str:
             for i in range(lo, hi):
                 row[i] = "#"
         busy = cost.pipes.get(p, 0)
-        lines.append(f"  {p:8}|{''.join(row)}| {busy:>10,.0f} ({100 * busy / total:4.1f}%)")
+        lines.append(f"  {p:{wid}}|{''.join(row)}| {busy:>10,.0f} ({100 * busy / total:4.1f}%)")
     if getattr(cost, "truncated", False):
         lines.append("  (long loop: the middle iterations are summarised)")
     return "\n".join(lines)

@@ -17,6 +17,18 @@ periods and simulates the tail: cost is independent of the trip count. Blocks ru
 separate cores; the estimate is for block 0 of ``program.device_blocks`` (it has the largest
 share), i.e. the kernel's makespan.
 
+MIX kernels (AIC + AIV on the split 910B, `isa.is_mix`): each core kind has its own Scalar unit,
+its own instruction stream and its own pipes (`isa.mix_streams`), so the model keeps one pipe
+state per core and charges each instruction to its core (`isa.core_of`); the only coupling is
+the cross-core flags: a set fires when the setting pipe is done plus the GM write latency (the
+tile it announces is in the GM workspace), a wait stalls the waiting core's pipe until then. The
+body is walked once in program order (a valid interleaving: every wait comes after its set), so
+the two streams advance concurrently in simulated time and the kernel ends when the later
+stream ends. Pipes of a MIX cost are named per core ("AIC.Cube", "AIV.Vector", ...);
+`KernelCost.streams` has each core's end time. (Before, the whole body was one Scalar stream:
+the AIC's loop and the AIV's epilogue were issued one after the other and every AIV barrier
+stalled the AIC, so each 910B MIX kernel was modelled slower than its Cube + Vector kernels.)
+
 Costs of other instruction types are registered with ``@cost.register(InstrType)`` and return
 ``(pipe, busy_cycles, latency_cycles)``.
 """
@@ -59,6 +71,7 @@ class KernelCost:
     clock_hz: float
     truncated: bool = False  # the interval lists summarise the tail of very long loops
     unknown: list[str] = field(default_factory=list)  # instruction types without a cost rule
+    streams: dict[str, float] = field(default_factory=dict)  # MIX: core -> its stream's end
 
     @property
     def seconds(self) -> float:
@@ -76,9 +89,12 @@ class KernelCost:
         head = f"kernel {self.name}: {self.total:,.0f} cycles ({self.seconds * 1e6:.2f} us at "
         head += f"{self.clock_hz / 1e9:g} GHz) on {self.blocks} blocks, bound by {self.bound}"
         lines = [head]
+        if self.streams:
+            lines.append("  streams  " + ", ".join(f"{c} {t:,.0f} cycles"
+                                                   for c, t in self.streams.items()))  # fmt: skip
         for p, c in sorted(self.pipes.items(), key=lambda kv: -kv[1]):
             if c:
-                lines.append(f"  {p:8} {c:14,.0f} cycles  {100 * c / max(self.total, 1):5.1f}%")
+                lines.append(f"  {p:11} {c:14,.0f} cycles  {100 * c / max(self.total, 1):5.1f}%")
         return "\n".join(lines)
 
 
@@ -97,6 +113,11 @@ class _State:
         self.flags: dict[tuple, deque] = {}
         self.busy = {p: 0.0 for p in isa.PIPES}
 
+    def tick(self, cycles: int) -> None:
+        """The Scalar unit issues for `cycles` (busy["Scalar"] counts issue, not stalls)."""
+        self.scalar += cycles
+        self.busy["Scalar"] += cycles
+
     def snapshot(self) -> tuple:
         return (dict(self.free), dict(self.done), self.scalar,
                 {k: list(v) for k, v in self.flags.items()}, dict(self.busy))  # fmt: skip
@@ -110,7 +131,17 @@ class CostCtx:
         self.spec = spec
         self.env: dict = {isa.BLOCK_IDX: 0, isa.BLOCK_NUM: block_num}
         self.state = _State()
-        self.intervals: dict[str, list] = {p: [] for p in isa.PIPES}
+        self.mix = isa.is_mix(program)
+        self.core = ""  # MIX: the core whose state is `state`
+        self.states = {"": self.state}
+        self.cores: dict[int, tuple] = {}
+        self.cross: dict[tuple, deque] = {}  # MIX: (setting core, flag) -> fire times
+        keys = list(isa.PIPES)
+        if self.mix:
+            self.states = {c: _State() for c in isa.MIX_CORES}
+            self.cores = isa.mix_cores(program.body)
+            keys = [f"{c}.{p}" for c in isa.MIX_CORES for p in isa.CORE_PIPES[c]]
+        self.intervals: dict[str, list] = {p: [] for p in keys}
         self.truncated = False
         self.unknown: set[str] = set()
         self.serial = not any(isinstance(i, (isa.SetFlag, isa.WaitFlag, isa.CrossCoreSetFlag,
@@ -123,7 +154,7 @@ class CostCtx:
     # ---------------------------------------------------------------- one instruction
     def issue(self, pipe: str, busy: float, latency: float = 0.0) -> None:
         s = self.state
-        s.scalar += 1
+        s.tick(1)
         start = max(s.free[pipe], s.scalar)
         if self.serial:
             start = max(start, *s.done.values(), *s.free.values())
@@ -132,7 +163,20 @@ class CostCtx:
         s.done[pipe] = max(s.done[pipe], end + latency)
         s.busy[pipe] += busy
         if busy > 0:
-            self._record(pipe, start, end)
+            self._record(f"{self.core}.{pipe}" if self.core else pipe, start, end)
+
+    def _use(self, instr) -> None:
+        """MIX: charge what follows to the core that runs `instr`."""
+        self.core = self.cores[id(instr)][0]
+        self.state = self.states[self.core]
+
+    def _scalar(self, instr, cycles: int) -> None:
+        """Scalar cycles of control (Let, a loop iteration) on every core that runs it."""
+        if not self.mix:
+            self.state.tick(cycles)
+            return
+        for c in self.cores[id(instr)]:
+            self.states[c].tick(cycles)
 
     def _record(self, pipe: str, start: float, end: float) -> None:
         iv = self.intervals[pipe]
@@ -154,75 +198,82 @@ class CostCtx:
                     self.run(instr.body)
             elif t is isa.Let:
                 self.env[instr.var] = self.int(instr.value)
-                self.state.scalar += 1
-            elif t is isa.SetFlag:
-                p = _FLAG_PIPE[instr.src]
-                s = self.state
-                when = max(s.free[p], s.done[p], s.scalar)
-                s.flags.setdefault((instr.src, instr.dst, self.int(instr.event)), deque()).append(
-                    when
-                )
-                s.scalar += 1
-            elif t is isa.WaitFlag:
-                s = self.state
-                key = (instr.src, instr.dst, self.int(instr.event))
-                q = s.flags.get(key)
-                if not q:  # the NPU would wait forever: not a 1-cycle instruction
-                    raise ValueError(
-                        f"kernel {self.program.name}: wait_flag {key[0]}->{key[1]} {key[2]} "
-                        "with no pending set_flag (the NPU would deadlock)"
-                    )
-                when = q.popleft()
-                p = _FLAG_PIPE[instr.dst]
-                if p == "Scalar":
-                    s.scalar = max(s.scalar, when)
-                else:
-                    s.free[p] = max(s.free[p], when)
-                s.scalar += 1
-            elif t is isa.CrossCoreSetFlag:  # MIX: the other core kind of the group
-                p = _FLAG_PIPE[instr.pipe]
-                s = self.state
-                when = max(s.free[p], s.done[p], s.scalar) + self.spec.gm_write_latency
-                s.flags.setdefault(("cross", instr.side, self.int(instr.flag)), deque()).append(
-                    when
-                )
-                s.scalar += 1
-            elif t is isa.CrossCoreWaitFlag:
-                s = self.state
-                setter = "AIV" if instr.side == "AIC" else "AIC"
-                q = s.flags.get(("cross", setter, self.int(instr.flag)))
-                if not q:
-                    raise ValueError(
-                        f"kernel {self.program.name}: {isa.format_instr(instr)} with no pending "
-                        "cross-core set (the NPU would deadlock)"
-                    )
-                p = _FLAG_PIPE[instr.pipe]
-                s.free[p] = max(s.free[p], q.popleft())
-                s.scalar += 1
-            elif t is isa.PipeBarrier:
-                s = self.state
-                ps = isa.AIV_PIPES if instr.pipe == "AIV" else isa.PIPES  # MIX: one core's
-                t_all = max(*(s.free[p] for p in ps), *(s.done[p] for p in ps), s.scalar)
-                for p in ps:
-                    s.free[p] = s.done[p] = t_all
-                s.scalar = t_all
-            elif t is isa.AtomicAdd:  # assume this block arrives last: it pays for the combine
-                self.env[instr.var] = self.env[isa.BLOCK_NUM] - 1
-                self.issue("Scalar", 1, self.spec.gm_read_latency)
+                self._scalar(instr, 1)
             else:
-                fn = COST.get(t)
-                if fn is None:
-                    self.unknown.add(t.__name__)
-                    self.issue(isa.PIPE_OF.get(t, "Scalar"), 1)
-                    continue
-                pipe, busy, lat = fn(self, instr)
-                self.issue(pipe, busy, lat)
+                if self.mix:
+                    self._use(instr)
+                self._leaf(instr, t)
+
+    def _leaf(self, instr, t: type) -> None:
+        if t is isa.SetFlag:
+            p = _FLAG_PIPE[instr.src]
+            s = self.state
+            when = max(s.free[p], s.done[p], s.scalar)
+            s.flags.setdefault((instr.src, instr.dst, self.int(instr.event)), deque()).append(when)
+            s.tick(1)
+        elif t is isa.WaitFlag:
+            s = self.state
+            key = (instr.src, instr.dst, self.int(instr.event))
+            q = s.flags.get(key)
+            if not q:  # the NPU would wait forever: not a 1-cycle instruction
+                raise ValueError(
+                    f"kernel {self.program.name}: wait_flag {key[0]}->{key[1]} {key[2]} "
+                    "with no pending set_flag (the NPU would deadlock)"
+                )
+            when = q.popleft()
+            p = _FLAG_PIPE[instr.dst]
+            if p == "Scalar":
+                s.scalar = max(s.scalar, when)
+            else:
+                s.free[p] = max(s.free[p], when)
+            s.tick(1)
+        elif t is isa.CrossCoreSetFlag:  # MIX: the other core kind of the group
+            p = _FLAG_PIPE[instr.pipe]
+            s = self.state
+            when = max(s.free[p], s.done[p], s.scalar) + self.spec.gm_write_latency
+            self.cross.setdefault((instr.side, self.int(instr.flag)), deque()).append(when)
+            s.tick(1)
+        elif t is isa.CrossCoreWaitFlag:  # stalls this core's pipe, not the other core
+            s = self.state
+            setter = "AIV" if instr.side == "AIC" else "AIC"
+            q = self.cross.get((setter, self.int(instr.flag)))
+            if not q:
+                raise ValueError(
+                    f"kernel {self.program.name}: {isa.format_instr(instr)} with no pending "
+                    "cross-core set (the NPU would deadlock)"
+                )
+            p = _FLAG_PIPE[instr.pipe]
+            s.free[p] = max(s.free[p], q.popleft())
+            s.tick(1)
+        elif t is isa.PipeBarrier:
+            s = self.state
+            # one core's pipes (a MIX state holds only its core's work: all of them)
+            ps = isa.AIV_PIPES if instr.pipe == "AIV" and not self.mix else isa.PIPES
+            t_all = max(*(s.free[p] for p in ps), *(s.done[p] for p in ps), s.scalar)
+            for p in ps:
+                s.free[p] = s.done[p] = t_all
+            s.scalar = t_all
+        elif t is isa.AtomicAdd:  # assume this block arrives last: it pays for the combine
+            self.env[instr.var] = self.env[isa.BLOCK_NUM] - 1
+            self.issue("Scalar", 1, self.spec.gm_read_latency)
+        else:
+            fn = COST.get(t)
+            if fn is None:
+                self.unknown.add(t.__name__)
+                self.issue(isa.PIPE_OF.get(t, "Scalar"), 1)
+                return
+            pipe, busy, lat = fn(self, instr)
+            self.issue(pipe, busy, lat)
 
     # ---------------------------------------------------------------- loops
     def _iteration(self, loop: isa.Loop, v: int) -> None:
         self.env[loop.var] = v
-        self.state.scalar += 2
+        self._scalar(loop, 2)
         self.run(loop.body)
+
+    def _snapshot(self) -> tuple:
+        return (tuple(st.snapshot() for st in self.states.values()),
+                {k: list(v) for k, v in self.cross.items()})  # fmt: skip
 
     def _loop(self, loop: isa.Loop) -> None:
         start, stop, step = self.int(loop.start), self.int(loop.stop), self.int(loop.step)
@@ -234,10 +285,10 @@ class CostCtx:
             return
         for k in range(2):
             self._iteration(loop, values[k])
-        snap1, marks1 = self.state.snapshot(), {p: len(iv) for p, iv in self.intervals.items()}
+        snap1, marks1 = self._snapshot(), {p: len(iv) for p, iv in self.intervals.items()}
         for k in range(2, 4):
             self._iteration(loop, values[k])
-        snap3 = self.state.snapshot()
+        snap3 = self._snapshot()
         middle = n - 5  # iterations 4 .. n-2 are steady state; n-1 may be a tail
         periods, rest = divmod(middle, 2)
         if not self._advance(snap1, snap3, periods, marks1):
@@ -251,27 +302,27 @@ class CostCtx:
         flag queues do not have the same shape at both points (no steady state)."""
         if periods <= 0:
             return True
-        free_a, done_a, sc_a, flags_a, busy_a = a
-        free_b, done_b, sc_b, flags_b, busy_b = b
-        if flags_a.keys() != flags_b.keys() or any(
-            len(flags_a[k]) != len(flags_b[k]) for k in flags_a
-        ):
-            return False
-        s = self.state
-        for p in isa.PIPES:
-            s.free[p] += periods * (free_b[p] - free_a[p])
-            s.done[p] += periods * (done_b[p] - done_a[p])
-            s.busy[p] += periods * (busy_b[p] - busy_a[p])
-        s.scalar += periods * (sc_b - sc_a)
-        for k, q in s.flags.items():
-            old = flags_a.get(k)
-            if old is None or len(old) != len(q):
-                continue
-            s.flags[k] = deque(t + periods * (t - t0) for t, t0 in zip(q, old))
+        (states_a, cross_a), (states_b, cross_b) = a, b
+        queues = [(cross_a, cross_b)] + [(sa[3], sb[3]) for sa, sb in zip(states_a, states_b)]
+        for qa, qb in queues:
+            if qa.keys() != qb.keys() or any(len(qa[k]) != len(qb[k]) for k in qa):
+                return False
+        shifts: dict[str, float] = {}
+        for (core, s), sa, sb in zip(self.states.items(), states_a, states_b):
+            free_a, done_a, sc_a, flags_a, busy_a = sa
+            free_b, done_b, sc_b, flags_b, busy_b = sb
+            for p in isa.PIPES:
+                s.free[p] += periods * (free_b[p] - free_a[p])
+                s.done[p] += periods * (done_b[p] - done_a[p])
+                s.busy[p] += periods * (busy_b[p] - busy_a[p])
+                shifts[f"{core}.{p}" if core else p] = free_b[p] - free_a[p]
+            s.scalar += periods * (sc_b - sc_a)
+            _shift_queues(s.flags, flags_a, periods)
+        _shift_queues(self.cross, cross_a, periods)
         # timeline: repeat the period's intervals shifted by the period of each pipe
         for p, iv in self.intervals.items():
             period_iv = iv[marks[p] :]
-            shift = free_b[p] - free_a[p]
+            shift = shifts[p]
             if not period_iv or shift <= 0:
                 continue
             room = MAX_INTERVALS - len(iv)
@@ -285,6 +336,15 @@ class CostCtx:
         return True
 
 
+def _shift_queues(queues: dict, old: dict, periods: int) -> None:
+    """Pending flag times move on by `periods` copies of their own period."""
+    for k, q in queues.items():
+        before = old.get(k)
+        if before is None or len(before) != len(q):
+            continue
+        queues[k] = deque(t + periods * (t - t0) for t, t0 in zip(q, before))
+
+
 # ============================================================================= estimates
 
 
@@ -293,12 +353,24 @@ def estimate(program: isa.Program, spec, block_num: int | None = None) -> Kernel
     blocks = block_num or program.device_blocks or program.blocks or 1
     ctx = CostCtx(program, spec, blocks)
     ctx.run(program.body)
-    s = ctx.state
-    total = max(*s.free.values(), *s.done.values(), s.scalar) if program.body else 0.0
-    pipes = {p: s.busy[p] for p in isa.PIPES}
-    pipes["Scalar"] = max(pipes["Scalar"], s.scalar)
+    if left := [k for k, q in ctx.cross.items() if q]:
+        raise ValueError(
+            f"kernel {program.name}: cross-core flag(s) "
+            + ", ".join(f"{side} {flag}" for side, flag in left)
+            + " set but never waited for (a flag left pending at the kernel's end)"
+        )
+    pipes: dict[str, float] = {}
+    ends: dict[str, float] = {}
+    for core, s in ctx.states.items():
+        ends[core] = max(*s.free.values(), *s.done.values(), s.scalar) if program.body else 0.0
+        for p in isa.CORE_PIPES[core] if core else isa.PIPES:
+            pipes[f"{core}.{p}" if core else p] = s.busy[p]
+        if not core:  # one stream: Scalar is its clock (issue and stalls, as before)
+            pipes["Scalar"] = max(s.busy["Scalar"], s.scalar)
+    total = max(ends.values())
     return KernelCost(program.name, pipes, total, ctx.intervals, blocks, spec.clock_hz,
-                      ctx.truncated, sorted(ctx.unknown))  # fmt: skip
+                      ctx.truncated, sorted(ctx.unknown),
+                      ends if ctx.mix else {})  # fmt: skip
 
 
 def vector_cycles(spec, op: str, nbytes: float) -> float:

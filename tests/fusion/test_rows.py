@@ -356,7 +356,7 @@ def test_matmul_column_sum_on_910b_is_a_mix_kernel_with_cross_core_flags():
     kinds = [type(i) for i in prog.instructions()]
     assert isa.CrossCoreSetFlag in kinds and isa.CrossCoreWaitFlag in kinds
     assert "cross_core_wait_flag" in ck.isa_text and "fixpipe_l0c_to_gm" in ck.isa_text
-    assert ck.cost.total > 0 and ck.cost.pipes["Vector"] > 0 and not ck.cost.unknown
+    assert ck.cost.total > 0 and ck.cost.pipes["AIV.Vector"] > 0 and not ck.cost.unknown
     out = np.zeros(24, np.float32)
     ck(a, b, out)  # the interpreter runs the race checker on the flags
     np.testing.assert_allclose(out, (a @ b).sum(0), rtol=1e-4, atol=1e-4)

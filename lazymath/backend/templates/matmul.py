@@ -812,7 +812,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         zero = isa.Ref(isa.Buffer("cnt_zero_ub", "UB", "int64", 4), 0)
         buffers.append(zero.buf)
         cnt = isa.Ref(cnt_b, isa.floordiv(it, t.m_groups))
-        col_out = [*publish, isa.PipeBarrier("ALL"),  # partials in GM before the arrival
+        col_out = [*publish, Bar(),  # partials in GM before the arrival (the AIV's, in a MIX)
                    isa.AtomicAdd(cnt, 1, arrived),
                    isa.If(arrived, "==", t.m_groups - 1, (
                        *col_out, Bar(), isa.VDup(zero, 0, 4), Bar(),
@@ -823,7 +823,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         buffers.append(zero.buf)
         rcnt = isa.Ref(rcnt_b, isa.add(rcnt_off // 8, isa.add(isa.mul(bi, t.m_groups), g)))
         rarr = V("rarrived")
-        row_out = [isa.PipeBarrier("ALL"),  # partials in GM before the arrival
+        row_out = [Bar(),  # partials in GM before the arrival (the AIV's, in a MIX)
                    isa.AtomicAdd(rcnt, 1, rarr),
                    isa.If(rarr, "==", t.n_panels - 1, (
                        *row_out, Bar(), isa.VDup(zero, 0, 4), Bar(),
