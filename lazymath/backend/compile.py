@@ -435,7 +435,11 @@ def _host_mapping(ir) -> tuple:
         return ()
     from lazymath.backend import gemm
 
-    return gemm.host_gemm().key + (() if gemm.K_STEP_MERGE else ("k-steps",))
+    return (
+        gemm.host_gemm().key
+        + (() if gemm.K_STEP_MERGE else ("k-steps",))
+        + (() if gemm.ND_A else ("pack-a",))
+    )
 
 
 def _disk_key(ir, spec, calls: bool | None = None) -> tuple[str, bool]:

@@ -280,6 +280,7 @@ def prefetch(b: ir.IRBuilder, p: ir.Value, locality: int) -> None:
 
 LINE = 16  # floats per 64-byte cache line
 K_STEP_MERGE = True  # lower_cube.merge_k_steps on (tests compare both lowerings; in the disk key)
+ND_A = True  # fp32 A read in place by the Mmad (lower_cube.nd_panels; tests compare; disk key)
 PACK_ROWS = 8  # rows per block of the contiguous-row packer (emit_pack_nz): <= L1 ways
 UK_UNROLL = 4  # k steps per microkernel loop body (a divisor of C0): see get_ukernel
 
@@ -438,7 +439,7 @@ UK_FNTYPE = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, I64, I64, I64, I
 
 def get_ukernel(mod: ir.Module, uk: Microkernel = Microkernel(), pf_lines: int = 1,
                 nr: int | None = None, rows: int | None = None,
-                symbol: str | None = None) -> ir.Function:  # fmt: skip
+                symbol: str | None = None, nd: bool = False) -> ir.Function:  # fmt: skip
     """``ukernel(a, b, c, nfc, a_fc, b_fc, c_fc, accumulate, pf_b, pf_c)``: C(mr x nr) (+)= A B.
 
     `a` points at row 0 of an mr-row A micro-panel in NZ (row stride 16 floats, next K fractal
@@ -451,7 +452,10 @@ def get_ukernel(mod: ir.Module, uk: Microkernel = Microkernel(), pf_lines: int =
     loaded machine -- at 40% of the IR, tier-0 codegen 47 -> 24 ms and O3 117 -> 70 ms for that
     kernel; every accumulator sees the same FMAs in the same order either way.) `nr` overrides
     uk.nr (edge columns), `rows` uk.mr (the last rows of a tile whose padded row count is not a
-    multiple of mr).
+    multiple of mr). `nd` (name suffix ``_nd``): A is read in place, row-major fp32 (an operand
+    that needs no packing, see `emit_mmad`'s `a_nd`): `a` points at A[row 0, k 0], `a_fc` is
+    its row stride in floats and the next K fractal column is 16 floats on. Same FMAs in the
+    same order as the NZ kernel on the packed copy of the same rows: identical results.
 
     Software prefetch (the B panel lives in L3 when its K range is long, and the hardware
     prefetchers start too late on a 10-16 KiB micro-panel): `pf_b` walks the *next* B
@@ -469,6 +473,7 @@ def get_ukernel(mod: ir.Module, uk: Microkernel = Microkernel(), pf_lines: int =
     unroll = UK_UNROLL if uk.mr * nr // vw > 12 else C0
     name = f"lm_ukernel_{mr}x{nr}v{vw}{'' if uk.fma else 'm'}_pf{pf_lines}"
     name += f"_u{unroll}" if unroll < C0 else ""
+    name += "_nd" if nd else ""
     library = UK_LIBRARY.get() if symbol is None else None
     if library is not None:
         from lazymath.backend import uklib
@@ -489,6 +494,8 @@ def get_ukernel(mod: ir.Module, uk: Microkernel = Microkernel(), pf_lines: int =
         fn.linkage = "internal"
     a, bp, c, nfc, astride, bstride, cstride, accf, pfb, pfc = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    # nd: A row-major in place, `astride` its row stride (row r at r * astride, k at + k)
+    arow = [c64(0)] + [b.mul(astride, c64(r)) for r in range(1, mr)] if nd else []
     zero = ir.Constant(vt, [0.0] * vw)
     align = min(4 * vw, 32)
 
@@ -550,7 +557,8 @@ def get_ukernel(mod: ir.Module, uk: Microkernel = Microkernel(), pf_lines: int =
             bv = [[vload(b, gep(b, fcb[f], kk * C0 + j * vw), vt, align) for j in range(nj)]
                   for f in range(nf)]  # fmt: skip
             for r in range(mr):
-                s = b.load(gep(b, pa_, r * C0 + kk), typ=F32, align=4)
+                at = (b.add(arow[r], c64(kk)) if r else kk) if nd else r * C0 + kk
+                s = b.load(gep(b, pa_, at), typ=F32, align=4)
                 v = splat(b, s, vw)
                 for f in range(nf):
                     for j in range(nj):
@@ -589,7 +597,7 @@ def get_ukernel(mod: ir.Module, uk: Microkernel = Microkernel(), pf_lines: int =
         b.position_at_end(qend)
         cur = list(qacc)
     nk = b.add(kv, c64(1))
-    npa = gep(b, pa, astride)
+    npa = gep(b, pa, C0 if nd else astride)
     npb = gep(b, pb, C0 * C0)
     nppf = gep(b, ppf, C0 * C0)
     blk = b.block
@@ -620,6 +628,7 @@ def emit_mmad(
     k: Val,
     accumulate: Val,
     plan: GemmPlan | None = None,
+    a_nd: int | None = None,
 ) -> None:
     """L0C[0:m, 0:n] (+)= L0A[0:m, 0:k] @ L0B[0:k, 0:n] on NZ fp32 tiles, with `plan`'s
     microkernel (default: the host target's, `host_gemm()`).
@@ -631,6 +640,12 @@ def emit_mmad(
     (the L0A block stays in L2). Call `ir` of a B micro-panel prefetches its share (lines
     ``ir*q .. ir*q+q-1`` of every fractal column, q = ceil(16 / A micro-panels)) of the next B
     micro-panel.
+
+    `a_nd` (a row stride in floats): `a` is not a packed NZ panel but fp32 A[0:a_rows, 0:k]
+    row-major in place (row r at r * a_nd): every one of its a_rows rows and k (a multiple of
+    16) columns must exist, as no padding does the packer's job; the `_nd` microkernels read
+    it (fp32 GEMM operands then need no A packing, see lower_cube.nd_panels). Results are
+    bit-identical to the packed panel's.
     """
     plan = plan or host_gemm()
     uk = plan.uk
@@ -649,13 +664,17 @@ def emit_mmad(
     full_rows = min(a_rows, c_rows) // MR  # m <= both (isa_cube.check_bounds)
     tail_rows = min(a_rows, c_rows) % MR
     bfc, cfc, afc = c64(b_rows * C0), c64(c_rows * C0), c64(a_rows * C0)
+    nd = a_nd is not None
+    if nd:
+        afc = c64(a_nd)
+    a_row = a_nd if nd else C0
 
     def panel(kb: Val, nfc: Val, acc: ir.Value) -> None:
-        a_k = gep(b, a, imul(b, kb, a_rows * C0))
+        a_k = gep(b, a, imul(b, kb, C0 if nd else a_rows * C0))
         b_k = gep(b, bmat, imul(b, kb, C0 * C0))
 
         def run(fc0: ir.Value, width: int) -> None:
-            ukf = get_ukernel(b.module, uk, q, width)
+            ukf = get_ukernel(b.module, uk, q, width, nd=nd)
             pb = gep(b, b_k, b.mul(fc0, bfc))
             pb_next = gep(b, pb, (width // C0) * b_rows * C0)
             pc_col = gep(b, c, b.mul(fc0, cfc))
@@ -665,15 +684,16 @@ def emit_mmad(
                 pc = gep(b, pc_col, off)
                 line = b.and_(b.mul(ir_, c64(q)), c64(C0 - 1))
                 pf_b = gep(b, pb_next, b.mul(line, c64(LINE)))
-                b.call(ukf, [gep(b, a_k, off), pb, pc, as_i64(nfc), afc, bfc, cfc, acc, pf_b,
+                aoff = b.mul(ir_, c64(MR * a_row)) if nd else off
+                b.call(ukf, [gep(b, a_k, aoff), pb, pc, as_i64(nfc), afc, bfc, cfc, acc, pf_b,
                              gep(b, pc, MR * C0)])  # fmt: skip
             if tail_rows:
-                uk_tail = get_ukernel(b.module, uk, q, width, tail_rows)
+                uk_tail = get_ukernel(b.module, uk, q, width, tail_rows, nd=nd)
                 with b.if_then(b.icmp_signed(">", as_i64(groups), c64(full_rows))):
                     off = full_rows * MR * C0
                     pc = gep(b, pc_col, off)
-                    b.call(uk_tail, [gep(b, a_k, off), pb, pc, as_i64(nfc), afc, bfc, cfc, acc,
-                                     pb_next, pc])  # fmt: skip
+                    pa = gep(b, a_k, full_rows * MR * a_row)
+                    b.call(uk_tail, [pa, pb, pc, as_i64(nfc), afc, bfc, cfc, acc, pb_next, pc])
 
         full = ncb // nf if isinstance(ncb, int) else b.sdiv(ncb, c64(nf))
         with for_range(b, 0, full, name="jr") as jr:

@@ -14,7 +14,10 @@ of its element count. An L0A/L0B buffer whose LoadL0 is proven alias-safe (`alia
 at the L1 panel it was loaded from (runtime pointer state), otherwise LoadL0 copies; a memoised
 LoadNz whose source the program never writes redirects its L1 panel to a slot of the host
 thread's heap workspace (``gemm.get_thread_workspace``: MiB-sized panels do not belong on an
-8 MiB thread stack). Mmad's micro-tiles never leave the tile (gemm.emit_mmad's tail kernel).
+8 MiB thread stack). A float32 row-major A panel that the Mmad reads whole is not packed at all
+(`nd_panels`): the L1 panel is redirected to the operand in GM and the Mmad's microkernels read
+its rows in place (the A re-pack once per N panel cost 6-9% of fp32 GEMM time at 1024-4096).
+Mmad's micro-tiles never leave the tile (gemm.emit_mmad's tail kernel).
 
 Interpreter: exact numpy semantics of the same instructions on the declared buffers (NZ
 layouts, float16 buffers round like the NPU's).
@@ -51,6 +54,9 @@ class _CubeState:
         self.alias_rows: dict[str, int] = {}  # aliased L0 name -> padded rows of its L1 tile
         self.memo_ok = True
         self.ranges: dict = {}
+        self.nd_ok: frozenset[str] = frozenset()  # L1 panels the Mmad may read in place (ND A)
+        self.nd: dict[str, tuple[ir.Value, int]] = {}  # L1 name -> (in place? i1, row stride)
+        self.nd_slots: dict[str, tuple[ir.Value, int]] = {}  # aliased L0A -> (i1 slot, stride)
 
     def entry_alloca(self, n_floats: int, name: str) -> ir.Value:
         b = self.ctx.builder
@@ -91,6 +97,15 @@ class _CubeState:
             self.shadow[buf.name] = self.entry_alloca(buf.size, f"{buf.name}.f32")
         return self.shadow[buf.name]
 
+    def entry_slot(self, typ: ir.Type, name: str) -> ir.Value:
+        """A stack slot allocated once at function entry (mem2reg turns it into a register)."""
+        key = ("slot", name)
+        if key not in self.shadow:
+            b = ir.IRBuilder(self.ctx.entry)
+            b.position_at_start(self.ctx.entry)
+            self.shadow[key] = b.alloca(typ, name=name)
+        return self.shadow[key]
+
     def alias_slots(self, name: str) -> tuple[ir.Value, ir.Value]:
         """Stack slots (pointer, dst offset) of the L1 panel an aliased L0 buffer last loaded:
         runtime state, like the L0 buffer's contents (mem2reg turns them into registers)."""
@@ -124,6 +139,7 @@ def _state(ctx: lower_llvm.LowerCtx) -> _CubeState:
         st.alias_ok = aliasable_l0(ctx.program)
         st.memo_ok = memo_sources_read_only(ctx.program)
         st.ranges = var_ranges(ctx.program)
+        st.nd_ok = nd_panels(ctx.program, st.alias_ok) if gemm.ND_A else frozenset()
         ctx._cube_state = st
     return st
 
@@ -238,6 +254,91 @@ def memo_sources_read_only(program: isa.Program) -> bool:
         isinstance(i, cube.LoadNz) and i.memo is not None and i.src.buf.name in written
         for i in program.instructions()
     )
+
+
+def nd_panels(program: isa.Program, alias_ok=None) -> frozenset[str]:
+    """L1 buffers whose LoadNz the host may skip: the Mmad then reads the operand in place (ND,
+    row-major fp32 straight from GM: `gemm.emit_mmad`'s `a_nd`) whenever the panel is whole.
+
+    Proven per buffer: its only writer is one LoadNz of a float32 GM view with unit column
+    stride, no prologue, im2col or memo, whose source nothing in the program writes; its only
+    readers are the L0A loads of L0 K-step loops that `merge_k_steps` turns into one Mmad, each
+    a later sibling of the LoadNz in the same body with no Let in between rebinding a variable
+    of the LoadNz, and reading the panel at the LoadNz's own offset with the Mmad's m and k
+    equal to the LoadNz's rows and cols. The lowering then checks at run time that the panel is
+    whole (rows = its padded row count, cols a multiple of 16: every element a microkernel
+    reads exists in GM) and packs it as before otherwise."""
+    written: dict[str, list] = {}
+    readers: dict[str, list] = {}
+    for instr in program.instructions():
+        ws = writes_of(instr)
+        for w in ws:
+            written.setdefault(w.buf.name, []).append(instr)
+        for r in isa.refs_of(instr):
+            if r not in ws or isinstance(instr, cube.Mmad):
+                readers.setdefault(r.buf.name, []).append(instr)
+    ok: set[str] = set()
+    merged_reads: dict[int, str] = {}  # id(L0A LoadL0) -> L1 name it was proven for
+
+    def eligible(x) -> bool:
+        return (isinstance(x, cube.LoadNz) and x.dst.buf.scope == "L1"
+                and x.src.buf.scope == "GM" and x.src.buf.dtype == "float32"
+                and x.strides[1] == 1 and x.prologue is None and not x.im2col
+                and x.memo is None and x.src.buf.name not in written
+                and written.get(x.dst.buf.name) == [x])  # fmt: skip
+
+    def visit(body) -> None:
+        for idx, x in enumerate(body):
+            if isinstance(x, (isa.Loop, isa.If)):
+                visit(x.body)
+            if not eligible(x):
+                continue
+            deps = set()
+            for e in (x.rows, x.cols, x.dst.off, x.src.off):
+                deps |= _vars_of(e)
+            for y in body[idx + 1 :]:
+                if isinstance(y, isa.Let) and y.var in deps:
+                    break
+                if not isinstance(y, isa.Loop):
+                    continue
+                ld = _nd_read(y, program, alias_ok, x)
+                if ld is not None:
+                    merged_reads[id(ld)] = x.dst.buf.name
+
+    visit(program.body)
+    for name in {n for n in merged_reads.values()}:
+        rs = [r for r in readers.get(name, []) if not (isinstance(r, cube.LoadNz)
+                                                         and r.dst.buf.name == name)]  # fmt: skip
+        if rs and all(merged_reads.get(id(r)) == name for r in rs):
+            ok.add(name)
+    return frozenset(ok)
+
+
+def _nd_read(loop: isa.Loop, program: isa.Program, alias_ok, nz: cube.LoadNz):
+    """The L0A LoadL0 of `loop` when `merge_k_steps` merges it into one Mmad that reads the
+    panel `nz` fills at `nz`'s offset, with m = nz.rows and k = nz.cols; else None."""
+    merged = merge_k_steps(loop, program, alias_ok)
+    if merged is None:
+        return None
+    if len(merged) == 1 and isinstance(merged[0], isa.If):
+        merged = merged[0].body
+    lets: dict = {}
+    for x in merged:
+        if isinstance(x, isa.Let):
+            lets[x.var] = _expand(x.value, lets)
+    lds = [x for x in merged if isinstance(x, cube.LoadL0) and x.dst.buf.scope == "L0A"]
+    mms = [x for x in merged if isinstance(x, cube.Mmad)]
+    if len(lds) != 1 or len(mms) != 1 or lds[0].src.buf != nz.dst.buf:
+        return None
+    ld, mm = lds[0], mms[0]
+    if mm.a.buf != ld.dst.buf or ld.src_rows != nz.dst_rows:
+        return None
+    if not (_same_values(_expand(ld.src.off, lets), nz.dst.off)
+            and _same_values(_expand(mm.m, lets), nz.rows)
+            and _same_values(_expand(mm.k, lets), nz.cols)):  # fmt: skip
+        return None
+    # the original LoadL0 of the loop (the merged one is a copy with the panel's depth)
+    return next(x for x in loop.body if isinstance(x, cube.LoadL0) and x.dst.buf == ld.dst.buf)
 
 
 def _val(ctx: lower_llvm.LowerCtx, e: isa.IntExpr) -> gemm.Val:
@@ -456,6 +557,32 @@ def _load_nz(ctx: lower_llvm.LowerCtx, i: cube.LoadNz) -> None:
         gemm.emit_pack_nz(b, dst, i.dst_rows, src, i.src.buf.dtype, 0, sr, sc,
                           _val(ctx, i.rows), _val(ctx, i.cols), i.row_pad, pro)  # fmt: skip
 
+    if i.dst.buf.name in st.nd_ok:  # read in place when whole (see nd_panels), else packed
+        rows, cols = _val(ctx, i.rows), _val(ctx, i.cols)
+        conds = []
+        if isinstance(rows, int):
+            static_ok = rows == i.dst_rows
+        else:
+            static_ok = True
+            conds.append(b.icmp_signed("==", rows, gemm.c64(i.dst_rows)))
+        if isinstance(cols, int):
+            static_ok = static_ok and cols % cube.C0 == 0
+        else:
+            conds.append(b.icmp_signed("==", b.and_(cols, gemm.c64(cube.C0 - 1)), gemm.c64(0)))
+        if static_ok:
+            at = ctx.int(i.dst.off)
+            whole = True
+            ptr = src
+            if conds:  # decided at run time: packed into the L1 shadow when not whole
+                whole = conds[0] if len(conds) == 1 else b.and_(conds[0], conds[1])
+                shadow = gemm.gep(b, st.base(i.dst.buf), at)
+                with b.if_then(b.not_(whole)):
+                    pack(shadow)
+                ptr = b.select(whole, src, shadow)
+            st.redirect[i.dst.buf.name] = (ptr, at)
+            st.nd[i.dst.buf.name] = (whole, sr)
+            return
+    st.nd.pop(i.dst.buf.name, None)
     if i.memo is None or not st.memo_ok:
         st.redirect.pop(i.dst.buf.name, None)
         pack(st.ptr(i.dst))
@@ -477,6 +604,14 @@ def _load_l0(ctx: lower_llvm.LowerCtx, i: cube.LoadL0) -> None:
         p_slot, at_slot = st.alias_slots(i.dst.buf.name)
         ctx.builder.store(st.ptr(i.src), p_slot)
         ctx.builder.store(ctx.int(i.dst.off), at_slot)
+        st.nd_slots.pop(i.dst.buf.name, None)
+        if i.src.buf.name in st.nd:  # the panel may be the operand in place (ND): say which
+            whole, stride = st.nd[i.src.buf.name]
+            slot = True
+            if whole is not True:  # decided per panel at run time
+                slot = st.entry_slot(gemm.I1, f"{i.dst.buf.name}.nd")
+                ctx.builder.store(whole, slot)
+            st.nd_slots[i.dst.buf.name] = (slot, stride)
         return
     # the NPU's copy: fractal column by fractal column (rows x 16 contiguous floats in each)
     b = ctx.builder
@@ -502,8 +637,25 @@ def _mmad(ctx: lower_llvm.LowerCtx, i: cube.Mmad) -> None:
         "!=", ctx.int(acc), gemm.c64(0))  # fmt: skip
     a_rows = st.alias_rows.get(i.a.buf.name, i.a_rows)
     b_rows = st.alias_rows.get(i.b.buf.name, i.b_rows)
-    gemm.emit_mmad(ctx.builder, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, st.ptr(i.b),
-                   b_rows, _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv)  # fmt: skip
+    b = ctx.builder
+
+    def mmad(a_nd: int | None = None) -> None:
+        gemm.emit_mmad(b, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, st.ptr(i.b), b_rows,
+                       _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv,
+                       a_nd=a_nd)  # fmt: skip
+
+    if i.a.buf.name not in st.nd_slots:
+        mmad()
+        return
+    slot, stride = st.nd_slots[i.a.buf.name]  # A in place (ND) or packed: decided per panel
+    if slot is True:
+        mmad(stride)
+        return
+    with b.if_else(b.load(slot, typ=gemm.I1)) as (in_place, packed):
+        with in_place:
+            mmad(stride)
+        with packed:
+            mmad()
 
 
 # ----------------------------------------------------------------------------- host mapping

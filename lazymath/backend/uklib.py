@@ -33,7 +33,7 @@ from lazymath.backend import kernel_cache
 from lazymath.backend.vmlib import for_target, publish  # one name table, one target switch
 
 PREFIX = "lazymath_uk_"
-_NAME = re.compile(r"(\d+)x(\d+)v(\d+)(m?)_pf(\d+)(?:_u(\d+))?")
+_NAME = re.compile(r"(\d+)x(\d+)v(\d+)(m?)_pf(\d+)(?:_u(\d+))?(_nd)?")
 _TARGET = re.compile(r"[A-Za-z0-9_-]+")
 
 _lock = threading.Lock()
@@ -54,15 +54,15 @@ def symbol_of(name: str, target: str | None = None) -> str:
 
 
 def parse(symbol: str) -> tuple[tuple, str] | None:
-    """((rows, nr, vw, fma, pf_lines, unroll), target) of a library symbol, or None."""
+    """((rows, nr, vw, fma, pf_lines, unroll, nd), target) of a library symbol, or None."""
     if not symbol.startswith(PREFIX):
         return None
     shape, dot, target = symbol[len(PREFIX) :].partition(".")
     m = _NAME.fullmatch(shape)
     if m is None or (dot and not _TARGET.fullmatch(target)):
         return None
-    rows, nr, vw, nofma, pf, unroll = m.groups()
-    return (int(rows), int(nr), int(vw), not nofma, int(pf), int(unroll or 0)), target
+    rows, nr, vw, nofma, pf, unroll, nd = m.groups()
+    return (int(rows), int(nr), int(vw), not nofma, int(pf), int(unroll or 0), bool(nd)), target
 
 
 def library_ir(symbol: str) -> str:
@@ -77,22 +77,23 @@ def library_ir(symbol: str) -> str:
     parsed = parse(symbol)
     if parsed is None:
         raise ValueError(f"not a GEMM microkernel library symbol: {symbol!r}")
-    (rows, nr, vw, fma, pf, unroll), target = parsed
+    (rows, nr, vw, fma, pf, unroll, nd), target = parsed
     uk = gemm.Microkernel(gemm.MR, nr, vw, fma)  # raises for shapes gemm does not generate
     # the name says how the k loop is unrolled: it must be what gemm generates now
     token = gemm.UK_LIBRARY.set(lambda _s: None)
     try:
-        made = gemm.get_ukernel(ir.Module(), uk, pf, nr, rows).name
+        made = gemm.get_ukernel(ir.Module(), uk, pf, nr, rows, nd=nd).name
     finally:
         gemm.UK_LIBRARY.reset(token)
     if made != symbol_of(symbol[len(PREFIX) :].partition(".")[0], target) or rows > gemm.MR:
         raise ValueError(f"{symbol!r} is not a microkernel this gemm generates ({made!r})")
-    return _ukernel_text(symbol, rows, nr, vw, fma, pf, unroll or gemm.C0)
+    return _ukernel_text(symbol, rows, nr, vw, fma, pf, unroll or gemm.C0, nd)
 
 
 def _ukernel_text(symbol: str, mr: int, nr: int, vw: int, fma: bool, pf_lines: int,
-                  unroll: int) -> str:  # fmt: skip
-    """`gemm.get_ukernel` as LLVM IR text (see its doc for the arguments and the loops)."""
+                  unroll: int, nd: bool = False) -> str:  # fmt: skip
+    """`gemm.get_ukernel` as LLVM IR text (see its doc for the arguments and the loops; `nd`:
+    A row-major in place, `%astr` its row stride)."""
     from lazymath.backend.gemm import C0, LINE
 
     nf, nj = nr // C0, C0 // vw
@@ -134,6 +135,7 @@ def _ukernel_text(symbol: str, mr: int, nr: int, vw: int, fma: bool, pf_lines: i
     )
     out.append("{")
     out.append("entry:")
+    arow = [0] + [stride("%astr", r) for r in range(1, mr)] if nd else []
     cf, pcf = ["%c"], ["%pfc"]
     for f in range(1, nf):
         off = stride("%cstr", f)
@@ -173,7 +175,12 @@ def _ukernel_text(symbol: str, mr: int, nr: int, vw: int, fma: bool, pf_lines: i
             bv = [[vload(gep(fcb[f], kk * C0 + j * vw)) for j in range(nj)] for f in range(nf)]
             for r in range(mr):
                 s, v0, v = tmp(), tmp(), tmp()
-                ins(f"{s} = load float, ptr {gep(pa, r * C0 + kk)}, align 4")
+                if nd and r:
+                    at = tmp()
+                    ins(f"{at} = add i64 {arow[r]}, {kk}")
+                else:
+                    at = kk if nd else r * C0 + kk
+                ins(f"{s} = load float, ptr {gep(pa, at)}, align 4")
                 ins(f"{v0} = insertelement {vt} undef, float {s}, i32 0")
                 ins(f"{v} = shufflevector {vt} {v0}, {vt} undef, <{vw} x i32> zeroinitializer")
                 for f in range(nf):
@@ -215,7 +222,7 @@ def _ukernel_text(symbol: str, mr: int, nr: int, vw: int, fma: bool, pf_lines: i
         out.append("qend:")
         cur = qacc
     ins("%kv.next = add i64 %kv, 1")
-    ins("%pa.next = getelementptr inbounds float, ptr %pa, i64 %astr")
+    ins(f"%pa.next = getelementptr inbounds float, ptr %pa, i64 {C0 if nd else '%astr'}")
     ins(f"%pb.next = getelementptr inbounds float, ptr %pb, i64 {C0 * C0}")
     ins(f"%ppf.next = getelementptr inbounds float, ptr %ppf, i64 {C0 * C0}")
     ins("br label %khead")

@@ -263,3 +263,57 @@ def test_l0_k_steps_lower_to_one_mmad_per_l1_panel(preset, dtype, monkeypatch):
         assert np.array_equal(res[0], res[1])
         ref = a.astype(np.float64) @ bt.astype(np.float64).T
         np.testing.assert_allclose(res[0], ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("preset", ["ascend910", "ascend910b"])
+def test_fp32_a_panels_are_read_in_place_with_the_packed_results(preset, monkeypatch):
+    """A float32 A with unit column stride is not packed: the Mmad's `_nd` microkernels read
+    its rows in place when a panel is whole, and pack it as before when it is not (the last M
+    tile of 300 rows, the K tail of 700). Bit-identical to the packed lowering, numpy's values,
+    for a plain, a wider (row stride > K, offset), a reversed (negative row stride) and a
+    batch-broadcast A; float16 and a transposed A keep the packer."""
+    from lazymath.backend import compile as lmc
+    from lazymath.backend import lower_cube
+    from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
+    from lazymath.runtime.device import get_spec
+
+    spec = get_spec(preset)
+    rng = np.random.default_rng(11)
+    cases = [("plain", (), 300, 200, 700, "float32"), ("wide", (), 130, 70, 512, "float32"),
+             ("reversed", (), 257, 33, 200, "float32"), ("bcast", (3,), 129, 40, 96, "float32"),
+             ("plain", (), 300, 200, 700, "float16"), ("transposed", (), 140, 50, 300, "float32")]  # fmt: skip
+    for kind, batch, m, n, k, dtype in cases:
+        if kind == "wide":  # columns 3 .. 3 + k of a (m, 2k + 5) array
+            src = rng.standard_normal((m, 2 * k + 5)).astype(dtype)
+            a_v, a = ArgView(dtype, (m, k), (2 * k + 5, 1), 3), src[:, 3 : 3 + k]
+        elif kind == "reversed":
+            src = rng.standard_normal((m, k)).astype(dtype)
+            a_v, a = ArgView(dtype, (m, k), (-k, 1), (m - 1) * k), src[::-1]
+        elif kind == "bcast":
+            src = rng.standard_normal((m, k)).astype(dtype)
+            a_v, a = ArgView(dtype, (*batch, m, k), (0, k, 1)), np.broadcast_to(src, (*batch, m, k))
+        elif kind == "transposed":
+            src = rng.standard_normal((k, m)).astype(dtype)
+            a_v, a = ArgView(dtype, (m, k), (1, m)), src.T
+        else:
+            src = rng.standard_normal((m, k)).astype(dtype)
+            a_v, a = ArgView(dtype, (m, k), (k, 1)), src
+        bsz = int(np.prod(batch))
+        bm = rng.standard_normal((bsz * k * n,)).astype(dtype)
+        b_v = ArgView(dtype, (*batch, k, n), ((k * n,) if batch else ()) + (n, 1))
+        out = ArgView("float32", (*batch, m, n), ((m * n,) if batch else ()) + (n, 1))
+        ir_ = MatmulKernel(batch, m, n, k, a_v, b_v, None, None, dtype, (),
+                           (SOp("acc", "float32"),), (0,), (out,))  # fmt: skip
+        program = lmc.build_program(ir_, spec, "k")
+        in_place = lower_cube.nd_panels(program, lower_cube.aliasable_l0(program))
+        assert bool(in_place) == (dtype == "float32" and kind != "transposed"), kind
+        res = []
+        for flag in (True, False):
+            monkeypatch.setattr(G, "ND_A", flag)
+            ck = lmc._compile_llvm(ir_, spec, f"nd{int(flag)}_{kind}_{dtype}_{m}_{n}_{k}")
+            c = np.full((*batch, m, n), np.nan, np.float32)
+            ck(src.reshape(-1), bm, c.reshape(-1))
+            res.append(c)
+        assert np.array_equal(res[0], res[1]), kind
+        ref = a.astype(np.float64) @ bm.reshape(*batch, k, n).astype(np.float64)
+        np.testing.assert_allclose(res[0], ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))

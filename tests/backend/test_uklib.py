@@ -26,10 +26,10 @@ from lazymath.backend import gemm, jit, kernel_cache, uklib, workers
 RNG = np.random.default_rng(2011)
 
 
-def _symbol(uk, pf, nr, rows) -> str:
+def _symbol(uk, pf, nr, rows, nd=False) -> str:
     token = gemm.UK_LIBRARY.set(lambda _s: None)
     try:
-        return gemm.get_ukernel(ir.Module(), uk, pf, nr, rows).name
+        return gemm.get_ukernel(ir.Module(), uk, pf, nr, rows, nd=nd).name
     finally:
         gemm.UK_LIBRARY.reset(token)
 
@@ -47,16 +47,20 @@ UK_FN = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, *[ctypes.c_int64] * 4, ct
 
 
 @pytest.mark.parametrize(
-    "nr,vw,fma,pf,rows",
-    [(64, 16, True, 1, None), (64, 16, True, 3, 2), (32, 16, True, 16, 5), (16, 8, True, 1, None),
-     (16, 8, False, 2, 4), (16, 4, True, 1, None), (48, 16, False, 1, 1)],
+    "nr,vw,fma,pf,rows,nd",
+    [(64, 16, True, 1, None, False), (64, 16, True, 3, 2, False), (32, 16, True, 16, 5, False),
+     (16, 8, True, 1, None, False), (16, 8, False, 2, 4, False), (16, 4, True, 1, None, False),
+     (48, 16, False, 1, 1, False), (64, 16, True, 1, None, True), (64, 16, True, 2, 2, True),
+     (16, 8, True, 1, None, True), (16, 8, True, 1, 5, True)],
 )  # fmt: skip
-def test_text_microkernel_matches_gemms_bit_for_bit(nr, vw, fma, pf, rows):
+def test_text_microkernel_matches_gemms_bit_for_bit(nr, vw, fma, pf, rows, nd):
+    """(`nd`: the variant that reads A row-major in place, `astr` = its row stride.)"""
     uk = gemm.Microkernel(gemm.MR, nr, vw, fma)
-    sym = _symbol(uk, pf, nr, rows)
+    sym = _symbol(uk, pf, nr, rows, nd)
     assert uklib.parse(sym) is not None and sym.startswith(uklib.PREFIX)
+    assert uklib.parse(sym)[0][-1] == nd
     mod = ir.Module()
-    gemm.get_ukernel(mod, uk, pf, nr, rows, symbol=sym + "_ref")
+    gemm.get_ukernel(mod, uk, pf, nr, rows, symbol=sym + "_ref", nd=nd)
     fns = []
     for name, text in ((sym, uklib.library_ir(sym)), (sym + "_ref", str(mod))):
         module = f"uktest_{name}"
@@ -64,7 +68,9 @@ def test_text_microkernel_matches_gemms_bit_for_bit(nr, vw, fma, pf, rows):
         fns.append(UK_FN(jit.load_cached(obj, name, module)[0]))
     nfc, nf = 3, nr // 16
     astr, bstr, cstr = 6 * 16, nfc * 256 + 32, 6 * 16 + 16
-    a = _aligned(RNG.standard_normal(nfc * astr + 64).astype(np.float32))
+    if nd:  # 6 rows of nfc * 16 floats, 8 floats of gap between rows
+        astr = nfc * 16 + 8
+    a = _aligned(RNG.standard_normal(max(nfc, 6) * astr + 64).astype(np.float32))
     b = _aligned(RNG.standard_normal(nf * bstr + 64).astype(np.float32))
     c0 = RNG.standard_normal(nf * cstr + 64).astype(np.float32)
     for acc in (0, 1):
@@ -79,8 +85,10 @@ def test_text_microkernel_matches_gemms_bit_for_bit(nr, vw, fma, pf, rows):
 
 
 def test_symbols_parse_and_carry_the_target(monkeypatch):
-    assert uklib.parse("lazymath_uk_6x64v16_pf1_u4") == ((6, 64, 16, True, 1, 4), "")
-    assert uklib.parse("lazymath_uk_2x16v8m_pf3.haswell") == ((2, 16, 8, False, 3, 0), "haswell")
+    assert uklib.parse("lazymath_uk_6x64v16_pf1_u4") == ((6, 64, 16, True, 1, 4, False), "")
+    assert uklib.parse("lazymath_uk_2x16v8m_pf3.haswell") == (
+        (2, 16, 8, False, 3, 0, False), "haswell")  # fmt: skip
+    assert uklib.parse("lazymath_uk_6x64v16_pf1_u4_nd") == ((6, 64, 16, True, 1, 4, True), "")
     for bad in ("lazymath_uk_6x64", "lazymath_vm_sin_float32", "lazymath_uk_6x64v16_pf1.a b"):
         assert uklib.parse(bad) is None
     monkeypatch.setenv("LAZYMATH_TARGET_CPU", "x86-64")
