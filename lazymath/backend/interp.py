@@ -558,4 +558,4 @@ def _wait_flag(m: Machine, i: isa.WaitFlag) -> None:
 def _barrier(m: Machine, i: isa.PipeBarrier) -> None:
     """In-order interpretation already completes every instruction before the next."""
     if m.race is not None:
-        m.race.barrier(isa.AIV_PIPES if i.pipe == "AIV" else None)
+        m.race.barrier(isa.AIV_PIPES if i.pipe == "AIV" else None, i.pipe)

@@ -15,6 +15,12 @@ followed every instruction) and is not checked. Scalar-pipe instructions (loop c
 atomic counter of split reductions) are issued in program order and are not tracked.
 Footprints are registered per instruction type (`register`): (reads, writes) as lists of
 (buffer name, first element, end element); an instruction without one is not tracked.
+
+In a MIX kernel (`isa.is_mix`) each core kind has its own pipes: the tracker names them per core
+("AIC.MTE2", "AIV.MTE2", ... by `isa.core_of`), a core's barrier joins only its own pipes and
+only the cross-core flags carry clocks between the cores. (With one set of pipe names the AIC's
+MTE2 -> MTE1 -> M -> FIX chain carried the AIV's MTE2 reads to the AIC's FixPipe, so a missing
+"workspace slot free" flag went unnoticed.)
 """
 
 from __future__ import annotations
@@ -48,13 +54,21 @@ def _pipe(flag_pipe: str) -> str:
 class Tracker:
     def __init__(self, program: isa.Program):
         self.program = program
-        self.clock: dict[str, dict[str, int]] = {p: {} for p in isa.PIPES}
-        self.count: dict[str, int] = dict.fromkeys(isa.PIPES, 0)
+        self.mix = isa.is_mix(program)
+        pipes = isa.PIPES
+        if self.mix:
+            pipes = tuple(f"{c}.{p}" for c in isa.MIX_CORES for p in isa.CORE_PIPES[c])
+        self.clock: dict[str, dict[str, int]] = {p: {} for p in pipes}
+        self.count: dict[str, int] = dict.fromkeys(pipes, 0)
         self.pending: dict[tuple, list] = {}
         self.seen: dict[str, list] = {}  # buffer -> [(pipe, idx, is_write, lo, hi, text)]
 
+    def _on(self, core: str | None, pipe: str) -> str:
+        """The tracked pipe: per core in a MIX kernel."""
+        return f"{core}.{pipe}" if self.mix else pipe
+
     def set_flag(self, i: isa.SetFlag, event: int) -> None:
-        src = _pipe(i.src)
+        src = self._on(self.mix and isa.core_of(i), _pipe(i.src))
         self.pending.setdefault((i.src, i.dst, event), []).append(dict(self.clock[src]))
 
     def wait_flag(self, i: isa.WaitFlag, event: int) -> None:
@@ -62,28 +76,31 @@ class Tracker:
         if not q:
             return  # the interpreter's own flag check reports the unpaired wait
         snap = q.pop(0)
-        mine = self.clock[_pipe(i.dst)]
+        mine = self.clock[self._on(self.mix and isa.core_of(i), _pipe(i.dst))]
         for p, v in snap.items():
             if mine.get(p, 0) < v:
                 mine[p] = v
 
     def cross_set(self, pipe: str, side: str, flag: int) -> None:
-        """CrossCoreSetFlag (MIX kernels): like set_flag. The AIC's and the AIVs' pipes of one
-        name are tracked as one pipe here (the listing is one instruction stream)."""
-        self.pending.setdefault(("cross", side, flag), []).append(dict(self.clock[_pipe(pipe)]))
+        """CrossCoreSetFlag (MIX kernels): like set_flag, from a pipe of core `side`."""
+        src = self._on(side, _pipe(pipe))
+        self.pending.setdefault(("cross", side, flag), []).append(dict(self.clock[src]))
 
     def cross_wait(self, pipe: str, setter: str, flag: int) -> None:
         q = self.pending.get(("cross", setter, flag))
         if not q:
             return
         snap = q.pop(0)
-        mine = self.clock[_pipe(pipe)]
+        mine = self.clock[self._on("AIV" if setter == "AIC" else "AIC", _pipe(pipe))]
         for p, v in snap.items():
             if mine.get(p, 0) < v:
                 mine[p] = v
 
-    def barrier(self, pipes=None) -> None:
-        """Join the clocks of `pipes` (default all: PIPE_ALL on one core)."""
+    def barrier(self, pipes=None, core: str | None = None) -> None:
+        """Join the clocks of `pipes` (default all: PIPE_ALL on one core); in a MIX kernel the
+        pipes of `core` ("AIC" / "AIV")."""
+        if self.mix and core in isa.MIX_CORES:
+            pipes = [f"{core}.{p}" for p in isa.CORE_PIPES[core]]
         pipes = list(self.clock) if pipes is None else pipes
         joined: dict[str, int] = {}
         for q in pipes:
@@ -98,6 +115,8 @@ class Tracker:
         if fp is None or pipe == "Scalar":
             return
         reads, writes = fp(m, instr)
+        if self.mix:
+            pipe = f"{isa.core_of(instr)}.{pipe}"
         self.count[pipe] += 1
         idx = self.count[pipe]
         mine = self.clock[pipe]

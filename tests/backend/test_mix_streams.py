@@ -244,3 +244,32 @@ def test_mix_kernels_equal_numpy(backend, preset):
     want = [c.sum(0), c.sum(-1), e / e.sum(-1, keepdims=True), np.maximum(conv, 0) * 0.5]
     for g, wv in zip(got, want):
         np.testing.assert_allclose(g, wv, rtol=2e-4, atol=2e-4)
+
+
+def test_race_checker_tracks_each_cores_pipes():
+    """The interpreter's race checker names pipes per core in a MIX kernel: without the AIV's
+    'workspace slot free' flags the AIC's FixPipe overwrites a slot the AIV's MTE2 may still be
+    reading (with one set of pipe names the AIC's own MTE2 -> MTE1 -> M -> FIX chain hid it)."""
+    from lazymath.backend import interp
+    from lazymath.backend.races import RaceError
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((300, 40)).astype(np.float32)
+    b = rng.standard_normal((40, 300)).astype(np.float32)
+    A, B = lm.tensor(a), lm.tensor(b)
+    ((_, prog),), spec = _programs(lm.sum(A @ B, axis=-1))
+
+    def run(body):
+        out = np.zeros(300, np.float32)
+        p = _with(prog, body)
+        interp.run(p, [a.ravel(), b.ravel(), out, np.zeros(p.workspace, np.uint8)], 0, 1)
+        return out
+
+    np.testing.assert_allclose(run(prog.body), (a @ b).sum(-1), rtol=1e-4, atol=1e-3)
+
+    def slot_free(i):  # the per-tile 'slot free' pair, flag cs + 2 (presets, drains stay)
+        cross = isinstance(i, (isa.CrossCoreSetFlag, isa.CrossCoreWaitFlag))
+        return cross and isinstance(i.flag, isa.BinInt)
+
+    with pytest.raises(RaceError, match=r"ws_tiles.*AIC\.FixPipe|AIC\.FixPipe.*ws_tiles"):
+        run(_drop(prog.body, slot_free))
