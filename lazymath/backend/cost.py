@@ -129,18 +129,23 @@ class CostCtx:
     def __init__(self, program: isa.Program, spec, block_num: int):
         self.program = program
         self.spec = spec
-        self.env: dict = {isa.BLOCK_IDX: 0, isa.BLOCK_NUM: block_num}
+        self.env: dict = {isa.BLOCK_IDX: 0, isa.BLOCK_NUM: block_num, isa.SUBBLOCK_IDX: 0}
         self.state = _State()
         self.mix = isa.is_mix(program)
         self.core = ""  # MIX: the core whose state is `state`
         self.states = {"": self.state}
         self.cores: dict[int, tuple] = {}
-        self.cross: dict[tuple, deque] = {}  # MIX: (setting core, flag) -> fire times
+        self.cross: dict[tuple, deque] = {}  # MIX: (setter, flag, AIV index) -> fire times
+        self.aivs = 1  # MIX: AIVs per AIC the kernel uses (its sub-block loops)
+        self.sub = False  # MIX: inside a sub-block loop (AIV work of AIV `SUBBLOCK_IDX`)
         keys = list(isa.PIPES)
         if self.mix:
-            self.states = {c: _State() for c in isa.MIX_CORES}
+            self.aivs = isa.mix_aivs(program)
+            names = ["AIC", *(["AIV"] if self.aivs == 1 else
+                              [f"AIV{v}" for v in range(self.aivs)])]  # fmt: skip
+            self.states = {c: _State() for c in names}
             self.cores = isa.mix_cores(program.body)
-            keys = [f"{c}.{p}" for c in isa.MIX_CORES for p in isa.CORE_PIPES[c]]
+            keys = [f"{c}.{p}" for c in names for p in isa.CORE_PIPES[c[:3]]]
         self.intervals: dict[str, list] = {p: [] for p in keys}
         self.truncated = False
         self.unknown: set[str] = set()
@@ -165,18 +170,37 @@ class CostCtx:
         if busy > 0:
             self._record(f"{self.core}.{pipe}" if self.core else pipe, start, end)
 
+    def _aiv(self) -> str:
+        """The state of the AIV running now: sub-block `SUBBLOCK_IDX` (0 outside its loops)."""
+        return "AIV" if self.aivs == 1 else f"AIV{self.env[isa.SUBBLOCK_IDX]}"
+
     def _use(self, instr) -> None:
         """MIX: charge what follows to the core that runs `instr`."""
-        self.core = self.cores[id(instr)][0]
+        core = self.cores[id(instr)][0]
+        self.core = self._aiv() if core == "AIV" else core
         self.state = self.states[self.core]
 
     def _scalar(self, instr, cycles: int) -> None:
-        """Scalar cycles of control (Let, a loop iteration) on every core that runs it."""
+        """Scalar cycles of control (Let, a loop iteration) on every core that runs it (each
+        AIV runs the control flow around its sub-block sections)."""
         if not self.mix:
             self.state.tick(cycles)
             return
         for c in self.cores[id(instr)]:
-            self.states[c].tick(cycles)
+            if c == "AIV" and not self.sub and self.aivs > 1:
+                for v in range(self.aivs):
+                    self.states[f"AIV{v}"].tick(cycles)
+            else:
+                self.states[self._aiv() if c == "AIV" else c].tick(cycles)
+
+    def _subblocks(self, loop: isa.Loop) -> None:
+        """A sub-block loop: iteration v is AIV v's own work (no loop on either core)."""
+        for v in range(self.int(loop.start), self.int(loop.stop)):
+            self.env[isa.SUBBLOCK_IDX] = v
+            self.sub = True
+            self.run(loop.body)
+        self.env[isa.SUBBLOCK_IDX] = 0
+        self.sub = False
 
     def _record(self, pipe: str, start: float, end: float) -> None:
         iv = self.intervals[pipe]
@@ -192,7 +216,10 @@ class CostCtx:
         for instr in body:
             t = type(instr)
             if t is isa.Loop:
-                self._loop(instr)
+                if self.mix and instr.var == isa.SUBBLOCK_IDX:
+                    self._subblocks(instr)
+                else:
+                    self._loop(instr)
             elif t is isa.If:
                 if isa.CMP_OPS[instr.cmp](self.int(instr.a), self.int(instr.b)):
                     self.run(instr.body)
@@ -231,19 +258,26 @@ class CostCtx:
             p = _FLAG_PIPE[instr.pipe]
             s = self.state
             when = max(s.free[p], s.done[p], s.scalar) + self.spec.gm_write_latency
-            self.cross.setdefault((instr.side, self.int(instr.flag)), deque()).append(when)
+            f = self.int(instr.flag)
+            # an AIC set reaches each AIV of the group; an AIV's set is its own
+            to = range(self.aivs) if instr.side == "AIC" else (self.env[isa.SUBBLOCK_IDX],)
+            for v in to:
+                self.cross.setdefault((instr.side, f, v), deque()).append(when)
             s.tick(1)
         elif t is isa.CrossCoreWaitFlag:  # stalls this core's pipe, not the other core
             s = self.state
             setter = "AIV" if instr.side == "AIC" else "AIC"
-            q = self.cross.get((setter, self.int(instr.flag)))
-            if not q:
+            f = self.int(instr.flag)
+            # the AIC waits for every AIV of the group; an AIV for the AIC's set to it
+            frm = range(self.aivs) if instr.side == "AIC" else (self.env[isa.SUBBLOCK_IDX],)
+            qs = [self.cross.get((setter, f, v)) for v in frm]
+            if not all(qs):
                 raise ValueError(
                     f"kernel {self.program.name}: {isa.format_instr(instr)} with no pending "
                     "cross-core set (the NPU would deadlock)"
                 )
             p = _FLAG_PIPE[instr.pipe]
-            s.free[p] = max(s.free[p], q.popleft())
+            s.free[p] = max(s.free[p], *(q.popleft() for q in qs))
             s.tick(1)
         elif t is isa.PipeBarrier:
             s = self.state
@@ -356,14 +390,14 @@ def estimate(program: isa.Program, spec, block_num: int | None = None) -> Kernel
     if left := [k for k, q in ctx.cross.items() if q]:
         raise ValueError(
             f"kernel {program.name}: cross-core flag(s) "
-            + ", ".join(f"{side} {flag}" for side, flag in left)
+            + ", ".join(f"{side} {flag}" for side, flag, _ in left)
             + " set but never waited for (a flag left pending at the kernel's end)"
         )
     pipes: dict[str, float] = {}
     ends: dict[str, float] = {}
     for core, s in ctx.states.items():
         ends[core] = max(*s.free.values(), *s.done.values(), s.scalar) if program.body else 0.0
-        for p in isa.CORE_PIPES[core] if core else isa.PIPES:
+        for p in isa.CORE_PIPES[core[:3]] if core else isa.PIPES:
             pipes[f"{core}.{p}" if core else p] = s.busy[p]
         if not core:  # one stream: Scalar is its clock (issue and stalls, as before)
             pipes["Scalar"] = max(s.busy["Scalar"], s.scalar)

@@ -67,6 +67,8 @@ class Machine:
             self.mem[buf.name] = np.zeros(buf.size, dtype=buf.dtype)
         self.env: dict[isa.Var, int] = {isa.BLOCK_IDX: block_idx, isa.BLOCK_NUM: block_num}
         self.flags: Counter = Counter()
+        # AIVs per AIC of a MIX kernel: an AIC cross-core set reaches each, its wait needs all
+        self.aivs = isa.mix_aivs(program) if program.unit == "mix" else 1
         self.race = None  # races.Tracker when the program synchronises with flags
         if any(isinstance(i, _FLAGS) for i in program.instructions()):
             from lazymath.backend.races import Tracker
@@ -522,23 +524,25 @@ def _set_flag(m: Machine, i: isa.SetFlag) -> None:
 @register(isa.CrossCoreSetFlag)
 def _cross_set(m: Machine, i: isa.CrossCoreSetFlag) -> None:
     e = m.int(i.flag)
-    m.flags[("cross", i.side, e)] += 1
+    n = m.aivs if i.side == "AIC" else 1  # an AIC set reaches each AIV of the group
+    m.flags[("cross", i.side, e)] += n
     if m.race is not None:
-        m.race.cross_set(i.pipe, i.side, e)
+        m.race.cross_set(i.pipe, i.side, e, n)
 
 
 @register(isa.CrossCoreWaitFlag)
 def _cross_wait(m: Machine, i: isa.CrossCoreWaitFlag) -> None:
     e = m.int(i.flag)
     key = ("cross", "AIV" if i.side == "AIC" else "AIC", e)
-    if m.flags[key] <= 0:
+    n = m.aivs if i.side == "AIC" else 1  # the AIC waits for every AIV of the group
+    if m.flags[key] < n:
         raise FlagError(
             f"kernel {m.program.name}: {isa.format_instr(i)} with no pending cross-core set "
             "(the NPU would deadlock)"
         )
-    m.flags[key] -= 1
+    m.flags[key] -= n
     if m.race is not None:
-        m.race.cross_wait(i.pipe, key[1], e)
+        m.race.cross_wait(i.pipe, key[1], e, n)
 
 
 @register(isa.WaitFlag)

@@ -100,6 +100,11 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
 
 BLOCK_IDX = Var("block_idx")  # GetBlockIdx()
 BLOCK_NUM = Var("block_num")  # GetBlockNum()
+# GetSubBlockIdx(): which Vector core (AIV) of its group runs the code, in a MIX kernel. A loop
+# over it (`Loop(SUBBLOCK_IDX, 0, n, 1, body)`, n <= the spec's AIVs per AIC) is a sub-block
+# section: on the host an ordinary loop (the AIVs' parts one after the other), on the device
+# iteration v is what AIV v of the group runs (see "MIX kernels" below).
+SUBBLOCK_IDX = Var("subblock_idx")
 
 
 def add(a: IntExpr, b: IntExpr) -> IntExpr:
@@ -878,6 +883,11 @@ def format_instr(instr) -> str:
 # interleaving of the two streams (every cross-core wait comes after its set), so host results
 # do not depend on the split; the device model (cost, listings, the timeline's lanes) uses the
 # two programs, which run concurrently and meet only at the cross-core flags.
+# Sub-blocks (KERNEL_TYPE_MIX_AIC_1_2: two AIVs per AIC): a loop over SUBBLOCK_IDX holds what
+# each AIV does with its index (e.g. its half of a tile's rows); the AIV work outside such loops
+# is sub-block 0's (`if GetSubBlockIdx() == 0`), and a program without them uses one AIV. With
+# n AIVs an AIC cross-core set reaches each of them and an AIC wait completes when all n have
+# set the flag (AscendC's mode-2 flags within a group).
 
 MIX_CORES = ("AIC", "AIV")
 AIC_PIPES = ("Scalar", "MTE2", "MTE1", "Cube", "FixPipe")
@@ -950,6 +960,15 @@ def mix_cores(body) -> dict[int, tuple[str, ...]]:
     return out
 
 
+def mix_aivs(program) -> int:
+    """AIVs per AIC that a MIX kernel uses: the trip count of its sub-block loops (else 1)."""
+    n = 1
+    for i, _ in walk(program.body):
+        if isinstance(i, Loop) and i.var == SUBBLOCK_IDX and isinstance(i.stop, int):
+            n = max(n, i.stop)
+    return n
+
+
 def is_mix(program) -> bool:
     """A MIX kernel with two instruction streams (AIC + AIV) joined by cross-core flags."""
     return program.unit == "mix" and any(
@@ -961,17 +980,34 @@ def mix_streams(program) -> dict:
     """{"AIC": Program, "AIV": Program}: the instruction stream of each core kind of a MIX
     kernel (the body projected onto the core; buffers of its scopes; see the section comment)."""
     cores = mix_cores(program.body)
+    subs = mix_aivs(program) > 1
 
-    def project(body, core):
-        out = []
+    def project(body, core, sub=False):
+        out: list = []
+        run: list = []  # sub-block 0's AIV work outside sub-block loops
+
+        def flush() -> None:
+            if run:
+                out.append(If(SUBBLOCK_IDX, "==", 0, tuple(run)))
+                run.clear()
+
         for i in body:
             if core not in cores[id(i)]:
                 continue
+            if isinstance(i, Loop) and i.var == SUBBLOCK_IDX:  # each AIV: its own iteration
+                flush()
+                out.extend(project(i.body, core, True))
+                continue
             if isinstance(i, Loop):
-                i = Loop(i.var, i.start, i.stop, i.step, project(i.body, core))
+                i = Loop(i.var, i.start, i.stop, i.step, project(i.body, core, sub))
             elif isinstance(i, If):
-                i = If(i.a, i.cmp, i.b, project(i.body, core))
+                i = If(i.a, i.cmp, i.b, project(i.body, core, sub))
+            if subs and core == "AIV" and not sub and not isinstance(i, (Let, Loop, If)):
+                run.append(i)
+                continue
+            flush()
             out.append(i)
+        flush()
         return tuple(out)
 
     unit = {"AIC": "cube", "AIV": "vector"}
@@ -993,10 +1029,19 @@ def _check_mix(program, spec) -> None:
     ranges: dict = {BLOCK_IDX: (0, max(program.blocks, 1) - 1)}
     sets: dict = {c: [] for c in MIX_CORES}
     waits: dict = {c: [] for c in MIX_CORES}
+    aivs = max(1, spec.vector_cores // max(spec.cube_cores, 1))
 
     def visit(body) -> None:
         for i in body:
             core_of(i)  # raises for an instruction of no single core
+            if isinstance(i, Loop) and i.var == SUBBLOCK_IDX:
+                if not (isinstance(i.stop, int) and i.start == 0 and i.step == 1
+                        and 1 <= i.stop <= aivs):  # fmt: skip
+                    raise ValueError(f"kernel {program.name}: a sub-block loop runs 0..n, n <= "
+                                     f"{aivs} (AIVs per AIC on {spec.name})")  # fmt: skip
+                if any(core_of(j) not in (None, "AIV") for j, _ in walk(i.body)):
+                    raise ValueError(f"kernel {program.name}: a sub-block loop holds AIV work "
+                                     "only")  # fmt: skip
             if isinstance(i, Loop):
                 s, t = int_range(i.start, ranges), int_range(i.stop, ranges)
                 ranges[i.var] = (s[0], t[1] - 1)
@@ -1276,8 +1321,12 @@ class Program:
             f"{b.name}: gm {b.dtype}" for b in self.args) + f")  blocks={self.blocks}"]  # fmt: skip
         if is_mix(self):  # one program per core kind, run concurrently (see `mix_streams`)
             lines[0] += "  MIX: an AIC program and an AIV program joined by cross-core flags"
+            aivs = mix_aivs(self)
             for core, prog in mix_streams(self).items():
-                lines.append(f"  {core} ({'Cube' if core == 'AIC' else 'Vector'} core):")
+                what = "Cube core" if core == "AIC" else "Vector core"
+                if core == "AIV" and aivs > 1:
+                    what = f"Vector cores: {aivs} per AIC, each with its subblock_idx"
+                lines.append(f"  {core} ({what}):")
                 lines += ["  " + ln for ln in prog._lines()]
             return "\n".join(lines)
         return "\n".join(lines + self._lines())

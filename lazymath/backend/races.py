@@ -81,20 +81,26 @@ class Tracker:
             if mine.get(p, 0) < v:
                 mine[p] = v
 
-    def cross_set(self, pipe: str, side: str, flag: int) -> None:
-        """CrossCoreSetFlag (MIX kernels): like set_flag, from a pipe of core `side`."""
+    def cross_set(self, pipe: str, side: str, flag: int, n: int = 1) -> None:
+        """CrossCoreSetFlag (MIX kernels): like set_flag, from a pipe of core `side` (`n`
+        receivers: an AIC's set reaches each AIV). The AIVs of a group share the "AIV" pipe
+        names here (their UBs are separate on a device, one on the host): a race between the
+        two AIVs is not tracked."""
         src = self._on(side, _pipe(pipe))
-        self.pending.setdefault(("cross", side, flag), []).append(dict(self.clock[src]))
+        self.pending.setdefault(("cross", side, flag), []).extend(
+            dict(self.clock[src]) for _ in range(n)
+        )
 
-    def cross_wait(self, pipe: str, setter: str, flag: int) -> None:
+    def cross_wait(self, pipe: str, setter: str, flag: int, n: int = 1) -> None:
         q = self.pending.get(("cross", setter, flag))
         if not q:
             return
-        snap = q.pop(0)
         mine = self.clock[self._on("AIV" if setter == "AIC" else "AIC", _pipe(pipe))]
-        for p, v in snap.items():
-            if mine.get(p, 0) < v:
-                mine[p] = v
+        for snap in q[:n]:
+            for p, v in snap.items():
+                if mine.get(p, 0) < v:
+                    mine[p] = v
+        del q[:n]
 
     def barrier(self, pipes=None, core: str | None = None) -> None:
         """Join the clocks of `pipes` (default all: PIPE_ALL on one core); in a MIX kernel the

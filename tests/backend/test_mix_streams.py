@@ -100,14 +100,17 @@ def test_mix_time_is_the_later_stream_and_each_stream_at_least_alone(kind):
     than its busiest pipe is done."""
     prog, spec = _mix_program(kind)
     c = cost.estimate(prog, spec)
-    assert set(c.streams) == {"AIC", "AIV"}
+    aivs = ["AIV"] if isa.mix_aivs(prog) == 1 else ["AIV0", "AIV1"]
+    assert list(c.streams) == ["AIC", *aivs]
     assert c.total == max(c.streams.values())
     for core, p in isa.mix_streams(prog).items():
-        busiest = max(v for q, v in c.pipes.items() if q.startswith(core + "."))
         body = _drop(p.body, lambda i: isinstance(i, (isa.CrossCoreSetFlag, isa.CrossCoreWaitFlag)))
-        alone = cost.estimate(dataclasses.replace(p, body=body), spec)
-        assert c.streams[core] >= max(busiest, alone.total - 1e-6) > 0, core
-    assert set(c.intervals) >= {"AIC.Cube", "AIC.FixPipe", "AIV.Vector", "AIV.MTE3"}
+        alone = cost.estimate(dataclasses.replace(p, body=body), spec)  # (sub-block 0's work)
+        for name in ["AIC"] if core == "AIC" else aivs:
+            busiest = max(v for q, v in c.pipes.items() if q.startswith(name + "."))
+            assert c.streams[name] >= busiest > 0, name
+        assert c.streams[core if core == "AIC" else aivs[0]] >= alone.total - 1e-6, core
+    assert {"AIC.Cube", "AIC.FixPipe", f"{aivs[0]}.Vector", f"{aivs[-1]}.MTE3"} <= set(c.intervals)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -209,10 +212,11 @@ def test_timeline_lanes_show_the_aic_and_the_aiv():
     prog, spec = _mix_program("conv")
     c = cost.estimate(prog, spec)
     tl = simulate([SimKernel("k", 0, c, unit="mix")], spec)
-    assert {"AIC.Cube", "AIC.MTE2", "AIV.Vector", "AIV.MTE2"} <= set(tl.pipe_busy)
+    lanes = {"AIC.Cube", "AIC.MTE2", "AIV0.Vector", "AIV0.MTE2", "AIV1.Vector", "AIV1.MTE3"}
+    assert lanes <= set(tl.pipe_busy)
     assert tl.makespan == round(c.total)
     text = pipe_timeline(c)
-    assert "AIC.Cube" in text and "AIV.Vector" in text
+    assert "AIC.Cube" in text and "AIV1.Vector" in text
     assert "streams  AIC" in str(c)
 
 
@@ -222,16 +226,19 @@ def test_timeline_lanes_show_the_aic_and_the_aiv():
 @pytest.mark.parametrize("preset", ["ascend910", "ascend910b"])
 def test_mix_kernels_equal_numpy(backend, preset):
     """The four 910B MIX kinds (one Cube kernel each on the 910) on both presets and backends,
-    at awkward sizes: several N panels and M groups (partials combined in GM), a prime K."""
+    at awkward sizes: several N panels and M groups (partials combined in GM), a prime K; one N
+    panel (rows split over the two AIVs: row sum, mean, softmax)."""
     rng = np.random.default_rng(2)
     a = rng.standard_normal((131, 37)).astype(np.float32)
     b = rng.standard_normal((37, 290)).astype(np.float32)
+    b1 = b[:, :100].copy()
     x, w, bias = _conv_args(131)
     lm.init_device(0, spec=preset)
     try:
-        A, B = lm.tensor(a), lm.tensor(b)
+        A, B, B1 = lm.tensor(a), lm.tensor(b), lm.tensor(b1)
         outs = [lm.sum(A @ B, axis=0), lm.sum(A @ B, axis=-1), lm.softmax(A @ B, axis=-1),
-                lm.relu(lm.conv1d(lm.tensor(x), lm.tensor(w), lm.tensor(bias))) * 0.5]  # fmt: skip
+                lm.relu(lm.conv1d(lm.tensor(x), lm.tensor(w), lm.tensor(bias))) * 0.5,
+                lm.sum(A @ B1, axis=-1), lm.mean(A @ B1, axis=-1), lm.softmax(A @ B1, axis=-1)]  # fmt: skip
         units = {k.unit for o in outs for k in lm.schedule(o).kernels}
         assert units == ({"mix"} if preset == "ascend910b" else {"cube"}), units
         got = [o.numpy() for o in outs]
@@ -241,7 +248,10 @@ def test_mix_kernels_equal_numpy(backend, preset):
     e = np.exp(c - c.max(-1, keepdims=True))
     idx = np.arange(x.shape[-1] - 4)[:, None] + np.arange(5)
     conv = np.einsum("bcln,ocn->bol", x.astype(np.float64)[:, :, idx], w) + bias[:, None]
-    want = [c.sum(0), c.sum(-1), e / e.sum(-1, keepdims=True), np.maximum(conv, 0) * 0.5]
+    c1 = a.astype(np.float64) @ b1
+    e1 = np.exp(c1 - c1.max(-1, keepdims=True))
+    want = [c.sum(0), c.sum(-1), e / e.sum(-1, keepdims=True), np.maximum(conv, 0) * 0.5,
+            c1.sum(-1), c1.mean(-1), e1 / e1.sum(-1, keepdims=True)]  # fmt: skip
     for g, wv in zip(got, want):
         np.testing.assert_allclose(g, wv, rtol=2e-4, atol=2e-4)
 
@@ -273,3 +283,49 @@ def test_race_checker_tracks_each_cores_pipes():
 
     with pytest.raises(RaceError, match=r"ws_tiles.*AIC\.FixPipe|AIC\.FixPipe.*ws_tiles"):
         run(_drop(prog.body, slot_free))
+
+
+def test_two_aivs_per_aic_split_the_tile_rows():
+    """MIX_AIC_1_2: per-tile AIV work (conv's epilogue, the row values of a one-panel product)
+    is split over the group's two AIVs (sub-block loops); both have Vector work. Column sums and
+    several N panels keep one AIV."""
+    prog, spec = _mix_program("conv")  # 32 output channels: a 32-row tile, 16 rows per AIV
+    assert isa.mix_aivs(prog) == 2
+    c = cost.estimate(prog, spec)
+    assert c.pipes["AIV0.Vector"] > 0 and c.pipes["AIV1.Vector"] > 0
+    assert c.pipes["AIV0.Vector"] == pytest.approx(c.pipes["AIV1.Vector"], rel=0.2)
+    text = str(prog)
+    assert "Vector cores: 2 per AIC" in text and "sr0 = min(mv, (subblock_idx *" in text
+    A, B = _mats(n=512)
+    ((_, one_panel),), _ = _programs(lm.softmax(A @ B[:, :100], axis=-1))
+    assert isa.mix_aivs(one_panel) == 2
+    for kind in ("colsum", "softmax"):  # several N panels / column sums: one AIV
+        assert isa.mix_aivs(_mix_program(kind)[0]) == 1
+
+
+def test_the_aic_waits_for_both_aivs():
+    """An AIC cross-core wait completes when every AIV of the group has set the flag: if only
+    sub-block 0 frees the workspace slots, the AIC hangs (cost model and interpreter)."""
+    from lazymath.backend import interp
+    from lazymath.backend.interp import FlagError
+
+    prog, spec = _mix_program("conv")
+
+    def only_sub0(body):
+        out = []
+        for i in body:
+            if isinstance(i, isa.CrossCoreSetFlag) and i.side == "AIV":
+                i = isa.If(isa.SUBBLOCK_IDX, "==", 0, (i,))
+            elif isinstance(i, isa.Loop):
+                i = isa.Loop(i.var, i.start, i.stop, i.step, only_sub0(i.body))
+            out.append(i)
+        return tuple(out)
+
+    bad = _with(prog, only_sub0(prog.body))
+    with pytest.raises(ValueError, match="no pending cross-core set"):
+        cost.estimate(bad, spec)
+    x, w, b = _conv_args()
+    out = np.zeros((3, 32, 696), np.float32)
+    args = [w.ravel(), x.ravel(), b, out.ravel(), np.zeros(bad.workspace, np.uint8)]
+    with pytest.raises(FlagError, match="cross_core_wait_flag"):
+        interp.run(bad, args, 0, 1)

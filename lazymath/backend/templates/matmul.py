@@ -75,6 +75,8 @@ class MatmulTiling:
     # vector instructions, UB -> L1); 0 = no prologue on that operand
     pro_a_rows: int = 0
     pro_b_rows: int = 0
+    # split 910B MIX kernel: AIVs per AIC that split each tile's rows (sub-blocks); 1 = one AIV
+    aivs: int = 1
 
 
 def _round_up(x: int, a: int) -> int:
@@ -151,8 +153,17 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
     staged = spec.coupled and (k.a_prologue is not None or b_staged)
     ub = spec.ub_bytes // 2 if staged else spec.ub_bytes  # prologue staging takes the other half
     # split 910B + reductions, or conv1d's implicit GEMM with an epilogue: a MIX kernel
+    aivs = 1
     if (spec.coupled or reds or k.b_im2col) and not simple:
-        epi_rows = _epi_rows(k, spec, tm, tn, ub)
+        # MIX_AIC_1_2: the AIVs of the group split each tile's rows (sub-blocks) when their work
+        # is per tile. Column sums and the row partials of several N panels keep one AIV: their
+        # per-item combine (an arrival counter, then one AIV folds the partials) would need the
+        # two AIVs to sync with each other, and two column accumulators would change the
+        # summation order (the host's results must not depend on the device model).
+        rsplit = bool(k.row_reds or k.softmax) and n_panels > 1
+        if not spec.coupled and not k.col_sums and not rsplit:
+            aivs = max(1, spec.vector_cores // spec.cube_cores)
+        epi_rows = _epi_rows(k, spec, tm, tn, ub, max(1, tm // aivs))
     if staged:  # each staged operand gets half of the prologue's half of UB
         share = ub // (int(k.a_prologue is not None) + int(b_staged))
         if k.a_prologue is not None:
@@ -161,7 +172,7 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
             pro_b = _pro_rows(k.b_prologue, k.b.dtype, k.in_dtype, kc, tn, share)
     blocks = min(items, cores)
     return MatmulTiling(tm, tn, kc, n0, kl0, 2, 2, 2, 2, n_panels, m_groups, mg_rows, items,
-                        blocks, blocks, memo, epi_rows, simple, pro_a, pro_b)  # fmt: skip
+                        blocks, blocks, memo, epi_rows, simple, pro_a, pro_b, aivs)  # fmt: skip
 
 
 BLOCKS_PER_THREAD = 4  # a big matmul's host blocks per thread at most (dynamic split)
@@ -237,9 +248,10 @@ def _emit_epilogue(k: MatmulKernel, tile: int, acc: isa.Ref):
     return em.hoisted, bufs, b.body, loads, outs
 
 
-def _epi_rows(k: MatmulKernel, spec, tm: int, tn: int, ub: int | None = None) -> int:
+def _epi_rows(k: MatmulKernel, spec, tm: int, tn: int, ub: int | None = None,
+              cap: int | None = None) -> int:  # fmt: skip
     """Rows of the L0C tile that one UB epilogue pass handles (everything must fit `ub` bytes,
-    default all of UB)."""
+    default all of UB; at most `cap` rows: a MIX kernel's AIVs each take a share of the tile)."""
     probe = _emit_epilogue(k, 32, isa.Ref(isa.Buffer("acc_ub", "UB", "float32", 32), 0))
     per_elem = sum(C.itemsize(b.dtype) for b in probe[1])
     per_elem += 4 * len(k.col_sums)  # a float32 work tile per column sum (see `_fold_rows`)
@@ -258,7 +270,7 @@ def _epi_rows(k: MatmulKernel, spec, tm: int, tn: int, ub: int | None = None) ->
     rows = ((spec.ub_bytes if ub is None else ub) - fixed) // max(per_elem * tn, 1)
     if rows < 1:
         raise ValueError(f"matmul epilogue needs {per_elem} B/element: does not fit UB")
-    rows = min(tm, rows)
+    rows = min(tm, rows, cap or tm)
     return max(r for r in range(1, rows + 1) if tm % r == 0)  # a divisor: passes never straddle
 
 
@@ -300,10 +312,10 @@ def _reduce_rows(vop: str, dst: isa.Ref, src: isa.Ref, rows, cols, pitch: int, f
 
 
 def _row_write(racc: isa.Ref, gm: isa.Buffer, v, off, n, tm: int, jr: int, buffers: list,
-               Bar, post=None, hoisted: list | None = None) -> list:  # fmt: skip
-    """The float32 row values `racc[:n]` to GM `gm` at `off` (view `v`), through the row
-    reduction's epilogue `post` (an expression over ``acc``, e.g. a mean's scale and cast) and
-    converted to the view's dtype on the way."""
+               Bar, post=None, hoisted: list | None = None, first=0) -> list:  # fmt: skip
+    """The float32 row values `racc[first:first + n]` to GM `gm` at `off` (view `v`), through
+    the row reduction's epilogue `post` (an expression over ``acc``, e.g. a mean's scale and
+    cast; computed over the whole tile) and converted to the view's dtype on the way."""
     src = racc
     out: list = [Bar()]  # the last Vector op -> the epilogue / conversion / MTE3
     dst = isa.Ref(isa.Buffer(f"rowo{jr}_ub", "UB", v.dtype, tm), 0)
@@ -324,11 +336,11 @@ def _row_write(racc: isa.Ref, gm: isa.Buffer, v, off, n, tm: int, jr: int, buffe
         out += [*b.body, Bar()]
         src = res
     if src.buf.dtype != v.dtype:
-        out += [isa.VConv(dst, src, n, "trunc"), Bar()]
+        out += [isa.VConv(dst + first, src + first, n, "trunc"), Bar()]
         src = dst
     if src.buf is dst.buf and dst.buf not in buffers:
         buffers.append(dst.buf)
-    out.append(isa.CopyOut(isa.Ref(gm, off), src, (n,), (v.strides[-1],)))
+    out.append(isa.CopyOut(isa.Ref(gm, off), src + first, (n,), (v.strides[-1],)))
     return out
 
 
@@ -412,6 +424,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     # row reductions over several N panels: [per (batch, M group) arrival counters | the
     # panels' partial row values]
     rsplit = bool(k.row_reds or k.softmax) and t.n_panels > 1
+    aivs = t.aivs if mix else 1  # AIVs splitting each tile's rows (see tile_matmul)
     nbat = C.prod(k.batch)
     if rsplit:
         rcnt_off = _round_up(workspace, 64)
@@ -595,6 +608,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         hoisted, ebufs, ebody, loads, outs = _emit_epilogue(k, tile, acc)
         buffers += [b for b in dict.fromkeys(ebufs)]
         r0, rv = V("r0"), V("rv")
+        sr0, sr1 = (V("sr0"), V("sr1")) if aivs > 1 else (0, mv)  # this AIV's rows of the tile
         # the UB epilogue runs serialised (single-buffered UB tiles)
         rbody: list = [Bar(), isa.Let(rv, isa.imin(R, isa.sub(mv, r0)))]
         if mix:  # AIV: the tile's rows from the workspace slot the AIC filled
@@ -692,9 +706,9 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                                     mcv, tm, jr, buffers, Bar, post, hoisted)]  # fmt: skip
                 row_out.append(isa.Loop(mc, gm0, isa.add(gm0, gmv), tm, tuple(comb)))
             else:  # one panel holds the whole row: the tile's row values are final
-                off = isa.add(base(v), isa.mul(m0, v.strides[-1]))
-                row_fin += _row_write(racc, RR[jr], v, off, mv, tm, jr, buffers, Bar, post,
-                                      hoisted)  # fmt: skip
+                off = isa.add(base(v), isa.mul(isa.add(m0, sr0), v.strides[-1]))
+                row_fin += _row_write(racc, RR[jr], v, off, isa.sub(sr1, sr0), tm, jr, buffers,
+                                      Bar, post, hoisted, sr0)  # fmt: skip
         sm_copies: list = []
         for js, o in enumerate(smvals):  # softmax over n (online across the N panels)
             v = k.softmax_outputs[js]
@@ -794,9 +808,16 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                 XSet("FIX", cs, "AIC"),  # tile in GM
                 XWait("MTE2", cs, "AIV"),
             ]
-        out_body += [*row_init, isa.Loop(r0, 0, mv, R, tuple(rbody)), *row_fin]
+        aiv = [*row_init, isa.Loop(r0, sr0, sr1, R, tuple(rbody)), *row_fin]
         if mix:
-            out_body.append(XSet("MTE2", isa.add(cs, 2), "AIV"))  # slot free again
+            aiv.append(XSet("MTE2", isa.add(cs, 2), "AIV"))  # slot free again
+        if aivs > 1:  # AIV v: chunks [v * half, (v + 1) * half) of the tile's R-row chunks
+            half = isa.mul(isa.ceildiv(isa.ceildiv(mv, R), aivs), R)
+            aiv = [isa.Loop(isa.SUBBLOCK_IDX, 0, aivs, 1, (
+                out_body.pop(),  # its wait for the tile
+                isa.Let(sr0, isa.imin(mv, isa.mul(isa.SUBBLOCK_IDX, half))),
+                isa.Let(sr1, isa.imin(mv, isa.add(sr0, half))), *aiv))]  # fmt: skip
+        out_body += aiv
 
     mbody = [
         isa.Let(m0, isa.add(gm0, isa.mul(mt, tm))),
@@ -844,6 +865,9 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     if mix:  # the AIV announces both workspace slots free; the AIC drains them at the end
         xfree = [isa.CrossCoreSetFlag("MTE2", 2 + e, "AIV") for e in range(t.l0c_bufs)]
         xdrain = [isa.CrossCoreWaitFlag("FIX", 2 + e, "AIC") for e in range(t.l0c_bufs)]
+    if aivs > 1:  # each AIV fills its own constant tiles and announces its slots free
+        xfree = [isa.Loop(isa.SUBBLOCK_IDX, 0, aivs, 1, (*hoisted, *xfree))]
+        hoisted = []
     body = [*pro_hoisted, *hoisted, *rng, *(Set(*f) for f in free), *xfree,
             isa.Loop(it, lo, hi, 1, tuple(item_body)),
             *(Wait(*f) for f in free), *xdrain]  # fmt: skip
