@@ -173,12 +173,20 @@ def _decisions(sched) -> str:
         if cost is not None:
             slot = tl.kernels[i]
             cap, pool = _pool(spec, sk.unit)
+            streams = getattr(cost, "streams", None)
+            if streams and not spec.coupled:  # MIX: one AIC and its AIVs per block
+                cap, pool = spec.cube_cores, f"Cube cores, each with {len(streams) - 1} AIV"
             lines.append(
                 f"    cores: {_plural(slot.cores, 'block')} on the simulated {spec.name} "
                 f"({min(slot.cores, cap)} of its {cap} {pool}), "
                 f"{cost.total / spec.clock_hz * 1e6:.3f} us, bound by the {cost.bound} pipe; "
                 f"{_plural(host, 'block')} on this host (threads over its cores)"
             )  # fmt: skip
+            if streams:
+                ends = ", ".join(f"{c} {t / spec.clock_hz * 1e6:.3f} us"
+                                 for c, t in streams.items())  # fmt: skip
+                lines.append(f"    streams: {ends} (the AIC and AIV programs run concurrently, "
+                             "joined by cross-core flags)")  # fmt: skip
     lines.append("fusion decisions:")
     if not sched.fusion_log:
         lines.append("  none logged: every op fused into the kernels above, no refusal")

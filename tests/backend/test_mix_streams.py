@@ -12,6 +12,7 @@ import pytest
 import lazymath as lm
 from lazymath.backend import cost, isa
 from lazymath.backend.compile import build_program
+from lazymath.backend.templates.matmul import tile_matmul
 from lazymath.fusion import rules
 
 SPEC = "ascend910b"
@@ -43,6 +44,15 @@ KINDS = {
 def _programs(out):
     s = lm.schedule(out, spec=SPEC)
     return [(k, build_program(k.group.ir, s.spec, k.name)) for k in s.kernels], s.spec
+
+
+def _spec():
+    return lm.schedule(lm.tensor(np.ones(2)) + 1, spec=SPEC).spec
+
+
+def _ir(kind):
+    (k,) = lm.schedule(KINDS[kind][0](*_mats()), spec=SPEC).kernels
+    return k.group.ir
 
 
 def _mix_program(kind):
@@ -197,7 +207,7 @@ def test_listing_prints_both_programs():
     prog, _ = _mix_program("softmax")
     text = str(prog)
     head, rest = text.split("\n  AIC (Cube core):\n")
-    aic, aiv = rest.split("\n  AIV (Vector core):\n")
+    aic, aiv = rest.split("\n  AIV (Vector cores: 2 per AIC, each with its subblock_idx):\n")
     assert "MIX" in head
     assert "mmad" in aic and "fixpipe_l0c_to_gm" in aic and "aic: cross_core_set_flag" in aic
     assert "vexp" not in aic and "ub " not in aic
@@ -286,9 +296,9 @@ def test_race_checker_tracks_each_cores_pipes():
 
 
 def test_two_aivs_per_aic_split_the_tile_rows():
-    """MIX_AIC_1_2: per-tile AIV work (conv's epilogue, the row values of a one-panel product)
-    is split over the group's two AIVs (sub-block loops); both have Vector work. Column sums and
-    several N panels keep one AIV."""
+    """MIX_AIC_1_2: the AIV work (conv's epilogue, row values and softmax, also over several N
+    panels) is split over the group's two AIVs (sub-block loops); both have Vector work. Column
+    sums keep one AIV."""
     prog, spec = _mix_program("conv")  # 32 output channels: a 32-row tile, 16 rows per AIV
     assert isa.mix_aivs(prog) == 2
     c = cost.estimate(prog, spec)
@@ -299,8 +309,13 @@ def test_two_aivs_per_aic_split_the_tile_rows():
     A, B = _mats(n=512)
     ((_, one_panel),), _ = _programs(lm.softmax(A @ B[:, :100], axis=-1))
     assert isa.mix_aivs(one_panel) == 2
-    for kind in ("colsum", "softmax"):  # several N panels / column sums: one AIV
-        assert isa.mix_aivs(_mix_program(kind)[0]) == 1
+    for kind in ("rowsum", "softmax"):  # several N panels: each AIV counts its own arrival
+        p, _ = _mix_program(kind)
+        assert isa.mix_aivs(p) == 2
+        (atomic,) = [i for i in p.instructions() if isinstance(i, isa.AtomicAdd)]
+        (last,) = [i for i in p.instructions() if isinstance(i, isa.If) and i.a == atomic.var]
+        assert last.b == 2 * tile_matmul(_ir(kind), _spec()).n_panels - 1
+    assert isa.mix_aivs(_mix_program("colsum")[0]) == 1  # one column accumulator
 
 
 def test_the_aic_waits_for_both_aivs():
@@ -329,3 +344,10 @@ def test_the_aic_waits_for_both_aivs():
     args = [w.ravel(), x.ravel(), b, out.ravel(), np.zeros(bad.workspace, np.uint8)]
     with pytest.raises(FlagError, match="cross_core_wait_flag"):
         interp.run(bad, args, 0, 1)
+
+
+def test_explain_names_the_streams_of_a_mix_kernel():
+    x, w, b = (lm.tensor(a) for a in _conv_args())
+    text = str(lm.explain(lm.relu(lm.conv1d(x, w, b)) * 0.5, spec=SPEC))
+    assert "Cube cores, each with 2 AIV" in text, text
+    assert "streams: AIC " in text and "AIV0 " in text and "AIV1 " in text, text

@@ -15,14 +15,18 @@ Loop nest of one block (AscendC matmul, split into work items = (batch, N panel,
                  910   fixpipe L0C -> UB, epilogue as vector instructions, copy UB -> GM (MTE3)
                  910B with column sums: a MIX kernel (below)
 
-Column sums on the split 910B (`sum(A @ B, axis=-2)`): the Cube core (AIC) has no UB, so the
-kernel is a MIX kernel (AscendC KERNEL_TYPE_MIX_AIC_1_2), one program for the AIC and the
-Vector cores (AIV) of its group, written here as one instruction stream with the cross-core
-flags between the two sides: the AIC's FixPipe writes each L0C tile to a GM workspace slot
-(two per group, ping-pong; L2-resident on a real chip) and sets a cross-core flag; the AIV
-waits on it, copies the tile GM -> UB in row chunks, runs the epilogue and folds the rows into
-the column accumulators exactly as the coupled 910 does after its L0C -> UB FixPipe, and sets
-the flag that frees the slot. FixPipe itself has no reduction, so this is the honest form.
+Column sums, row reductions, softmax and conv1d epilogues on the split 910B: the Cube core (AIC)
+has no UB, so the kernel is a MIX kernel (AscendC KERNEL_TYPE_MIX_AIC_1_2), one body for the AIC
+and the Vector cores (AIV) of its group with cross-core flags between the two sides, as AscendC
+writes one kernel function with ASCEND_IS_AIC / ASCEND_IS_AIV parts: `isa.mix_streams` splits it
+into the AIC program and the AIV program, which the cost model runs concurrently (the host runs
+the body in program order). The AIC's FixPipe writes each L0C tile to a GM workspace slot (two
+per group, ping-pong; L2-resident on a real chip) and sets a cross-core flag; the AIV waits on
+it, copies the tile GM -> UB in row chunks, runs the epilogue (and folds the rows into the column
+accumulators exactly as the coupled 910 does after its L0C -> UB FixPipe), and sets the flag
+that frees the slot. FixPipe itself has no reduction, so this is the honest form. When the AIV
+work is per tile (no column sums, one N panel of row values), the group's two AIVs split each
+tile's row chunks (sub-block loops over `isa.SUBBLOCK_IDX`, `MatmulTiling.aivs`).
 
 Device-only program. `tile_matmul` reads every size from the DeviceSpec and the kernel, never from
 the host: the L0C tile is half of L0C (two tiles ping-pong), the K step is what double-buffers in
@@ -155,13 +159,12 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
     # split 910B + reductions, or conv1d's implicit GEMM with an epilogue: a MIX kernel
     aivs = 1
     if (spec.coupled or reds or k.b_im2col) and not simple:
-        # MIX_AIC_1_2: the AIVs of the group split each tile's rows (sub-blocks) when their work
-        # is per tile. Column sums and the row partials of several N panels keep one AIV: their
-        # per-item combine (an arrival counter, then one AIV folds the partials) would need the
-        # two AIVs to sync with each other, and two column accumulators would change the
-        # summation order (the host's results must not depend on the device model).
-        rsplit = bool(k.row_reds or k.softmax) and n_panels > 1
-        if not spec.coupled and not k.col_sums and not rsplit:
+        # MIX_AIC_1_2: the AIVs of the group split each tile's rows (sub-blocks). Row values
+        # over several N panels: each AIV publishes its rows' partials and counts its own
+        # arrival, the last of all combines the row block (the counter is the only sync needed).
+        # Column sums keep one AIV: two column accumulators (one per AIV's UB) would change the
+        # summation order, i.e. the host's results, which must not depend on the device model.
+        if not spec.coupled and not k.col_sums:
             aivs = max(1, spec.vector_cores // spec.cube_cores)
         epi_rows = _epi_rows(k, spec, tm, tn, ub, max(1, tm // aivs))
     if staged:  # each staged operand gets half of the prologue's half of UB
@@ -691,7 +694,8 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
             if rsplit:  # this panel's partial row values; the row block's last panel combines
                 rslot = isa.add(rpart_off // 4, isa.add(isa.mul(isa.add(
                     isa.mul(isa.add(jr * nbat, bi), t.n_panels), pn), k.m), m0))  # fmt: skip
-                row_fin += [Bar(), isa.CopyOut(isa.Ref(rpart_b, rslot), racc, (mv,), (1,))]
+                row_fin += [Bar(), isa.CopyOut(isa.Ref(rpart_b, isa.add(rslot, sr0)), racc + sr0,
+                                               (isa.sub(sr1, sr0),), (1,))]  # fmt: skip
                 pub = isa.Ref(isa.Buffer(f"rowp{jr}_ub", "UB", "float32", tm), 0)
                 buffers.append(pub.buf)
                 mc, mcv, pq = V(f"mc{jr}"), V(f"mcv{jr}"), V(f"pq{jr}")
@@ -757,8 +761,9 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
             if not rsplit:
                 continue
             # this panel's (row max, row sum of exp(x - max)); the last panel rescales the rows
-            row_fin += [Bar(), isa.CopyOut(rp(q, pn, m0), smx, (mv,), (1,)),
-                        isa.CopyOut(rp(q + 1, pn, m0), ssu, (mv,), (1,))]  # fmt: skip
+            sm0, smv = isa.add(m0, sr0), (isa.sub(sr1, sr0),)  # this AIV's rows
+            row_fin += [Bar(), isa.CopyOut(rp(q, pn, sm0), smx + sr0, smv, (1,)),
+                        isa.CopyOut(rp(q + 1, pn, sm0), ssu + sr0, smv, (1,))]  # fmt: skip
             pmx, psu = (isa.Ref(isa.Buffer(f"sm{js}_p{w}_ub", "UB", "float32", tm), 0)
                         for w in ("max", "sum"))  # fmt: skip
             buffers += [pmx.buf, psu.buf]
@@ -808,6 +813,8 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                 XSet("FIX", cs, "AIC"),  # tile in GM
                 XWait("MTE2", cs, "AIV"),
             ]
+        if row_fin and aivs > 1:  # (an AIV may have no rows of a short tile)
+            row_fin = [isa.If(sr1, ">", sr0, tuple(row_fin))]
         aiv = [*row_init, isa.Loop(r0, sr0, sr1, R, tuple(rbody)), *row_fin]
         if mix:
             aiv.append(XSet("MTE2", isa.add(cs, 2), "AIV"))  # slot free again
@@ -846,10 +853,12 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         rarr = V("rarrived")
         row_out = [Bar(),  # partials in GM before the arrival (the AIV's, in a MIX)
                    isa.AtomicAdd(rcnt, 1, rarr),
-                   isa.If(rarr, "==", t.n_panels - 1, (
+                   isa.If(rarr, "==", t.n_panels * aivs - 1, (  # each AIV of each panel counts
                        *row_out, Bar(), isa.VDup(zero, 0, 4), Bar(),
                        isa.CopyOut(rcnt, zero, (1,), (1,)))),  # re-arm the counter
                    ]  # fmt: skip
+        if aivs > 1:
+            row_out = [isa.Loop(isa.SUBBLOCK_IDX, 0, aivs, 1, tuple(row_out))]
     item_body = [*head, *col_init, isa.Loop(mt, 0, isa.ceildiv(gmv, tm), 1, tuple(mbody)),
                  *col_out, *row_out]  # fmt: skip
     # the block's contiguous range of items (GetBlockIdx()/GetBlockNum(): any block count works)
