@@ -149,6 +149,7 @@ class CostCtx:
         self.intervals: dict[str, list] = {p: [] for p in keys}
         self.truncated = False
         self.unknown: set[str] = set()
+        self.last_arrival = _last_arrivals(program.body)
         self.serial = not any(isinstance(i, (isa.SetFlag, isa.WaitFlag, isa.CrossCoreSetFlag,
                                              isa.CrossCoreWaitFlag))
                               for i, _ in isa.walk(program.body))  # fmt: skip
@@ -288,7 +289,10 @@ class CostCtx:
                 s.free[p] = s.done[p] = t_all
             s.scalar = t_all
         elif t is isa.AtomicAdd:  # assume this block arrives last: it pays for the combine
-            self.env[instr.var] = self.env[isa.BLOCK_NUM] - 1
+            last = self.last_arrival.get(id(instr))
+            self.env[instr.var] = (
+                self.int(last) if last is not None else self.env[isa.BLOCK_NUM] - 1
+            )
             self.issue("Scalar", 1, self.spec.gm_read_latency)
         else:
             fn = COST.get(t)
@@ -368,6 +372,30 @@ class CostCtx:
                 last_end = period_iv[-1][1] + periods * shift
                 iv.append((period_iv[0][0] + (reps + 1) * shift, last_end))
         return True
+
+
+def _last_arrivals(body) -> dict:
+    """id(AtomicAdd) -> the count its combine tests (`If(var == count)` after it in the same
+    body): the split reductions' handshake. The modelled block is taken to arrive last at every
+    counter it increments, so it pays for each combine it could do: exact when a block holds one
+    item (the usual split), an upper bound when it holds several (the last arrival at a counter
+    depends on timing the model does not know). The kernel cannot end before the last arrival's
+    combine, so the combine belongs in the makespan. (The rule before, `old == BLOCK_NUM - 1`,
+    charged the combine only when the block count equalled the arrivals: it never charged the
+    row combine of softmax(A @ B) / row sums over several N panels.)"""
+    out: dict = {}
+    stack = [body]
+    while stack:
+        b = stack.pop()
+        for j, i in enumerate(b):
+            if isinstance(i, (isa.Loop, isa.If)):
+                stack.append(i.body)
+            elif isinstance(i, isa.AtomicAdd):
+                for nxt in b[j + 1 :]:
+                    if isinstance(nxt, isa.If) and nxt.a == i.var and nxt.cmp == "==":
+                        out[id(i)] = nxt.b
+                        break
+    return out
 
 
 def _shift_queues(queues: dict, old: dict, periods: int) -> None:

@@ -701,11 +701,19 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                 mc, mcv, pq = V(f"mc{jr}"), V(f"mcv{jr}"), V(f"pq{jr}")
                 src = isa.add(rpart_off // 4, isa.add(isa.mul(isa.add(
                     isa.mul(isa.add(jr * nbat, bi), t.n_panels), pq), k.m), mc))  # fmt: skip
+                if t.n_panels * tm <= tile:  # every panel's partials in one move (acc_ub is free)
+                    src0 = isa.Ref(rpart_b, isa.add(rpart_off // 4, isa.add(isa.mul(isa.mul(
+                        isa.add(jr * nbat, bi), t.n_panels), k.m), mc)))  # fmt: skip
+                    part = acc + isa.mul(pq, tm)
+                    add = isa.VBinary(_ROW_COMBINE[op], racc, racc, part, mcv)
+                    fold = [Bar(), isa.CopyIn(acc, src0, (t.n_panels, mcv), (k.m, 1), tm), Bar(),
+                            isa.Loop(pq, 0, t.n_panels, 1, (add,))]  # fmt: skip
+                else:
+                    fold = [isa.Loop(pq, 0, t.n_panels, 1, (
+                        Bar(), isa.CopyIn(pub, isa.Ref(rpart_b, src), (mcv,), (1,)), Bar(),
+                        isa.VBinary(_ROW_COMBINE[op], racc, racc, pub, mcv)))]  # fmt: skip
                 comb = [isa.Let(mcv, isa.imin(tm, isa.sub(isa.add(gm0, gmv), mc))),
-                        Bar(), isa.VDup(racc, ident, tm),
-                        isa.Loop(pq, 0, t.n_panels, 1, (
-                            Bar(), isa.CopyIn(pub, isa.Ref(rpart_b, src), (mcv,), (1,)), Bar(),
-                            isa.VBinary(_ROW_COMBINE[op], racc, racc, pub, mcv))),
+                        Bar(), isa.VDup(racc, ident, tm), *fold,
                         *_row_write(racc, RR[jr], v, isa.add(base(v), isa.mul(mc, v.strides[-1])),
                                     mcv, tm, jr, buffers, Bar, post, hoisted)]  # fmt: skip
                 row_out.append(isa.Loop(mc, gm0, isa.add(gm0, gmv), tm, tuple(comb)))
@@ -771,24 +779,37 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
             ccnt = isa.mul(mcv, tn)
             conv_in = [isa.VConv(sw, so, ccnt, "trunc")] if so is not sw else []
             conv_out = [isa.VConv(so, sw, ccnt, "trunc")] if so is not sw else []
+            if t.n_panels * R <= tile:  # every panel's (max, sum) in two moves, kept in UB
+                # (acc_ub and the broadcast tile are free after the tiles); same instructions
+                # on the same values as one panel at a time, without 3 GM round trips per panel
+                mx, su = acc + isa.mul(pq, R), sb + isa.mul(pq, R)
+                stage = [Bar(), isa.CopyIn(acc, rp(q, 0, mc), (t.n_panels, mcv), (k.m, 1), R),
+                         isa.CopyIn(sb, rp(q + 1, 0, mc), (t.n_panels, mcv), (k.m, 1), R),
+                         Bar()]  # fmt: skip
+                get_mx, get_su, pmx_in = [], [], []
+                d_mx = pmx  # the max's first use writes pmx from the staged copy
+            else:
+                mx, su, stage, d_mx = pmx, psu, [], pmx
+                get_mx = [Bar(), isa.CopyIn(pmx, rp(q, pq, mc), (mcv,), (1,)), Bar()]
+                get_su = [Bar(), isa.CopyIn(pmx, rp(q, pq, mc), (mcv,), (1,)),
+                          isa.CopyIn(psu, rp(q + 1, pq, mc), (mcv,), (1,)), Bar()]  # fmt: skip
+                pmx_in = [isa.CopyIn(pmx, rp(q, pq, mc), (mcv,), (1,))]
             comb = [
                 isa.Let(mcv, isa.imin(R, isa.sub(isa.add(gm0, gmv), mc))),
-                Bar(), isa.VDup(smx, float("-inf"), tm), isa.VDup(ssu, 0.0, tm),
+                Bar(), isa.VDup(smx, float("-inf"), tm), isa.VDup(ssu, 0.0, tm), *stage,
                 isa.Loop(pq, 0, t.n_panels, 1, (  # the row max over the panels
-                    Bar(), isa.CopyIn(pmx, rp(q, pq, mc), (mcv,), (1,)), Bar(),
-                    isa.VBinary("vmax", smx, smx, pmx, mcv))),
+                    *get_mx, isa.VBinary("vmax", smx, smx, mx, mcv))),
                 isa.Loop(pq, 0, t.n_panels, 1, (  # sum = sum_p sum_p * exp(max_p - max)
-                    Bar(), isa.CopyIn(pmx, rp(q, pq, mc), (mcv,), (1,)),
-                    isa.CopyIn(psu, rp(q + 1, pq, mc), (mcv,), (1,)), Bar(),
-                    isa.VBinary("vsub", pmx, pmx, smx, mcv), isa.VUnary("vexp", pmx, pmx, mcv),
-                    isa.VBinary("vmul", pmx, pmx, psu, mcv),
+                    *get_su,
+                    isa.VBinary("vsub", d_mx, mx, smx, mcv), isa.VUnary("vexp", pmx, pmx, mcv),
+                    isa.VBinary("vmul", pmx, pmx, su, mcv),
                     isa.VBinary("vadd", ssu, ssu, pmx, mcv))),
                 isa.VUnary("vrec", srv, ssu, mcv),
                 isa.Loop(pq, 0, t.n_panels, 1, (  # rows of panel p *= exp(max_p - max) / sum
                     isa.Let(pn0, isa.mul(pq, tn)), isa.Let(pnv, isa.imin(tn, isa.sub(k.n, pn0))),
-                    Bar(), isa.CopyIn(pmx, rp(q, pq, mc), (mcv,), (1,)),
+                    Bar(), *pmx_in,
                     isa.CopyIn(so, sm_ref(mc, pn0), (mcv, pnv), (ssm, ssn), tn), Bar(),
-                    isa.VBinary("vsub", pmx, pmx, smx, mcv), isa.VUnary("vexp", pmx, pmx, mcv),
+                    isa.VBinary("vsub", pmx, mx, smx, mcv), isa.VUnary("vexp", pmx, pmx, mcv),
                     isa.VBinary("vmul", pmx, pmx, srv, mcv),
                     isa.VBrcb(sb, pmx, tn, mcv), *conv_in,
                     isa.VBinary("vmul", sw, sw, sb, ccnt), *conv_out,
