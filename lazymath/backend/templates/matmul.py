@@ -424,14 +424,14 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         part_off = _round_up(panels * 8, 64)
         args = (*args, cnt_b, part_b)
         workspace = part_off + len(k.col_sums) * panels * t.m_groups * tn * 4
-    # row reductions over several N panels: [per (batch, M group) arrival counters | the
+    # row reductions over several N panels: [per (batch, M group[, AIV]) arrival counters | the
     # panels' partial row values]
     rsplit = bool(k.row_reds or k.softmax) and t.n_panels > 1
     aivs = t.aivs if mix else 1  # AIVs splitting each tile's rows (see tile_matmul)
     nbat = C.prod(k.batch)
     if rsplit:
         rcnt_off = _round_up(workspace, 64)
-        rpart_off = _round_up(rcnt_off + nbat * t.m_groups * 8, 64)
+        rpart_off = _round_up(rcnt_off + nbat * t.m_groups * aivs * 8, 64)
         rcnt_b = isa.Buffer("ws_rcount", "GM", "int64", 0, arg=w_arg)
         rpart_b = isa.Buffer("ws_rowred", "GM", "float32", 0, arg=w_arg)
         args = (*args, rcnt_b, rpart_b)
@@ -612,6 +612,9 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
         buffers += [b for b in dict.fromkeys(ebufs)]
         r0, rv = V("r0"), V("rv")
         sr0, sr1 = (V("sr0"), V("sr1")) if aivs > 1 else (0, mv)  # this AIV's rows of the tile
+        # the rows a row block's combine covers: all of them, or (two AIVs) this AIV's share of
+        # each tile, the rows whose partials it published
+        cb, ce = (V("cb"), V("ce")) if aivs > 1 else (gm0, isa.add(gm0, gmv))
         # the UB epilogue runs serialised (single-buffered UB tiles)
         rbody: list = [Bar(), isa.Let(rv, isa.imin(R, isa.sub(mv, r0)))]
         if mix:  # AIV: the tile's rows from the workspace slot the AIC filled
@@ -712,11 +715,11 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                     fold = [isa.Loop(pq, 0, t.n_panels, 1, (
                         Bar(), isa.CopyIn(pub, isa.Ref(rpart_b, src), (mcv,), (1,)), Bar(),
                         isa.VBinary(_ROW_COMBINE[op], racc, racc, pub, mcv)))]  # fmt: skip
-                comb = [isa.Let(mcv, isa.imin(tm, isa.sub(isa.add(gm0, gmv), mc))),
+                comb = [isa.Let(mcv, isa.imin(tm, isa.sub(ce, mc))),
                         Bar(), isa.VDup(racc, ident, tm), *fold,
                         *_row_write(racc, RR[jr], v, isa.add(base(v), isa.mul(mc, v.strides[-1])),
                                     mcv, tm, jr, buffers, Bar, post, hoisted)]  # fmt: skip
-                row_out.append(isa.Loop(mc, gm0, isa.add(gm0, gmv), tm, tuple(comb)))
+                row_out.append(isa.Loop(mc, cb, ce, tm, tuple(comb)))
             else:  # one panel holds the whole row: the tile's row values are final
                 off = isa.add(base(v), isa.mul(isa.add(m0, sr0), v.strides[-1]))
                 row_fin += _row_write(racc, RR[jr], v, off, isa.sub(sr1, sr0), tm, jr, buffers,
@@ -795,7 +798,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                           isa.CopyIn(psu, rp(q + 1, pq, mc), (mcv,), (1,)), Bar()]  # fmt: skip
                 pmx_in = [isa.CopyIn(pmx, rp(q, pq, mc), (mcv,), (1,))]
             comb = [
-                isa.Let(mcv, isa.imin(R, isa.sub(isa.add(gm0, gmv), mc))),
+                isa.Let(mcv, isa.imin(R, isa.sub(ce, mc))),
                 Bar(), isa.VDup(smx, float("-inf"), tm), isa.VDup(ssu, 0.0, tm), *stage,
                 isa.Loop(pq, 0, t.n_panels, 1, (  # the row max over the panels
                     *get_mx, isa.VBinary("vmax", smx, smx, mx, mcv))),
@@ -815,7 +818,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                     isa.VBinary("vmul", sw, sw, sb, ccnt), *conv_out,
                     Bar(), isa.CopyOut(sm_ref(mc, pn0), so, (mcv, pnv), (ssm, ssn), tn))),
             ]  # fmt: skip
-            row_out.append(isa.Loop(mc, gm0, isa.add(gm0, gmv), R, tuple(comb)))
+            row_out.append(isa.Loop(mc, cb, ce, R, tuple(comb)))
         if row_init:
             row_init.insert(0, Bar())  # the previous tile's write-out has read them
         copies = list(sm_copies)
@@ -870,11 +873,23 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     if row_out:  # the N panels of a row block meet in GM; the last to arrive combines them
         zero = isa.Ref(isa.Buffer("rcnt_zero_ub", "UB", "int64", 4), 0)
         buffers.append(zero.buf)
-        rcnt = isa.Ref(rcnt_b, isa.add(rcnt_off // 8, isa.add(isa.mul(bi, t.m_groups), g)))
+        slot = isa.add(isa.mul(bi, t.m_groups), g)
+        if aivs > 1:  # one counter per AIV share: the shares' combines run in parallel
+            slot = isa.add(isa.mul(slot, aivs), isa.SUBBLOCK_IDX)
+            cmt, cm0, cmv, cs0 = V("cmt"), V("cm0"), V("cmv"), V("cs0")
+            chalf = isa.mul(isa.ceildiv(isa.ceildiv(cmv, R), aivs), R)  # as the tiles split
+            row_out = [isa.Loop(cmt, 0, isa.ceildiv(gmv, tm), 1, (
+                isa.Let(cm0, isa.add(gm0, isa.mul(cmt, tm))),
+                isa.Let(cmv, isa.imin(tm, isa.sub(isa.add(gm0, gmv), cm0))),
+                isa.Let(cs0, isa.imin(cmv, isa.mul(isa.SUBBLOCK_IDX, chalf))),
+                isa.Let(cb, isa.add(cm0, cs0)),
+                isa.Let(ce, isa.add(cm0, isa.imin(cmv, isa.add(cs0, chalf)))),
+                *row_out))]  # fmt: skip
+        rcnt = isa.Ref(rcnt_b, isa.add(rcnt_off // 8, slot))
         rarr = V("rarrived")
         row_out = [Bar(),  # partials in GM before the arrival (the AIV's, in a MIX)
                    isa.AtomicAdd(rcnt, 1, rarr),
-                   isa.If(rarr, "==", t.n_panels * aivs - 1, (  # each AIV of each panel counts
+                   isa.If(rarr, "==", t.n_panels - 1, (
                        *row_out, Bar(), isa.VDup(zero, 0, 4), Bar(),
                        isa.CopyOut(rcnt, zero, (1,), (1,)))),  # re-arm the counter
                    ]  # fmt: skip
