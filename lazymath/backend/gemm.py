@@ -9,7 +9,10 @@ the host the same hierarchy *is* a cache-blocked GEMM:
   the microkernel only sees fp32. A B panel reused by many L0C tiles (the "memo" hint) lives in
   the host thread's heap workspace (`get_thread_workspace`), packed once per work item.
 - L0A / L0B are micro-panels of those L1 panels (MTE1 is a pointer step on the host, the cache
-  does the copy's job).
+  does the copy's job). A float32 A panel with unit column stride is not packed at all when the
+  Mmad reads it whole: the `_nd` microkernels broadcast straight from its rows in GM
+  (`emit_mmad`'s `a_nd`, proven by `lower_cube.nd_panels`), which saves the A re-pack the
+  template's loop nest does once per N panel.
 - L0C is the fp32 accumulator tile; `emit_mmad` runs a register-blocked microkernel over it,
   generated from parameters (`Microkernel`: rows, columns, vector width; accumulators =
   rows * columns / width, explicit ``llvm.fma.vNf32``) for the host target (`host_gemm`:
