@@ -346,6 +346,13 @@ def compile_kernels(items, spec, backend: str | None = None, tiered: bool = Fals
     `origins`, if given, receives one word per item saying where its code came from:
     "memory" (kernel cache in memory, or the same kernel earlier in `items`), "disk" (disk
     cache), "compiled", or "compiled (tier 0)" (quick code, optimized in the background)."""
+    from lazymath.backend import workers
+
+    with workers.responsive():  # the workers get the GIL back quickly between their LLVM calls
+        return _compile_kernels(items, spec, backend, tiered, origins)
+
+
+def _compile_kernels(items, spec, backend, tiered, origins) -> list[CompiledKernel]:
     from lazymath.runtime.device import get_spec
 
     spec = get_spec(spec)
@@ -513,20 +520,26 @@ def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
     kernel = _load_llvm(ir, spec, name, key)
     if kernel is not None:
         return kernel
-    workers.warm()  # the workers load LLVM while the template and lowering run here
     from lazymath.backend import isolate
     from lazymath.backend.lower_llvm import lower_program
 
     program = build_program(ir, spec, name, calls)
+    how = isolate.mode()
+    isolated = how == "always" or (how == "auto" and isolate.crashed_before(key))
+    uk_lib = tiered and ir.kind == "matmul" and tiered_setting()
+    early = _main_ukernels_to_request(program) if uk_lib and not isolated else []
+    workers.warm()  # the workers load LLVM while the lowering runs here
+    for s in early:  # the longest compile of a cold matmul: it runs while the kernel is lowered
+        from lazymath.backend import uklib
+
+        uklib.request(s)
     if calls:
         from lazymath.backend import vmlib
 
         vmlib.request(vmlib.symbols_of(program))  # load or compile the library meanwhile
     symbol = f"lm_{ir.kind}_{key[:24]}"
     uk_symbols: list[str] = []
-    how = isolate.mode()
-    isolated = how == "always" or (how == "auto" and isolate.crashed_before(key))
-    if tiered and ir.kind == "matmul" and tiered_setting():
+    if uk_lib:
         text0 = _lower_with_uk_library(program, spec, symbol, uk_symbols, request=not isolated)
     else:
         text0 = str(lower_program(program, spec, symbol=symbol))
@@ -575,6 +588,18 @@ def _lower_with_uk_library(program, spec, symbol: str, uk_symbols: list,
         return str(lower_program(program, spec, symbol=symbol))
     finally:
         gemm.UK_LIBRARY.reset(token)
+
+
+def _main_ukernels_to_request(program) -> list[str]:
+    """The GEMM microkernels a tier-0 matmul program's lowering will call (predicted,
+    `lower_llvm.predicted_calls`: lower_cube.main_ukernels) that are not loaded or compiling
+    yet: their compiles start before the lowering (which meets them ~70% of the way through)."""
+    from lazymath.backend import uklib
+    from lazymath.backend.lower_llvm import predicted_calls
+
+    if not uklib.ENABLED:
+        return []
+    return [s for s in predicted_calls(program) if uklib.parse(s) and not uklib.requested(s)]
 
 
 def _compile_llvm(ir, spec, name: str, calls: bool = False) -> CompiledKernel:

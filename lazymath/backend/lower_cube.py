@@ -1099,3 +1099,47 @@ def cost_fixpipe(ctx: cost.CostCtx, i: cube.FixPipe) -> tuple:
         for op in i.epilogue:
             busy += cost.vector_cycles(spec, "default", _bytes("float32", n)) if op.srcs else 0
     return "FixPipe", busy, spec.gm_write_latency if to_gm else 0.0
+
+
+# ----------------------------------------------------------------------------- early microkernels
+
+
+def main_ukernels(program: isa.Program, mmads: list) -> list[str]:
+    """The `uklib` symbols of the full-size GEMM microkernels (MR rows, the plan's width, NZ A)
+    the lowering of `mmads` under `gemm.UK_LIBRARY` will call, named before it runs (compile
+    starts their compiles while the kernel is lowered): every Mmad lowers to loops around one
+    (`gemm.emit_mmad`), whose software-prefetch depth depends only on the Mmad's row count
+    when that is static (`_val`: the program's variable ranges), else on its L0A row pitch
+    (the buffer's, or the L1 panel's when the lowering aliases L0A to it: predicted only when
+    both give the same depth, as every tile of 96 rows or more does). Edge-width, tail-row and
+    in-place (ND) microkernels are left to the lowering. A wrong guess costs one needless
+    library compile, never a result."""
+    ranges = var_ranges(program)
+    uk = gemm.host_gemm().uk
+    out: list[str] = []
+
+    def depth(rows: int) -> int:  # emit_mmad's q
+        return min(cube.C0, max(1, -(-cube.C0 // max(-(-rows // gemm.MR), 1))))
+
+    loads = None
+    for i in mmads:
+        lo, hi = isa.int_range(i.m, ranges)
+        if lo == hi:
+            qs = {depth(int(lo))}
+        else:
+            if loads is None:
+                loads = [x for x in program.instructions() if isinstance(x, cube.LoadL0)]
+            qs = {
+                depth(r) for r in {i.a_rows} | {x.src_rows for x in loads if x.dst.buf == i.a.buf}
+            }
+        if len(qs) != 1:
+            continue
+        token = gemm.UK_LIBRARY.set(out.append)
+        try:
+            gemm.get_ukernel(ir.Module(), uk, qs.pop(), uk.nr)
+        finally:
+            gemm.UK_LIBRARY.reset(token)
+    return out
+
+
+lower_llvm.PREDICT_CALLS[cube.Mmad] = main_ukernels

@@ -76,6 +76,20 @@ _STORAGE = {
 }  # fmt: skip
 
 LOWER: dict[type, Callable] = {}
+# Library functions a program's lowering will call, named before it runs (`predicted_calls`):
+# the Cube lowering registers the GEMM microkernels of its Mmads (lower_cube.main_ukernels)
+PREDICT_CALLS: dict[type, Callable] = {}
+
+
+def predicted_calls(program) -> list[str]:
+    """Symbols of library functions the lowering of `program` will call (for instruction types
+    that registered a predictor in PREDICT_CALLS; a guess, never needed for correctness)."""
+    out: list[str] = []
+    for cls, fn in PREDICT_CALLS.items():
+        instrs = [i for i in program.instructions() if isinstance(i, cls)]
+        if instrs:
+            out += fn(program, instrs)
+    return list(dict.fromkeys(out))
 
 
 def register(cls: type) -> Callable:

@@ -255,6 +255,11 @@ class _Fn:
         self.error: BaseException | None = None
 
 
+def requested(symbol: str) -> bool:
+    """Is `symbol` loaded, being loaded or being compiled in this process?"""
+    return symbol in _fns
+
+
 def request(symbol: str) -> None:
     """Start loading (disk) or compiling `symbol` without waiting (`address` waits)."""
     _request(symbol)

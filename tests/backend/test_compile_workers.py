@@ -119,3 +119,48 @@ def test_queue_runs_jobs_on_threads_in_priority_order(monkeypatch):
     bg.result(30)
     t.join(30)
     assert order == ["fg", "bg"]
+
+
+def test_responsive_lowers_the_switch_interval_and_restores_it():
+    """`responsive` (compile_kernels): Python's switch interval is SWITCH_INTERVAL inside,
+    nested blocks keep it, the outermost exit restores the previous value."""
+    import sys
+
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.004)
+        with workers.responsive():
+            assert sys.getswitchinterval() == min(0.004, workers.SWITCH_INTERVAL)
+            with workers.responsive():
+                assert sys.getswitchinterval() == min(0.004, workers.SWITCH_INTERVAL)
+            assert sys.getswitchinterval() == min(0.004, workers.SWITCH_INTERVAL)
+        assert sys.getswitchinterval() == 0.004
+    finally:
+        sys.setswitchinterval(before)
+
+
+def test_compile_kernels_runs_inside_responsive(monkeypatch):
+    """compile_kernels holds `responsive` while it lowers and waits (the interval is back after)."""
+    import sys
+
+    import numpy as np
+
+    import lazymath as lm
+    from lazymath.backend import compile as bc
+
+    seen = []
+    real = bc._compile_kernels
+
+    def spy(*a, **kw):
+        seen.append(sys.getswitchinterval())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(bc, "_compile_kernels", spy)
+    before = sys.getswitchinterval()
+    x = np.arange(5, dtype=np.float32)
+    (sk,) = lm.schedule(lm.exp(lm.tensor(x)) + 1).kernels
+    (k,) = bc.compile_kernels([(sk.group.ir, "k")], "ascend910", "interp")
+    out = np.zeros_like(x)
+    k(x, out)
+    np.testing.assert_allclose(out, np.exp(x) + 1, rtol=1e-6)
+    assert seen == [min(before, workers.SWITCH_INTERVAL)] and sys.getswitchinterval() == before

@@ -172,6 +172,61 @@ def test_microkernels_compile_while_the_driver_is_lowered(monkeypatch):
     kernel_cache.clear_cache(disk=False)
 
 
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+@pytest.mark.parametrize("f,m,k,n", [("float16", 67, 45, 33), ("float32", 130, 97, 61),
+                                     ("float32", 1, 1, 1), ("float16", 7, 300, 129),
+                                     ("float32", 300, 64, 200), ("float16", 640, 96, 130)])  # fmt: skip
+def test_predicted_main_microkernels_are_ones_the_lowering_calls(f, m, k, n, spec):
+    """`lower_cube.main_ukernels` (via `lower_llvm.predicted_calls`) names, before the lowering
+    runs, microkernels the lowering then calls (a wrong guess would only cost a needless
+    compile): every Mmad's full-size one."""
+    from lazymath.backend import lower_llvm
+    from lazymath.runtime.device import get_spec
+
+    ir_, _, _ = _matmul_ir(f, m, k, n)
+    sp = get_spec(spec)
+    with gemm.plan_override(gemm.model_plan()):
+        program = bc.build_program(ir_, sp, "k")
+        predicted = lower_llvm.predicted_calls(program)
+        met: list[str] = []
+        bc._lower_with_uk_library(program, sp, "lm_k", met, request=False)
+    assert predicted and set(predicted) <= set(met), (predicted, met)
+
+
+def test_main_microkernel_is_requested_before_the_lowering(monkeypatch):
+    """A cold tier-0 matmul requests its predicted main microkernel before the kernel is
+    lowered (its compile overlaps the lowering), and the lowering's own requests follow."""
+    from lazymath.backend import lower_llvm
+
+    monkeypatch.setenv("LAZYMATH_CACHE", "0")
+    monkeypatch.delenv("LAZYMATH_TIERED", raising=False)
+    monkeypatch.setattr(uklib, "_fns", {})  # nothing compiled yet in this process
+    events: list[str] = []
+    real_request, real_lower = uklib.request, lower_llvm.lower_program
+
+    def request(symbol):
+        events.append(symbol)
+        return real_request(symbol)
+
+    def lower(*a, **kw):
+        events.append("lower")
+        return real_lower(*a, **kw)
+
+    monkeypatch.setattr(uklib, "request", request)
+    monkeypatch.setattr(lower_llvm, "lower_program", lower)
+    ir_, ins, out = _matmul_ir("float32", 200, 64, 130)
+    kernel_cache.clear_cache(disk=False)
+    (kern,) = bc.compile_kernels([(ir_, "k")], "ascend910", "llvm", tiered=True)
+    assert kern.tier == 0 and "lower" in events
+    first = events.index("lower")
+    assert first >= 1 and all(e.startswith(uklib.PREFIX) for e in events[:first])
+    assert set(events[:first]) <= set(events[first + 1 :])  # the lowering met them too
+    kern(*ins, out)
+    np.testing.assert_allclose(out, np.maximum(ins[0] @ ins[1], 0) * 0.5, rtol=1e-4, atol=1e-4)
+    assert bc.wait_tiering(120)
+    kernel_cache.clear_cache(disk=False)
+
+
 _CHILD = r"""
 import json, sys
 import numpy as np
