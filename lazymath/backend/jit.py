@@ -334,6 +334,15 @@ def _load_cached(obj: bytes, symbol: str, module_name: str) -> tuple[int, str]:
         return jit.load_object(obj, symbol, module_name), "mcjit"
 
 
+# The quick (speed level 1) pipeline of tiny kernels runs no LoopUnrollPass (the partial and
+# runtime unrolling after vectorization; full unrolling of constant trip counts stays): it was
+# ~20% of their optimization (time-passes of 10 stacked softmaxes on 64x64, one "rows" kernel
+# of 73 KB IR: LoopVectorize 26%, LoopUnroll 20%), and their first call 1.11-1.26 -> 0.69-0.75 s.
+# Unrolling never reorders floating point (the vectorizer's reduction order is decided before
+# it): the same bits (tests/backend/test_compile_tiers.py).
+QUICK_LOOP_UNROLLING = False
+
+
 class Jit:
     """The process-wide MCJIT engine of one host target (use `get_jit()`)."""
 
@@ -510,10 +519,12 @@ class _Optimizer:
         pto.loop_unrolling = True
         self.pb = llvm.create_pass_builder(jit.target_machine, pto)
         # Tiered compilation: tiny kernels run in microseconds, so their O3 compile dominates;
-        # they get the speed-level-1 pipeline (vectorizers still on), ~2x faster to build.
+        # they get the speed-level-1 pipeline (vectorizers still on), ~2x faster to build,
+        # without the partial/runtime unrolling after vectorization (`QUICK_LOOP_UNROLLING`).
         quick = llvm.PipelineTuningOptions(speed_level=1)
         quick.loop_vectorization = vectorize
         quick.slp_vectorization = vectorize
+        quick.loop_unrolling = QUICK_LOOP_UNROLLING
         self.pb_quick = llvm.create_pass_builder(jit.target_machine, quick)
 
     def run(self, ir_text: str, module_name: str, quick: bool):

@@ -281,6 +281,10 @@ class Compiler:
             if level == 3:
                 pto.loop_interleaving = True
                 pto.loop_unrolling = True
+            else:  # the quick pipeline (see jit.QUICK_LOOP_UNROLLING)
+                from lazymath.backend.jit import QUICK_LOOP_UNROLLING
+
+                pto.loop_unrolling = QUICK_LOOP_UNROLLING
             pb = self.pbs[(level, vectorize)] = llvm.create_pass_builder(self.tm, pto)
         return pb
 

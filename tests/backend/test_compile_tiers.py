@@ -290,3 +290,42 @@ def test_work_elements_counts_every_vector_kind():
                      (big,), (False,), (512,))  # fmt: skip
     assert bc._work_elements(rows) == 512 * 1024
     assert bc._work_elements(_KERNELS["matmul_f32"]()[0]) == 0  # its microkernels: explicit
+
+
+_UNROLL_CHILD = r"""
+import hashlib, json, sys
+import numpy as np
+import lazymath as lm
+from lazymath.backend import compile as bc, jit
+jit.QUICK_LOOP_UNROLLING = sys.argv[1] == "1"
+out = {}
+for k, shape in ((4, (64, 64)), (1, (37, 129)), (2, (5, 1000))):
+    x = np.random.default_rng(k).standard_normal(shape).astype(np.float32)
+    t = lm.tensor(x)
+    for _ in range(k):
+        t = lm.softmax(t * 1.1, axis=-1)
+    r = t.numpy()
+    s = (lm.tensor(x) * 0.5).sum(axis=0).numpy()
+    m = lm.tensor(x.astype(np.float16)).max(axis=-1).numpy()
+    np.testing.assert_allclose(r.sum(axis=-1), 1.0, rtol=1e-5)
+    out[str(k)] = [hashlib.sha256(a.tobytes()).hexdigest() for a in (r, s, m)]
+print(json.dumps(out))
+"""
+
+
+def test_quick_pipeline_unrolling_changes_no_bits(tmp_path):
+    """The quick (speed level 1) pipeline of tiny kernels runs without LoopUnrollPass
+    (jit.QUICK_LOOP_UNROLLING): float reductions (softmax rows, column sums, float16 max) give
+    the same bits as with it, each way compiled from scratch in a fresh process."""
+    pytest.importorskip("llvmlite.binding")
+    got = []
+    for flag in ("0", "1"):
+        cache = tmp_path / flag
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = {**os.environ, "LAZYMATH_CACHE_DIR": str(cache), "LAZYMATH_BACKEND": "llvm",
+               "PYTHONPATH": root}  # fmt: skip
+        env.pop("LAZYMATH_CACHE", None)
+        out = subprocess.run([sys.executable, "-c", _UNROLL_CHILD, flag], env=env, text=True,
+                             capture_output=True, timeout=600, check=True)  # fmt: skip
+        got.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert got[0] == got[1]
