@@ -275,3 +275,23 @@ def test_second_process_loads_the_library_from_disk_per_target(tmp_path):
         assert third["info"]["uklib_compiled"] >= 1 and third["info"]["uklib_disk_hits"] == 0
         assert all(s.endswith("." + forced[0]) for s in third["symbols"])
         assert third["r"] == second["r"]
+
+
+def test_a_failing_microkernel_prediction_only_loses_the_head_start(monkeypatch):
+    """The early microkernel request is an optimization: a predictor that raises leaves the
+    kernel to the lowering's own requests (same code, same values)."""
+    from lazymath.backend import isa_cube, lower_llvm
+
+    def boom(program, instrs):
+        raise RuntimeError("predictor failed")
+
+    monkeypatch.setitem(lower_llvm.PREDICT_CALLS, isa_cube.Mmad, boom)
+    monkeypatch.setenv("LAZYMATH_CACHE", "0")
+    monkeypatch.delenv("LAZYMATH_TIERED", raising=False)
+    ir_, ins, out = _matmul_ir("float32", 70, 33, 40)
+    kernel_cache.clear_cache(disk=False)
+    (kern,) = bc.compile_kernels([(ir_, "k")], "ascend910", "llvm", tiered=True)
+    kern(*ins, out)
+    np.testing.assert_allclose(out, np.maximum(ins[0] @ ins[1], 0) * 0.5, rtol=1e-4, atol=1e-4)
+    assert bc.wait_tiering(120)
+    kernel_cache.clear_cache(disk=False)
