@@ -425,6 +425,15 @@ def test_matmul_row_reductions_are_one_kernel(spec):
         assert "reduce the product's rows" in lm.explain(lm.sum(big @ big, axis=-1), spec=spec)
 
 
+# (dtype, batch of A, batch of B, (m, k, n)): a row of 1, primes, K tails, one N panel and
+# several, batched and broadcast batch -- the products the row-epilogue tests reduce
+_PRODUCT_CASES = (("float32", (), (), (37, 19, 130)),
+                  ("float16", (3,), (3,), (37, 19, 290)),
+                  ("float32", (), (), (1, 5, 3)),
+                  ("float32", (2,), (), (131, 17, 293)),
+                  ("float16", (), (), (67, 33, 1031)))  # fmt: skip
+
+
 @pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
 @pytest.mark.parametrize("backend", ["llvm", "interp"])
 def test_matmul_row_reductions_match_numpy(spec, backend, monkeypatch):
@@ -433,12 +442,7 @@ def test_matmul_row_reductions_match_numpy(spec, backend, monkeypatch):
     monkeypatch.setenv("LAZYMATH_BACKEND", backend)
     lm.init_device(0, spec=spec)
     try:
-        cases = (("float32", (), (), (37, 19, 130)),
-                 ("float16", (3,), (3,), (37, 19, 290)),
-                 ("float32", (), (), (1, 5, 3)),
-                 ("float32", (2,), (), (131, 17, 293)),
-                 ("float16", (), (), (67, 33, 1031)))  # fmt: skip
-        for dt, ba, bb, (m, k, n) in cases:
+        for dt, ba, bb, (m, k, n) in _PRODUCT_CASES:
             a = RNG.standard_normal((*ba, m, k)).astype(dt)
             b = RNG.standard_normal((*bb, k, n)).astype(dt)
             prod = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(dt)
@@ -532,12 +536,7 @@ def test_softmax_of_a_matmul_matches_numpy(spec, backend, monkeypatch):
     monkeypatch.setenv("LAZYMATH_BACKEND", backend)
     lm.init_device(0, spec=spec)
     try:
-        cases = (("float32", (), (), (37, 19, 130)),
-                 ("float16", (3,), (3,), (37, 19, 290)),
-                 ("float32", (), (), (1, 5, 3)),
-                 ("float32", (2,), (), (131, 17, 293)),
-                 ("float16", (), (), (67, 33, 1031)))  # fmt: skip
-        for dt, ba, bb, (m, k, n) in cases:
+        for dt, ba, bb, (m, k, n) in _PRODUCT_CASES:
             a = (RNG.standard_normal((*ba, m, k)) * 2).astype(dt)
             b = RNG.standard_normal((*bb, k, n)).astype(dt)
             prod = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(dt)
