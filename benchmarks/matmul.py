@@ -19,10 +19,10 @@ than lazymath's blocking pool), so the load average is printed with the results,
 against every block of the lazymath kernel run on the calling thread (best and median).
 
 `--breakdown` splits one steady-state `(a @ b).realize()` into its parts (medians, microseconds):
-the kernel's blocks run serially (CPU time), the kernel on the block pool alone (wall), the whole
-realize (wall); the time from the realize call to the first block's start (graph capture, cache
-lookup, output allocation, launch), from the first to the second block start (the helper
-thread's wake-up) and from the last block's end to the realize's return.
+the kernel's blocks run serially (CPU time), the kernel on the block pool alone (wall: through the
+native lane, `pool.run_native`, and through the Python queue, `pool.run`), the whole realize
+(wall; lane and Python queue) and what the realize adds to the lane launch (capture, signature,
+cache lookup, output allocation, commit).
 """
 
 # ruff: noqa: B023  (the lambdas are timed immediately, inside their loop iteration)
@@ -238,24 +238,15 @@ def _matmul_kernel(n: int, dt: str):
 
 def bench_breakdown(sizes, rounds: int) -> None:
     """Where one realize's time goes (see the module docstring)."""
-    from lazymath._threads import block_pool
-    from lazymath.backend import compile as lmc
+    from lazymath import _threads
 
-    pool = block_pool()
-    orig = lmc.CompiledKernel.run_block
-    marks: list = []
-
-    def traced(self, argv, i, nb):  # records (start, end) of every block of the realize
-        t = time.perf_counter()
-        orig(self, argv, i, nb)
-        marks.append((t, time.perf_counter()))
-
+    pool = _threads.block_pool()
     print(f"breakdown, medians of {rounds} x reps, us: serial = all blocks on one thread (CPU), "
-          "pool = kernel on the block pool (wall), realize = (a @ b).realize() (wall); "
-          "pre = realize call -> first block start, wake = first -> second block start, "
-          "post = last block end -> return")  # fmt: skip
-    print(f"{'n':>5} {'dtype':>8} {'blocks':>6} {'numpy':>8} {'serial':>8} {'pool':>8} "
-          f"{'realize':>8} {'pre':>6} {'wake':>6} {'post':>6}")  # fmt: skip
+          "lane / queue = the kernel on the block pool through the native lane / the Python "
+          "queue (wall), realize = (a @ b).realize() (wall) with the lane / the queue, "
+          "added = realize - lane")  # fmt: skip
+    print(f"{'n':>5} {'dtype':>8} {'blocks':>6} {'numpy':>8} {'serial':>8} {'lane':>8} "
+          f"{'queue':>8} {'realize':>8} {'r-queue':>8} {'added':>6}")  # fmt: skip
     rng = np.random.default_rng(4)
     for n in sizes:
         a32 = rng.random((n, n), dtype=np.float32)
@@ -273,48 +264,39 @@ def bench_breakdown(sizes, rounds: int) -> None:
                 for i in range(k.blocks):
                     k.run_block(argv, i, k.blocks)
 
-            res: dict = {"numpy": [], "serial": [], "pool": [], "realize": [], "pre": [],
-                         "wake": [], "post": []}  # fmt: skip
-            for _ in range(rounds):
-                time.sleep(SETTLE_S)
-                _warm(lambda: a32 @ b32)
-                t = time.perf_counter()
-                for _ in range(reps):
-                    a32 @ b32
-                res["numpy"].append((time.perf_counter() - t) / reps)
-                t = time.thread_time()
-                for _ in range(reps):
-                    serial()
-                res["serial"].append((time.thread_time() - t) / reps)
-                time.sleep(SETTLE_S)
-                _warm(lambda: pool.run(k.run_block, argv, k.blocks))
-                t = time.perf_counter()
-                for _ in range(reps):
-                    pool.run(k.run_block, argv, k.blocks)
-                res["pool"].append((time.perf_counter() - t) / reps)
-                time.sleep(SETTLE_S)
-                _warm(lambda: (ta @ tb).realize())
-                lmc.CompiledKernel.run_block = traced
-                try:
+            def lane(flag: bool, fn):
+                def run():
+                    _threads.LANE = flag
+                    fn()
+
+                return run
+
+            walls = {"numpy": lambda: a32 @ b32,
+                     "lane": lane(True, lambda: pool.run_native(k._cfunc, argv, k.blocks)),
+                     "queue": lane(False, lambda: pool.run(k.run_block, argv, k.blocks)),
+                     "realize": lane(True, lambda: (ta @ tb).realize()),
+                     "r-queue": lane(False, lambda: (ta @ tb).realize())}  # fmt: skip
+            res: dict = {key: [] for key in ("serial", *walls)}
+            try:
+                for _ in range(rounds):
+                    t = time.thread_time()
                     for _ in range(reps):
-                        marks.clear()
+                        serial()
+                    res["serial"].append((time.thread_time() - t) / reps)
+                    for key, fn in walls.items():
+                        time.sleep(SETTLE_S)
+                        _warm(fn)
                         t = time.perf_counter()
-                        (ta @ tb).realize()
-                        t1 = time.perf_counter()
-                        res["realize"].append(t1 - t)
-                        if marks:
-                            starts = sorted(m[0] for m in marks)
-                            res["pre"].append(starts[0] - t)
-                            if len(starts) > 1:  # the second thread joins the launch
-                                res["wake"].append(starts[1] - starts[0])
-                            res["post"].append(t1 - max(m[1] for m in marks))
-                finally:
-                    lmc.CompiledKernel.run_block = orig
-            nan = float("nan")
-            med = {key: sorted(v)[len(v) // 2] * 1e6 if v else nan for key, v in res.items()}
+                        for _ in range(reps):
+                            fn()
+                        res[key].append((time.perf_counter() - t) / reps)
+            finally:
+                _threads.LANE = True
+            med = {key: sorted(v)[len(v) // 2] * 1e6 for key, v in res.items()}
             print(f"{n:5d} {dt:>8} {k.blocks:6d} {med['numpy']:8.0f} {med['serial']:8.0f} "
-                  f"{med['pool']:8.0f} {med['realize']:8.0f} {med['pre']:6.0f} {med['wake']:6.0f} "
-                  f"{med['post']:6.0f}", flush=True)  # fmt: skip
+                  f"{med['lane']:8.0f} {med['queue']:8.0f} {med['realize']:8.0f} "
+                  f"{med['r-queue']:8.0f} {med['realize'] - med['lane']:6.0f}",
+                  flush=True)  # fmt: skip
 
 
 def _load() -> str:

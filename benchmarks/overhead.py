@@ -159,7 +159,7 @@ def native_us(ck, argv, reps: int, rounds: int) -> float:
 def program_of(outputs) -> engine.Program:
     key, _, _ = walk.signature([t._node for t in outputs])
     spec = engine.device_spec()
-    return dict(engine.PROGRAMS.items())[(key, spec.key(), engine.backend_name())]
+    return dict(engine.PROGRAMS.items())[engine.program_key(key, spec, engine.backend_name())]
 
 
 def main() -> int:

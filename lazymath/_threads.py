@@ -13,15 +13,27 @@ and the driver all use it, and none of them may import the others' modules for i
 and at most `threads - 1` pool threads help, each claiming the next block index from an atomic
 counter. Threads start on first use and only as many as a launch can use.
 
+The native lane (Linux x86-64; `tools/native_lane.c`, mapped from `_LANE_CODE`): a native
+kernel's launch, `run_native(cfunc, argv, blocks)`, never needs the GIL on a pool thread. The
+launcher publishes (function, argv, block count) in the lane and claims blocks itself in native
+code; pool threads wait in native code too (`lane_work`) and call the kernel directly. Through
+the Python queue a helper woke, then waited for the GIL (held by the launcher until its own
+first block) before its first block, and the launcher, after its last block, waited for the
+GIL the helper held while it finished in Python: each wait a futex wake-up of a halted vCPU,
+~10 and ~20 us of a 256^3 float32 matmul's ~160 us on this project's Zen 5 VM (2 blocks,
+interleaved A/B in issue 11's note: 158 -> 102 us per cached realize, numpy 88 us). Python
+jobs (`run`: the interpreter, AI CPU steps, non-kernel callables) ring the lane's bell, and the
+threads waiting in it return to Python to take them from the queue.
+
 Bounded spinning (`LAZYMATH_POOL_SPIN_US`, default 1000 us): an idle pool thread, and
 a launching thread waiting for the helpers' last block, first spins that long on a memory word in
-native code (no GIL held, `pause` between reads) before it blocks. An idle vCPU halts, takes tens
-of microseconds to wake and runs slow for a while after: a launch that follows another within the
-window finds its helpers running (measured in issue 11's note: 256^3 f32 realizes with 1 ms of
-Python between them ran 6-16% faster with 1-3 ms windows; back to back no change). After the
-window the threads block: an idle process burns no CPU. No spinning when the pool has more threads
-than cores (a launch asked for more), nor without the few instructions of `_SPIN_CODE` (Linux
-x86-64 only) or with the setting at 0: threads block at once.
+native code (no GIL held, `pause` between reads) before it blocks (a futex in the lane). An idle
+vCPU halts, takes tens of microseconds to wake and runs slow for a while after: a launch that
+follows another within the window finds its helpers running (measured in issue 11's note: 256^3
+f32 realizes with 1 ms of Python between them ran 6-16% faster with 1-3 ms windows; back to back
+no change). After the window the threads block: an idle process burns no CPU. No spinning when
+the pool has more threads than cores (a launch asked for more), nor without the native code
+(other systems: threads block on the queue at once) or with the setting at 0.
 
 Fork: the pool's threads do not exist in a forked child, and its locks may have been held by
 them; the child starts with no pool and builds a fresh one on its first multi-block launch.
@@ -40,40 +52,55 @@ import time
 
 from lazymath import settings
 
-# --------------------------------------------------------------------------- bounded spin
-# int64 spin(int64 *word, int64 seen, uint64 ticks): 1 as soon as *word != seen, 0 once `ticks`
-# TSC ticks have passed; int64 tsc(void): the time stamp counter. SysV x86-64 (as(1) output):
-_SPIN_CODE = bytes.fromhex(
-    "4989d0"  # spin:  mov r8, rdx            ; ticks
-    "0f31"  #          rdtsc
-    "48c1e220"  #      shl rdx, 32
-    "4809d0"  #        or rax, rdx
-    "4989c1"  #        mov r9, rax            ; start
-    "488b07"  # 1:     mov rax, [rdi]
-    "4839f0"  #        cmp rax, rsi
-    "7516"  #          jne 2f
-    "f390"  #          pause
-    "0f31"  #          rdtsc
-    "48c1e220"  #      shl rdx, 32
-    "4809d0"  #        or rax, rdx
-    "4c29c8"  #        sub rax, r9
-    "4c39c0"  #        cmp rax, r8
-    "72e5"  #          jb 1b                  ; unsigned: a TSC step back ends the spin
-    "31c0"  #          xor eax, eax
-    "c3"  #            ret
-    "b801000000"  # 2: mov eax, 1
-    "c3"  #            ret
-    "0f31"  # tsc:     rdtsc                  ; offset 0x33
-    "48c1e220"  #      shl rdx, 32
-    "4809d0"  #        or rax, rdx
-    "c3"  #            ret
+# --------------------------------------------------------------------------- native code
+# tools/native_lane.c, gcc (Debian 12.2.0-14+deb12u1) 12.2.0: gcc -O2 -fPIC -ffreestanding
+# -fno-stack-protector -fcf-protection=none -fno-asynchronous-unwind-tables -fno-exceptions
+# -fno-jump-tables (rebuild: python tools/build_native_lane.py). Position independent, no
+# relocations, no libc: x86-64 SysV, Linux futexes.
+_LANE_CODE = bytes.fromhex(
+    "4155415441bcffffffff554889f5534889fb4883ec08662e0f1f840000000000488b034889c289c748c1fa20"
+    "4839ea75674c39e77462488b8b80000000488b93880000004c8bab900000004c39ef7d48488d7001f0480fb1"
+    "3375c54c89eeffd1488d7b40b801000000f00fc10783c00148984c39e875a98b434485c074a24531d2b8ca00"
+    "0000be81000000ba010000000f05eb8c0f1f40004883c4085b5d415c415dc366662e0f1f8400000000006690"
+    "4989d00f314889c148c1e2204809d1eb1a0f1f8000000000f3900f3148c1e2204809d04829c84c39c0731548"
+    "8b074839f074e5b801000000c30f1f800000000031c0c366662e0f1f84000000000066900f3148c1e2204809"
+    "d0c3660f1f440000415741564989f6415541544989d455534889fb4883ec180f3149c7c0ffffffff41bfffff"
+    "ffff48c1e220488dafc00000004c8dafd00000004809d04889c666908b7d00498b45004885c07545488b83c8"
+    "0000004c39e00f85b4000000488b0b4989c949c1f9204d39c8740789c94c39f9756e0f3148c1e2204809d048"
+    "29f04c39f07325f3908b7d00498b45004885c074bb4883c41831c05b5d415c415d415e415fc3660f1f440000"
+    "f08383c4000000014531d2b8ca000000be800000004863d74889ef0f05f083abc4000000010f3148c1e22048"
+    "09d04889c6e962ffffff66904c89ce4889df4c894c2408e800feffff0f314c8b44240848c1e2204809d04889"
+    "c6e93affffff662e0f1f8400000000004883c418b8010000005b5d415c415d415e415fc366662e0f1f840000"
+    "0000009041574889d0baffffffff41564d89c6415541544989cc55534889fb4883ec084c8b0749c1f8204983"
+    "c0014181e0ffffff7f4c89c148c1e1204809ca4887174887b780000000488787880000004c89e04887879000"
+    "000031c0488d6f4087450048870ff08387c0000000018b87c400000085c0741b4881c7c00000004531d2b8ca"
+    "000000be81000000baffffff7f0f054c89c64889dfe826fdffff0f3141bf010000004531c0be800000004989"
+    "c548c1e2204883c3444909d50f1f8400000000004c634d004d39e1741c0f3148c1e2204809d04c29e84c39f0"
+    "731ef3904c634d004d39e175e44883c4085b5d415c415d415e415fc30f1f40004489f88703486345004c39e0"
+    "74104531d2b8ca0000004889ef4c89ca0f054489c08703eba30f1f004889f8f0488387c800000001488dbfc0"
+    "000000f08380c0000000018b80c400000085c074144531d2b8ca000000be81000000baffffff7f0f05c3660f"
+    "1f4400004889f84887b7d0000000488dbfc0000000f08380c0000000018b80c400000085c074144531d2b8ca"
+    "000000be81000000baffffff7f0f05c3"
 )
-_TSC_OFFSET = 0x33
+_LANE_SYMBOLS = {
+    "lane_spin": 0xB0,
+    "lane_tsc": 0x100,
+    "lane_work": 0x110,
+    "lane_launch": 0x240,
+    "lane_ring": 0x360,
+    "lane_stop": 0x3A0,
+}
+_LANE_BYTES = 256  # struct lane of tools/native_lane.c: 4 cache lines
+_PYBELL = 0xC8  # offset of the lane's Python bell
 
 
-class _Spinner:
-    """The native spin and the TSC rate (measured against perf_counter_ns, lazily: the first
-    calls only record a reference point, so building it costs nothing measurable)."""
+class _Native:
+    """The native code (tools/native_lane.c) mapped executable, and the TSC rate (measured
+    against perf_counter_ns, lazily: the first calls only record a reference point, so building
+    it costs nothing measurable).
+
+    `spin(word, seen, ticks)`: 1 as soon as *word != seen, 0 once `ticks` TSC ticks passed;
+    `tsc()`; the lane's `work`, `launch`, `ring` and `stop` (see `BlockPool`)."""
 
     def __init__(self) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -84,19 +111,41 @@ class _Spinner:
         mprotect.restype = ctypes.c_int
         mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         size = 4096
-        # PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS; never unmapped (a few bytes per process)
+        # PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS; never unmapped (a page per process)
         addr = mmap_(None, size, 0x1 | 0x2, 0x02 | 0x20, -1, 0)
         if addr in (None, ctypes.c_void_p(-1).value):
             raise OSError(ctypes.get_errno(), "mmap failed")
-        ctypes.memmove(addr, _SPIN_CODE, len(_SPIN_CODE))
+        ctypes.memmove(addr, _LANE_CODE, len(_LANE_CODE))
         if mprotect(addr, size, 0x1 | 0x4) != 0:  # PROT_READ|PROT_EXEC
             raise OSError(ctypes.get_errno(), "mprotect failed")
-        # CFUNCTYPE (not PYFUNCTYPE): the calls release the GIL while they spin
-        self.spin = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                                     ctypes.c_uint64)(addr)  # fmt: skip
-        self.tsc = ctypes.CFUNCTYPE(ctypes.c_uint64)(addr + _TSC_OFFSET)
+        sym = _LANE_SYMBOLS
+        i64, u64, vp = ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p
+        # CFUNCTYPE (not PYFUNCTYPE): every call releases the GIL while it runs
+        self.spin = ctypes.CFUNCTYPE(i64, vp, i64, u64)(addr + sym["lane_spin"])
+        self.tsc = ctypes.CFUNCTYPE(u64)(addr + sym["lane_tsc"])
+        self.work = ctypes.CFUNCTYPE(i64, vp, u64, i64)(addr + sym["lane_work"])
+        # the kernel function and its argv go as they are: c_void_p passes a ctypes function
+        # object's code address and a ctypes array's buffer address
+        self.launch = ctypes.CFUNCTYPE(None, vp, vp, vp, i64, u64)(addr + sym["lane_launch"])
+        self.ring = ctypes.CFUNCTYPE(None, vp)(addr + sym["lane_ring"])
+        self.stop = ctypes.CFUNCTYPE(None, vp, i64)(addr + sym["lane_stop"])
         self._ref = (self.tsc(), time.perf_counter_ns())
         self.ticks_per_us = 0.0
+        self._mmap = mmap_
+        self._lanes: list[int] = []  # free lanes of the last mapped page
+        self._lanes_lock = threading.Lock()
+
+    def new_lane(self) -> int:
+        """The address of a zeroed lane (64-byte aligned) in memory that is never freed: a pool
+        thread may still be reading it while the interpreter shuts down (daemon threads stop
+        only when they next want the GIL)."""
+        with self._lanes_lock:
+            if not self._lanes:
+                page = self._mmap(None, 4096, 0x1 | 0x2, 0x02 | 0x20, -1, 0)  # zeroed
+                if page in (None, ctypes.c_void_p(-1).value):
+                    raise OSError(ctypes.get_errno(), "mmap failed")
+                self._lanes = [page + i for i in range(0, 4096, _LANE_BYTES)][::-1]
+            return self._lanes.pop()
 
     def ticks(self, us: int) -> int:
         """TSC ticks in `us` microseconds; 0 until the rate is known (>= 2 ms after creation)."""
@@ -109,24 +158,25 @@ class _Spinner:
         return int(us * self.ticks_per_us)
 
 
-_SPINNER: _Spinner | None = None
+_SPINNER: _Native | None = None
 _SPIN_TRIED = False
 
 
-def _spinner() -> _Spinner | None:
-    """The process's spinner, None where there is none (not Linux x86-64, or mapping failed)."""
+def _spinner() -> _Native | None:
+    """The process's native code, None where there is none (not Linux x86-64, or mapping
+    failed)."""
     global _SPINNER, _SPIN_TRIED
     if not _SPIN_TRIED:
         _SPIN_TRIED = True
         if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64"):
             try:
-                _SPINNER = _Spinner()
+                _SPINNER = _Native()
             except (OSError, AttributeError):
                 _SPINNER = None
     return _SPINNER
 
 
-def _spin_window() -> tuple[_Spinner | None, int]:
+def _spin_window() -> tuple[_Native | None, int]:
     """(spinner, TSC ticks to spin) for one wait; (None, 0) when waits block at once."""
     us = settings.POOL_SPIN_US.get()
     if us <= 0:
@@ -135,6 +185,10 @@ def _spin_window() -> tuple[_Spinner | None, int]:
     if sp is None:
         return None, 0
     return sp, sp.ticks(us)
+
+
+def _window_ticks() -> int:
+    return _spin_window()[1]
 
 
 class _BlockJob:
@@ -181,27 +235,43 @@ class _BlockJob:
         self._done.acquire()
 
 
+_CFuncPtr = ctypes.CFUNCTYPE(None).__mro__[1]  # ctypes' base class of C function pointers
+
+# Native launches go through the lane (False: through `run`, the Python path; for A/B
+# measurements and tests)
+LANE = True
+
+
 class BlockPool:
     """Daemon threads that help run the blocks of multi-block launches.
 
     `n_threads` (default: the host's cores) is how many threads, the caller's included, run one
-    launch's blocks unless the launch asks for another count."""
+    launch's blocks unless the launch asks for another count.
+
+    With the native code (Linux x86-64) the first `n_threads - 1` threads wait in the lane
+    (`lane_work`, no GIL held): they run native launches (`run_native`) without any Python, and
+    return to Python only for a job of the Python queue (`run`). Without it every thread blocks
+    on the queue."""
 
     def __init__(self, n_threads: int | None = None) -> None:
         self.n_threads = max(1, n_threads or os.cpu_count() or 1)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
-        # bumped after every publish: what idle threads spin on before they block on the queue
-        self._bell = ctypes.c_int64(0)
-        self._rings = itertools.count(1)
+        self._lane_lock = threading.Lock()  # one native launch at a time uses the lane
+        self._native = _spinner()
+        self._lane = None
+        if self._native is not None:
+            self._lane = self._native.new_lane()  # the lane's words (tools/native_lane.c)
+            self._pybell = ctypes.c_int64.from_address(self._lane + _PYBELL)
 
     def _ensure_started(self, n: int) -> None:
         with self._start_lock:
             while len(self._threads) < n:
-                t = threading.Thread(
-                    target=self._loop, name=f"lazymath-block-{len(self._threads)}", daemon=True
-                )
+                k = len(self._threads)
+                lane = self._lane is not None and k < self.n_threads - 1
+                t = threading.Thread(target=self._lane_loop if lane else self._loop,
+                                     name=f"lazymath-block-{k}", daemon=True)  # fmt: skip
                 t.start()
                 self._threads.append(t)
 
@@ -211,16 +281,26 @@ class BlockPool:
         return len(self._threads) < self.n_threads
 
     def _loop(self) -> None:
-        jobs, bell = self._jobs, self._bell
-        bell_addr = ctypes.addressof(bell)
+        jobs = self._jobs
         while True:
-            if jobs.empty() and self._spinning():
-                seen = bell.value
-                if jobs.empty():  # nothing was published before `seen` was read: spin on it
-                    sp, ticks = _spin_window()
-                    if ticks:
-                        sp.spin(bell_addr, seen, ticks)
-            job = jobs.get()  # the queue decides; the spin only delays blocking
+            job = jobs.get()
+            if job is None:
+                return
+            job.work()
+
+    def _lane_loop(self) -> None:
+        """A lane thread: Python jobs first, else wait in the lane (running native launches)
+        until the Python bell rings (1) or the lane stops (0)."""
+        jobs, native, lane, bell = self._jobs, self._native, self._lane, self._pybell
+        while True:
+            seen = bell.value  # before the queue is looked at: a later put rings past it
+            try:
+                job = jobs.get_nowait()
+            except queue.Empty:
+                ticks = _window_ticks() if self._spinning() else 0
+                if native.work(lane, ticks, seen) == 0:
+                    return
+                continue
             if job is None:
                 return
             job.work()
@@ -246,18 +326,65 @@ class BlockPool:
         put = self._jobs.put
         for _ in range(helpers):
             put(job)
-        self._bell.value = next(self._rings)
+        if self._lane is not None:
+            self._native.ring(self._lane)
         job.work()
         job.wait(self._spinning())
         if job.error is not None:
             raise job.error
 
+    def run_native(self, cfunc, argv, blocks: int, threads: int = 0) -> None:
+        """Run a native kernel's blocks, `cfunc(i, blocks, argv)` for every block index (a
+        ctypes function of lazymath's kernel signature and its ctypes argv array), like `run`.
+
+        Through the lane when there is one and the launch may use every thread: the calling
+        thread publishes the launch and runs blocks in native code, the pool's threads join
+        without the GIL. Else (another launch holds the lane, a smaller thread count, no
+        native code) through `run`."""
+        if blocks <= 1:
+            if blocks == 1:
+                cfunc(0, 1, argv)
+            return
+        n = self.n_threads
+        if (self._lane is None or (threads and threads < n) or n == 1 or not LANE
+                or not isinstance(cfunc, _CFuncPtr)):  # fmt: skip
+            self.run(_NativeBlocks(cfunc), argv, blocks, threads)
+            return
+        if not self._lane_lock.acquire(False):
+            self.run(_NativeBlocks(cfunc), argv, blocks)
+            return
+        try:
+            if len(self._threads) < n - 1:
+                self._ensure_started(n - 1)
+            self._native.launch(self._lane, cfunc, argv, blocks,
+                                _window_ticks() if self._spinning() else 0)  # fmt: skip
+        finally:
+            self._lane_lock.release()
+
     def shutdown(self) -> None:
         for _ in self._threads:
             self._jobs.put(None)
+        if self._lane is not None:
+            self._native.stop(self._lane, 1)
         for t in self._threads:
             t.join(timeout=1.0)
         self._threads.clear()
+        while not self._jobs.empty():  # the Nones lane threads did not take (they stopped)
+            self._jobs.get_nowait()
+        if self._lane is not None:
+            self._native.stop(self._lane, 0)
+
+
+class _NativeBlocks:
+    """`fn(argv, i, n)` of a native kernel function `cfunc(i, n, argv)` (the Python path)."""
+
+    __slots__ = ("cfunc",)
+
+    def __init__(self, cfunc) -> None:
+        self.cfunc = cfunc
+
+    def __call__(self, argv, i: int, n: int) -> None:
+        self.cfunc(i, n, argv)
 
 
 def run_serial(fn, argv, blocks: int) -> None:
@@ -291,6 +418,14 @@ class Threads:
         else:
             block_pool().run(fn, argv, blocks, self.n_threads)
 
+    def run_native(self, cfunc, argv, blocks: int) -> None:
+        """`BlockPool.run_native` with this thread count."""
+        if self.n_threads == 1 or blocks <= 1:
+            for i in range(blocks):
+                cfunc(i, blocks, argv)
+        else:
+            block_pool().run_native(cfunc, argv, blocks, self.n_threads)
+
 
 SERIAL = Threads(1)
 
@@ -314,6 +449,17 @@ def _new_pool() -> BlockPool:
         return _POOL
 
 
+def launch_blocks(pool, kernel, argv, blocks: int) -> None:
+    """A kernel's blocks on `pool` (a BlockPool or a Threads count): native code (the kernel's
+    `_cfunc`, `_cfunc(i, n, argv)`) through `run_native`, so the pool's threads run it without
+    the GIL; any other kernel through `run(kernel.run_block, ...)`."""
+    cf = getattr(kernel, "_cfunc", None)
+    if cf is not None:
+        pool.run_native(cf, argv, blocks)
+    else:
+        pool.run(kernel.run_block, argv, blocks)
+
+
 def run_blocks(fn, argv, blocks: int) -> None:
     """Run every block of a launch on the shared pool (one block: on the calling thread)."""
     if blocks <= 1:
@@ -327,6 +473,8 @@ def _after_fork_in_child() -> None:
     global _POOL, _POOL_LOCK
     _POOL = None
     _POOL_LOCK = threading.Lock()
+    if _SPINNER is not None:
+        _SPINNER._lanes_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -31,7 +31,7 @@ import weakref
 import numpy as np
 
 from lazymath import settings
-from lazymath._threads import run_blocks
+from lazymath._threads import block_pool, launch_blocks
 from lazymath.backend import isa, kernel_cache
 from lazymath.backend.kernel_ir import ArgView, kernel_args
 
@@ -287,7 +287,7 @@ class CompiledKernel:
 
     def __call__(self, *arrays) -> None:
         """Run all blocks, in parallel on the process's block pool (lazymath/_threads.py)."""
-        run_blocks(self.run_block, self.make_argv(arrays), self.blocks)
+        launch_blocks(block_pool(), self, self.make_argv(arrays), self.blocks)
 
     def __repr__(self) -> str:
         return f"<CompiledKernel {self.name} {self.ir.kind} blocks={self.blocks} {self.backend}>"

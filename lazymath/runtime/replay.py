@@ -30,6 +30,7 @@ from time import perf_counter
 
 import numpy as np
 
+from .._threads import launch_blocks
 from . import api as _api
 from . import profiler as _prof
 from .api import Launch
@@ -220,7 +221,7 @@ class Program:
                 if blocks <= 1:
                     ck._cfunc(0, 1, argv)
                 else:
-                    pool.run(ck.run_block, argv, blocks)
+                    pool.run_native(ck._cfunc, argv, blocks)
         finally:
             ctx.keep.clear()
             if self.arena_bytes <= KEEP_ARENA_BYTES:
@@ -356,7 +357,7 @@ def run_in_order(steps, argvs, pool, on_kernel=None) -> None:
             if step.blocks <= 1:
                 ck.run_block(argv, 0, 1)
             else:
-                pool.run(ck.run_block, argv, step.blocks)
+                launch_blocks(pool, ck, argv, step.blocks)
         return
     for i, (step, argv) in enumerate(zip(steps, argvs)):
         ck = step.kernel
@@ -364,5 +365,5 @@ def run_in_order(steps, argvs, pool, on_kernel=None) -> None:
         if step.blocks <= 1:
             ck.run_block(argv, 0, 1)
         else:
-            pool.run(ck.run_block, argv, step.blocks)
+            launch_blocks(pool, ck, argv, step.blocks)
         on_kernel(i, perf_counter() - t)

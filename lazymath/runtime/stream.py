@@ -32,6 +32,7 @@ from collections import deque
 from time import perf_counter_ns
 from typing import TYPE_CHECKING
 
+from .._threads import launch_blocks
 from . import profiler as _prof
 
 if TYPE_CHECKING:
@@ -264,7 +265,7 @@ class Stream:
                 if blocks == 1:
                     kernel.run_block(argv, 0, 1)
                 else:
-                    self._pool.run(kernel.run_block, argv, blocks)
+                    launch_blocks(self._pool, kernel, argv, blocks)
             except Exception as exc:  # deferred to synchronize (Ctrl-C still propagates)
                 name = getattr(kernel, "name", None) or type(kernel).__name__
                 self._add_error(KernelLaunchError(name, loc, self.index, exc))

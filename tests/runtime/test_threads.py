@@ -4,6 +4,8 @@ a thread count is a cap on it (not a second pool), and errors surface after ever
 
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
 import types
 
@@ -200,3 +202,203 @@ def test_the_spinner_waits_for_a_change_or_its_window():
     done.start()
     assert sp.spin(ctypes.addressof(word), 7, sp.ticks(10**7)) == 1  # woken by the store
     done.join()
+
+
+# ----------------------------------------------------------------------------- the native lane
+
+_KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p))
+
+
+def _native_recorder(delay: float = 0.0):
+    """A C function of the kernel signature (a ctypes callback) recording (i, n, thread, argv
+    address) per block; `delay` seconds of sleep per block (the GIL released meanwhile)."""
+    import time
+
+    seen: list = []
+
+    @_KERNEL
+    def fn(i, n, argv):
+        if delay:
+            time.sleep(delay)
+        seen.append((i, n, threading.get_ident(), ctypes.cast(argv, ctypes.c_void_p).value))
+
+    return seen, fn
+
+
+def _argv():
+    argv = (ctypes.c_void_p * 2)(11, 22)
+    return argv, ctypes.addressof(argv)
+
+
+@pytest.fixture(params=[True, False], ids=["lane", "python"])
+def lane(request, monkeypatch):
+    """Native launches through the lane, or (False) through the Python queue."""
+    monkeypatch.setattr(_threads, "LANE", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("us", [0, 2000])
+@pytest.mark.parametrize("blocks", [0, 1, 2, 3, 7, 64])
+def test_native_launches_run_every_block_once(blocks, us, lane):
+    """`run_native(cfunc, argv, n)` calls cfunc(i, n, argv) once per block, with argv the
+    ctypes array's address, on the lane or the Python path, spinning or not, again after a
+    pause (the lane's threads asleep on their futex), and with a thread count."""
+    import time
+
+    with _spin_us(us):
+        for runner in (_threads.block_pool(), _threads.SERIAL, _threads.Threads(2),
+                       _threads.Threads(3)):  # fmt: skip
+            for pause in (0.0, 0.01):
+                time.sleep(pause)
+                seen, fn = _native_recorder()
+                argv, addr = _argv()
+                runner.run_native(fn, argv, blocks)
+                assert sorted(i for i, _, _, _ in seen) == list(range(blocks))
+                assert all(n == blocks and a == addr for _, n, _, a in seen)
+
+
+@pytest.mark.skipif(_threads._spinner() is None, reason="no native lane (not Linux x86-64)")
+def test_the_lane_threads_run_native_blocks():
+    """With the lane, the pool's threads take part in a native launch (blocks that sleep, so
+    the calling thread cannot run them all before a helper wakes); every block once."""
+    pool = _threads.block_pool()
+    if pool.n_threads < 2:
+        pytest.skip("one core: the pool has no helper threads")
+    assert pool._lane is not None and _threads.LANE
+    seen, fn = _native_recorder(delay=0.005)
+    argv, _ = _argv()
+    pool.run_native(fn, argv, 40)
+    assert sorted(i for i, _, _, _ in seen) == list(range(40))
+    assert len({t for _, _, t, _ in seen}) >= 2
+    helpers = {t.ident for t in pool._threads}
+    assert {t for _, _, t, _ in seen} - {threading.get_ident()} <= helpers
+
+
+def test_native_and_python_launches_from_several_threads(lane):
+    """Launches from several threads at once, native (one holds the lane, the others go
+    through the Python queue) and Python jobs mixed, each run every block once."""
+    results = []
+
+    def launch(k):
+        pool = _threads.block_pool()
+        for r in range(30):
+            blocks = 2 + (k + r) % 6
+            if (k + r) % 3:
+                seen, fn = _native_recorder()
+                argv, _ = _argv()
+                pool.run_native(fn, argv, blocks)
+                got = [i for i, _, _, _ in seen]
+            else:
+                seen, fn = _recorder()
+                pool.run(fn, None, blocks)
+                got = [i for i, _, _ in seen]
+            results.append(sorted(got) == list(range(blocks)))
+
+    ts = [threading.Thread(target=launch, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(results) == 120 and all(results)
+
+
+def test_an_idle_lane_stops_spinning():
+    """After native launches, the lane's threads spin their window, then sleep (futex)."""
+    import time
+
+    if not hasattr(time, "pthread_getcpuclockid"):
+        pytest.skip("no per-thread CPU clocks here")
+    with _spin_us(1000):
+        pool = _threads.block_pool()
+        for _ in range(3):
+            seen, fn = _native_recorder()
+            argv, _ = _argv()
+            pool.run_native(fn, argv, 8)
+        time.sleep(0.05)  # well past the window
+        clocks = [time.pthread_getcpuclockid(t.ident) for t in pool._threads]
+        cpu = [time.clock_gettime(c) for c in clocks]
+        time.sleep(0.5)
+        used = [time.clock_gettime(c) - c0 for c, c0 in zip(clocks, cpu)]
+        assert clocks and max(used) < 0.1  # a thread spinning on would take ~0.5 s
+
+
+def test_a_pool_shut_down_and_used_again_runs_every_block(lane):
+    """shutdown stops the lane's threads (and the queue's); the next launch starts new ones."""
+    pool = _threads.BlockPool(3)
+    try:
+        for _ in range(2):
+            for blocks in (2, 5, 9):
+                seen, fn = _native_recorder()
+                argv, _ = _argv()
+                pool.run_native(fn, argv, blocks)
+                assert sorted(i for i, _, _, _ in seen) == list(range(blocks))
+                seen, fn = _recorder()
+                pool.run(fn, None, blocks)
+                assert sorted(i for i, _, _ in seen) == list(range(blocks))
+            threads = list(pool._threads)
+            pool.shutdown()
+            assert not pool._threads and not any(t.is_alive() for t in threads)
+    finally:
+        pool.shutdown()
+
+
+@pytest.fixture(params=["ascend910", "ascend910b"])
+def preset(request):
+    lm.init_device(0, spec=request.param)
+    yield request.param
+    lm.init_device(0, spec="ascend910")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_realized_results_are_the_same_through_the_lane(preset, dtype, monkeypatch):
+    """A cached multi-block matmul (the replay fast path), a matmul with an epilogue and a
+    reduction give the same bits with the lane as through the Python queue, equal to numpy."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((256, 256)).astype(dtype)
+    b = rng.standard_normal((256, 256)).astype(dtype)
+    x = rng.standard_normal((64, 4096)).astype(np.float32)
+    ta, tb, tx = lm.tensor(a), lm.tensor(b), lm.tensor(x)
+    got = {}
+    for flag in (True, False, True):
+        monkeypatch.setattr(_threads, "LANE", flag)
+        for _ in range(2):  # the second call replays the cached program
+            got.setdefault(flag, []).append(
+                (
+                    (ta @ tb).numpy(),
+                    (lm.relu(ta @ tb) * 0.5).numpy(),
+                    lm.sum(tx * 2.0, axis=1).numpy(),
+                )
+            )
+    first = got[True][0]
+    for runs in got.values():
+        for res in runs:
+            for r, f in zip(res, first):
+                assert np.array_equal(r, f)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    tol = 1e-4 if dtype == "float32" else 1e-2
+    np.testing.assert_allclose(first[0], ref, rtol=tol, atol=tol * 16)
+    np.testing.assert_allclose(first[1], np.maximum(ref, 0) * 0.5, rtol=tol, atol=tol * 16)
+    np.testing.assert_allclose(first[2], (x * 2).sum(axis=1), rtol=1e-5)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_launches_native_blocks_on_a_fresh_pool():
+    """The parent's lane threads do not exist in a forked child: its first launch builds a new
+    pool (a lane of its own) and runs every block."""
+    seen, fn = _native_recorder()
+    argv, _ = _argv()
+    _threads.block_pool().run_native(fn, argv, 4)  # the parent's lane threads are running
+    parent_lane = _threads.block_pool()._lane
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if every block ran once on a fresh pool
+        ok = False
+        try:
+            seen.clear()
+            pool = _threads.block_pool()
+            pool.run_native(fn, argv, 6)
+            ok = sorted(i for i, _, _, _ in seen) == list(range(6))
+            ok = ok and (pool._lane is None or pool._lane != parent_lane)
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
