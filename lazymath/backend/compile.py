@@ -446,6 +446,7 @@ def _host_mapping(ir) -> tuple:
         gemm.host_gemm().key
         + (() if gemm.K_STEP_MERGE else ("k-steps",))
         + (() if gemm.ND_A else ("pack-a",))
+        + (() if gemm.ND_PACK else ("nz-a",))
     )
 
 

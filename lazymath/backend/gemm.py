@@ -285,6 +285,8 @@ LINE = 16  # floats per 64-byte cache line
 K_STEP_MERGE = True  # lower_cube.merge_k_steps on (tests compare both lowerings; in the disk key)
 ND_A = True  # fp32 A read in place by the Mmad (lower_cube.nd_panels; tests compare; disk key)
 PACK_ROWS = 8  # rows per block of the contiguous-row packer (emit_pack_nz): <= L1 ways
+ND_PACK = True  # float16 A panels packed row-major for the _nd microkernels (lower_cube; key)
+ND_PAD = 16  # floats after each row of such a copy (rows not 4 KiB apart)
 UK_UNROLL = 4  # k steps per microkernel loop body (a divisor of C0): see get_ukernel
 
 
@@ -876,6 +878,22 @@ def emit_pack_nz(
                 col = b.add(b.mul(cb, c64(C0)), c)
                 v = pro(b, sload(sgep(rbase, b.mul(col, c64(sc)))))
                 b.store(v, gep(b, drow, c))
+
+
+def emit_pack_nd(b: ir.IRBuilder, dst: ir.Value, stride: int, src: ir.Value, src_dtype: str,
+                 sr: int, rows: Val, cols: Val) -> None:  # fmt: skip
+    """dst[r * stride + c] = float32(src[r * sr + c]) for r < rows, c < cols (a multiple of C0):
+    a row-major fp32 copy of a unit-column-stride panel (float16 widened), which the `_nd`
+    microkernels read like an fp32 operand in place (`emit_mmad`'s `a_nd` = `stride`)."""
+    et = LLVM_TYPES[src_dtype]
+    ncb = cols // C0 if isinstance(cols, int) else b.sdiv(cols, c64(C0))
+    with for_range(b, 0, rows, name="ndr") as r:
+        srow = gep(b, src, b.mul(r, c64(sr)), et)
+        drow = gep(b, dst, b.mul(r, c64(stride)))
+        with for_range(b, 0, ncb, name="ndc") as cb:
+            col = b.mul(cb, c64(C0))
+            v = load_as_f32(b, gep(b, srow, col, et), src_dtype, C0)
+            b.store(v, gep(b, drow, col), align=4)
 
 
 # ----------------------------------------------------------------------------- write-out (FixPipe)

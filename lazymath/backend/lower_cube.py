@@ -97,6 +97,21 @@ class _CubeState:
             self.shadow[buf.name] = self.entry_alloca(buf.size, f"{buf.name}.f32")
         return self.shadow[buf.name]
 
+    def nd_shadow(self, i: cube.LoadNz) -> tuple[ir.Value, int]:
+        """(fp32 row-major host buffer, row stride in floats) for the widened ND copy of the
+        panels LoadNz `i` fills: rows of its longest K range plus gemm.ND_PAD floats (rows not
+        4 KiB apart). One per L1 buffer: the Mmad that reads a panel runs before the next
+        LoadNz into it (nd_panels)."""
+        key = ("nd", i.dst.buf.name)
+        if key not in self.shadow:
+            _, hi = isa.int_range(i.cols, self.ranges)
+            cap = i.dst.buf.size // max(i.dst_rows, 1)  # the L1 buffer bounds any panel
+            cols = cap if hi == float("inf") else min(int(hi), cap)
+            stride = -(-cols // cube.C0) * cube.C0 + gemm.ND_PAD
+            self.shadow[key] = (self.entry_alloca(i.dst_rows * stride, f"{i.dst.buf.name}.nd"),
+                                stride)  # fmt: skip
+        return self.shadow[key]
+
     def entry_slot(self, typ: ir.Type, name: str) -> ir.Value:
         """A stack slot allocated once at function entry (mem2reg turns it into a register)."""
         key = ("slot", name)
@@ -140,6 +155,8 @@ def _state(ctx: lower_llvm.LowerCtx) -> _CubeState:
         st.memo_ok = memo_sources_read_only(ctx.program)
         st.ranges = var_ranges(ctx.program)
         st.nd_ok = nd_panels(ctx.program, st.alias_ok) if gemm.ND_A else frozenset()
+        if gemm.ND_PACK:
+            st.nd_ok |= nd_panels(ctx.program, st.alias_ok, ("float16",))
         ctx._cube_state = st
     return st
 
@@ -256,7 +273,8 @@ def memo_sources_read_only(program: isa.Program) -> bool:
     )
 
 
-def nd_panels(program: isa.Program, alias_ok=None) -> frozenset[str]:
+def nd_panels(program: isa.Program, alias_ok=None,
+              dtypes: tuple[str, ...] = ("float32",)) -> frozenset[str]:  # fmt: skip
     """L1 buffers whose LoadNz the host may skip: the Mmad then reads the operand in place (ND,
     row-major fp32 straight from GM: `gemm.emit_mmad`'s `a_nd`) whenever the panel is whole.
 
@@ -267,7 +285,11 @@ def nd_panels(program: isa.Program, alias_ok=None) -> frozenset[str]:
     of the LoadNz, and reading the panel at the LoadNz's own offset with the Mmad's m and k
     equal to the LoadNz's rows and cols. The lowering then checks at run time that the panel is
     whole (rows = its padded row count, cols a multiple of 16: every element a microkernel
-    reads exists in GM) and packs it as before otherwise."""
+    reads exists in GM) and packs it as before otherwise.
+
+    `dtypes`: the GM source dtypes accepted (default float32: read in place). The lowering
+    packs a float16 panel proven the same way row-major (`gemm.emit_pack_nd`, see
+    gemm.ND_PACK) and the `_nd` microkernels read that copy."""
     written: dict[str, list] = {}
     readers: dict[str, list] = {}
     for instr in program.instructions():
@@ -282,7 +304,7 @@ def nd_panels(program: isa.Program, alias_ok=None) -> frozenset[str]:
 
     def eligible(x) -> bool:
         return (isinstance(x, cube.LoadNz) and x.dst.buf.scope == "L1"
-                and x.src.buf.scope == "GM" and x.src.buf.dtype == "float32"
+                and x.src.buf.scope == "GM" and x.src.buf.dtype in dtypes
                 and x.strides[1] == 1 and x.prologue is None and not x.im2col
                 and x.memo is None and x.src.buf.name not in written
                 and written.get(x.dst.buf.name) == [x])  # fmt: skip
@@ -572,15 +594,25 @@ def _load_nz(ctx: lower_llvm.LowerCtx, i: cube.LoadNz) -> None:
         if static_ok:
             at = ctx.int(i.dst.off)
             whole = True
-            ptr = src
+            ptr, stride = src, sr
+            widen = i.src.buf.dtype != "float32"  # packed row-major (float16): see ND_PACK
+            if widen:
+                ptr, stride = st.nd_shadow(i)
             if conds:  # decided at run time: packed into the L1 shadow when not whole
                 whole = conds[0] if len(conds) == 1 else b.and_(conds[0], conds[1])
                 shadow = gemm.gep(b, st.base(i.dst.buf), at)
-                with b.if_then(b.not_(whole)):
-                    pack(shadow)
-                ptr = b.select(whole, src, shadow)
+                with b.if_else(whole) as (then, otherwise):
+                    with then:
+                        if widen:
+                            gemm.emit_pack_nd(b, ptr, stride, src, i.src.buf.dtype, sr,
+                                              rows, cols)  # fmt: skip
+                    with otherwise:
+                        pack(shadow)
+                ptr = b.select(whole, ptr, shadow)
+            elif widen:
+                gemm.emit_pack_nd(b, ptr, stride, src, i.src.buf.dtype, sr, rows, cols)
             st.redirect[i.dst.buf.name] = (ptr, at)
-            st.nd[i.dst.buf.name] = (whole, sr)
+            st.nd[i.dst.buf.name] = (whole, stride)
             return
     st.nd.pop(i.dst.buf.name, None)
     if i.memo is None or not st.memo_ok:

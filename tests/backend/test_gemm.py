@@ -317,3 +317,63 @@ def test_fp32_a_panels_are_read_in_place_with_the_packed_results(preset, monkeyp
         assert np.array_equal(res[0], res[1]), kind
         ref = a.astype(np.float64) @ bm.reshape(*batch, k, n).astype(np.float64)
         np.testing.assert_allclose(res[0], ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("target_cpu", host.executable_targets())
+@pytest.mark.parametrize("preset", ["ascend910", "ascend910b"])
+def test_fp16_a_panels_widen_row_major_with_the_nz_results(preset, target_cpu, monkeypatch):
+    """A float16 A with unit column stride is widened into a row-major fp32 copy
+    (gemm.emit_pack_nd, padded rows) that the `_nd` microkernels read, when a panel is whole
+    (the NZ packer otherwise: the last M tile of 300 rows, a K of 700). Bit-identical to
+    the NZ lowering and numpy's values, for a plain, a wider (row stride > K, offset) and a
+    reversed A; a transposed A keeps the NZ packer. Every executable target (forced AVX2)."""
+    from lazymath.backend import compile as lmc
+    from lazymath.backend import lower_cube
+    from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
+    from lazymath.runtime.device import get_spec
+
+    if target_cpu:
+        monkeypatch.setenv(host.ENV_TARGET, target_cpu)
+    else:
+        monkeypatch.delenv(host.ENV_TARGET, raising=False)
+    spec = get_spec(preset)
+    rng = np.random.default_rng(12)
+    cases = [("plain", 300, 200, 700), ("plain", 300, 200, 704), ("wide", 130, 70, 512),
+             ("reversed", 257, 33, 208), ("plain", 256, 128, 1024),
+             ("transposed", 140, 50, 300)]  # fmt: skip
+    for kind, m, n, k in cases:
+        if kind == "wide":
+            src = rng.standard_normal((m, 2 * k + 5)).astype(np.float16)
+            a_v, a = ArgView("float16", (m, k), (2 * k + 5, 1), 3), src[:, 3 : 3 + k]
+        elif kind == "reversed":
+            src = rng.standard_normal((m, k)).astype(np.float16)
+            a_v, a = ArgView("float16", (m, k), (-k, 1), (m - 1) * k), src[::-1]
+        elif kind == "transposed":
+            src = rng.standard_normal((k, m)).astype(np.float16)
+            a_v, a = ArgView("float16", (m, k), (1, m)), src.T
+        else:
+            src = rng.standard_normal((m, k)).astype(np.float16)
+            a_v, a = ArgView("float16", (m, k), (k, 1)), src
+        bm = rng.standard_normal((k * n,)).astype(np.float16)
+        b_v = ArgView("float16", (k, n), (n, 1))
+        out = ArgView("float32", (m, n), (n, 1))
+        ir_ = MatmulKernel((), m, n, k, a_v, b_v, None, None, "float16", (),
+                           (SOp("acc", "float32"),), (0,), (out,))  # fmt: skip
+        program = lmc.build_program(ir_, spec, "k")
+        alias = lower_cube.aliasable_l0(program)
+        assert not lower_cube.nd_panels(program, alias)  # never read in place
+        widened = lower_cube.nd_panels(program, alias, ("float16",))
+        assert bool(widened) == (kind != "transposed"), kind
+        res = []
+        for flag in (True, False):
+            monkeypatch.setattr(G, "ND_PACK", flag)
+            name = f"ndp{int(flag)}_{kind}_{m}_{n}_{k}_{target_cpu or 'native'}"
+            ck = lmc._compile_llvm(ir_, spec, name)
+            if flag and widened and k % 16 == 0:
+                assert "_nd" in ck.llvm_ir  # the in-place microkernels read the copy
+            c = np.full((m, n), np.nan, np.float32)
+            ck(src.reshape(-1), bm, c.reshape(-1))
+            res.append(c)
+        assert np.array_equal(res[0], res[1]), kind
+        ref = a.astype(np.float64) @ bm.reshape(k, n).astype(np.float64)
+        np.testing.assert_allclose(res[0], ref, rtol=1e-3, atol=1e-3 * np.sqrt(k))
