@@ -263,6 +263,37 @@ def test_ctrl_c_stops_a_huge_reduction(be, tmp_path):
     assert p.stdout.split() == ["interrupted", "1000000.0"], p.stdout + p.stderr[-2000:]
 
 
+def test_long_realizes_share_one_realize_thread(monkeypatch):
+    """The main thread's long programs run on one long-lived realize thread (a fresh thread per
+    realize faulted in a new stack and GEMM workspace every time): the same thread runs every
+    long realize, results equal numpy, and an error raised there reaches the caller, after
+    which the thread still serves."""
+    import threading
+
+    from lazymath import engine
+
+    monkeypatch.setattr(engine, "LONG_WORK", 0)  # every program counts as long
+    ran_on: list = []
+    run = engine.Program.run
+
+    def spying_run(self, *args, **kw):
+        ran_on.append(threading.current_thread())
+        return run(self, *args, **kw)
+
+    monkeypatch.setattr(engine.Program, "run", spying_run)
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5)
+    for k in range(3):
+        got = (lm.relu(lm.asarray(a) @ lm.asarray(b)) * (k + 0.5)).numpy()
+        np.testing.assert_allclose(got, np.maximum(a @ b, 0) * (k + 0.5), rtol=1e-6)
+    assert len(ran_on) == 3 and len(set(ran_on)) == 1
+    assert ran_on[0] is not threading.main_thread() and ran_on[0].name == "lazymath-realize"
+    with pytest.raises(ZeroDivisionError):
+        engine._REALIZE_THREAD.run(lambda: 1 / 0)
+    assert engine._REALIZE_THREAD.run(lambda: 41 + 1) == 42
+    assert sum(t.name == "lazymath-realize" for t in threading.enumerate()) == 1
+
+
 # ----------------------------------------------------------------------------- fuzzer findings
 
 
