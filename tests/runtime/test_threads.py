@@ -402,3 +402,29 @@ def test_a_forked_child_launches_native_blocks_on_a_fresh_pool():
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_lane_code_is_built_from_its_source():
+    """`_threads._LANE_CODE` is machine code: it must be exactly what tools/native_lane.c
+    compiles to (tools/build_native_lane.py), so a source edit without a rebuild is caught.
+    Checked where the recorded compiler is installed (other gcc versions emit other bytes)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tools = Path(__file__).resolve().parents[2] / "tools"
+    if not all(shutil.which(t) for t in ("gcc", "objcopy", "objdump", "nm")):
+        pytest.skip("gcc and binutils are not installed")
+    version = subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout
+    src = Path(_threads.__file__).read_text()
+    if version.split("\n")[0] not in src:
+        pytest.skip(f"the lane was built by another gcc than {version.splitlines()[0]!r}")
+    sys.path.insert(0, str(tools))
+    try:
+        import build_native_lane
+    finally:
+        sys.path.remove(str(tools))
+    code, syms = build_native_lane.build()
+    assert code == _threads._LANE_CODE
+    assert syms == _threads._LANE_SYMBOLS
