@@ -176,7 +176,8 @@ def case_elementwise(n: int, peers: dict, quick: bool) -> dict:
     fns = {"lazymath": lambda: (lm.exp(lx) * 2 + 1).realize(), "numpy": numpy_best}
     if "numexpr" in peers:
         ne = peers["numexpr"]
-        fns["numexpr"] = lambda: ne.evaluate("exp(x) * 2 + 1", out=out)
+        # local_dict: numexpr otherwise looks `x` up in its caller's frame (the timing loop's)
+        fns["numexpr"] = lambda: ne.evaluate("exp(x) * 2 + 1", local_dict={"x": x}, out=out)
     if "torch" in peers:
         torch = peers["torch"]
         tx, tout = torch.from_numpy(x), torch.from_numpy(out.copy())

@@ -49,6 +49,20 @@ def test_quick_run_writes_the_table_and_results(tmp_path, capsys, monkeypatch):
     assert all(pathlib.Path(p).read_bytes()[:4] == b"\x89PNG" for p in paths)
 
 
+def test_numexpr_peer_times_its_own_expression(tmp_path, capsys, monkeypatch):
+    """numexpr looks variables up in its caller's frame unless given them: the runner passes
+    them, so the peer runs from inside the timing loop (it raised KeyError: 'x' there)."""
+    pytest.importorskip("numexpr")
+    run = _load("run")
+    monkeypatch.setattr(run, "QUICK", {"elementwise": [256]})
+    monkeypatch.setenv("LAZYMATH_BACKEND", "interp")
+    doc = run.main(["--quick", "--only", "elementwise", "--peers", "numpy,numexpr",
+                    "--out", str(tmp_path / "r.json")])  # fmt: skip
+    (r,) = doc["results"]
+    assert set(r["seconds"]) == {"lazymath", "numpy", "numexpr"}
+    assert all(t > 0 for t in r["seconds"].values())
+
+
 def test_unknown_suite_is_refused():
     run = _load("run")
     with pytest.raises(SystemExit):
