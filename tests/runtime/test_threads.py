@@ -18,6 +18,15 @@ from lazymath.backend.compile import CompiledKernel
 from lazymath.runtime import Device
 
 
+def _on_threads(launch, n: int) -> None:
+    """launch(k) for k < n, each on its own thread at once; returns when all have finished."""
+    ts = [threading.Thread(target=launch, args=(k,)) for k in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
 def _recorder():
     seen: list = []
 
@@ -76,11 +85,7 @@ def test_concurrent_launches_share_the_pool():
             _threads.block_pool().run(fn, None, 5 + k)
             results.append(sorted(i for i, _, _ in seen) == list(range(5 + k)))
 
-    ts = [threading.Thread(target=launch, args=(k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    _on_threads(launch, 4)
     assert len(results) == 80 and all(results)
 
 
@@ -294,11 +299,7 @@ def test_native_and_python_launches_from_several_threads(lane):
                 got = [i for i, _, _ in seen]
             results.append(sorted(got) == list(range(blocks)))
 
-    ts = [threading.Thread(target=launch, args=(k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    _on_threads(launch, 4)
     assert len(results) == 120 and all(results)
 
 
