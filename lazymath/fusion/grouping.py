@@ -16,7 +16,7 @@ Every refusal appends (kind, nodes, reason) to the fusion log.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..backend.kernel_ir import (
     ROW_REDUCE_OPS,
@@ -493,6 +493,10 @@ class Planner:
             self.group_of_root[id(n)] = g
         groups = self._merge_rows(groups)
         groups = self._merge_custom_siblings(groups)
+        # the unmerged kernels (each a cone over GM values: a DAG), kept to split a merged
+        # kernel back into should a merge below ever close a cycle (_toposort_groups)
+        self.unmerged = [replace(g, roots=list(g.roots), members=set(g.members),
+                                 epi_roots=list(g.epi_roots)) for g in groups]  # fmt: skip
         groups = self._merge_epilogues(groups)
         groups = self._merge_col_sums(groups)
         groups = self._merge_softmax(groups)
@@ -528,17 +532,20 @@ class Planner:
     def _merge_aicpu(self, groups: list[Group]) -> list[Group]:
         """AI CPU kernels are numpy on the host: an AI CPU kernel whose only producer is another
         AI CPU kernel joins it (one launch, no GM round trip). Depending on a single producer
-        group cannot create a cycle."""
-        owner = {}
-        for g in groups:
-            for r in g.roots:
-                owner[id(r)] = g
+        group cannot create a cycle. Every value a kernel writes counts as its product (an
+        epilogue value of a reduction too: counting only roots let an AI CPU comparison that
+        reads both a complex slice's abs and `argmax(abs) - ...`, the argmax kernel's
+        epilogue, join the abs kernel the argmax reads: a cycle, issue 38)."""
+        owner = _products(groups)
         dead = set()
         for g in groups:
             if g.kind != "aicpu":
                 continue
-            producers = {id(owner[id(b)]): owner[id(b)] for b in self._boundary(g)
-                         if id(b) in owner and owner[id(b)] is not g}  # fmt: skip
+            bound = [b for b in self._boundary(g) if b.realized is None]
+            if any(id(b) not in owner for b in bound):
+                continue  # a value no kernel is known to write: do not merge on a guess
+            producers = {id(owner[id(b)]): owner[id(b)] for b in bound
+                         if owner[id(b)] is not g}  # fmt: skip
             if len(producers) != 1:
                 continue
             (p,) = producers.values()
@@ -548,8 +555,10 @@ class Planner:
             p.roots = p.roots + g.roots
             p.core = None
             for r in g.roots:
-                owner[id(r)] = p
                 self.group_of_root[id(r)] = p
+            for k, v in list(owner.items()):
+                if v is g:
+                    owner[k] = p
             dead.add(id(g))
         return [g for g in groups if id(g) not in dead]
 
@@ -851,15 +860,61 @@ class Planner:
     def _toposort_groups(self, groups: list[Group]) -> list[Group]:
         """Launch order: the kernel DAG sorted topologically (Kahn), ties broken by where each
         kernel's first output appears in the user's program."""
+        while True:
+            order, stuck = self._kahn(groups)
+            if not stuck:
+                return order
+            groups = self._split_cycle(groups, stuck)
+
+    def _split_cycle(self, groups: list[Group], stuck: list[Group]) -> list[Group]:
+        """A merge closed a cycle between kernels (none is known to: this is the safety net).
+        Split the merged kernel on the cycle that holds the most unmerged kernels back into
+        them, log it, and let the caller sort again; the unmerged kernels form a DAG, so
+        repeating this terminates acyclic."""
+        made = _products(stuck)
+        succ = {id(g): set() for g in stuck}
+        for g in stuck:
+            for b in self._boundary(g):
+                p = made.get(id(b))
+                if p is not None and p is not g:
+                    succ[id(p)].add(id(g))
+
+        def on_cycle(g: Group) -> bool:
+            todo, seen = list(succ[id(g)]), set()
+            while todo:
+                i = todo.pop()
+                if i == id(g):
+                    return True
+                if i not in seen:
+                    seen.add(i)
+                    todo.extend(succ[i])
+            return False
+
+        cyc = [g for g in stuck if on_cycle(g)] or stuck
+        parts: dict[int, list[Group]] = {}
+        for g in cyc:
+            mine = _products([g])
+            parts[id(g)] = [u for u in self.unmerged if id(u.roots[0]) in mine]
+        g = max(cyc, key=lambda x: len(parts[id(x)]))
+        if len(parts[id(g)]) <= 1:
+            raise RuntimeError("cycle between kernels that are not merges")  # pragma: no cover
+        back = [replace(u, roots=list(u.roots), members=set(u.members),
+                        epi_roots=list(u.epi_roots)) for u in parts[id(g)]]  # fmt: skip
+        for u in back:
+            for r in u.roots:
+                self.group_of_root[id(r)] = u
+        self.log.append(LogEntry("split", tuple(describe(u.roots[0]) for u in back),
+            f"merging these {len(back)} kernels into one {g.kind} kernel made a cycle between "
+            "kernels (it would read its own output through another kernel); they run "
+            "separately", g.roots[0]))  # fmt: skip
+        return [x for x in groups if x is not g] + back
+
+    def _kahn(self, groups: list[Group]) -> tuple[list[Group], list[Group]]:
+        """(the groups in launch order, []) or (a partial order, the groups left on or after
+        a cycle)."""
         import heapq
 
-        produced = {}
-        for g in groups:
-            done = g.col_sums + g.row_reds + g.row_outs + [o for _, o in g.softmax]
-            for r in g.roots + g.epi_roots + done:
-                produced[id(r)] = g
-            if g.core is not None:
-                produced[id(g.core)] = g
+        produced = _products(groups)
         first = {id(g): min(self.pos[id(r)] for r in g.roots) for g in groups}
         succ: dict[int, set[int]] = {id(g): set() for g in groups}
         indeg = {id(g): 0 for g in groups}
@@ -880,9 +935,8 @@ class Planner:
                 indeg[j] -= 1
                 if indeg[j] == 0:
                     heapq.heappush(ready, (first[j], j))
-        if len(out) != len(groups):  # pragma: no cover - merges keep the kernel graph a DAG
-            raise RuntimeError("cycle between kernels")
-        return out
+        done = {id(g) for g in out}
+        return out, [g for g in groups if id(g) not in done]
 
     # ------------------------------------------------------------------ IR
     def written(self, g: Group) -> list[Node]:
@@ -1198,6 +1252,19 @@ def _dense_leaf(s: Node) -> Node | None:
     if b is s or b.realized is None or not b.realized.flags.c_contiguous:
         return None
     return b
+
+
+def _products(groups: list[Group]) -> dict[int, Group]:
+    """id(node) -> the group that computes and writes it: its roots, epilogue values, fused
+    reductions, softmax outputs and core."""
+    produced: dict[int, Group] = {}
+    for g in groups:
+        done = g.col_sums + g.row_reds + g.row_outs + [o for _, o in g.softmax]
+        for r in g.roots + g.epi_roots + done:
+            produced[id(r)] = g
+        if g.core is not None:
+            produced[id(g.core)] = g
+    return produced
 
 
 def _peel_views(n: Node) -> Node:
