@@ -44,6 +44,7 @@ _LAZY = {
                       "show_config"), "api"),
     **dict.fromkeys(("visualize", "report"), "viz"),
     **dict.fromkeys(("kernel", "Kernel", "KernelBuilder"), "lowlevel"),
+    **dict.fromkeys(("set_num_threads", "get_num_threads"), "_threads"),
 }  # fmt: skip
 # subpackages and public modules, importable as attributes (`lm.runtime.memory_stats()`)
 _SUBMODULES = ("backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel")
@@ -55,6 +56,11 @@ e, inf, nan, pi, newaxis = 2.718281828459045, float("inf"), float("nan"), 3.1415
 _CONSTANTS = ("e", "inf", "nan", "pi", "newaxis")
 
 __all__ = [*_tensor_all, *_array_api_all, *_DTYPES, *_CONSTANTS, "dtypes", "realize", *_LAZY]
+
+
+from ._tpctl import register as _register_threadpoolctl  # noqa: E402
+
+_register_threadpoolctl()  # threadpool_limits(n) limits lazymath's block pool (lazymath/_tpctl.py)
 
 
 def __getattr__(name):

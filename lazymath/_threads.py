@@ -35,6 +35,12 @@ no change). After the window the threads block: an idle process burns no CPU. No
 the pool has more threads than cores (a launch asked for more), nor without the native code
 (other systems: threads block on the queue at once) or with the setting at 0.
 
+Thread counts (`num_threads`): `set_num_threads(n)` (also what the threadpoolctl controller in
+`_tpctl.py` calls, so `threadpool_limits(1)` runs launches on the calling thread), else
+LAZYMATH_NUM_THREADS, else `available_cpus()`: the affinity mask (`taskset`) capped by the cgroup
+v1/v2 CPU quota (`docker --cpus`), never `os.cpu_count()` (a pinned process or a container on a
+big host would start one thread per host core). Compile workers and the host block split use it.
+
 Fork: the pool's threads do not exist in a forked child, and its locks may have been held by
 them; the child starts with no pool and builds a fresh one on its first multi-block launch.
 """
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import math
 import os
 import platform
 import queue
@@ -245,8 +252,9 @@ LANE = True
 class BlockPool:
     """Daemon threads that help run the blocks of multi-block launches.
 
-    `n_threads` (default: the host's cores) is how many threads, the caller's included, run one
-    launch's blocks unless the launch asks for another count.
+    `n_threads` (default: `num_threads()`, the CPUs the process may use unless a setting,
+    `set_num_threads` or threadpoolctl says otherwise) is how many threads, the caller's
+    included, run one launch's blocks unless the launch asks for another count.
 
     With the native code (Linux x86-64) the first `n_threads - 1` threads wait in the lane
     (`lane_work`, no GIL held): they run native launches (`run_native`) without any Python, and
@@ -254,11 +262,12 @@ class BlockPool:
     on the queue."""
 
     def __init__(self, n_threads: int | None = None) -> None:
-        self.n_threads = max(1, n_threads or os.cpu_count() or 1)
+        self.n_threads = max(1, n_threads or num_threads())
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
         self._lane_lock = threading.Lock()  # one native launch at a time uses the lane
+        self._n_lane = 0  # threads started in the lane (each joins every lane launch)
         self._native = _spinner()
         self._lane = None
         if self._native is not None:
@@ -274,6 +283,7 @@ class BlockPool:
                                      name=f"lazymath-block-{k}", daemon=True)  # fmt: skip
                 t.start()
                 self._threads.append(t)
+                self._n_lane += lane
 
     def _spinning(self) -> bool:
         """Whether waits may spin: not when the pool has more threads than cores (a launch
@@ -346,8 +356,10 @@ class BlockPool:
                 cfunc(0, 1, argv)
             return
         n = self.n_threads
+        # `_n_lane > n - 1`: the count was lowered (set_num_threads) below the threads already
+        # in the lane, which would all join a lane launch
         if (self._lane is None or (threads and threads < n) or n == 1 or not LANE
-                or not isinstance(cfunc, _CFuncPtr)):  # fmt: skip
+                or not isinstance(cfunc, _CFuncPtr) or self._n_lane > n - 1):  # fmt: skip
             self.run(_NativeBlocks(cfunc), argv, blocks, threads)
             return
         if not self._lane_lock.acquire(False):
@@ -369,6 +381,7 @@ class BlockPool:
         for t in self._threads:
             t.join(timeout=1.0)
         self._threads.clear()
+        self._n_lane = 0
         while not self._jobs.empty():  # the Nones lane threads did not take (they stopped)
             self._jobs.get_nowait()
         if self._lane is not None:
@@ -467,6 +480,126 @@ def run_blocks(fn, argv, blocks: int) -> None:
             fn(argv, 0, 1)
         return
     (_POOL or _new_pool()).run(fn, argv, blocks)
+
+
+# --------------------------------------------------------------------------- thread counts
+_CGROUP_ROOT = "/sys/fs/cgroup"
+_PROC_CGROUP = "/proc/self/cgroup"
+_LIMIT: int | None = None  # lm.set_num_threads / the threadpoolctl controller; None: not set
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _ancestors(rel: str) -> list[str]:
+    """`rel` ("/a/b") and its parents up to "" (the mount root)."""
+    parts = [p for p in rel.strip().split("/") if p and p != ".."]
+    return ["/".join(parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def cgroup_cpu_limit(root: str | None = None, proc_cgroup: str | None = None) -> float | None:
+    """The CPU quota of the process's cgroup, in CPUs (quota / period, e.g. 2.0 for `docker
+    --cpus 2`), or None when there is none or no cgroup file says.
+
+    cgroup v2: `cpu.max` ("max 100000" or "200000 100000") of the process's cgroup (the "0::"
+    line of /proc/self/cgroup) and of every parent up to the mount root; v1: `cpu.cfs_quota_us`
+    and `cpu.cfs_period_us` (-1: no quota) in the "cpu" controller's hierarchy. In a container the
+    process's own path is often not visible below the mount: the mount root counts too. The
+    tightest quota found wins. `root` (default /sys/fs/cgroup) and `proc_cgroup` (default
+    /proc/self/cgroup) are for tests with fixture trees."""
+    root = _CGROUP_ROOT if root is None else root
+    text = _read(_PROC_CGROUP if proc_cgroup is None else proc_cgroup) or ""
+    limits: list[float] = []
+    for line in text.splitlines():
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, rel = fields
+        if controllers == "":  # v2
+            for d in _ancestors(rel):
+                raw = _read(os.path.join(root, d, "cpu.max"))
+                if raw is None:
+                    continue
+                words = raw.split()
+                if len(words) >= 1 and words[0] != "max":
+                    try:
+                        quota = int(words[0])
+                        period = int(words[1]) if len(words) > 1 else 100000
+                    except ValueError:
+                        continue
+                    if quota > 0 and period > 0:
+                        limits.append(quota / period)
+        elif "cpu" in controllers.split(","):  # v1
+            for mount in (controllers, "cpu,cpuacct", "cpu"):
+                base = os.path.join(root, mount)
+                if not os.path.isdir(base):
+                    continue
+                for d in _ancestors(rel):
+                    q = _read(os.path.join(base, d, "cpu.cfs_quota_us"))
+                    p = _read(os.path.join(base, d, "cpu.cfs_period_us"))
+                    try:
+                        quota, period = int(q), int(p)  # type: ignore[arg-type]
+                    except (TypeError, ValueError):
+                        continue
+                    if quota > 0 and period > 0:
+                        limits.append(quota / period)
+                break
+    return min(limits) if limits else None
+
+
+def available_cpus(affinity: set[int] | None = None, quota: float | None = None,
+                   cpu_count: int | None = None) -> int:  # fmt: skip
+    """How many CPUs this process may use: the CPUs of its affinity mask
+    (`os.sched_getaffinity`, what `taskset` sets; `os.cpu_count()` where there is none), capped
+    by the cgroup CPU quota rounded up (`cgroup_cpu_limit`). At least 1. The arguments replace
+    what the host says (tests)."""
+    if affinity is None and hasattr(os, "sched_getaffinity"):
+        try:
+            affinity = os.sched_getaffinity(0)
+        except OSError:
+            affinity = None
+    n = len(affinity) if affinity else (cpu_count or os.cpu_count() or 1)
+    if quota is None:
+        quota = cgroup_cpu_limit()
+    if quota is not None and quota > 0:
+        n = min(n, max(1, math.ceil(quota - 1e-9)))
+    return max(1, n)
+
+
+def num_threads() -> int:
+    """Lazymath's execution thread count: `set_num_threads(n)` (or a threadpoolctl limit) if
+    set, else LAZYMATH_NUM_THREADS if set (not 0), else `available_cpus()`."""
+    if _LIMIT is not None:
+        return _LIMIT
+    n = settings.NUM_THREADS.get()
+    return n if n else available_cpus()
+
+
+def set_num_threads(n: int | None) -> None:
+    """Run kernel blocks on at most `n` threads (the calling thread included) from now on;
+    None returns to the default (`num_threads`). The pool keeps its started threads; a lower
+    count wakes fewer of them."""
+    global _LIMIT
+    if n is not None:
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"set_num_threads: expected an int or None, got {type(n).__name__}")
+        if n < 1:
+            raise ValueError(f"set_num_threads: the thread count must be >= 1, got {n}")
+    _LIMIT = n
+    pool = _POOL
+    if pool is not None:
+        pool.n_threads = num_threads()
+
+
+def get_num_threads() -> int:
+    """The thread count kernel launches use now (the pool's if it exists, else `num_threads`)."""
+    pool = _POOL
+    return pool.n_threads if pool is not None else num_threads()
 
 
 def _after_fork_in_child() -> None:

@@ -244,6 +244,13 @@ COMPILE_THREADS = Setting(
     "compile in parallel",
     minimum=0,
 )  # fmt: skip
+NUM_THREADS = Setting(
+    "LAZYMATH_NUM_THREADS", "int", 0,
+    "threads that run a kernel's blocks, the calling thread included (default 0: the CPUs the "
+    "process may use: its affinity mask, `taskset`, capped by a cgroup CPU quota, `docker "
+    "--cpus`); `lm.set_num_threads(n)` and threadpoolctl's `threadpool_limits(n)` override it",
+    minimum=0,
+)  # fmt: skip
 POOL_SPIN_US = Setting(
     "LAZYMATH_POOL_SPIN_US", "int", 1000,
     "microseconds a block-pool thread spins (native code, no GIL) waiting for the next launch, "
@@ -328,6 +335,7 @@ SETTINGS: tuple[Setting, ...] = (
     AUTOTUNE,
     TIERED,
     COMPILE_THREADS,
+    NUM_THREADS,
     POOL_SPIN_US,
     COMPILE_ISOLATE,
     SCALAR_ARGS,

@@ -118,6 +118,7 @@ def layer(mod: str) -> str | None:
         "lazymath.dtypes",
         "lazymath._version",
         "lazymath._threads",
+        "lazymath._tpctl",
         "lazymath._dccache",
         "lazymath.units",
         "lazymath.runtime.device",

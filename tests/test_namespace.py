@@ -54,6 +54,8 @@ ALLOWLIST = {
     "visualize", "report",
     # the low-level API: user kernels (lazymath/lowlevel.py)
     "kernel", "Kernel", "KernelBuilder",
+    # execution threads (lazymath/_threads.py)
+    "set_num_threads", "get_num_threads",
     # subpackages and public modules
     "backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel",
     "__version__",

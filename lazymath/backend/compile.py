@@ -31,7 +31,7 @@ import weakref
 import numpy as np
 
 from lazymath import settings
-from lazymath._threads import block_pool, launch_blocks
+from lazymath._threads import block_pool, launch_blocks, num_threads
 from lazymath.backend import isa, kernel_cache
 from lazymath.backend.kernel_ir import ArgView, kernel_args
 
@@ -68,7 +68,7 @@ def host_blocks(ir, program: isa.Program, workers: int | None = None, spec=None)
     kind = getattr(ir, "kind", None)
     if kind not in _HOST_MAPPED:
         return program.blocks
-    workers = workers or os.cpu_count() or 1
+    workers = workers or num_threads()
     if kind == "matmul":
         if program.unit != "cube":
             return program.blocks

@@ -176,11 +176,14 @@ class responsive:
 
 
 def n_workers() -> int:
-    """Compile threads: LAZYMATH_COMPILE_THREADS, default (0) one per core, at most 4."""
+    """Compile threads: LAZYMATH_COMPILE_THREADS, default (0) one per execution thread
+    (`lazymath._threads.num_threads`: affinity, cgroup quota, LAZYMATH_NUM_THREADS,
+    set_num_threads / threadpool_limits), at most 4."""
     from lazymath import settings
+    from lazymath._threads import num_threads
 
     n = settings.COMPILE_THREADS.get()
-    return max(1, n or min(os.cpu_count() or 1, 4))
+    return max(1, n or min(num_threads(), 4))
 
 
 def _loop(target: str | None, compiler: Compiler | None = None) -> None:

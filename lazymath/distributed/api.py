@@ -16,6 +16,7 @@ import weakref
 
 import numpy as np
 
+from .._threads import available_cpus
 from ..graph import node as gn
 from ..realize import commit, install_sharded_hook, sharded_hook
 from ..tensor import Tensor
@@ -137,13 +138,14 @@ def shard(data, axis: int = 0, n: int | None = None) -> Tensor:
     """A sharded lazymath tensor from a numpy array, a dask.array (its chunks along `axis`
     become the shards; `n` rechunks) or the path of a .npy file (opened as a memory map by each
     worker; the data never passes through this process). `n` defaults to the dask chunks, or to
-    one shard per worker core of the default cluster size (os.cpu_count())."""
+    one shard per worker core of the default cluster size (the CPUs the process may use:
+    `lazymath._threads.available_cpus`)."""
     if isinstance(data, (str, os.PathLike)):
         path = os.fspath(data)
         m = np.load(path, mmap_mode="r")
         shape, dtype = m.shape, m.dtype
         axis = _axis(axis, len(shape))
-        sizes = _split_sizes(shape[axis], n or os.cpu_count() or 1)
+        sizes = _split_sizes(shape[axis], n or available_cpus())
         src = Source("npy", os.path.abspath(path), axis, sizes, shape, dtype)
     elif _is_dask_array(data):
         axis = _axis(axis, data.ndim)
@@ -161,7 +163,7 @@ def shard(data, axis: int = 0, n: int | None = None) -> Tensor:
         if a.ndim == 0:
             raise ValueError("shard: a 0-d array has no axis to shard")
         axis = _axis(axis, a.ndim)
-        sizes = _split_sizes(a.shape[axis], n or os.cpu_count() or 1)
+        sizes = _split_sizes(a.shape[axis], n or available_cpus())
         src = Source("numpy", a, axis, sizes, a.shape, a.dtype)
     return Tensor(_sharded_leaf(src))
 

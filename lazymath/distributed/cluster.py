@@ -13,6 +13,7 @@ import logging
 import os
 
 from .. import settings
+from .._threads import available_cpus
 from . import worker as W
 
 SCHEDULER_ENV = "LAZYMATH_DASK_SCHEDULER"
@@ -83,7 +84,7 @@ def _embedded():
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(
-        n_workers=os.cpu_count() or 1,
+        n_workers=available_cpus(),
         threads_per_worker=1,
         processes=True,
         dashboard_address=None,
