@@ -1451,12 +1451,55 @@ def pow(a, b) -> Tensor:
 
 maximum = _binary(Op.MAXIMUM)
 minimum = _binary(Op.MINIMUM)
-eq = _binary(Op.EQ)
-ne = _binary(Op.NE)
-lt = _binary(Op.LT)
-le = _binary(Op.LE)
-gt = _binary(Op.GT)
-ge = _binary(Op.GE)
+# op(x, c) for an integer tensor x and a Python int c below (index 0) or above (index 1) x's
+# dtype's range: every element has the same, known answer (numpy 2, NEP 50)
+_OUT_OF_RANGE = {"eq": (False, False), "ne": (True, True), "lt": (False, True),
+                 "le": (False, True), "gt": (True, False), "ge": (True, False)}  # fmt: skip
+_MIRROR = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+
+
+def _int_out_of_range(x, c) -> int:
+    """-1 / +1 when `x` is an integer tensor and `c` a Python int below / above the range of
+    x's dtype (numpy 2 compares such a pair mathematically instead of raising), else 0."""
+    if type(x) is not Tensor or not isinstance(c, int) or isinstance(c, bool):
+        return 0
+    d = x._node.dtype
+    if d.kind not in "iu":
+        return 0
+    info = np.iinfo(d)
+    return -1 if c < info.min else 1 if c > info.max else 0
+
+
+def _compare(m: Op):
+    """The public function of comparison record `m`: `_binary`'s, plus numpy 2's answer for
+    an integer tensor against an out-of-range Python int (`lm.greater(u8, -1)` is all True,
+    `lm.equal(u8, 256)` all False): a constant of x's shape, decided here at the call."""
+    op = m.value
+    f = _binary(m)
+
+    def g(a, b) -> Tensor:
+        side, x, name = _int_out_of_range(a, b), a, op
+        if not side:
+            side, x, name = _int_out_of_range(b, a), b, _MIRROR[op]
+        if side:
+            value = _OUT_OF_RANGE[name][side > 0]
+            return _wrap(_expand(gn.const_node(value, dt.bool_), x.shape), [x])
+        return f(a, b)
+
+    g.__name__ = g.__qualname__ = op
+    g.__doc__ = (f.__doc__ or "") + (
+        " An integer tensor against a Python int outside its dtype's range gives numpy 2's "
+        "answer (all True or all False), not an OverflowError."
+    )
+    return g
+
+
+eq = _compare(Op.EQ)
+ne = _compare(Op.NE)
+lt = _compare(Op.LT)
+le = _compare(Op.LE)
+gt = _compare(Op.GT)
+ge = _compare(Op.GE)
 logical_and = _binary(Op.LOGICAL_AND)
 logical_or = _binary(Op.LOGICAL_OR)
 bitwise_and = _binary(Op.BITWISE_AND)
@@ -1496,6 +1539,19 @@ def clip(x, /, min=None, max=None) -> Tensor:
         if isinstance(x, Tensor):
             return x
         raise ValueError("clip: give at least one of min and max")
+    # numpy 2: a Python int bound outside an integer x's range that cannot bind (a min below
+    # the dtype's minimum, a max above its maximum) is no bound; one that would bind everything
+    # is numpy's OverflowError
+    for name, bound, harmless in (("min", lo, -1), ("max", hi, 1)):
+        side = _int_out_of_range(x, bound)
+        if side and side != harmless:
+            raise OverflowError(f"clip: {name}={bound!r} is out of bounds for {x.dtype}")
+    if _int_out_of_range(x, lo) == -1:
+        lo = None
+    if _int_out_of_range(x, hi) == 1:
+        hi = None
+    if lo is None and hi is None:
+        return x
     out = x
     if lo is not None:
         out = maximum(out, lo)
