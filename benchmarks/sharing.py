@@ -121,14 +121,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for opt in options:
             conf = dict(OPTIONS[opt])
             threads = conf.pop("threads", None)
-            saved = lm.get_num_threads()
-            lm.set_num_threads(threads)
+            if threads is not None:
+                lm.set_num_threads(threads)
             try:
                 with settings.override(**conf):
                     fn()
                     alone, after = _time(fn, before, reps, args.pause)
             finally:
-                lm.set_num_threads(None if threads is None else saved)
+                if threads is not None:
+                    lm.set_num_threads(None)  # back to the default count
             rows.append({"case": case, "peer": peer, "option": opt, "alone": alone,
                          "after": after, "ratio": after / alone})  # fmt: skip
             print(f"{case:12s} {opt:9s} alone {alone * 1e3:8.2f} ms  after {peer}: "

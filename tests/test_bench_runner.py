@@ -67,3 +67,15 @@ def test_unknown_suite_is_refused():
     run = _load("run")
     with pytest.raises(SystemExit):
         run.main(["--only", "fft"])
+
+
+def test_sharing_benchmark_runs(capsys, monkeypatch):
+    """benchmarks/sharing.py end to end on tiny sizes (the plumbing, not the timings)."""
+    sharing = _load("sharing")
+    monkeypatch.setenv("LAZYMATH_BACKEND", "interp")
+    rows = sharing.main(["--quick", "--reps", "1", "--pause", "0", "--options", "default,1 thread",
+                         "--only", "custom_op"])  # fmt: skip
+    assert [(r["case"], r["option"]) for r in rows] == [("custom_op", "default"),
+                                                         ("custom_op", "1 thread")]  # fmt: skip
+    assert all(r["alone"] > 0 and r["after"] > 0 for r in rows)
+    assert "after/alone" in capsys.readouterr().out
