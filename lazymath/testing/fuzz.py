@@ -461,6 +461,216 @@ def _drop(case: Case, steps: list, k: int) -> Case | None:
     return Case(case.seed, case.leaves, new, outs, case.order, tuple(range(len(outs))))
 
 
+# ----------------------------------------------------------------------------- structural step
+
+# The structural step (issue 38): multi-output graphs that mix complex inputs (AI CPU kernels),
+# reversed and strided views of their results, arg-reductions and reductions, and comparisons
+# whose operands come from both sides of a reduction -- the shapes that once made the planner
+# merge kernels into a cycle. Every graph's schedule is checked without executing (fast); a
+# sample is also realized against the reference backend.
+STRUCT_FAMILIES = ("view", "view", "abs", "abs", "scalar", "binary", "reduce", "reduce",
+                   "compare", "compare", "unary", "where", "cast")  # fmt: skip
+
+
+def generate_structural(seed: int) -> Case:
+    """A random structural case: 1-3 leaves (at least one complex), 4-11 steps, 2-4 outputs."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([1, 2, 5, 7, 12, 17, 31]))
+    shapes = [(n,), (int(rng.choice([1, 3, 4])), n), ()]
+    leaves = [_array(rng, shapes[0], str(rng.choice(["complex64", "complex64", "complex128"])))]
+    for _ in range(int(rng.integers(0, 3))):
+        sh = shapes[int(rng.integers(0, 3))]
+        leaves.append(_array(rng, sh, str(rng.choice(["float32", "complex64", "int32",
+                                                          "float16", "float64"]))))  # fmt: skip
+    meta = [(a.shape, a.dtype.name) for a in leaves]
+    steps: list[Step] = []
+    for _ in range(int(rng.integers(4, 12))):
+        step = _structural_step(rng, meta)
+        if step is None:
+            continue
+        try:
+            shape, dtype = _infer(step, meta, leaves)
+        except Exception:  # lazymath rejects it (a bad broadcast, a dtype): not a test
+            continue
+        steps.append(step)
+        meta.append((shape, dtype))
+    k = len(leaves)
+    cand = list(range(k, len(meta))) or list(range(len(meta)))
+    m = int(rng.integers(min(2, len(cand)), min(4, len(cand)) + 1))
+    outputs = sorted(rng.choice(cand, m, replace=False).tolist())
+    # the repro realized a leaf with the outputs: sometimes do the same
+    if rng.random() < 0.3:
+        outputs = [0] + [o for o in outputs if o != 0]
+    order = str(rng.choice(["together", "together", "each", "intermediate"]))
+    return Case(seed, leaves, steps, outputs, order, tuple(rng.permutation(len(outputs)).tolist()))
+
+
+def _recent(rng, meta, kinds=None, ndim_min=0):
+    """A value index biased to recent values (deeper graphs), or None."""
+    idx = [i for i, (s, d) in enumerate(meta) if (kinds is None or _kind(d) in kinds)
+           and len(s) >= ndim_min]  # fmt: skip
+    if not idx:
+        return None
+    w = np.arange(1, len(idx) + 1, dtype=float) ** 2
+    return int(rng.choice(idx, p=w / w.sum()))
+
+
+def _structural_step(rng, meta) -> Step | None:
+    fam = str(rng.choice(STRUCT_FAMILIES))
+    if fam == "view":
+        i = _recent(rng, meta, ndim_min=1)
+        if i is None:
+            return None
+        shape = meta[i][0]
+        sl = []
+        for d, size in enumerate(shape):
+            if d != len(shape) - 1 and rng.random() < 0.5:
+                sl.append((None, None, 1))
+                continue
+            st = int(rng.choice([-1, -1, -2, 2, 3]))
+            a = int(rng.integers(0, size)) if size else 0
+            sl.append((a, None, st))
+        if rng.random() < 0.2:
+            return Step("flip", (i,), {"axis": int(rng.integers(0, len(shape)))})
+        return Step("slice", (i,), {"slices": tuple(sl)})
+    if fam == "abs":
+        i = _recent(rng, meta, "c") if rng.random() < 0.8 else _recent(rng, meta, "fi")
+        return None if i is None else Step("abs", (i,))
+    if fam == "scalar":
+        i = _recent(rng, meta, "fic")
+        if i is None:
+            return None
+        op = str(rng.choice(["sub", "add", "mul"]))
+        return Step(
+            op, (i,), {"scalar": int(rng.choice([0, 1, 2])), "right": bool(rng.random() < 0.5)}
+        )
+    if fam == "binary":
+        i, j = _recent(rng, meta, "fic"), _recent(rng, meta, "fic")
+        if i is None:
+            return None
+        return Step(str(rng.choice(["add", "sub", "mul", "maximum"])), (i, j))
+    if fam == "reduce":
+        i = _recent(rng, meta, "fic")
+        if i is None:
+            return None
+        shape, dtype = meta[i]
+        op = str(rng.choice(["argmax", "argmax", "argmin", "sum", "max", "mean"]))
+        if _kind(dtype) == "c":
+            op = str(rng.choice(["sum", "mean"]))
+        if op in ("argmax", "argmin", "max") and 0 in shape:
+            return None
+        nd = len(shape)
+        axis = None if nd == 0 or rng.random() < 0.5 else int(rng.integers(-nd, nd))
+        p = {"axis": axis}
+        if op not in ("argmax", "argmin"):
+            p["keepdims"] = bool(rng.random() < 0.3)
+        return Step(op, (i,), p)
+    if fam == "compare":
+        i, j = _recent(rng, meta, "fiub"), _recent(rng, meta, "fiub")
+        if i is None:
+            return None
+        return Step(str(rng.choice(COMPARE)), (i, j))
+    if fam == "unary":
+        i = _recent(rng, meta, "fiub")
+        if i is None:
+            return None
+        return Step(str(rng.choice(["exp", "neg", "relu", "sign"])), (i,))
+    if fam == "where":
+        c = _recent(rng, meta, "b")
+        if c is None:
+            return None
+        return Step("where", (c, _recent(rng, meta, "fiu"), _recent(rng, meta, "fiu")))
+    i = _recent(rng, meta, "fiub")
+    if i is None:
+        return None
+    return Step("astype", (i,), {"dtype": str(rng.choice(["float32", "int64", "float16"]))})
+
+
+def _build(case: Case):
+    """The case's output tensors, built lazily (nothing realized)."""
+    import lazymath.tensor  # noqa: F401 (the package attribute `tensor` is the function)
+
+    lm = sys.modules["lazymath.tensor"]
+    vals = [lm.asarray(a) for a in case.leaves]
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        for st in case.steps:
+            vals.append(_apply(lm, st, vals))
+    return [vals[i] for i in case.outputs]
+
+
+def schedule_problem(case: Case, spec: str) -> str | None:
+    """None if the case's outputs plan into kernels in a valid launch order on `spec` (every
+    kernel reads only inputs and values written by earlier kernels); else what is wrong.
+    Compiles and executes nothing."""
+    from lazymath.api import schedule
+
+    try:
+        outs = _build(case)
+    except Exception:  # lazymath rejects the program at capture: not a planner case
+        return None
+    try:
+        s = schedule(*outs, spec=spec)
+    except Exception as e:
+        return f"schedule on {spec} raised {type(e).__name__}: {e}"
+    written: set[int] = set()
+    for k in s.kernels:
+        g = getattr(k, "group", None)
+        if g is None:
+            continue
+        for n in g.inputs:
+            if n.realized is None and id(n) not in written:
+                return f"{spec}: kernel {k.name} reads {n.op}{list(n.shape)} before it is written"
+        written |= {id(n) for n in g.outputs}
+    return None
+
+
+def run_structural(graphs: int, seed: int = 0, backends=("llvm", "interp"),
+                   specs=("ascend910", "ascend910b"), values_every: int = 10,
+                   out=sys.stdout, stop_after: int = 5) -> tuple[list, dict]:  # fmt: skip
+    """The structural step: every case's schedule on every spec, and every `values_every`-th
+    case realized on one backend (cycling backends and specs) against the reference. Returns
+    ([(seed, what, message, repro)], counts)."""
+    from lazymath.runtime.api import init_device
+
+    failures: list = []
+    counts = {"graphs": 0, "schedules": 0, "valued": 0}
+    t0 = time.time()
+    for k in range(graphs):
+        s = seed + k
+        case = generate_structural(s)
+        counts["graphs"] += 1
+        for spec in specs:
+            msg = schedule_problem(case, spec)
+            counts["schedules"] += 1
+            if msg is not None:
+                failures.append((s, f"schedule/{spec}", msg, case.repro()))
+                print(f"[fuzz-struct] seed {s}: {msg}\n{case.repro()}\n", file=out, flush=True)
+        if values_every and k % values_every == 0:
+            j = k // values_every
+            backend, spec = backends[j % len(backends)], specs[(j // len(backends)) % len(specs)]
+            init_device(0, spec=spec)
+            try:
+                msg = check(case, backend)
+                if msg is not None:
+                    case = shrink(case, backend)
+                    msg = check(case, backend) or msg
+            finally:
+                init_device(0, spec="ascend910")
+            counts["valued"] += 1
+            counts[f"valued/{backend}/{spec}"] = counts.get(f"valued/{backend}/{spec}", 0) + 1
+            if msg is not None:
+                failures.append((s, f"values/{backend}/{spec}", msg, case.repro(backend)))
+                print(f"[fuzz-struct] seed {s} {backend} {spec}: {msg}\n"
+                      f"{case.repro(backend)}\n", file=out, flush=True)  # fmt: skip
+        if len(failures) >= stop_after:
+            break
+        if (k + 1) % 200 == 0:
+            print(f"[fuzz-struct] {k + 1} graphs, {len(failures)} failures, "
+                  f"{time.time() - t0:.0f} s", file=out, flush=True)  # fmt: skip
+    return failures, counts
+
+
 # ----------------------------------------------------------------------------- driver
 
 
@@ -495,8 +705,25 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--backends", default="llvm,interp")
     ap.add_argument("--stop-after", type=int, default=20)
+    ap.add_argument(
+        "--structural",
+        action="store_true",
+        help="the structural step: schedules of every graph, values of a sample",
+    )
+    ap.add_argument("--values-every", type=int, default=10)
     a = ap.parse_args(argv)
     t0 = time.time()
+    if a.structural:
+        fails, counts = run_structural(
+            a.graphs,
+            a.seed,
+            tuple(a.backends.split(",")),
+            values_every=a.values_every,
+            stop_after=a.stop_after,
+        )
+        print(f"[fuzz-struct] seeds {a.seed}..{a.seed + a.graphs - 1}: {counts}, "
+              f"{len(fails)} failure(s) in {time.time() - t0:.0f} s")  # fmt: skip
+        return 1 if fails else 0
     fails = run(a.graphs, a.seed, tuple(a.backends.split(",")), stop_after=a.stop_after)
     print(f"[fuzz] seeds {a.seed}..{a.seed + a.graphs - 1}: {len(fails)} failure(s) in "
           f"{time.time() - t0:.0f} s")  # fmt: skip
