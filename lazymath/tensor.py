@@ -1402,6 +1402,8 @@ atanh = _unary(Op.ATANH)
 asin = _unary(Op.ASIN)
 acos = _unary(Op.ACOS)
 atan = _unary(Op.ATAN)
+erf = _unary(Op.ERF)
+erfc = _unary(Op.ERFC)
 
 add = _binary(Op.ADD)
 sub = _binary(Op.SUB)
@@ -2980,6 +2982,7 @@ __all__ = [
     "power", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "leaky_relu",
     "isnan", "isinf", "isfinite", "signbit", "trunc", "square", "bitwise_invert", "log1p", "expm1",
     "log2", "log10", "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan",
+    "erf", "erfc",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
     "copysign", "hypot", "logaddexp", "atan2",
     # reductions, linear algebra, shapes

@@ -37,7 +37,7 @@ ALLOWLIST = {
     "power", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "leaky_relu",
     "where", "clip", "astype",
     "isnan", "isinf", "isfinite", "signbit", "trunc", "square", "bitwise_invert", "log1p", "expm1",
-    "log2", "log10", "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan",
+    "log2", "log10", "sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "erf", "erfc",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
     "copysign", "hypot", "logaddexp", "atan2",
     # reductions, linear algebra, shapes, signal

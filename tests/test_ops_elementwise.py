@@ -9,6 +9,7 @@ TypeError.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -119,6 +120,9 @@ UNARY = {
     "asin": (_via_float64(np.arcsin, np.arcsin), (-1, 1), True),
     "acos": (_via_float64(np.arccos, np.arccos), (-1, 1), True),
     "atan": (_via_float64(np.arctan, np.arctan), (-5, 5), True),
+    # issue 33 (numpy has no erf: the C library's, per element)
+    "erf": (_via_float64(np.frompyfunc(math.erf, 1, 1), np.exp), (-4, 4), True),
+    "erfc": (_via_float64(np.frompyfunc(math.erfc, 1, 1), np.exp), (-4, 6), True),
 }
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from lazymath.backend import cancel, isa
+from lazymath.graph import ops
 
 INTERP: dict[type, Callable] = {}
 
@@ -411,7 +412,8 @@ _HOST = {"sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "exp2": n
          "log1p": np.log1p, "expm1": np.expm1, "log2": np.log2, "log10": np.log10,
          "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
          "atanh": np.arctanh, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
-         "atan2": np.arctan2, "hypot": np.hypot, "logaddexp": np.logaddexp}  # fmt: skip
+         "atan2": np.arctan2, "hypot": np.hypot, "logaddexp": np.logaddexp,
+         "erf": ops.OPS["erf"].ref, "erfc": ops.OPS["erfc"].ref}  # fmt: skip
 
 
 @register(isa.VHostMath)

@@ -1678,7 +1678,7 @@ def _vhostmath(ctx: LowerCtx, i: isa.VHostMath) -> Elem:
 
 
 LIBM_UNARY = ("log1p", "expm1", "log2", "log10", "sinh", "cosh", "asinh", "acosh", "atanh",
-              "asin", "acos", "atan")  # fmt: skip
+              "asin", "acos", "atan", "erf", "erfc")  # fmt: skip
 LIBM_BINARY = ("atan2", "hypot")
 
 

@@ -35,7 +35,7 @@ CELL_PREFIX = "lazymath_vmp_"
 # which must not import vmath (llvmlite.ir and the interpreter/cost tables)
 CALL_OPS = ("sin", "cos", "tan", "tanh", "sigmoid", "exp2", "pow", "floor_divide", "remainder",
             "log1p", "expm1", "log2", "log10", "sinh", "cosh", "asinh", "acosh", "atanh", "hypot",
-            "logaddexp", "asin", "acos", "atan", "atan2")  # fmt: skip
+            "logaddexp", "asin", "acos", "atan", "atan2", "erf", "erfc")  # fmt: skip
 HOST_ONLY: tuple = ()  # == vmath.HOST_ONLY: the host libm, never called
 F64_OPS = ("sigmoid", "pow", "tanh")
 INLINE_MAX = 2  # a kernel with at most this many composite ops inlines them (see `call_plan`)

@@ -49,6 +49,7 @@ How to add an elementwise op (exp2 was added this way):
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -193,6 +194,25 @@ def _sigmoid(x):
     return np.asarray(out).astype(x.dtype, copy=False)
 
 
+def _erf_ufunc(fn):
+    """numpy reference of erf/erfc (numpy has none): the C library's double function per
+    element, rounded once to the input's float dtype (float16/32 results correctly rounded
+    or 1 ulp off; the reference backend and validation mode compare against it)."""
+    vec = np.frompyfunc(fn, 1, 1)
+
+    def ref(x):
+        x = np.asarray(x)
+        dt = x.dtype if x.dtype.kind == "f" else np.result_type(x.dtype, np.float64)
+        return np.asarray(vec(x.astype(np.float64)), dtype=np.float64).astype(dt)
+
+    ref.__name__ = fn.__name__
+    return ref
+
+
+_erf = _erf_ufunc(math.erf)
+_erfc = _erf_ufunc(math.erfc)
+
+
 def _relu(x):
     return np.maximum(x, x.dtype.type(0))
 
@@ -271,6 +291,9 @@ class Op(str, enum.Enum):
     ASIN = OpInfo("asin", 1, EW, U(np.arcsin), np.arcsin, TRANSC, Composite("asin"))
     ACOS = OpInfo("acos", 1, EW, U(np.arccos), np.arccos, TRANSC, Composite("acos"))
     ATAN = OpInfo("atan", 1, EW, U(np.arctan), np.arctan, TRANSC, Composite("atan"))
+    # issue 33: the error function (GELU); dtype rule of exp (integers -> float64)
+    ERF = OpInfo("erf", 1, EW, U(np.exp), _erf, TRANSC, Composite("erf"))
+    ERFC = OpInfo("erfc", 1, EW, U(np.exp), _erfc, TRANSC, Composite("erfc"))
 
     # --- elementwise, binary
     ADD = OpInfo("add", 2, EW, U(np.add), np.add, CHEAP, Native("vadd"), inplace=True)
