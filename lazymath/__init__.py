@@ -47,7 +47,7 @@ _LAZY = {
     **dict.fromkeys(("set_num_threads", "get_num_threads"), "_threads"),
 }  # fmt: skip
 # subpackages and public modules, importable as attributes (`lm.runtime.memory_stats()`)
-_SUBMODULES = ("backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel")
+_SUBMODULES = ("backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel", "nn")
 _DTYPES = ("bool_", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
            "uint64", "float16", "float32", "float64", "complex64", "complex128")  # fmt: skip
 bool = bool_  # the standard's name of the dtype (the builtin stays builtins.bool)

@@ -134,6 +134,7 @@ def layer(mod: str) -> str | None:
         "lazymath.array_api",
         "lazymath.sorting",
         "lazymath.support",
+        "lazymath.nn",
     ):
         return "api"
     if mod == "lazymath.tensor":

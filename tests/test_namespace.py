@@ -57,7 +57,7 @@ ALLOWLIST = {
     # execution threads (lazymath/_threads.py)
     "set_num_threads", "get_num_threads",
     # subpackages and public modules
-    "backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel",
+    "backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel", "nn",
     "__version__",
 }
 # fmt: on
@@ -85,12 +85,12 @@ def test_every_listed_name_resolves():
     for name in ALLOWLIST:
         assert getattr(lm, name) is not None or name == "newaxis", name
     assert lm.newaxis is None  # the standard's newaxis
-    for name in ("backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel"):
+    for name in ("backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel", "nn"):
         assert isinstance(getattr(lm, name), types.ModuleType), name
 
 
 def test_all_matches_dir():
-    subs = {"backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel"}
+    subs = {"backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel", "nn"}
     assert set(lm.__all__) | subs | {"__version__"} == ALLOWLIST
     assert len(lm.__all__) == len(set(lm.__all__))
 
