@@ -158,12 +158,20 @@ def result_type(*arrays_and_dtypes) -> np.dtype:
 
 
 def can_cast(from_, to, /) -> bool:
-    """Whether `from_` (a dtype or tensor) promotes to `to` under the standard's table
-    (casting along the promotion lattice only: no bool -> int, int -> float, float -> int)."""
+    """Whether `from_` (a dtype or tensor) promotes to `to` under lazymath's promotion rules,
+    i.e. `result_type(from_, to) == to`.
+
+    The standard asks for "according to type promotion rules" and leaves the mixed-kind pairs
+    (bool with a number, int with float) to the library. lazymath's operators and
+    `result_type` promote those as numpy does (bool + float64 -> float64), so `can_cast`
+    answers the same way: True for bool -> float64 or int8 -> float32, False for any
+    narrowing (float -> int, complex -> float, uint64 -> int64)."""
     a = _dtype_of(from_, "can_cast")
     b = _dtype_of(to, "can_cast")
     p = _promote_defined(a, b)
-    return p is not None and p == b  # (np.dtype(None) is float64: never compare None)
+    if p is None:  # a pair the standard leaves undefined: the same answer as result_type
+        p = dt.result_type(a, b)
+    return p == b
 
 
 # ----------------------------------------------------------------------------- inspection
@@ -939,9 +947,11 @@ class _Linalg:
         out = fn(h)
         if real and d.kind == "c":
             d = np.finfo(d).dtype
-        if isinstance(out, tuple):
-            return tuple(_from_host(np.asarray(o).astype(d if o.dtype.kind in "fc" else o.dtype),
-                                    x) for o in out)  # fmt: skip
+        if isinstance(out, tuple):  # a real part of the result stays real (svd's S, eigh's
+            # eigenvalues, slogdet's logabsdet of a complex x), as the standard says
+            to = {"c": d, "f": np.finfo(d).dtype}
+            outs = [np.asarray(o) for o in out]
+            return tuple(_from_host(o.astype(to.get(o.dtype.kind, o.dtype)), x) for o in outs)
         return _from_host(np.asarray(out).astype(d), x)
 
     @staticmethod
@@ -979,6 +989,7 @@ class _Linalg:
 
     @staticmethod
     def slogdet(x, /):
+        """(sign, logabsdet): `sign` in x's dtype, `logabsdet` real (float32 for complex64)."""
         sd = _Linalg._host_fn("slogdet", lambda a: tuple(np.linalg.slogdet(a)), x)
         return _SlogdetResult._make(sd)
 

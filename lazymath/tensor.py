@@ -218,8 +218,11 @@ class Tensor:
     def __dlpack__(self, /, *, stream=None, max_version=None, dl_device=None, copy=None):
         """Export the realized buffer (realizes first) through DLPack, zero-copy unless
         `copy=True`. The buffer is read-only: a versioned consumer (max_version >= (1, 0))
-        gets it flagged read-only; a legacy consumer gets a copy (or BufferError with
-        copy=False), since the legacy protocol cannot say "read-only"."""
+        gets it flagged read-only; a legacy consumer gets a copy by default (copy=None),
+        since the legacy protocol cannot say "read-only". With copy=False a legacy consumer
+        gets the buffer itself, unflagged: the standard prefers that to an error and makes
+        the user responsible for not writing into it (writing would change this tensor and
+        every graph that reads it)."""
         if stream is not None and stream != -1:
             raise BufferError(f"__dlpack__: lazymath tensors live on the host; stream={stream!r}")
         if dl_device is not None and tuple(dl_device)[0] != 1:
@@ -229,12 +232,7 @@ class Tensor:
             a = np.array(a, copy=True)
         legacy = max_version is None or tuple(max_version)[0] < 1
         if not a.flags.writeable and legacy:
-            if copy is False:
-                raise BufferError(
-                    "__dlpack__: the tensor's buffer is read-only and the consumer asked for the "
-                    "legacy (unversioned) protocol, which cannot mark it read-only; pass copy=None"
-                )
-            a = np.array(a, copy=True)
+            a = _writable_alias(a) if copy is False else np.array(a, copy=True)
         kw = {} if max_version is None else {"max_version": max_version}
         return a.__dlpack__(**kw)
 
@@ -630,6 +628,22 @@ def _scalar_arg(t: Tensor, value: float, op: str, reflected: bool, caller):
         arr = np.array(value, dtype=d)
     arr.flags.writeable = False
     return Tensor(gn.buffer_node(arr), t._device)
+
+
+def _writable_alias(a: np.ndarray) -> np.ndarray:
+    """A writable ndarray over `a`'s memory, no copy, that keeps `a` alive: what a legacy
+    DLPack consumer gets for `__dlpack__(copy=False)` (numpy refuses to export a read-only
+    array through the legacy protocol, and the standard prefers an unflagged export to an
+    error). Strides, negative ones included, and the offset are `a`'s."""
+    if a.size == 0:
+        return np.empty(a.shape, a.dtype)  # no memory to alias
+    import ctypes
+
+    lo, hi = np.lib.array_utils.byte_bounds(a)
+    buf = (ctypes.c_char * (hi - lo)).from_address(lo)
+    buf._lazymath_owner = a  # capsule -> alias -> buf -> a: the tensor's buffer outlives them
+    base = np.frombuffer(buf, dtype=np.uint8)
+    return np.ndarray(a.shape, a.dtype, buffer=base, offset=a.ctypes.data - lo, strides=a.strides)
 
 
 def _from_numpy(arr: np.ndarray, who: str, device=None) -> Tensor:

@@ -221,6 +221,31 @@ def _leaky_relu(x, slope):
     return np.where(x >= 0, x, x * x.dtype.type(slope)).astype(x.dtype, copy=False)
 
 
+def _expm1(x):
+    """np.expm1, except for complex x where numpy computes exp(z) - 1 (cancellation near 0
+    and NaN for every infinite part). Complex: Re = expm1(a) cos(b) - 2 sin(b/2)^2, Im =
+    exp(a) sin(b) (no cancellation), then the C99 Annex G / Array API special cases:
+    (+-0, +0) -> +0 + 0j, (a, +-0) keeps the zero imaginary part (so (+inf, 0) -> inf + 0j and
+    (NaN, 0) -> NaN + 0j), (-inf, b) -> -1 + 0j, (+inf, inf or NaN) -> inf + NaN j."""
+    if x.dtype.kind != "c":
+        return np.expm1(x)
+    z = x.astype(np.complex128)
+    a, b = z.real, z.imag
+    with np.errstate(all="ignore"):
+        re = np.expm1(a) * np.cos(b) - 2.0 * np.sin(b / 2) ** 2 + 0.0  # + 0.0: -0 -> +0
+        im = np.exp(a) * np.sin(b)
+        im = np.where(b == 0, b, im)
+        ninf = a == -np.inf
+        re = np.where(ninf, -1.0, re)
+        im = np.where(ninf, np.where(np.isfinite(b), 0.0 * np.sin(b), 0.0), im)
+        pinf = (a == np.inf) & ~np.isfinite(b)
+        re = np.where(pinf, np.inf, re)
+        im = np.where(pinf, np.nan, im)
+    out = np.empty(np.shape(re), x.dtype)  # re + 1j * im would turn inf * 0j into NaN
+    out.real, out.imag = re, im
+    return out
+
+
 def _rsqrt(x):
     return (1 / np.sqrt(x)).astype(x.dtype, copy=False)
 
@@ -279,7 +304,7 @@ class Op(str, enum.Enum):
     BITWISE_INVERT = OpInfo("bitwise_invert", 1, EW, U(np.invert), np.invert, CHEAP,
                             Native("vnot"), inplace=True)  # fmt: skip
     LOG1P = OpInfo("log1p", 1, EW, U(np.log1p), np.log1p, TRANSC, Composite("log1p"))
-    EXPM1 = OpInfo("expm1", 1, EW, U(np.expm1), np.expm1, TRANSC, Composite("expm1"))
+    EXPM1 = OpInfo("expm1", 1, EW, U(np.expm1), _expm1, TRANSC, Composite("expm1"))
     LOG2 = OpInfo("log2", 1, EW, U(np.log2), np.log2, TRANSC, Composite("log2"))
     LOG10 = OpInfo("log10", 1, EW, U(np.log10), np.log10, TRANSC, Composite("log10"))
     SINH = OpInfo("sinh", 1, EW, U(np.sinh), np.sinh, TRANSC, Composite("sinh"))
