@@ -30,10 +30,12 @@ def schedule(*tensors, spec=None):
 def explain(*tensors, spec=None) -> Explanation:
     """Everything `lm.schedule` shows (kernel table, memory plan, fusion log, vector math and
     host GEMM plans) and why: each kernel's unit (AI CPU reasons included), its roofline class
-    spelled out, its simulated AI cores next to its host blocks, each fusion decision with the
-    user's lines, and whether the streams overlap in the simulated timeline (and if not, why).
-    Nothing runs. The result is a str (print it, search it) that a REPL shows as text and
-    Jupyter as HTML."""
+    spelled out, its simulated AI cores next to its host blocks, its host roofline (memory and
+    compute bounds on this machine, which one binds: `lm.profile` adds the measured time and
+    its fraction of the roof), each fusion decision with the user's lines, and whether the
+    streams overlap in the simulated timeline (and if not, why). Nothing runs but the host
+    probes of the roofline (once per host, cached). The result is a str (print it, search
+    it) that a REPL shows as text and Jupyter as HTML."""
     sched = schedule(*tensors, spec=spec)
     from .fusion.schedule import Schedule
 
@@ -151,6 +153,28 @@ def _kernel_costs(sched):
     return out
 
 
+def _host_roofs():
+    """This host's roofline parameters (None if they cannot be had: explain never fails)."""
+    from .backend import host, roofline
+
+    try:
+        return roofline.host_roofs(host.target())
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _host_roof(sk, blocks, roofs):
+    """The kernel's host roofline at its host block count (None for AI CPU kernels)."""
+    from .backend import roofline
+
+    if roofs is None or sk.unit == "aicpu" or sk.ir is None:
+        return None
+    try:
+        return roofline.kernel_roof(sk.ir, blocks or 0, roofs)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 EXPLAIN_SIM_MAX_KERNELS = 200  # above this, explain skips the simulated timeline (cost)
 
 
@@ -165,11 +189,15 @@ def _decisions(sched) -> str:
     tl = simulate(sims, spec) if sims else None
     free = simulate(sims, None, clock_hz=spec.clock_hz) if sims else None
     lines = ["why each kernel runs where it does:"]
+    roofs = _host_roofs()
     for i, (sk, (cost, host)) in enumerate(zip(sched.kernels, costs)):
         at = f"  (created at {sk.source_loc})" if sk.source_loc else ""
         lines.append(f"  {sk.name}{at}")
         lines.append(f"    unit:  {_unit_reason(sk)}")
         lines.append(f"    bound: {_bound_reason(sk, spec)}")
+        roof = _host_roof(sk, host, roofs)
+        if roof is not None:
+            lines.append(f"    host:  {roof.describe()}")
         if cost is not None:
             slot = tl.kernels[i]
             cap, pool = _pool(spec, sk.unit)
@@ -206,6 +234,8 @@ def _decisions(sched) -> str:
                      "timeline)")  # fmt: skip
     else:
         lines.append("  " + explain_overlap(tl, free, spec))
+    if roofs is not None:
+        lines.append(roofs.describe())
     return "\n".join(lines)
 
 

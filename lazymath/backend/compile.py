@@ -202,6 +202,24 @@ class CompiledKernel:
             self._cost = estimate(self.program, self.spec)
         return self._cost
 
+    @property
+    def host_roof(self):
+        """This kernel's host roofline (`roofline.KernelRoof`: memory and compute bounds on
+        this machine at its block count), None where the model has no rule; computed on first
+        access (the first one in a process measures the host, ~0.2 s, see roofline.py).
+        None on the interpreter backend too: its times say nothing about the host's roofs."""
+        if self.backend != "llvm":
+            return None
+        if self.__dict__.get("_roof", False) is False:
+            from lazymath.backend import host, roofline
+
+            try:
+                roofs = roofline.host_roofs(host.target())
+                self._roof = roofline.kernel_roof(self.ir, self.blocks, roofs)
+            except Exception:  # noqa: BLE001 - a report never breaks a launch or a profile
+                self._roof = None
+        return self._roof
+
     def renamed(self, name: str) -> CompiledKernel:
         """The same native code under another kernel name (memory-cache hits)."""
         k = object.__new__(CompiledKernel)

@@ -57,6 +57,17 @@ class KernelRecord:
     segment: int = 0
     explicit: bool = False
     kernel: object = None  # the launched kernel; its cost is read at finalize, not at launch
+    roof: object = None  # the host roofline (backend roofline.KernelRoof) of native kernels
+
+    @property
+    def roof_us(self) -> float | None:
+        """The kernel's host roof (the tighter of its memory and compute bounds), us."""
+        return self.roof.roof_s * 1e6 if self.roof is not None else None
+
+    @property
+    def roof_fraction(self) -> float | None:
+        """Host roof / measured host time: 1.0 = at the roof of this machine."""
+        return self.roof.fraction(self.host_us / 1e6) if self.roof is not None else None
 
     @property
     def host_us(self) -> float:
@@ -345,6 +356,10 @@ class Profiler:
             cost = None
         program = getattr(kernel, "program", None)  # backend kernels: the ISA program
         rec.cost = cost
+        try:
+            rec.roof = getattr(kernel, "host_roof", None)
+        except Exception:
+            rec.roof = None
         rec.unit = rec.unit or getattr(kernel, "unit", None) or getattr(program, "unit", None)
         rec.bound = rec.bound or getattr(kernel, "bound", None) or getattr(cost, "bound", None)
         rec.cores = _int(getattr(kernel, "cores", 0)) or _int(getattr(program, "device_blocks", 0))
@@ -476,17 +491,24 @@ class Profiler:
         head = (
             f"{'kernel':26} {'unit':6} {'strm':>4} {'blk':>3} {'cores':>5} {'host us':>9} "
             f"{'sim cyc':>9} "
-            f"{'sim us':>8} {'bound':7} {'waits':8} {'records'}"
+            f"{'sim us':>8} {'bound':7} {'roof us':>8} {'roof':>4} {'host':7} "
+            f"{'waits':8} {'records'}"
         )
         lines = [head, "-" * len(head)]
         # blk: host blocks (threads on this machine); cores: AI cores the kernel occupies on
-        # the simulated device (its NPU block count), what the simulated timeline schedules
+        # the simulated device (its NPU block count), what the simulated timeline schedules;
+        # roof us / roof / host: the host roofline (the tighter of the kernel's memory and
+        # compute bounds on this machine), measured time's fraction of it and which roof it is
         for k in ks:
             ev = lambda ids: ",".join(f"e{i}" for i in ids) or "-"  # noqa: E731
+            roof, frac = k.roof_us, k.roof_fraction
+            hb = k.roof.bound if k.roof is not None else "-"
             lines.append(
                 f"{k.name[:26]:26} {k.unit or '-':6} {k.stream:>4} {k.blocks:>3} "
                 f"{k.cores or '-':>5} "
                 f"{k.host_us:>9.1f} {k.sim_cycles:>9} {k.sim_us:>8.3f} {k.bound or '-':7} "
+                f"{'-' if roof is None else f'{roof:.1f}':>8} "
+                f"{'-' if frac is None else f'{frac:.0%}':>4} {hb:7} "
                 f"{ev(k.waits):8} {ev(k.records)}"
             )
         lines.append("-" * len(head))
