@@ -160,6 +160,56 @@ def bench_square(sizes, rounds: int) -> None:
                   f"{g['lm'] / g['np']:8.2f} {rj}", flush=True)  # fmt: skip
 
 
+def bench_bf16(sizes, rounds: int) -> None:
+    """bfloat16 A @ B (float32 accumulation, bfloat16 result) against torch's bfloat16 matmul
+    (oneDNN: AVX512_BF16 / AMX where the CPU has them) and jax's, interleaved in this process.
+    lazymath runs on the ascend910b preset (the 910 has no bfloat16 on its AI Core)."""
+    import ml_dtypes
+
+    torch = _torch()
+    jx = _jax()
+    lm.init_device(0, spec="ascend910b")
+    from lazymath.backend import gemm
+
+    path = "vdpbf16ps" if gemm.bf16_dot_available() else "float32 FMAs on widened panels"
+    print(f"bfloat16: lazymath Mmad host mapping = {path}")
+    rng = np.random.default_rng(0)
+    print(f"{'n':>5} {'dtype':>8} {'torch ms':>9} {'jax ms':>8} {'lm ms':>8} {'torch GF':>9} "
+          f"{'lm GF':>8} {'lm/torch':>9} {'lm/jax':>7}")  # fmt: skip
+    for n in sizes:
+        flops = 2.0 * n**3
+        reps = max(3, int(0.6e9 / flops))
+        a = (rng.random((n, n), dtype=np.float32) - 0.5).astype(ml_dtypes.bfloat16)
+        b = (rng.random((n, n), dtype=np.float32) - 0.5).astype(ml_dtypes.bfloat16)
+        ta, tb = lm.asarray(a), lm.asarray(b)
+        got = (ta @ tb).numpy()  # compile + warm the caches
+        want = (a.astype(np.float32) @ b.astype(np.float32)).astype(ml_dtypes.bfloat16)
+        err = float(np.abs(got.astype(np.float32) - want.astype(np.float32)).max())
+        fns = {"lm": lambda: (ta @ tb).realize()}
+        if torch is not None:
+            xa = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+            xb = torch.from_numpy(b.view(np.int16)).view(torch.bfloat16)
+            fns["torch"] = lambda: xa @ xb
+        if jx is not None:
+            jnp = jx[0].numpy
+            ja, jb = jx[0].device_put(a), jx[0].device_put(b)
+            jmm = jx[0].jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=jnp.float32)
+                            .astype(jnp.bfloat16))  # fmt: skip
+            jmm(ja, jb).block_until_ready()
+            fns["jax"] = lambda: jmm(ja, jb).block_until_ready()
+        t = _interleaved(fns, reps, rounds)
+        ms = {k: v * 1e3 for k, v in t.items()}
+        tt = f"{ms['torch']:9.2f}" if "torch" in ms else f"{'-':>9}"
+        jt = f"{ms['jax']:8.2f}" if "jax" in ms else f"{'-':>8}"
+        tg = f"{flops / t['torch'] / 1e9:9.1f}" if "torch" in t else f"{'-':>9}"
+        rt = f"{t['torch'] / t['lm']:9.2f}" if "torch" in t else f"{'-':>9}"
+        rj = f"{t['jax'] / t['lm']:7.2f}" if "jax" in t else f"{'-':>7}"
+        print(f"{n:5d} {'bfloat16':>8} {tt} {jt} {ms['lm']:8.2f} {tg} "
+              f"{flops / t['lm'] / 1e9:8.1f} {rt} {rj}   (max |lm - ref| {err:.3g})",
+              flush=True)  # fmt: skip
+    print("lm/torch, lm/jax: the peer's median time over lazymath's (> 1: lazymath faster)")
+
+
 def bench_numpy_f16(rounds: int) -> None:
     n = 1024
     a = np.random.default_rng(1).random((n, n)).astype(np.float16)
@@ -357,6 +407,12 @@ def main() -> None:
         help="only split one realize into kernel, dispatch and overhead times (sizes <= 1024)",
     )
     ap.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="bfloat16: only the bfloat16 comparison against torch/jax (ascend910b preset)",
+    )
+    ap.add_argument(
         "--single-thread",
         action="store_true",
         help="also compare single-thread CPU time (robust on a shared machine)",
@@ -376,6 +432,10 @@ def main() -> None:
     print(host.describe())
     if args.breakdown:
         bench_breakdown([n for n in sizes if n <= 1024], rounds)
+        print(_load())
+        return
+    if args.dtype == "bfloat16":
+        bench_bf16(sizes, rounds)
         print(_load())
         return
     bench_square(sizes, rounds)

@@ -17,6 +17,7 @@ from ._version import __version__
 from .array_api import *  # noqa: F403  (exactly array_api.__all__)
 from .array_api import __all__ as _array_api_all
 from .dtypes import (
+    bfloat16,
     bool_,
     complex64,
     complex128,
@@ -49,7 +50,8 @@ _LAZY = {
 # subpackages and public modules, importable as attributes (`lm.runtime.memory_stats()`)
 _SUBMODULES = ("backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel", "nn")
 _DTYPES = ("bool_", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-           "uint64", "float16", "float32", "float64", "complex64", "complex128")  # fmt: skip
+           "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
+           "complex128")  # fmt: skip
 bool = bool_  # the standard's name of the dtype (the builtin stays builtins.bool)
 # the standard's constants
 e, inf, nan, pi, newaxis = 2.718281828459045, float("inf"), float("nan"), 3.141592653589793, None

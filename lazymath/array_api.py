@@ -17,6 +17,7 @@ import operator
 from collections import namedtuple
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from . import dtypes as dt
@@ -27,7 +28,7 @@ __array_api_version__ = "2024.12"
 
 _DTYPE_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                 "float32", "float64", "complex64", "complex128")  # fmt: skip
-# the standard's dtypes (float16 is a lazymath extra, reachable as lm.float16)
+# the standard's dtypes (float16 and bfloat16 are lazymath extras, lm.float16 / lm.bfloat16)
 
 
 def _dtype_of(x, who: str) -> np.dtype:
@@ -70,9 +71,10 @@ def finfo(type, /) -> finfo_object:
     """Limits of a floating dtype (or of a tensor's): bits, eps, max, min, smallest_normal.
     For a complex dtype, the limits of its real part."""
     d = _dtype_of(type, "finfo")
-    if d.kind not in "fc":
+    if not (dt.is_float(d) or dt.is_complex(d)):
         raise TypeError(f"finfo: {d} is not a floating-point dtype (use iinfo)")
-    f = np.finfo(d)  # of a complex dtype: its real part's (finfo(complex64).dtype is float32)
+    # of a complex dtype: its real part's (finfo(complex64).dtype is float32)
+    f = ml_dtypes.finfo(d) if d == dt.bfloat16 else np.finfo(d)
     return finfo_object(int(f.bits), float(f.eps), float(f.max), float(f.min),
                         float(f.smallest_normal), np.dtype(f.dtype))  # fmt: skip
 
@@ -93,9 +95,9 @@ _KINDS = {
     "signed integer": lambda d: d.kind == "i",
     "unsigned integer": lambda d: d.kind == "u",
     "integral": lambda d: d.kind in "iu",
-    "real floating": lambda d: d.kind == "f",
+    "real floating": dt.is_float,  # bfloat16 too (numpy files it under "V"), as in torch
     "complex floating": lambda d: d.kind == "c",
-    "numeric": lambda d: d.kind in "iufc",
+    "numeric": lambda d: d.kind in "iufc" or d == dt.bfloat16,
 }
 
 
@@ -118,7 +120,7 @@ def _promote_defined(a: np.dtype, b: np.dtype) -> np.dtype | None:
     """The standard's promotion of two dtypes, None where it leaves the pair undefined."""
     if a == b:
         return a
-    ka, kb = a.kind, b.kind
+    ka, kb = ("f" if d == dt.bfloat16 else d.kind for d in (a, b))
     if "b" in (ka, kb):
         return None
     if ka in "iu" and kb in "iu":

@@ -7,9 +7,14 @@ kind when they can. Results are always compared against numpy, so numpy's table 
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 float16 = np.dtype("float16")
+# bfloat16 is ml_dtypes' numpy dtype (the one JAX uses), so `np.asarray(t)` of a bfloat16 tensor
+# is an ordinary numpy array and numpy's casts round like the hardware (round to nearest even,
+# NaN/inf kept). numpy files it under kind "V"; `is_float` is the test to use, not `.kind`.
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float32 = np.dtype("float32")
 float64 = np.dtype("float64")
 int8 = np.dtype("int8")
@@ -24,12 +29,12 @@ bool_ = np.dtype("bool")
 complex64 = np.dtype("complex64")
 complex128 = np.dtype("complex128")
 
-SUPPORTED = (float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-             bool_, complex64, complex128)  # fmt: skip
+SUPPORTED = (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, uint16,
+             uint32, uint64, bool_, complex64, complex128)  # fmt: skip
 _NAMES = {d.name: d for d in SUPPORTED} | {"bool_": bool_, "float": float64, "int": int64}
 
 # The AI Core computes in these; anything else runs on the AI CPU fallback.
-AICORE = (float16, float32, int8, int16, int32, int64, uint8, bool_)
+AICORE = (float16, bfloat16, float32, int8, int16, int32, int64, uint8, bool_)
 
 
 def as_dtype(d) -> np.dtype:
@@ -54,9 +59,9 @@ def as_dtype(d) -> np.dtype:
 
 
 # spellings from other frameworks that numpy does not know, and what they mean here
-_ALIASES = {"fp16": "float16", "f16": "float16", "fp32": "float32", "f32": "float32",
-            "fp64": "float64", "f64": "float64", "i8": "int8", "i16": "int16", "i32": "int32",
-            "i64": "int64", "u8": "uint8", "bool": "bool_", "boolean": "bool_",
+_ALIASES = {"fp16": "float16", "f16": "float16", "bf16": "bfloat16", "fp32": "float32",
+            "f32": "float32", "fp64": "float64", "f64": "float64", "i8": "int8", "i16": "int16",
+            "i32": "int32", "i64": "int64", "u8": "uint8", "bool": "bool_", "boolean": "bool_",
             "c64": "complex64", "c128": "complex128", "long": "int64"}  # fmt: skip
 
 
@@ -67,8 +72,6 @@ def _suggest(d) -> str:
     key = d.strip().lower().removeprefix("torch.").removeprefix("np.").removeprefix("numpy.")
     if key in _ALIASES:
         return f"; did you mean {_ALIASES[key]!r}?"
-    if key in ("bf16", "bfloat16"):
-        return "; bfloat16 is not supported (float16 or float32 are)"
     import difflib
 
     close = difflib.get_close_matches(key, [n for n in _NAMES if n != "bool_"], n=2, cutoff=0.6)
@@ -78,7 +81,7 @@ def _suggest(d) -> str:
 
 
 def is_float(d: np.dtype) -> bool:
-    return d.kind == "f"
+    return d.kind == "f" or d == bfloat16
 
 
 def is_int(d: np.dtype) -> bool:
@@ -90,16 +93,34 @@ def is_complex(d: np.dtype) -> bool:
 
 
 def result_type(*operands) -> np.dtype:
-    """numpy's result dtype for tensors (given as dtypes) and Python scalars (weak)."""
-    out = np.result_type(*operands)
+    """numpy's result dtype for tensors (given as dtypes) and Python scalars (weak), with
+    bfloat16's torch rule (`bf16_rule`)."""
+    out = bf16_rule(np.result_type(*operands), operands)
     if out not in SUPPORTED:
         raise TypeError(f"operation would produce unsupported dtype {out.name}")
     return out
 
 
+def bf16_rule(out: np.dtype, operands) -> np.dtype:
+    """bfloat16 combined with integer or bool tensors stays bfloat16, as in torch
+    (`torch.result_type(bf16, int32)`): the Array API leaves mixed kinds to the library, and
+    ml_dtypes' table (bfloat16 + int32 -> float64) would turn every bf16 model's integer
+    index arithmetic into float64 work for the AI CPU. Everything else is numpy's/ml_dtypes'
+    table, which agrees with torch and the Array API: bf16 + f16 -> f32, bf16 + f32 -> f32,
+    bf16 + Python float/int -> bf16, bf16 + complex -> complex64."""
+    if out != float64:
+        return out
+    tensors = [np.dtype(o) for o in operands if isinstance(o, (np.dtype, type)) and
+               not (isinstance(o, type) and o in (bool, int, float, complex))]  # fmt: skip
+    tensors += [o.dtype for o in operands if isinstance(o, np.ndarray)]
+    if bfloat16 in tensors and all(d == bfloat16 or d.kind in "biu" for d in tensors):
+        return bfloat16
+    return out
+
+
 def default_float_for(d: np.dtype) -> np.dtype:
     """dtype numpy uses for float math on `d` (true division, sqrt, mean)."""
-    if d.kind in "fc":
+    if d.kind in "fc" or d == bfloat16:
         return d
     if d in (bool_, int8, uint8):  # numpy picks the smallest float that holds every value
         return float16

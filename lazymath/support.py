@@ -28,8 +28,8 @@ PUBLIC = {
 }  # fmt: skip
 
 ABBREV = {
-    "float16": "f16", "float32": "f32", "float64": "f64", "int8": "i8", "int16": "i16",
-    "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16", "uint32": "u32",
+    "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64", "int8": "i8",
+    "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16", "uint32": "u32",
     "uint64": "u64", "bool": "b", "complex64": "c64", "complex128": "c128",
 }  # fmt: skip
 
@@ -44,7 +44,9 @@ LEGEND = (
     "V: Vector kernel (SIMD unit); C: Cube kernel (matrix unit); C+V: Cube kernel with a "
     "Vector prologue; A: AI CPU kernel (host numpy inside the schedule); H: computed on the "
     "host at the call (the result is an input of the graph, nothing to fuse); -: not defined "
-    "for the dtype (a TypeError at the call, like numpy or the Array API)."
+    "for the dtype (a TypeError at the call, like numpy or the Array API); X: refused by the "
+    "preset when planned (bfloat16 on ascend910, whose AI Core has no bfloat16; ascend910b "
+    "runs it)."
 )
 
 
@@ -84,9 +86,12 @@ def unit_cell(op: str, dtype: np.dtype, spec: str = "ascend910") -> str:
     arity = {"where": 3, "conv1d": 2, "matmul": 2}.get(op, max(Op(op).arity, 1))
     try:
         out = _call(op, fn, _inputs(op, dtype, arity), dtype)
-        sched = schedule(out, spec=spec)
     except TypeError:
         return "-"
+    try:
+        sched = schedule(out, spec=spec)
+    except TypeError as e:
+        return "X" if "preset" in str(e) else "-"
     units = list(dict.fromkeys(UNIT_MARK.get(k.unit, k.unit) for k in sched.kernels))
     return "+".join(units) if units else "H"
 

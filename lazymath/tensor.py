@@ -228,6 +228,11 @@ class Tensor:
         if dl_device is not None and tuple(dl_device)[0] != 1:
             raise BufferError(f"__dlpack__: cannot export to device {dl_device}; only (1, 0)")
         a = self.numpy()
+        if a.dtype == dt.bfloat16:
+            raise BufferError(
+                "__dlpack__: numpy's DLPack exporter has no bfloat16; for torch use "
+                "torch.from_numpy(np.asarray(t).view(np.int16)).view(torch.bfloat16)"
+            )
         if copy:
             a = np.array(a, copy=True)
         legacy = max_version is None or tuple(max_version)[0] < 1
@@ -595,7 +600,7 @@ def tensor(data, dtype=None) -> Tensor:
         return data if dtype is None else astype(data, dtype)
     if hasattr(data, "__dlpack__") and not isinstance(data, np.ndarray):
         try:
-            data = np.from_dlpack(data)
+            data = _bf16_from_dlpack(data, None) if _bf16_producer(data) else np.from_dlpack(data)
         except Exception:  # fall back to the array protocol (e.g. non-CPU capsules)
             data = np.asarray(data)
     try:
@@ -648,7 +653,7 @@ def _writable_alias(a: np.ndarray) -> np.ndarray:
 
 def _from_numpy(arr: np.ndarray, who: str, device=None) -> Tensor:
     """A realized tensor owning `arr` (C-contiguous; made read-only: the tensor is immutable)."""
-    if arr.dtype.kind in "OUSV":
+    if arr.dtype.kind in "OUSV" and arr.dtype != dt.bfloat16:
         raise TypeError(f"{who}: non-numeric data of dtype {arr.dtype} is not supported")
     if not arr.dtype.isnative and arr.dtype.newbyteorder("=") in dt.SUPPORTED:
         arr = arr.astype(arr.dtype.newbyteorder("="))  # byte-swapped data: same values, native
@@ -680,7 +685,7 @@ def _default_dtype_of(obj) -> np.dtype | None:
             elif isinstance(o, _PY_SCALARS) and not isinstance(o, np.generic):
                 kinds.add(type(o))
             elif isinstance(o, Tensor) and o.ndim == 0:
-                kinds.add({"b": bool, "i": int, "u": int, "f": float, "c": complex}[o.dtype.kind])
+                kinds.add({"b": bool, "i": int, "u": int, "c": complex}.get(o.dtype.kind, float))
             else:
                 return None
         kind = next((k for k in (complex, float, int, bool) if k in kinds), float)
@@ -774,7 +779,7 @@ def from_dlpack(x, /, *, device=None, copy=None, dtype=None) -> Tensor:
                 "not the host; move it to the CPU first"
             )
     try:
-        arr = np.from_dlpack(x, copy=copy)
+        arr = _bf16_from_dlpack(x, copy) if _bf16_producer(x) else np.from_dlpack(x, copy=copy)
     except TypeError:  # an older producer without the copy= keyword
         if copy is False:
             raise
@@ -797,6 +802,26 @@ def from_dlpack(x, /, *, device=None, copy=None, dtype=None) -> Tensor:
     elif arr.base is not None or not arr.flags.owndata:
         arr = arr.view()  # our own read-only view; the producer's flags stay as they were
     return _from_numpy(arr, "from_dlpack", dev)
+
+
+def _bf16_producer(x) -> bool:
+    """Whether `x` is a bfloat16 array of another framework (torch, JAX): DLPack has a
+    bfloat16 code, but numpy's importer does not take it ("Unsupported dtype in DLTensor")."""
+    return str(getattr(x, "dtype", "")) in ("torch.bfloat16", "bfloat16")
+
+
+def _bf16_from_dlpack(x, copy) -> np.ndarray:
+    """A bfloat16 producer's buffer as an ml_dtypes array: torch's through DLPack as int16
+    bits (the same bytes, zero-copy where DLPack allows it), others (JAX) through
+    __array__, which gives ml_dtypes' bfloat16 already."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return np.from_dlpack(x.view(torch.int16), copy=copy).view(dt.bfloat16)
+    arr = np.asarray(x)
+    if arr.dtype != dt.bfloat16:
+        raise TypeError(f"from_dlpack: {type(x).__name__} of dtype {x.dtype} did not convert "
+                        f"to bfloat16 (got {arr.dtype})")  # fmt: skip
+    return np.array(arr, copy=True) if copy else arr
 
 
 def _device_arg(device, who: str):
@@ -983,7 +1008,7 @@ class _Random:
             shape = tuple(shape[0])
         shape = _shape_arg(shape)
         dtype = dt.as_dtype(dtype)
-        if dtype.kind not in "fc":
+        if not (dt.is_float(dtype) or dt.is_complex(dtype)):
             raise TypeError(f"lm.random.{who}: dtype must be a floating dtype, got {dtype}")
         n = math.prod(shape)
         nbytes = n * dtype.itemsize
@@ -1171,7 +1196,7 @@ def _elementwise(op: str, operands: Sequence, arg=None) -> Tensor:
                     if na.dtype is not d and na.dtype != d:
                         na = _cast(na, d)
                     if _peel_const(na) is None:
-                        return Tensor(gn.make(op, out_dtype, shape, (na,), arg), a._device)
+                        return Tensor(_ew_node(op, out_dtype, shape, (na,), arg), a._device)
     except (TypeError, OverflowError):  # unhashable arg, scalar out of range: the slow path
         pass  # raises the user-facing error
     return _elementwise_general(op, operands, arg)
@@ -1192,7 +1217,7 @@ def _fast_binary(op, arg, plan, na, nb, device):
         nb = _expand(nb, shape)
     if _peel_const(na) is not None and _peel_const(nb) is not None:
         return None
-    return Tensor(gn.make(op, out_dtype, shape, (na, nb), arg), device)
+    return Tensor(_ew_node(op, out_dtype, shape, (na, nb), arg), device)
 
 
 def _elementwise_general(op: str, operands: Sequence, arg=None) -> Tensor:
@@ -1243,7 +1268,19 @@ def _elementwise_general(op: str, operands: Sequence, arg=None) -> Tensor:
         value = fold(probe, [c.realized for c in consts])
         c = gn.const_node(value.item(), out_dtype)
         return _wrap(_expand(c, shape), tensors)
-    return Tensor(gn.make(op, out_dtype, shape, nodes, arg), tensors[0]._device)
+    return Tensor(_ew_node(op, out_dtype, shape, nodes, arg), tensors[0]._device)
+
+
+def _ew_node(op: str, out_dtype: np.dtype, shape: tuple, srcs: tuple, arg) -> gn.Node:
+    """The node of elementwise `op`; a bfloat16 result is the float32 op rounded by one cast
+    (its inputs are float32 already, `_ew_plan`), so kernels only ever load, store and convert
+    bfloat16 and every op keeps its float32 lowering (vmath, comparisons, reductions)."""
+    if out_dtype is _BF16 or out_dtype == _BF16:
+        return gn.make("cast", _BF16, shape, (gn.make(op, dt.float32, shape, srcs, arg),))
+    return gn.make(op, out_dtype, shape, srcs, arg)
+
+
+_BF16 = dt.bfloat16
 
 
 def _ew_plan(op: str, ops: list, tensors: list) -> tuple:
@@ -1266,11 +1303,14 @@ def _ew_plan(op: str, ops: list, tensors: list) -> tuple:
             shown = ", ".join(k.name if isinstance(k, np.dtype) else k.__name__ for k in kinds)
             raise TypeError(f"{op}: not supported for operand dtypes ({shown})") from None
         rule = ELEMENTWISE[op].info.dtypes
-        if rule.float_result and out_dtype.kind not in "fc":
+        if rule.float_result and out_dtype.kind not in "fc" and out_dtype != dt.bfloat16:
             out_dtype = dt.float64
             in_dtypes = (dt.float64,)
         if rule.bool_inputs:
             in_dtypes = tuple(dt.bool_ for _ in in_dtypes)
+    # bfloat16 is a storage format: the op computes in float32 and `_ew_node` rounds its result
+    # once (exact for the inputs, one rounding on store, as float16 is computed elsewhere)
+    in_dtypes = tuple(dt.float32 if d == dt.bfloat16 else d for d in in_dtypes)
     if out_dtype not in dt.SUPPORTED:
         raise TypeError(f"{op}: result dtype {out_dtype} is not supported by lazymath")
     shape = broadcast_shapes(*(t.shape for t in tensors), op=op)
@@ -1603,6 +1643,9 @@ def _reduce(op: str, x, axis, keepdims: bool) -> Tensor:
     node = x._node
     key = (op, node.dtype, node.shape, axis, keepdims)
     axes, out_dtype, out_shape = _memo(_REDUCE_PLANS, key, _reduce_plan, op, x, axis)
+    if node.dtype == _BF16 and axes:  # in float32 (exact), rounded once: see `_ew_node`
+        out = _reduce(op, Tensor(_cast(node, dt.float32), x._device), axis, keepdims)
+        return out if op in ("argmax", "argmin") else astype(out, _BF16)
     src = node if op in ("argmax", "argmin", "max", "min") else _cast(node, out_dtype)
     if not axes:
         if op in ("argmax", "argmin"):  # argmax of a 0-d tensor
@@ -1694,7 +1737,7 @@ def argmin(x, axis=None, keepdims=False) -> Tensor:
 
 
 def _float_for_mean(x: Tensor) -> Tensor:
-    if x.dtype.kind in "fc":
+    if x.dtype.kind in "fc" or x.dtype == _BF16:
         return x
     return astype(x, dt.float64)
 
@@ -1706,7 +1749,7 @@ def mean(x, axis=None, keepdims=False) -> Tensor:
     axes = _axes(axis, x.ndim, "mean")
     n = math.prod(x.shape[a] for a in axes)
     xf = _float_for_mean(x)
-    acc = astype(xf, dt.float32) if xf.dtype == dt.float16 else xf
+    acc = astype(xf, dt.float32) if xf.dtype in (dt.float16, _BF16) else xf
     s = sum(acc, axis, keepdims)
     out = s * (1.0 / n) if n else s * float("nan")
     return astype(out, xf.dtype)
@@ -1722,7 +1765,7 @@ def _var(op: str, x, axis, keepdims: bool, ddof) -> Tensor:
     axes = _axes(axis, x.ndim, op)
     n = math.prod(x.shape[a] for a in axes)
     xf = _float_for_mean(x)
-    acc = astype(xf, dt.float32) if xf.dtype == dt.float16 else xf
+    acc = astype(xf, dt.float32) if xf.dtype in (dt.float16, _BF16) else xf
     m = mean(acc, axis, keepdims=True)
     d = acc - m
     out_dtype = xf.dtype
@@ -1790,7 +1833,8 @@ def matmul(a, b) -> Tensor:
     """Matrix product with numpy's rules: 1-D operands are promoted (and the added axis removed
     again), leading axes broadcast as a batch, dtypes promote.
 
-    Runs on the Cube unit for float16/float32 (float16 accumulates in float32); int and float64
+    Runs on the Cube unit for float16/bfloat16/float32 (float16 and bfloat16 accumulate in
+    float32 and round once, on the FixPipe's way out); int and float64
     matmuls run on the AI CPU, and `lm.explain` says why. Elementwise ops that consume the
     result fuse into the Cube kernel's epilogue."""
     a = a if isinstance(a, Tensor) else tensor(a)

@@ -47,7 +47,7 @@ ALLOWLIST = {
     "conv1d", "fft",
     # dtypes
     "dtypes", "bool_", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-    "uint64", "float16", "float32", "float64", "complex64", "complex128",
+    "uint64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
     # running, inspecting, devices
     "realize", "schedule", "explain", "precompile", "cache_info", "clear_cache", "show_config",
     "init_device", "current_device", "Device", "Stream", "Event", "profile",

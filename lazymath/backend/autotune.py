@@ -200,6 +200,11 @@ def explain(ir, spec) -> str:
     """`plan.describe()` of the plan in force, without measuring."""
     key = _key(ir, spec)
     plan = _memory.get(key) or _read(key) or gemm.model_plan()
+    if getattr(ir, "in_dtype", "") == "bfloat16":  # the Mmad's host mapping (lower_cube._mmad)
+        if gemm.bf16_dot_available():
+            return (f"bfloat16 vdpbf16ps dot products (AVX512_BF16), MR x {plan.uk.nr} tiles, "
+                    "one K pass")  # fmt: skip
+        return "bfloat16 widened to float32 panels (no AVX512_BF16): " + plan.describe()
     return plan.describe()
 
 
@@ -210,7 +215,7 @@ def _inputs(kernel) -> list[np.ndarray]:
     out = []
     for v in kernel._args:
         n = max(view_extent(v), 1)
-        if np.dtype(v.dtype).kind == "f":
+        if np.dtype(v.dtype).kind == "f" or v.dtype == "bfloat16":
             out.append(rng.uniform(-1, 1, n).astype(v.dtype))
         else:
             out.append(np.zeros(n, v.dtype))

@@ -47,6 +47,8 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from lazymath.backend.bfloat16 import bf16_to_f32, f32_to_bf16
+
 MR = 6  # microkernel rows (broadcast A scalars)
 NR = 16  # microkernel columns (two <8 x float>)
 C0 = 16  # NZ fractal width on the host
@@ -65,7 +67,7 @@ V8F = ir.VectorType(F32, VW)
 Val = ir.Value | int
 
 LLVM_TYPES: dict[str, ir.Type] = {
-    "float16": F16, "float32": F32, "float64": F64,
+    "float16": F16, "bfloat16": I16, "float32": F32, "float64": F64,
     "int8": I8, "int16": I16, "int32": I32, "int64": I64,
     "uint8": I8, "uint16": I16, "uint32": I32, "uint64": I64, "bool": I8,
 }  # fmt: skip
@@ -723,6 +725,229 @@ def emit_mmad(
         panel(kb, nfc, acc)
 
 
+# ------------------------------------------------------------------------- bfloat16 dot products
+# A bfloat16 Mmad on a host with AVX512_BF16: vdpbf16ps multiplies 16 pairs of bfloat16 and adds
+# both products to 16 float32 accumulators, the host's equivalent of the Cube's bf16 MACs (two K
+# steps per instruction, twice the float32 FMA's work). The L1/L0 host shadows stay float32 NZ
+# panels (MTE2 packs and widens as for float16, so the proofs and redirections of lower_cube hold
+# unchanged); `emit_mmad_bf16` narrows the Mmad's A and B operands once into bfloat16 scratch --
+# O(MK + KN) conversions for the tile's O(MNK) MACs, exact since the panels hold bfloat16 values
+# -- A in the same NZ index layout (the K pairs (k, k+1) of a row are adjacent: one 32-bit
+# broadcast), B pair-interleaved (a 64-byte line holds 16 columns x 2 k), and runs the
+# register-blocked dot-product microkernel over them. Elsewhere (no AVX512_BF16, or a target
+# forced without it) bfloat16 Mmads run the float32 FMA microkernels on the widened panels.
+
+
+class _BFloatType(ir.types._BaseFloatType):
+    """LLVM's ``bfloat`` (llvmlite has no class for it): the element type of the dpbf16ps
+    intrinsic's operands (LLVM >= 17 takes <32 x bfloat>, earlier releases <16 x i32>)."""
+
+    null = "0.0"
+    intrinsic_name = "bf16"
+
+    def __str__(self) -> str:
+        return "bfloat"
+
+
+_BFloatType._create_instance()
+V32BF = ir.VectorType(_BFloatType(), 32)
+V16F = ir.VectorType(F32, 16)
+V16I = ir.VectorType(I32, 16)
+
+
+def bf16_dot_available(target=None) -> bool:
+    """Whether bfloat16 Mmads use vdpbf16ps on `target` (default: the effective host target,
+    so LAZYMATH_TARGET_CPU=znver3/haswell forces the float32 FMA path)."""
+    if target is None:
+        from lazymath.backend import host
+
+        target = host.target()
+    return bool(target.bf16) and target.vector_regs >= 32 and BF16_DOT
+
+
+BF16_DOT = True  # tests compare both paths on one host; part of the disk key via the target
+
+
+def emit_narrow_a(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, n: Val) -> None:
+    """dst[0:n] (i16 bfloat16 bits) = src[0:n] (float32, bfloat16 values): the A panel in the
+    same NZ index layout. `n` is a multiple of 16 (whole fractal rows)."""
+    with for_range(b, 0, ceil_div(b, n, C0), name="na") as i:
+        v = vload(b, gep(b, src, b.mul(i, c64(C0))), V16F, 4)
+        b.store(f32_to_bf16(b, v), gep(b, dst, b.mul(i, c64(C0)), I16), align=2)
+
+
+_PAIRS = ir.Constant(ir.VectorType(I32, 32), [j // 2 + (j % 2) * 16 for j in range(32)])
+
+
+def emit_narrow_b_pairs(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, b_rows: int,
+                        nfc: Val, ncb: Val) -> None:  # fmt: skip
+    """B (float32 NZ: fractal column f, row k at (f * b_rows + k) * 16) -> bfloat16 pairs:
+    (B[2p, c], B[2p + 1, c]) at ((f * b_rows / 2 + p) * 16 + c) * 2 + {0, 1} (i16 index), for
+    the rows of `nfc` K fractal columns and `ncb` column fractals. Element offsets of a K
+    fractal column (16 rows) and of a column fractal are the same as the float32 panel's."""
+    with for_range(b, 0, ncb, name="nf") as f:
+        col = b.mul(f, c64(b_rows * C0))
+        with for_range(b, 0, b.mul(as_i64(nfc), c64(C0 // 2)), name="np") as p:
+            row0 = gep(b, src, b.add(col, b.mul(p, c64(2 * C0))))
+            lo = f32_to_bf16(b, vload(b, row0, V16F, 4))
+            hi = f32_to_bf16(b, vload(b, gep(b, row0, C0), V16F, 4))
+            both = b.shuffle_vector(lo, hi, _PAIRS)
+            b.store(both, gep(b, dst, b.add(col, b.mul(p, c64(2 * C0))), I16), align=4)
+
+
+def get_ukernel_bf16(mod: ir.Module, mr: int, nr: int, pf_lines: int = 1) -> ir.Function:
+    """``ukernel(a, b, c, nfc, a_fc, b_fc, c_fc, accumulate, pf_b, pf_c)`` as `get_ukernel`'s
+    (same arguments, element offsets in i16 for a and b), C(mr x nr) (+)= A B with vdpbf16ps:
+    per K pair, nr/16 B vectors (32 bfloat16: 16 columns x 2 k, one cache line each), mr 32-bit
+    A broadcasts and mr*nr/16 dot products into as many float32 accumulators. The 8 pairs of a
+    K fractal column are unrolled (half the float32 kernel's k steps per column). Products of
+    bfloat16 are exact in float32; each instruction adds the pair's two products in turn,
+    flushing denormal inputs and results to zero (Intel SDM), so a sum may differ from the
+    float32 FMA kernel's in its last bits, never by more than rounding order allows."""
+    name = f"lm_ukernel_bf16_{mr}x{nr}_pf{pf_lines}"
+    if name in mod.globals:
+        return mod.globals[name]
+    nf = nr // C0
+    fn = ir.Function(mod, UK_FNTYPE, name=name)
+    fn.linkage = "internal"
+    for i in range(3):
+        fn.args[i].add_attribute("noalias")
+    a, bp, c, nfc, astride, bstride, cstride, accf, pfb, pfc = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    dp = get_intrinsic(mod, "llvm.x86.avx512bf16.dpbf16ps.512", V16F, [V16F, V32BF, V32BF])
+    zero = ir.Constant(V16F, [0.0] * 16)
+
+    def c_at(r: int, f: int) -> ir.Value:
+        base = c if f == 0 else gep(b, c, b.mul(cstride, c64(f)))
+        return gep(b, base, r * C0)
+
+    for f in range(nf):
+        for r in range(mr):
+            pc = pfc if f == 0 else gep(b, pfc, b.mul(cstride, c64(f)))
+            prefetch(b, gep(b, pc, r * C0), 3)
+    slots = [(r, f) for r in range(mr) for f in range(nf)]
+    do_load = b.icmp_signed("!=", accf, ir.Constant(I32, 0))
+    entry = b.block
+    ld = fn.append_basic_block("load")
+    go = fn.append_basic_block("go")
+    b.cbranch(do_load, ld, go)
+    b.position_at_end(ld)
+    loaded = [vload(b, c_at(r, f), V16F, 32) for r, f in slots]
+    ld_end = b.block
+    b.branch(go)
+    b.position_at_end(go)
+    init = []
+    for i, v in enumerate(loaded):
+        p = b.phi(V16F, name=f"c{i}.init")
+        p.add_incoming(zero, entry)
+        p.add_incoming(v, ld_end)
+        init.append(p)
+    pre = b.block
+    head = fn.append_basic_block("k.head")
+    body = fn.append_basic_block("k.body")
+    end = fn.append_basic_block("k.end")
+    b.branch(head)
+    b.position_at_end(head)
+    kv = b.phi(I64, name="fc")
+    pa = b.phi(PTR, name="pa")
+    pb = b.phi(PTR, name="pb")
+    ppf = b.phi(PTR, name="ppf")
+    accs = [b.phi(V16F, name=f"c{i}") for i in range(len(slots))]
+    for ph, v in ((kv, c64(0)), (pa, a), (pb, bp), (ppf, pfb)):
+        ph.add_incoming(v, pre)
+    for ph, v in zip(accs, init):
+        ph.add_incoming(v, pre)
+    b.cbranch(b.icmp_signed("<", kv, nfc), body, end)
+    b.position_at_end(body)
+    fcp = [ppf] + [gep(b, ppf, b.mul(bstride, c64(f)), I16) for f in range(1, nf)]
+    for kk in range(min(pf_lines, C0 // 2)):
+        for f in range(nf):
+            prefetch(b, gep(b, fcp[f], kk * 2 * C0, I16), 2)
+    fcb = [pb] + [gep(b, pb, b.mul(bstride, c64(f)), I16) for f in range(1, nf)]
+    cur = list(accs)
+    for p in range(C0 // 2):
+        bv = [b.bitcast(vload(b, gep(b, fcb[f], p * 2 * C0, I16), V16I, 64), V32BF)
+              for f in range(nf)]  # fmt: skip
+        for r in range(mr):
+            s = b.load(gep(b, pa, r * C0 + 2 * p, I16), typ=I32, align=4)
+            v = b.bitcast(splat(b, s, 16), V32BF)
+            for f in range(nf):
+                i = r * nf + f
+                cur[i] = b.call(dp, [cur[i], v, bv[f]])
+    blk = b.block
+    kv.add_incoming(b.add(kv, c64(1)), blk)
+    pa.add_incoming(gep(b, pa, astride, I16), blk)
+    pb.add_incoming(gep(b, pb, C0 * C0, I16), blk)
+    ppf.add_incoming(gep(b, ppf, C0 * C0, I16), blk)
+    for ph, v in zip(accs, cur):
+        ph.add_incoming(v, blk)
+    b.branch(head)
+    b.position_at_end(end)
+    for i, (r, f) in enumerate(slots):
+        b.store(accs[i], c_at(r, f), align=32)
+    b.ret_void()
+    return fn
+
+
+def emit_mmad_bf16(b: ir.IRBuilder, c: ir.Value, c_rows: int, a: ir.Value, a_rows: int,
+                   bmat: ir.Value, b_rows: int, m: Val, n: Val, k: Val, accumulate: Val,
+                   a16: ir.Value, b16: ir.Value, plan: GemmPlan | None = None) -> None:  # fmt: skip
+    """`emit_mmad` for a bfloat16 Mmad with vdpbf16ps: narrow the float32 NZ panels A
+    (a_rows x k) and B (k x n) into the scratch `a16` / `b16` (i16; as many elements as the
+    float32 buffers the panels live in, which bound a_rows * k and k * n), then the same loop nest
+    as `emit_mmad` (B micro-panels of the plan's nr columns outer, MR-row A micro-panels inner,
+    narrower edge widths, a tail microkernel for the rows past the last whole MR) over the
+    dot-product microkernels. One K pass (the plan's host K panel is for float32 panels; a
+    bfloat16 B micro-panel of the Mmad's K is half the bytes)."""
+    plan = plan or host_gemm()
+    nr = plan.uk.nr if plan.uk.vw == 16 else 64
+    nf = nr // C0
+    n_ir = -(-(m if isinstance(m, int) else a_rows) // MR)
+    q = min(C0 // 2, max(1, -(-(C0 // 2) // max(n_ir, 1))))
+    acc = (
+        b.zext(accumulate, I32) if not isinstance(accumulate, int) else ir.Constant(I32, accumulate)
+    )
+    nfc = ceil_div(b, k, C0)
+    ncb = ceil_div(b, n, C0)
+    emit_narrow_a(b, a16, a, imul(b, nfc, a_rows * C0))
+    emit_narrow_b_pairs(b, b16, bmat, b_rows, nfc, ncb)
+    full_rows = min(a_rows, c_rows) // MR
+    tail_rows = min(a_rows, c_rows) % MR
+    bfc, cfc, afc = c64(b_rows * C0), c64(c_rows * C0), c64(a_rows * C0)
+
+    def run(fc0: ir.Value, width: int) -> None:
+        ukf = get_ukernel_bf16(b.module, MR, width, q)
+        pb = gep(b, b16, b.mul(fc0, bfc), I16)
+        pb_next = gep(b, pb, (width // C0) * b_rows * C0, I16)
+        pc_col = gep(b, c, b.mul(fc0, cfc))
+        groups = ceil_div(b, m, MR)
+        with for_range(b, 0, imin(b, groups, full_rows), name="ir") as ir_:
+            off = b.mul(ir_, c64(MR * C0))
+            pc = gep(b, pc_col, off)
+            line = b.and_(b.mul(ir_, c64(q)), c64(C0 // 2 - 1))
+            pf_b = gep(b, pb_next, b.mul(line, c64(2 * C0)), I16)
+            b.call(ukf, [gep(b, a16, off, I16), pb, pc, as_i64(nfc), afc, bfc, cfc, acc, pf_b,
+                         gep(b, pc, MR * C0)])  # fmt: skip
+        if tail_rows:
+            uk_tail = get_ukernel_bf16(b.module, tail_rows, width, q)
+            with b.if_then(b.icmp_signed(">", as_i64(groups), c64(full_rows))):
+                off = full_rows * MR * C0
+                b.call(uk_tail, [gep(b, a16, off, I16), pb, gep(b, pc_col, off), as_i64(nfc),
+                                 afc, bfc, cfc, acc, pb_next, gep(b, pc_col, off)])  # fmt: skip
+
+    full = ncb // nf if isinstance(ncb, int) else b.sdiv(ncb, c64(nf))
+    with for_range(b, 0, full, name="jr") as jr:
+        run(b.mul(jr, c64(nf)), nr)
+    rem = iadd(b, ncb, imul(b, full, -nf))
+    for w in range(1, nf):
+        if isinstance(rem, int):
+            if rem == w:
+                run(c64(full * nf), w * C0)
+            continue
+        with b.if_then(b.icmp_signed("==", rem, c64(w))):
+            run(b.mul(as_i64(full), c64(nf)), w * C0)
+
+
 # ----------------------------------------------------------------------------- element conversion
 
 
@@ -737,7 +962,7 @@ def load_as_f32(b: ir.IRBuilder, ptr: ir.Value, dtype: str, width: int) -> ir.Va
 
 
 def et_align(dtype: str) -> int:
-    return {"float16": 2, "float32": 4, "float64": 8, "bool": 1}.get(
+    return {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "bool": 1}.get(
         dtype, 4 if "32" in dtype else 1
     )
 
@@ -749,6 +974,8 @@ def to_f32(b: ir.IRBuilder, v: ir.Value, dtype: str) -> ir.Value:
         return v
     if dtype == "float16":
         return b.fpext(v, ft)
+    if dtype == "bfloat16":
+        return bf16_to_f32(b, v)
     if dtype == "float64":
         return b.fptrunc(v, ft)
     if dtype == "bool":
@@ -915,6 +1142,8 @@ def from_f32(b: ir.IRBuilder, v: ir.Value, dtype: str) -> ir.Value:
         return v
     if dtype in ("float16", "float64"):
         return b.fptrunc(v, t) if dtype == "float16" else b.fpext(v, t)
+    if dtype == "bfloat16":
+        return f32_to_bf16(b, v)
     if dtype == "bool":
         return b.zext(b.fcmp_unordered("!=", v, ir.Constant(v.type, None)), t)
     sfx = (f"v{width}" if width else "") + f"i{et.width}"

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from lazymath.backend import cancel, isa
+from lazymath.dtypes import bfloat16
 from lazymath.graph import ops
 
 INTERP: dict[type, Callable] = {}
@@ -41,9 +42,12 @@ def register(cls: type) -> Callable:
     return deco
 
 
+_NARROW = (np.dtype(np.float16), bfloat16)  # computed as float32, stored narrow
+
+
 def _compute_dtype(dtype) -> np.dtype:
     dt = np.dtype(dtype)
-    return np.dtype(np.float32) if dt == np.float16 else dt
+    return np.dtype(np.float32) if dt in _NARROW else dt
 
 
 _FLAGS = (isa.SetFlag, isa.WaitFlag, isa.CrossCoreSetFlag, isa.CrossCoreWaitFlag)
@@ -92,7 +96,7 @@ class Machine:
 
     def load(self, ref: isa.Ref, n) -> np.ndarray:
         v = self.view(ref, n)
-        return v.astype(np.float32) if v.dtype == np.float16 else v
+        return v.astype(np.float32) if v.dtype in _NARROW else v
 
     def scalar(self, value, dtype) -> np.generic:
         """A scalar operand, rounded to the operand dtype first (as the NPU register holds it)."""
@@ -255,6 +259,8 @@ def convert(x: np.ndarray, dst_dt: np.dtype, mode: str) -> np.ndarray:
     src_dt = x.dtype
     if mode == "bits":
         return x.view(dst_dt)
+    if src_dt == _NARROW[1] and dst_dt != src_dt:  # bfloat16: exact to float32, then its rules
+        x, src_dt = x.astype(np.float32), np.dtype(np.float32)
     if dst_dt.kind == "b":
         return x != 0
     if src_dt.kind == "f" and dst_dt.kind in "iu":  # x86 / numpy: via int32 or int64

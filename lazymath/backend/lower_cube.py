@@ -112,6 +112,18 @@ class _CubeState:
                                 stride)  # fmt: skip
         return self.shadow[key]
 
+    def bf16_scratch(self, which: str) -> ir.Value:
+        """i16 scratch for a bfloat16 Mmad's narrowed A or B operand (`gemm.emit_mmad_bf16`):
+        as many elements as the largest Cube buffer or memo slot the operand can come from,
+        allocated once per program at function entry."""
+        key = ("bf16", which)
+        if key not in self.shadow:
+            n = max([b.size for b in self.ctx.program.buffers if b.scope in CUBE_SCOPES]
+                    + [i.memo_slot_elems for i in self.ctx.program.instructions()
+                       if isinstance(i, cube.LoadNz) and i.memo is not None])  # fmt: skip
+            self.shadow[key] = self.entry_alloca(-(-n // 2), f"{which}.bf16")
+        return self.shadow[key]
+
     def entry_slot(self, typ: ir.Type, name: str) -> ir.Value:
         """A stack slot allocated once at function entry (mem2reg turns it into a register)."""
         key = ("slot", name)
@@ -155,8 +167,9 @@ def _state(ctx: lower_llvm.LowerCtx) -> _CubeState:
         st.memo_ok = memo_sources_read_only(ctx.program)
         st.ranges = var_ranges(ctx.program)
         st.nd_ok = nd_panels(ctx.program, st.alias_ok) if gemm.ND_A else frozenset()
-        if gemm.ND_PACK:
-            st.nd_ok |= nd_panels(ctx.program, st.alias_ok, ("float16",))
+        if gemm.ND_PACK:  # (bfloat16 panels stay NZ for the dot-product Mmad, `_mmad`)
+            narrow = ("float16",) if gemm.bf16_dot_available() else ("float16", "bfloat16")
+            st.nd_ok |= nd_panels(ctx.program, st.alias_ok, narrow)
         ctx._cube_state = st
     return st
 
@@ -415,11 +428,12 @@ _UN = {k: m.lowering.instr for k, m in ELEMENTWISE.items()
 
 
 def _round16(ctx: lower_llvm.LowerCtx, dtype: str, v: ir.Value) -> ir.Value:
-    """float16 values are carried as float32 rounded to half after every op (numpy's rule)."""
-    if dtype != "float16":
+    """float16 (bfloat16) values are carried as float32 rounded to half after every op
+    (numpy's rule)."""
+    if dtype not in ("float16", "bfloat16"):
         return v
     b = ctx.builder
-    return b.fpext(b.fptrunc(v, gemm.F16), gemm.F32)
+    return lower_llvm.widen(b, dtype, lower_llvm.narrow(b, dtype, v))
 
 
 def emit_scalar_expr(
@@ -524,16 +538,13 @@ def _float_special(ctx: lower_llvm.LowerCtx, name: str, dt: str, x: ir.Value, ar
 
 
 def _convert(ctx: lower_llvm.LowerCtx, src: str, dst: str, v: ir.Value) -> ir.Value:
-    """Compute-type value of `src` -> compute-type value of `dst` (float16 rides as float32)."""
+    """Compute-type value of `src` -> compute-type value of `dst` (float16 and bfloat16 ride
+    as float32)."""
     if src == dst:
         return v
     b = ctx.builder
-    if src == "float16":
-        v = b.fptrunc(v, gemm.F16)
-    out = lower_llvm.convert(ctx, src, dst, v, "trunc")
-    if dst == "float16":
-        out = b.fpext(out, gemm.F32)
-    return out
+    out = lower_llvm.convert(ctx, src, dst, lower_llvm.narrow(b, src, v), "trunc")
+    return lower_llvm.widen(b, dst, out)
 
 
 def _prologue_fn(ctx: lower_llvm.LowerCtx, expr: Expr | None, src_dtype: str):
@@ -543,7 +554,8 @@ def _prologue_fn(ctx: lower_llvm.LowerCtx, expr: Expr | None, src_dtype: str):
     out_dt = expr[-1].dtype
 
     def scalar(x: ir.Value) -> ir.Value:
-        raw = x if src_dtype in ("float32", "float16") else _convert(ctx, "float32", src_dtype, x)
+        raw = (x if src_dtype in ("float32", "float16", "bfloat16")
+               else _convert(ctx, "float32", src_dtype, x))  # fmt: skip
         v = emit_scalar_expr(ctx, expr, {0: (raw, src_dtype)})[-1]
         return _convert(ctx, out_dt, "float32", v) if out_dt != "float32" else v
 
@@ -670,6 +682,11 @@ def _mmad(ctx: lower_llvm.LowerCtx, i: cube.Mmad) -> None:
     a_rows = st.alias_rows.get(i.a.buf.name, i.a_rows)
     b_rows = st.alias_rows.get(i.b.buf.name, i.b_rows)
     b = ctx.builder
+    if i.in_dtype == "bfloat16" and gemm.bf16_dot_available():  # vdpbf16ps (NZ panels only)
+        gemm.emit_mmad_bf16(b, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, st.ptr(i.b), b_rows,
+                            _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv,
+                            st.bf16_scratch("a"), st.bf16_scratch("b"))  # fmt: skip
+        return
 
     def mmad(a_nd: int | None = None) -> None:
         gemm.emit_mmad(b, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, st.ptr(i.b), b_rows,
@@ -1155,6 +1172,8 @@ def main_ukernels(program: isa.Program, mmads: list) -> list[str]:
 
     loads = None
     for i in mmads:
+        if i.in_dtype == "bfloat16" and gemm.bf16_dot_available():
+            continue  # its dot-product microkernels are defined in the module (emit_mmad_bf16)
         lo, hi = isa.int_range(i.m, ranges)
         if lo == hi:
             qs = {depth(int(lo))}

@@ -21,7 +21,9 @@ What a lowering function can use on ``ctx`` (a `LowerCtx`):
 - ``ctx.ptr(ref) -> ptr`` typed element pointer: getelementptr of the buffer base by
   ``ref.off`` elements (never inttoptr). ``ctx.elem_ptr(ptr, dtype, i)`` indexes further.
 - ``ctx.storage_type(dtype)`` / ``ctx.compute_type(dtype)``: float16 is stored as ``half`` and
-  computed as ``float``; bool is stored and computed as ``i8`` holding 0/1.
+  computed as ``float``; bfloat16 is stored as ``i16`` bits and computed as ``float`` (integer
+  shifts in `backend.bfloat16`: no libcall, any target); bool is stored
+  and computed as ``i8`` holding 0/1.
 - ``ctx.load(ptr, dtype, i)`` / ``ctx.store(ptr, dtype, i, value)``: element access converting
   storage <-> compute type; inside ``ctx.parallel_for`` the access joins the loop's access
   group so the loop vectorizer knows iterations are independent (no runtime alias checks).
@@ -58,6 +60,7 @@ import numpy as np
 from llvmlite import ir
 
 from lazymath.backend import isa, vmath
+from lazymath.backend.bfloat16 import bf16_to_f32, f32_to_bf16
 from lazymath.backend.cancel import CANCEL_SYMBOL  # the flag tile loops poll (Ctrl-C)
 
 I1 = ir.IntType(1)
@@ -70,7 +73,7 @@ F64 = ir.DoubleType()
 PTR = ir.PointerType()
 
 _STORAGE = {
-    "float16": F16, "float32": F32, "float64": F64, "bool": I8,
+    "float16": F16, "bfloat16": ir.IntType(16), "float32": F32, "float64": F64, "bool": I8,
     "int8": I8, "int16": ir.IntType(16), "int32": I32, "int64": I64,
     "uint8": I8, "uint16": ir.IntType(16), "uint32": I32, "uint64": I64,
 }  # fmt: skip
@@ -103,8 +106,30 @@ def register(cls: type) -> Callable:
 
 
 def kind(dtype: str) -> str:
-    """numpy kind letter: 'f' float, 'i' signed, 'u' unsigned, 'b' bool."""
-    return np.dtype(dtype).kind
+    """numpy kind letter: 'f' float, 'i' signed, 'u' unsigned, 'b' bool (bfloat16: 'f', which
+    numpy files under 'V')."""
+    return "f" if dtype == "bfloat16" else np.dtype(dtype).kind
+
+
+_NARROW = ("float16", "bfloat16")  # stored narrow, computed as float
+
+
+def widen(b: ir.IRBuilder, dtype: str, v: ir.Value) -> ir.Value:
+    """Storage value -> compute value (float16/bfloat16 -> float, exact; others unchanged)."""
+    if dtype == "float16":
+        return b.fpext(v, F32)
+    if dtype == "bfloat16":
+        return bf16_to_f32(b, v)
+    return v
+
+
+def narrow(b: ir.IRBuilder, dtype: str, v: ir.Value) -> ir.Value:
+    """Compute value -> storage value (float -> float16/bfloat16, rounded to nearest even)."""
+    if dtype == "float16":
+        return b.fptrunc(v, F16)
+    if dtype == "bfloat16":
+        return f32_to_bf16(b, v)
+    return v
 
 
 class _DistinctMD(ir.values.MDValue):
@@ -160,7 +185,7 @@ class LowerCtx:
             raise NotImplementedError(f"dtype {dtype} has no LLVM lowering") from None
 
     def compute_type(self, dtype: str) -> ir.Type:
-        return F32 if dtype == "float16" else self.storage_type(dtype)
+        return F32 if dtype in _NARROW else self.storage_type(dtype)
 
     def const(self, dtype: str, value) -> ir.Constant:
         """A constant of `dtype`'s compute type (bool -> i8 0/1, ints wrap like numpy)."""
@@ -260,13 +285,10 @@ class LowerCtx:
         self._tag(s)
 
     def load(self, p: ir.Value, dtype: str, i: ir.Value) -> ir.Value:
-        v = self.load_raw(p, dtype, i)
-        return self.builder.fpext(v, F32) if dtype == "float16" else v
+        return widen(self.builder, dtype, self.load_raw(p, dtype, i))
 
     def store(self, p: ir.Value, dtype: str, i: ir.Value, v: ir.Value) -> None:
-        if dtype == "float16":
-            v = self.builder.fptrunc(v, F16)
-        self.store_raw(p, dtype, i, v)
+        self.store_raw(p, dtype, i, narrow(self.builder, dtype, v))
 
     # --------------------------------------------------------------------- control flow
     def _distinct(self, ops_fn) -> _DistinctMD:
@@ -831,6 +853,17 @@ def convert(ctx: LowerCtx, src_dt: str, dst_dt: str, x: ir.Value, mode: str) -> 
     ts, td = ctx.storage_type(src_dt), ctx.storage_type(dst_dt)
     if mode == "bits":
         return b.bitcast(x, td)
+    if src_dt == "bfloat16" and dst_dt != "bfloat16":  # exact to float, then float's rules
+        return convert(ctx, "float32", dst_dt, bf16_to_f32(b, x), mode)
+    if dst_dt == "bfloat16" and src_dt != "bfloat16":
+        # one rounding, as ml_dtypes: exact (or rounded to odd) to float first, then to nearest
+        # even; float64 and int64 go through double like the float16 path below
+        if src_dt in ("float16", "float32"):
+            f = b.fpext(x, F32) if ts == F16 else x
+        else:
+            d = x if ts == F64 else convert(ctx, src_dt, "float64", x, mode)
+            f = _f64_to_f32_odd(ctx, d)
+        return f32_to_bf16(b, f)
     if ks == "f" and mode in ("rint", "floor", "ceil") and kd != "f":
         x = ctx.call_intrinsic({"rint": "roundeven"}.get(mode, mode), ts, x)
     if kd == "b":
@@ -1006,7 +1039,7 @@ def _vdup(ctx: LowerCtx, i: isa.VDup) -> Elem:
     def fn():
         if isinstance(i.scalar, (isa.Var, isa.BinInt)):  # a scalar register value
             c = convert(ctx, "int64", dt, ctx.int(i.scalar), "trunc")
-            return ctx.builder.fpext(c, F32) if dt == "float16" else c
+            return widen(ctx.builder, dt, c)
         return ctx.const(dt, i.scalar)
 
     return Elem(i.dst, (), i.n, fn)
@@ -1196,7 +1229,7 @@ def lower_elementwise(ctx: LowerCtx, elems: list, dead: frozenset = frozenset())
                 p, _ = ptrs[key]
                 v = ctx.load_raw(p, dt, index(k, st))
                 vals[key] = v
-            return b.fpext(v, F32) if (dt == "float16" and not raw) else v
+            return v if raw else widen(b, dt, v)
 
         dts = {}
         out = []
@@ -1206,8 +1239,7 @@ def lower_elementwise(ctx: LowerCtx, elems: list, dead: frozenset = frozenset())
                 sd, dd = i.src.buf.dtype, i.dst.buf.dtype
                 x = read(i.src, 1, True)
                 x = convert(ctx, sd, dd, x, "trunc") if sd != dd else x
-                if dd == "float16":
-                    x = b.fpext(x, F32)
+                x = widen(b, dd, x)
                 a = accs[len(out)]
                 if _nan_tracked(i):  # maxnum (one vmaxps) + a sticky "saw a NaN" flag
                     nm = "maxnum" if i.op == "vcmax" else "minnum"
@@ -1221,8 +1253,8 @@ def lower_elementwise(ctx: LowerCtx, elems: list, dead: frozenset = frozenset())
             args = [read(r, st, e.raw) for r, st in zip(e.srcs, strides)]
             v = e.fn(*args)
             dt = e.dst.buf.dtype
-            if dt == "float16" and not e.raw:
-                v = b.fptrunc(v, F16)
+            if not e.raw:
+                v = narrow(b, dt, v)
             key = _key(e.dst, e.dst_stride)
             if key not in order:
                 order.append(key)
@@ -1402,8 +1434,7 @@ def _vreduce(ctx: LowerCtx, i: isa.VReduce) -> None:
         b.position_at_end(body)
         x = ctx.load_raw(sp, sd, b.add(start, c))
         x = convert(ctx, sd, dd, x, "trunc") if sd != dd else x
-        if dd == "float16":
-            x = b.fpext(x, F32)
+        x = widen(b, dd, x)
         nacc = _combine(ctx, i.op, dd, acc, x)
         c.add_incoming(b.add(c, ir.Constant(I64, 1)), b.block)
         acc.add_incoming(nacc, b.block)

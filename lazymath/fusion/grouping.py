@@ -29,6 +29,7 @@ from ..backend.kernel_ir import (
     im2col_operand,
 )
 from ..dtypes import AICORE
+from ..dtypes import bfloat16 as BF16
 from ..graph import custom, dft
 from ..graph.node import Node, make, toposort
 from ..graph.ops import ELEMENTWISE, kind
@@ -128,14 +129,35 @@ def aicpu_reason(n: Node) -> str | None:
         core = ", ".join(d.name for d in AICORE)
         return (f"{names} is not an AI Core dtype (the Vector and Cube units take {core}); "
                 "this op runs on the AI CPU")  # fmt: skip
-    if n.op == "matmul" and n.dtype.name not in ("float16", "float32"):
+    if n.op == "matmul" and n.dtype.name not in ("float16", "bfloat16", "float32"):
         article = "an" if n.dtype.name[0] in "aeiou" else "a"
-        return (f"{article} {n.dtype.name} matmul: lazymath's Cube kernels take float16 or float32 "
-                "operands (fp16 MACs, float32 at 1/4 rate, float32 accumulation; the real "
+        return (f"{article} {n.dtype.name} matmul: lazymath's Cube kernels take float16, "
+                "bfloat16 or float32 operands (fp16 MACs, float32 at 1/4 rate, float32 "
+                "accumulation; the real "
                 "Cube's int8 mode is not modelled), so integer products run on the AI CPU; "
                 "cast to float32 to use the Cube (exact while products and sums stay below "
                 "2**24)")  # fmt: skip
     return None
+
+
+def _refuse_bfloat16(pending: list[Node], aicpu: dict, spec) -> None:
+    """A device without bfloat16 on its AI Cores (the 910: AscendC's Cast and Mmad take
+    bfloat16_t on Atlas A2/A3 only, see NPU_FACTS.md) refuses an AI Core node that computes
+    with bfloat16 -- a cast from or to it (every bfloat16 op is float32 work between casts,
+    `tensor._ew_node`) or a Cube matmul -- naming the dtype, the preset, the node and the
+    user's line: emulating a unit the chip does not have would make the preset's cost model
+    and placement lie. Moving bfloat16 data (views, broadcasts, concatenation, a constant fill)
+    is byte copies on MTE2/MTE3 and stays allowed."""
+    for n in pending:
+        if aicpu[id(n)] or n.op not in ("cast", "matmul", "conv1d"):
+            continue
+        if n.dtype == BF16 or any(s.dtype == BF16 for s in n.srcs):
+            raise TypeError(
+                f"bfloat16 is not supported on the {spec.name} preset: its AI Core (Vector "
+                f"Cast, Cube Mmad) has no bfloat16 mode, which starts with the Atlas A2 "
+                f"(ascend910b); {describe(n)} at {n.loc}. Use lm.init_device(spec='ascend910b') "
+                f"or cast to float16/float32 first"
+            )
 
 
 class Planner:
@@ -158,6 +180,8 @@ class Planner:
                     self.consumers[id(s)].append(n)
         self.out_ids = {id(o) for o in outputs}
         self.aicpu = {id(n): _is_aicpu(n) for n in self.pending}
+        if not getattr(spec, "bfloat16", True):
+            _refuse_bfloat16(self.pending, self.aicpu, spec)
 
     # ------------------------------------------------------------------ materialization
     def materialized(self) -> set[int]:
@@ -698,7 +722,7 @@ class Planner:
                 row = rules.MATMUL_ROW_REDUCE and ax == (nd - 1,) and nd >= 2
                 row = row and (op == "sum" or (op in ("max", "min") and src.shape[-1] > 0))
                 if ((col or row) and nd >= 2 and len(cand) == 1
-                        and src.dtype.name in ("float16", "float32")
+                        and src.dtype.name in ("float16", "bfloat16", "float32")
                         and src.shape == cand[0].core.shape):  # fmt: skip
                     host = cand[0]
                     # the host's own epilogue values are computed inside it: no cycle

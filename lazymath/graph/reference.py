@@ -3,7 +3,8 @@
 It is the correctness oracle for every compiled path (tests compare kernels against it and
 `LAZYMATH_VALIDATE=1` re-runs kernels through it), and the implementation of AI CPU kernels.
 It follows the NPU's numerics where numpy's differ: float16 matmul/conv multiply and accumulate
-in float32 and round once at the end (numpy's own float16 matmul is also ~1000x slower).
+in float32 and round once at the end (numpy's own float16 matmul is also ~1000x slower), and
+so does bfloat16 (ml_dtypes' numpy loops would accumulate sums in bfloat16).
 Views stay views (numpy slicing/transposes), copies happen only where numpy would copy.
 """
 
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ..dtypes import bfloat16 as _BF16
 from .node import Node, toposort
 from .ops import ELEMENTWISE
 
@@ -21,8 +23,8 @@ CALLS = {"nodes": 0}
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
-    if a.dtype == np.float16:
-        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+    if a.dtype == np.float16 or a.dtype == _BF16:  # exact products, float32 accumulation
+        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
     return np.matmul(a, b).astype(out_dtype, copy=False)
 
 
@@ -44,17 +46,17 @@ def reduce_array(x: np.ndarray, op: str, axes: tuple[int, ...], out_dtype: np.dt
             n *= x.shape[d]
         flat = moved.reshape(moved.shape[: len(keep)] + (n,))  # not -1: the input may be empty
         return getattr(np, op)(flat, axis=-1).astype(np.int64)
-    if op in ("sum", "prod") and x.dtype == np.float16:
-        # the NPU accumulates float16 in float32
+    if op in ("sum", "prod") and (x.dtype == np.float16 or x.dtype == _BF16):
+        # the NPU accumulates float16 (and bfloat16) in float32
         r = getattr(np, op)(x.astype(np.float32), axis=axes)
-        return np.asarray(r).astype(np.float16)
+        return np.asarray(r).astype(x.dtype)
     fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op]
     return np.asarray(fn(x, axis=axes)).astype(out_dtype, copy=False)
 
 
 def _conv1d(x, w, bias, stride, padding, dilation, groups, out_dtype):
     """torch.nn.functional.conv1d semantics, x (N, Cin, L), w (Cout, Cin/groups, K)."""
-    acc = np.float32 if x.dtype == np.float16 else out_dtype
+    acc = np.float32 if x.dtype in (np.float16, _BF16) else out_dtype
     x = x.astype(acc, copy=False)
     w = w.astype(acc, copy=False)
     n, cin, _ = x.shape
@@ -125,7 +127,10 @@ def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
     with np.errstate(all="ignore"):
         if op in ELEMENTWISE:
             if op == "cast":
-                return srcs[0].astype(node.dtype)
+                x = srcs[0]
+                if x.dtype == _BF16 and node.dtype.kind in "iu":  # as the kernels: via float32
+                    x = x.astype(np.float32)  # (ml_dtypes clamps where numpy's float32 wraps)
+                return x.astype(node.dtype)
             fn = ELEMENTWISE[op].info.ref
             out = fn(*srcs, arg) if op == "leaky_relu" else fn(*srcs)
             return np.asarray(out).astype(node.dtype, copy=False)

@@ -66,6 +66,14 @@ class DeviceSpec:
     hbm_bytes_per_s: float = 1.2e12
     l2_bytes: int = 32 * MiB
     event_ids_per_pipe_pair: int = 4  # [doc]
+    # bfloat16 on the AI Core (Vector Cast, Cube Mmad, FixPipe fp32 -> bf16) [doc]: AscendC's
+    # Cast(float -> bfloat16_t) lists Atlas A2/A3 as supported and "Atlas training series" (the
+    # 910) as not (hiascend.com CANN 9.0 ascendcopapi atlasascendc_api_07_0021); aclnn Cast
+    # takes BFLOAT16 on A2/A3 only (aolapi atlasascendc_api_07_1193); the ops-math operator
+    # docs say "Atlas training series: BFLOAT16 not supported". FixPipe's fp32 -> bf16 cast is
+    # a 910B path (NPU_FACTS.md). Without it a graph that computes in bfloat16 is refused with
+    # the preset's name (fusion.grouping._refuse_bfloat16).
+    bfloat16: bool = False
     # device memory (HBM); a realize whose planned peak exceeds it is refused before any work
     hbm_bytes: int = 32 * GiB  # 910: 32 GB as commonly quoted [3rd, unverified]
     # Vector latency per instruction, cycles [model]
@@ -145,6 +153,7 @@ ASCEND910B = DeviceSpec(
     l2_bytes=192 * MiB,
     event_ids_per_pipe_pair=8,
     hbm_bytes=64 * GiB,  # [doc]
+    bfloat16=True,  # [doc]
 )
 
 PRESETS = {"ascend910": ASCEND910, "ascend910b": ASCEND910B}
