@@ -21,7 +21,7 @@ from ..graph import node as gn
 from ..realize import commit, install_sharded_hook, sharded_hook
 from ..tensor import Tensor
 from . import cluster
-from .execute import Graph
+from .execute import Graph, live
 from .plan import Plan, bounds, make_plan
 
 # graph node of a sharded leaf -> its Source
@@ -41,15 +41,19 @@ class Source:
         self.dtype = np.dtype(dtype)
         self.client = None  # the client holding `futures`
         self.futures = None
+        # kind "futures": how to make them again, `recipe(client) -> [future per shard]` (the
+        # plan that produced them, over inputs this process still holds), for when a worker
+        # dies with scattered data that Dask itself cannot recompute
+        self.recipe = None
 
     @property
     def n(self) -> int:
         return len(self.sizes)
 
     def live_futures(self, client):
-        if self.futures is not None and client is not None and self.client is client:
-            if client.status == "running":
-                return self.futures
+        """The shards' futures if they still hold the data on `client`, else None."""
+        if self.client is client and live(client, self.futures):
+            return self.futures
         return None
 
     def keys(self, g: Graph) -> list:
@@ -57,6 +61,9 @@ class Source:
         futs = self.live_futures(g.client)
         if futs is not None:
             return list(futs)
+        if self.kind == "futures" and self.recipe is not None and g.client is self.client:
+            self.futures = self.recipe(g.client)  # lost with a worker: made again
+            return list(self.futures)
         if self.kind == "futures":
             raise RuntimeError(
                 "this sharded result lives on another (or a closed) Dask client; compute it again"
@@ -66,11 +73,14 @@ class Source:
         nm = g.name(f"{self.kind}-shards")
         keys = []
         spans = bounds(self.sizes)
+        if self.kind == "numpy" and g.scatter:  # the data goes by scatter, not in the graph
+            parts = [_take(self.data, self.axis, lo, hi) for lo, hi in spans]
+            futs = g.client.scatter(parts, hash=False)  # round-robin over the workers
+            self.client, self.futures = g.client, list(futs)
+            return list(futs)
         if self.kind == "numpy":
-            for i, (lo, hi) in enumerate(spans):
-                idx = [slice(None)] * self.data.ndim
-                idx[self.axis] = slice(lo, hi)
-                g.dsk[(nm, i)] = np.ascontiguousarray(self.data[tuple(idx)])
+            for i, (lo, hi) in enumerate(spans):  # no client (to_dask): in the graph
+                g.dsk[(nm, i)] = _take(self.data, self.axis, lo, hi)
                 keys.append((nm, i))
         elif self.kind == "npy":
             from . import worker as W
@@ -86,6 +96,12 @@ class Source:
         return keys
 
 
+def _take(a: np.ndarray, axis: int, lo: int, hi: int) -> np.ndarray:
+    idx = [slice(None)] * a.ndim
+    idx[axis] = slice(lo, hi)
+    return np.ascontiguousarray(a[tuple(idx)])
+
+
 def _dask_keys(arr, axis: int) -> list:
     name = arr.name
     out = []
@@ -99,13 +115,45 @@ def _dask_keys(arr, axis: int) -> list:
 def gather(src: Source) -> np.ndarray:
     """The whole value of a sharded source, assembled in this process."""
     if src.kind == "futures":
-        parts = src.client.gather(list(src.futures))
+        parts = _gather_retrying(src.client, lambda: src.futures, _remake(src))
         return np.concatenate([np.asarray(p) for p in parts], axis=src.axis)
     if src.kind == "numpy":
         return np.asarray(src.data)
     if src.kind == "npy":
         return np.asarray(np.load(src.data, mmap_mode="r"))
     return np.asarray(src.data.compute())
+
+
+_ATTEMPTS = 3  # gathers of data lost with workers: made again at most twice
+
+
+def _lost(futures) -> bool:
+    """Did some of `futures` lose their data (a worker died holding scattered data or a result
+    Dask forgot), rather than fail with a task's error?"""
+    st = [f.status for f in futures]
+    return "error" not in st and any(x in ("cancelled", "lost") for x in st)
+
+
+def _remake(src: Source):
+    def again() -> None:
+        if src.recipe is None:
+            raise RuntimeError("a sharded result was lost with its worker and has no recipe")
+        src.futures = src.recipe(src.client)
+
+    return again
+
+
+def _gather_retrying(client, futures, remake) -> list:
+    """client.gather(futures()), calling `remake()` (which makes the futures again, re-scattering
+    lost inputs from this process) when the data was lost with a worker."""
+    for attempt in range(_ATTEMPTS):
+        try:
+            return client.gather(list(futures()))
+        except Exception:
+            if attempt == _ATTEMPTS - 1 or not _lost(futures()):
+                raise
+            remake()
+    raise AssertionError("unreachable")
 
 
 def is_sharded(t: Tensor) -> bool:
@@ -215,19 +263,28 @@ def compute(*tensors, client=None, sync: bool = True):
     if roots:
         client = cluster.get_client(client)
         p = make_plan(roots, SOURCES)
-        g = Graph(p, SOURCES, client)
-        rkeys = g.root_keys()
-        results = _submit(client, g, rkeys)
+        results = _run(client, p)
         if sync:
             from distributed import wait
 
-            flat = [f for r in results for f in (r if isinstance(r, list) else [r])]
-            wait(flat)
-            for f in flat:
-                if f.status == "error":
-                    f.result()  # raises the task's exception (a ShardError from a kernel)
+            for attempt in range(_ATTEMPTS):
+                flat = [f for r in results for f in (r if isinstance(r, list) else [r])]
+                wait(flat)
+                for f in flat:
+                    if f.status == "error":
+                        f.result()  # raises the task's exception (a ShardError from a kernel)
+                if not _lost(flat) or attempt == _ATTEMPTS - 1:
+                    break
+                results = _run(client, p)  # a worker died with scattered data: send it again
         _bind(tensors, roots, p, results, client)
     return tensors[0] if len(tensors) == 1 else tensors
+
+
+def _run(client, p: Plan) -> list:
+    """Submit plan `p` (its numpy inputs scattered, or their live futures reused): futures
+    for every root."""
+    g = Graph(p, SOURCES, client, scatter=True)
+    return _submit(client, g, g.root_keys())
 
 
 def _submit(client, g: Graph, rkeys: list) -> list:
@@ -264,15 +321,21 @@ def _bind(tensors, roots, p: Plan, results, client) -> None:
     """Point the tensors at their results: split ones at new sharded leaves over the futures,
     replicated ones gathered and committed."""
     new = {}
-    gather = [(n, r) for n, d, r in zip(roots, p.roots, results) if d.place.kind == "R"]
-    if gather:
-        values = client.gather([r for _, r in gather])
-        for (n, _), v in zip(gather, values):
-            commit(n, np.asarray(v))
-    for n, d, r in zip(roots, p.roots, results):
+    rep = [i for i, d in enumerate(p.roots) if d.place.kind == "R"]
+    if rep:
+        box = [results]
+
+        def again() -> None:
+            box[0] = _run(client, p)
+
+        values = _gather_retrying(client, lambda: [box[0][i] for i in rep], again)
+        for i, v in zip(rep, values):
+            commit(roots[i], np.asarray(v))
+    for i, (n, d, r) in enumerate(zip(roots, p.roots, results)):
         if d.place.kind == "S" and n not in SOURCES:
             src = Source("futures", None, d.place.axis, d.place.sizes, n.shape, n.dtype)
             src.client, src.futures = client, list(r)
+            src.recipe = _recipe(p, i)
             new[n] = _sharded_leaf(src)
     for t in tensors:
         leaf = new.get(t._node)
@@ -280,6 +343,15 @@ def _bind(tensors, roots, p: Plan, results, client) -> None:
             t._node.tensors -= 1
             t._node = leaf
             leaf.tensors += 1
+
+
+def _recipe(p: Plan, i: int):
+    """Futures of root `i` of plan `p`, computed again (lost inputs re-scattered)."""
+
+    def make(client) -> list:
+        return list(_run(client, p)[i])
+
+    return make
 
 
 def to_dask(t: Tensor):

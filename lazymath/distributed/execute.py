@@ -4,19 +4,42 @@ groups them ("lm-shard0", "lm-allreduce-sum", ...)."""
 
 from __future__ import annotations
 
+import pickle
 import uuid
+import weakref
 
 from . import worker as W
 from .plan import DNode, Plan, bounds
 
+# A replicated leaf (a plain lazymath tensor read by a sharded graph, e.g. the weights of
+# `x @ w`) of at least this many bytes is scattered to the cluster instead of riding in the task
+# graph; smaller ones cost less embedded than a scatter round trip.
+SCATTER_MIN_BYTES = 64 << 10
+# leaf node -> (client, future) of its scattered value: later computes on the same client
+# reuse it instead of sending the data again (the entry dies with the node)
+_LEAF_FUTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def live(client, futures) -> bool:
+    """Do `futures` still hold their data on `client` (running, none lost or cancelled)?"""
+    if client is None or futures is None or client.status != "running":
+        return False
+    return all(f.status in ("pending", "finished") for f in futures)
+
 
 class Graph:
-    """The task dict of one plan, and how to find each value's key(s)."""
+    """The task dict of one plan, and how to find each value's key(s).
 
-    def __init__(self, plan: Plan, sources: dict, client=None):
+    With `scatter=True` (what `compute` uses) numpy data reaches the workers through
+    `client.scatter` (one future per shard, spread over the workers, and one per large
+    replicated leaf) so the task graph holds only references: a 1 GiB input sends a graph of a
+    few KiB instead of one Dask warns about and the scheduler has to hold."""
+
+    def __init__(self, plan: Plan, sources: dict, client=None, *, scatter: bool = False):
         self.plan = plan
         self.sources = sources
         self.client = client
+        self.scatter = scatter and client is not None
         self.tok = uuid.uuid4().hex[:10]
         self.dsk: dict = {}
         self.keys: dict[int, object] = {}  # dnode id -> key (replicated) or [key per shard]
@@ -41,8 +64,11 @@ class Graph:
             keys = src.keys(self)
             return keys
         if d.kind == "leaf":
+            v = d.node.realized
+            if self.scatter and v.nbytes >= SCATTER_MIN_BYTES:
+                return self._scattered_leaf(d.node)
             k = (self.name(f"leaf{d.id}"),)
-            self.dsk[k] = d.node.realized
+            self.dsk[k] = v
             return k
         if d.kind == "local":  # a replicated leaf sliced for every shard
             full = self.key(d.srcs[0])
@@ -77,6 +103,19 @@ class Graph:
                 out.append((nm, i))
             return out if st.sharded else out[0]
         raise AssertionError(f"no key for {d.kind}")
+
+    def _scattered_leaf(self, node):
+        hit = _LEAF_FUTURES.get(node)
+        if hit is not None and hit[0] is self.client and live(self.client, [hit[1]]):
+            return hit[1]
+        fut = self.client.scatter(node.realized, hash=False)
+        _LEAF_FUTURES[node] = (self.client, fut)
+        return fut
+
+    def nbytes(self) -> int:
+        """Size of the pickled task graph (futures pickle as their keys): what the client
+        sends the scheduler for this plan."""
+        return len(pickle.dumps(self.dsk, protocol=pickle.HIGHEST_PROTOCOL))
 
     def _allreduce(self, d: DNode):
         """A binary tree of combine tasks over the shards' partial results."""

@@ -232,3 +232,39 @@ def test_killed_worker_loses_nothing(client):
     want = lm.relu(lm.tensor(a) @ lm.tensor(b)) * 0.5
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-4)
     client.wait_for_workers(2, timeout=60)
+
+
+def test_numpy_inputs_are_scattered_not_embedded(client):
+    """A 32 MiB numpy input and a 256 KiB replicated weight reach the workers by scatter: the
+    task graph Dask sends stays under 1 MiB (Dask's own measure of the pickled graph: its
+    large-graph warning with the threshold at 1 MiB), and the result is right. A second
+    compute reuses the scattered shards and weight (no new scatter)."""
+    import warnings
+
+    from lazymath.distributed.execute import Graph
+
+    a = _rand((32768, 256), seed=21)  # 32 MiB float32
+    w = _rand((256, 256), seed=22)  # 256 KiB: above SCATTER_MIN_BYTES, scattered too
+    x = ld.shard(a, n=4)
+    y = (x @ lm.tensor(w)).sum(axis=0)
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": "1MiB"}):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*large graph.*")
+            got = ld.compute(y, client=client).numpy()
+    want = (a.astype(np.float64) @ w.astype(np.float64)).sum(axis=0)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-1)
+    src = ld.api.SOURCES[x.node]
+    assert src.futures is not None and len(src.futures) == 4  # the shards live on the workers
+    assert {f.key for f in src.futures} <= set(client.who_has())
+    # what compute sends for a new graph over the same input: references, not data
+    z = lm.tanh(x @ lm.tensor(w)).max(axis=0)
+    p = ld.plan(z)
+    g = Graph(p, ld.api.SOURCES, client, scatter=True)
+    g.root_keys()
+    assert g.nbytes() < 1 << 20, g.nbytes()
+    assert [f.key for f in src.futures] == [f.key for f in ld.api.SOURCES[x.node].futures]
+    embedded = Graph(p, ld.api.SOURCES, None)  # without a client (to_dask) the data rides along
+    embedded.root_keys()
+    assert embedded.nbytes() > a.nbytes
+    np.testing.assert_allclose(ld.compute(z, client=client).numpy(),
+                               np.tanh(a @ w).max(axis=0), rtol=1e-4, atol=1e-4)  # fmt: skip
