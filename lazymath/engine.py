@@ -181,16 +181,62 @@ def device_spec():
     return (_rt_api._CURRENT or _rt_api.current_device()).spec
 
 
-def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, backend: str,
-                    tiered: bool = True):  # fmt: skip
-    """Cache miss: fuse, plan, compile every kernel (independent kernels in parallel; with
-    `tiered`, a kernel slow to optimize starts on quickly compiled code, see backend.compile)."""
-    from .fusion import make_schedule
+def scalar_leaves(leaves: list[gn.Node]) -> tuple[int, ...]:
+    """Positions of the 0-d leaf buffers (runtime scalars, e.g. a Python float from user code)."""
+    return tuple(i for i, n in enumerate(leaves) if not n.shape and n.op == "buffer")
 
+
+def plan_schedule(outputs: list[gn.Node], leaves: list[gn.Node], spec,
+                  fold: tuple[int, ...] | None = None):  # fmt: skip
+    """(schedule, positions of the leaves folded into it as constants).
+
+    Runtime scalars are kernel inputs, so a new value reuses the program. Where that costs
+    kernels (a form that takes no extra input, such as a matmul row reduction's epilogue or a
+    pipelined row kernel, or the input cap) the plan with those scalars folded in as constants
+    wins when it has fewer kernels; the program is then specialized to their values
+    (`run_compiled` checks them). `fold` forces folding of those positions (a program
+    compiled for new values of an already specialized graph)."""
+    from .fusion import build, make_schedule
+
+    def folded(positions):
+        with build.folding({id(leaves[i]) for i in positions}) as used:
+            alt = make_schedule(outputs, spec)
+        return alt, tuple(i for i in positions if id(leaves[i]) in used)
+
+    if fold is not None:
+        return folded(fold)
+    sched = make_schedule(outputs, spec)
+    cands = scalar_leaves(leaves)
+    if not cands:
+        return sched, ()
+    if len(sched.kernels) > 1:
+        alt, used = folded(cands)
+        if len(alt.kernels) < len(sched.kernels):
+            return alt, used
+    # a row kernel's fixed forms (the software-pipelined ring takes no per-row or scalar
+    # input) can be lost to a scalar input at the same kernel count: row kernels fold theirs
+    pos = {id(leaves[i]): i for i in cands}
+    special = sorted({pos[id(n)] for sk in sched.kernels if sk.kind in _FOLD_KINDS
+                      for n in sk.group.inputs if id(n) in pos})  # fmt: skip
+    if special:
+        alt, used = folded(special)
+        if len(alt.kernels) <= len(sched.kernels):
+            return alt, used
+    return sched, ()
+
+
+_FOLD_KINDS = frozenset(("rows",))
+
+
+def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, backend: str,
+                    tiered: bool = True, fold: tuple[int, ...] | None = None):  # fmt: skip
+    """Cache miss: fuse, plan, compile every kernel (independent kernels in parallel; with
+    `tiered`, a kernel slow to optimize starts on quickly compiled code, see backend.compile).
+    `fold`: see `plan_schedule`."""
     if backend != "irref":
         from .backend.compile import compile_kernels
 
-    sched = make_schedule(outputs, spec)
+    sched, folded = plan_schedule(outputs, leaves, spec, fold)
     check_capacity(sched, spec)
     copy_leaves = {i for i, n in enumerate(leaves) if id(n) in sched.copy_inputs}
     leaf_pos = {id(n): i for i, n in enumerate(leaves)}
@@ -244,9 +290,17 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
     kernels = list(zip(sched.kernels, cks, arg_slots))
     label = "+".join(sk.name for sk in sched.kernels)[:120]
     inline = sched.n_events == 0 and len({sk.stream for sk in sched.kernels}) <= 1
-    return Program(sched, kernels, slots, sched.memory.arena_bytes, outs,
+    prog = Program(sched, kernels, slots, sched.memory.arena_bytes, outs,
                    copy_leaves=copy_leaves, label=label, inline=inline,
                    origins=prog_origins)  # fmt: skip
+    prog.folded = folded
+    prog.folded_values = _leaf_values(leaves, folded)
+    return prog
+
+
+def _leaf_values(leaves, positions) -> tuple:
+    """The bytes of the 0-d leaves at `positions`: what a specialized program was built for."""
+    return tuple(leaves[i].realized.tobytes() for i in positions)
 
 
 def _host_memory_bytes() -> int:
@@ -399,6 +453,12 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
     outputs, key, leaves, order = plan_outputs(roots)
     full_key = program_key(key, spec, backend)
     prog = PROGRAMS.get(full_key)
+    fold = None
+    if prog is not None and prog.folded:  # specialized to its scalars' values: same values?
+        values = _leaf_values(leaves, prog.folded)
+        if values != prog.folded_values:
+            fold, full_key = prog.folded, full_key + (values,)
+            prog = PROGRAMS.get(full_key)
     hit = prog is not None
     if not hit:
         # background compiles (tier-ups) wait while this realize compiles and runs its first
@@ -406,14 +466,17 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
         from .backend.workers import hold_background
 
         with hold_background():
-            _run_miss(outputs, leaves, order, spec, backend, key, full_key, t0)
+            _run_miss(outputs, leaves, order, spec, backend, key, full_key, t0, fold)
         return
     _run_and_commit(prog, outputs, leaves, hit, t0)
 
 
-def _run_miss(outputs, leaves, order, spec, backend: str, key, full_key, t0: float) -> None:
+def _run_miss(outputs, leaves, order, spec, backend: str, key, full_key, t0: float,
+              fold: tuple[int, ...] | None = None) -> None:  # fmt: skip
     reason = debug.miss_reason(key, order, spec, backend)
-    prog = compile_program(outputs, leaves, order, spec, backend)
+    if fold is not None:
+        reason = "new values of scalars folded into the program's kernels"
+    prog = compile_program(outputs, leaves, order, spec, backend, fold=fold)
     prog.miss_reason = reason
     PROGRAMS.put(full_key, prog)
     _run_and_commit(prog, outputs, leaves, False, t0)
@@ -438,5 +501,8 @@ def schedule_of(roots: list[gn.Node], spec=None):
     from .fusion import make_schedule
     from .runtime.device import get_spec
 
-    outputs = plan_outputs(roots)[0] if roots else []  # the outputs a realize would write
-    return make_schedule(outputs, get_spec(spec) if spec is not None else device_spec())
+    if not roots:
+        return make_schedule([], get_spec(spec) if spec is not None else device_spec())
+    outputs, _, leaves, _ = plan_outputs(roots)  # the outputs a realize would write
+    spec = get_spec(spec) if spec is not None else device_spec()
+    return plan_schedule(outputs, leaves, spec)[0]

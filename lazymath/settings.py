@@ -276,10 +276,14 @@ AUTOTUNE = Setting(
     "plan and its origin",
 )  # fmt: skip
 SCALAR_ARGS = Setting(
-    "LAZYMATH_SCALAR_ARGS", "bool", False,
-    "`1`: a Python float in `a + s`, `a - s`, `a * s`, `a / s` (either side, written in your "
-    "code) becomes a runtime argument of the kernel (a 0-d input of the scalar's weak dtype), so "
-    "a loop over values of `s` compiles once; off by default (constants fold into the kernel)",
+    "LAZYMATH_SCALAR_ARGS", "bool", True,
+    "`1` (default): a Python scalar (bool, int, float, complex) written in your code in "
+    "`a + s`, `a - s`, `a * s`, `a / s`, `a // s`, `a % s` (either side) and in `lm.*` "
+    "elementwise calls (`lm.multiply(x, s)`, `lm.maximum`, `lm.clip(x, lo, hi)`, "
+    "`lm.where(c, x, s)`, ...) becomes a runtime argument of the kernel (a 0-d input of the "
+    "scalar's NEP 50 weak dtype), so a loop over values of `s` compiles once; scalars that "
+    "shape the kernel (a `**` exponent, an axis, a shape) and lazymath's own constants stay "
+    "folded. `0`: every Python scalar folds into the kernel as a constant",
 )  # fmt: skip
 COMPILE_ISOLATE = Setting(
     "LAZYMATH_COMPILE_ISOLATE", "choice", "auto",

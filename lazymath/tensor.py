@@ -253,55 +253,63 @@ class Tensor:
 
     # -- operators --
     def __add__(self, o):
-        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
             o = _scalar_arg(self, o, "add", False, sys._getframe(1).f_code)
         return add(self, o)
 
     def __radd__(self, o):
-        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
             o = _scalar_arg(self, o, "add", True, sys._getframe(1).f_code)
         return add(o, self)
 
     def __sub__(self, o):
-        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
             o = _scalar_arg(self, o, "sub", False, sys._getframe(1).f_code)
         return sub(self, o)
 
     def __rsub__(self, o):
-        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
             o = _scalar_arg(self, o, "sub", True, sys._getframe(1).f_code)
         return sub(o, self)
 
     def __mul__(self, o):
-        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
             o = _scalar_arg(self, o, "mul", False, sys._getframe(1).f_code)
         return mul(self, o)
 
     def __rmul__(self, o):
-        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
             o = _scalar_arg(self, o, "mul", True, sys._getframe(1).f_code)
         return mul(o, self)
 
     def __truediv__(self, o):
-        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
             o = _scalar_arg(self, o, "div", False, sys._getframe(1).f_code)
         return div(self, o)
 
     def __rtruediv__(self, o):
-        if type(o) is float and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
             o = _scalar_arg(self, o, "div", True, sys._getframe(1).f_code)
         return div(o, self)
 
     def __floordiv__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "floor_divide", False, sys._getframe(1).f_code)
         return floor_divide(self, o)
 
     def __rfloordiv__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "floor_divide", True, sys._getframe(1).f_code)
         return floor_divide(o, self)
 
     def __mod__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "remainder", False, sys._getframe(1).f_code)
         return remainder(self, o)
 
     def __rmod__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "remainder", True, sys._getframe(1).f_code)
         return remainder(o, self)
 
     def __pow__(self, o):
@@ -329,33 +337,53 @@ class Tensor:
         return bitwise_invert(self)
 
     def __and__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "bitwise_and", False, sys._getframe(1).f_code)
         return bitwise_and(self, o)
 
     def __rand__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "bitwise_and", True, sys._getframe(1).f_code)
         return bitwise_and(o, self)
 
     def __or__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "bitwise_or", False, sys._getframe(1).f_code)
         return bitwise_or(self, o)
 
     def __ror__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "bitwise_or", True, sys._getframe(1).f_code)
         return bitwise_or(o, self)
 
     def __xor__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "bitwise_xor", False, sys._getframe(1).f_code)
         return bitwise_xor(self, o)
 
     def __rxor__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "bitwise_xor", True, sys._getframe(1).f_code)
         return bitwise_xor(o, self)
 
     def __lshift__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "bitwise_left_shift", False, sys._getframe(1).f_code)
         return bitwise_left_shift(self, o)
 
     def __rlshift__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "bitwise_left_shift", True, sys._getframe(1).f_code)
         return bitwise_left_shift(o, self)
 
     def __rshift__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "bitwise_right_shift", False, sys._getframe(1).f_code)
         return bitwise_right_shift(self, o)
 
     def __rrshift__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "bitwise_right_shift", True, sys._getframe(1).f_code)
         return bitwise_right_shift(o, self)
 
     # -- in-place operators and item assignment: functional updates. The tensor is rebound
@@ -370,6 +398,8 @@ class Tensor:
         return self
 
     def _inplace(self, fn, o) -> Tensor:
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get() and fn is not pow:
+            o = _scalar_arg(self, o, fn.__name__, False, sys._getframe(2).f_code)
         out = fn(self, o)
         if out.shape != self.shape:
             raise ValueError(
@@ -429,21 +459,33 @@ class Tensor:
         self._rebind(_setitem(self, idx, value))
 
     def __eq__(self, o):  # type: ignore[override]
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "eq", False, sys._getframe(1).f_code)
         return eq(self, o)
 
     def __ne__(self, o):  # type: ignore[override]
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "ne", False, sys._getframe(1).f_code)
         return ne(self, o)
 
     def __lt__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "lt", False, sys._getframe(1).f_code)
         return lt(self, o)
 
     def __le__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "le", False, sys._getframe(1).f_code)
         return le(self, o)
 
     def __gt__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "gt", False, sys._getframe(1).f_code)
         return gt(self, o)
 
     def __ge__(self, o):
+        if type(o) in _PY_SCALAR_TYPES and _SCALAR_ARGS.get():  # LAZYMATH_SCALAR_ARGS
+            o = _scalar_arg(self, o, "ge", False, sys._getframe(1).f_code)
         return ge(self, o)
 
     def __getitem__(self, idx):
@@ -615,24 +657,57 @@ def tensor(data, dtype=None) -> Tensor:
 _SCALAR_ARGS = settings.SCALAR_ARGS
 
 
-def _scalar_arg(t: Tensor, value: float, op: str, reflected: bool, caller):
-    """LAZYMATH_SCALAR_ARGS: the Python float operand of `t op value` (written in user code)
-    as a realized 0-d tensor of the dtype numpy's weak-scalar rule gives it, so the kernel
-    reads it at run time: the program and its kernels are the same for every value (the
-    program cache key holds the leaf's dtype, not its value) and nothing recompiles when the
-    value changes. lazymath's own composites keep their constants folded into the kernel."""
-    if gn.is_lazymath_code(caller):
-        return value
-    kinds = (float, t.dtype) if reflected else (t.dtype, float)
+_PY_SCALAR_TYPES = frozenset((bool, int, float, complex))  # exact types: not np.generic
+
+
+def _scalar_arg(t: Tensor, value, op: str, reflected: bool, caller):
+    """LAZYMATH_SCALAR_ARGS (on by default): the Python scalar operand (bool, int, float,
+    complex) of `t op value` or `lm.op(t, value)` written in user code, as a realized 0-d
+    tensor of the dtype NEP 50's weak-scalar rule gives it (a float with a float32 tensor
+    stays float32, with float64 float64; a complex with a real float tensor is complex of its
+    precision), so the kernel reads it at run time: the program and its kernels are the same
+    for every value (the program cache key holds the leaf's dtype, not its value) and nothing
+    recompiles when the value changes. lazymath's own composites keep their constants folded
+    into the kernel, and an integer that does not fit the tensor's dtype takes the static
+    path (which reports numpy's OverflowError or folds a comparison)."""
+    if gn.is_lazymath_code(caller) or _peel_const(t._node) is not None:
+        return value  # (a constant tensor: the whole expression folds at build time)
+    kind = type(value)
+    # (repr for complex: (-0.0+0j) == 0j; the sign of a float zero: -0.0 == 0.0)
+    v = repr(value) if kind is complex else value
+    ck = (kind, v, t._node.dtype, reflected, op, t._device, kind is float and str(value)[0] == "-")
+    hit = _SCALAR_NODES.get(ck)
+    if hit is not None:
+        return hit
+    kinds = (kind, t.dtype) if reflected else (t.dtype, kind)
     try:
         in_dtypes, _ = ufunc_dtypes(op, kinds)
     except Exception:  # the op reports its own error with the scalar
         return value
     d = in_dtypes[0 if reflected else 1]
-    with np.errstate(over="ignore"):  # as a folded constant: out of range -> inf
-        arr = np.array(value, dtype=d)
+    if d not in dt.SUPPORTED:
+        return value
+    if kind is not bool and d.kind == "b":  # a loop that casts the weak scalar to bool
+        return value
+    if kind is complex and d.kind != "c":
+        return value
+    try:
+        with np.errstate(over="ignore"):  # as a folded constant: out of range -> inf
+            arr = np.array(value, dtype=d)
+    except (OverflowError, ValueError, TypeError):
+        return value  # an int outside d's range: the static path's rule
     arr.flags.writeable = False
-    return Tensor(gn.buffer_node(arr), t._device)
+    out = Tensor(gn.buffer_node(arr), t._device)
+    if len(_SCALAR_NODES) >= 256:
+        _SCALAR_NODES.clear()
+    _SCALAR_NODES[ck] = out
+    return out
+
+
+# (type, value, tensor dtype, side, op, device, sign) -> the 0-d tensor bound for it: the same
+# scalar in the same place is the same leaf (graphs stay CSE-equal, `x * 2 + 1` twice is one
+# node) and costs no array. Bounded: a loop over many values clears it now and then.
+_SCALAR_NODES: dict = {}
 
 
 def _writable_alias(a: np.ndarray) -> np.ndarray:
@@ -649,6 +724,19 @@ def _writable_alias(a: np.ndarray) -> np.ndarray:
     buf._lazymath_owner = a  # capsule -> alias -> buf -> a: the tensor's buffer outlives them
     base = np.frombuffer(buf, dtype=np.uint8)
     return np.ndarray(a.shape, a.dtype, buffer=base, offset=a.ctypes.data - lo, strides=a.strides)
+
+
+def _scalar_args_of(op: str, a, b, caller):
+    """(a, b) with a Python scalar beside a tensor made a runtime argument (see `_scalar_arg`)
+    when the call comes from user code and LAZYMATH_SCALAR_ARGS is on."""
+    ta, tb = type(a), type(b)
+    if ta is Tensor and tb in _PY_SCALAR_TYPES:
+        if _SCALAR_ARGS.get():
+            b = _scalar_arg(a, b, op, False, caller)
+    elif tb is Tensor and ta in _PY_SCALAR_TYPES:
+        if _SCALAR_ARGS.get():
+            a = _scalar_arg(b, a, op, True, caller)
+    return a, b
 
 
 def _from_numpy(arr: np.ndarray, who: str, device=None) -> Tensor:
@@ -1054,7 +1142,7 @@ random = _Random()
 def _as_tensor_or_scalar(x, op: str):
     if isinstance(x, Tensor):
         return x
-    if isinstance(x, (bool, int, float, np.generic)) and not isinstance(x, complex):
+    if isinstance(x, (bool, int, float, complex, np.generic)):
         if isinstance(x, np.generic):
             return tensor(np.asarray(x))
         return x
@@ -1372,6 +1460,8 @@ def _binary(m: Op):
     op = m.value
 
     def f(a, b) -> Tensor:
+        if type(a) is not type(b):  # a Python scalar from user code: a runtime argument
+            a, b = _scalar_args_of(op, a, b, sys._getframe(1).f_code)
         return _elementwise(op, (a, b))
 
     f.__name__ = f.__qualname__ = op
@@ -1540,6 +1630,8 @@ def _compare(m: Op):
         if side:
             value = _OUT_OF_RANGE[name][side > 0]
             return _wrap(_expand(gn.const_node(value, dt.bool_), x.shape), [x])
+        if type(a) is not type(b):  # an in-range user scalar: a runtime argument (as _binary)
+            a, b = _scalar_args_of(op, a, b, sys._getframe(1).f_code)
         return f(a, b)
 
     g.__name__ = g.__qualname__ = op
@@ -1584,7 +1676,33 @@ def where(cond, a, b) -> Tensor:
     c = _as_tensor_or_scalar(cond, "where")
     if isinstance(c, Tensor) and c.dtype != dt.bool_:
         c = astype(c, dt.bool_)
+    if type(a) is not type(b) and _SCALAR_ARGS.get():  # a user scalar: a runtime argument
+        caller = sys._getframe(1).f_code
+        if not gn.is_lazymath_code(caller):
+            a, b = _where_scalar_args(a, b)
     return _elementwise("where", (c, a, b))
+
+
+def _where_scalar_args(a, b):
+    """where's Python scalar branch beside a tensor branch as a 0-d runtime argument of the
+    weak-scalar result dtype (numpy.result_type of the tensor's dtype and the scalar)."""
+    for i, (s, t) in enumerate(((b, a), (a, b))):
+        if type(t) is Tensor and type(s) in _PY_SCALAR_TYPES:
+            try:
+                d = np.dtype(dt.result_type(t.dtype, s))
+                if d not in dt.SUPPORTED or (d.kind == "b" and type(s) is not bool):
+                    continue
+                with np.errstate(over="ignore"):
+                    arr = np.array(s, dtype=d)
+            except (OverflowError, ValueError, TypeError):
+                continue
+            arr.flags.writeable = False
+            st = Tensor(gn.buffer_node(arr), t._device)
+            if i == 0:
+                b = st
+            else:
+                a = st
+    return a, b
 
 
 def clip(x, /, min=None, max=None) -> Tensor:
@@ -1608,6 +1726,12 @@ def clip(x, /, min=None, max=None) -> Tensor:
         hi = None
     if lo is None and hi is None:
         return x
+    if type(x) is Tensor and _SCALAR_ARGS.get():  # user scalar bounds: runtime arguments
+        caller = sys._getframe(1).f_code
+        if type(lo) in _PY_SCALAR_TYPES:
+            lo = _scalar_arg(x, lo, "maximum", False, caller)
+        if type(hi) in _PY_SCALAR_TYPES:
+            hi = _scalar_arg(x, hi, "minimum", False, caller)
     out = x
     if lo is not None:
         out = maximum(out, lo)

@@ -126,6 +126,7 @@ def test_caches_are_bounded_and_evicted_code_is_freed(tmp_path, monkeypatch):
     monkeypatch.setenv("LAZYMATH_KERNEL_CACHE_LIMIT", "4")
     monkeypatch.setenv("LAZYMATH_PROGRAM_CACHE_LIMIT", "3")
     monkeypatch.setenv("LAZYMATH_DISK_CACHE_LIMIT", "1")  # keeps just the newest file
+    monkeypatch.setenv("LAZYMATH_SCALAR_ARGS", "0")  # each scalar value: a new kernel to evict
     lm.clear_cache()
     base = jit.loaded_code()["symbols"]
     x = np.linspace(-1, 1, 1003).astype(np.float32)
@@ -323,7 +324,7 @@ def test_complex_cast_feeding_a_row_region_stays_on_ai_cpu(backend):
 
 @pytest.mark.parametrize("backend", ["llvm", "interp"])
 def test_scalar_args_compile_once_for_every_value(backend):
-    """LAZYMATH_SCALAR_ARGS=1: `a * s + 0.5` over 25 values of s builds one program and one
+    """LAZYMATH_SCALAR_ARGS=1 (the default): `a * s + 0.5` over 25 values of s builds one program and one
     set of kernels (the scalar is a 0-d kernel input, not a literal); every result is right."""
     from lazymath import engine
 
@@ -352,13 +353,19 @@ def test_scalar_args_keep_the_weak_scalar_dtype(dtype):
 
 
 def test_scalar_args_leave_lazymath_composites_folded():
-    """Only scalars written in user code become arguments: softmax's own kernels (built from
-    operators inside lazymath) are the same with the setting on."""
+    """Only scalars written in user code become arguments (the default): mean's own 1/n (a
+    constant of lazymath's code) stays folded, the user's `* 2.0` is one more kernel input.
+    A row kernel (softmax) takes its scalars folded (its pipelined form has no scalar input,
+    see engine.plan_schedule), so its kernels equal the setting-off ones."""
     a = lm.asarray(np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8))
 
-    def inputs():
-        return [len(sk.group.ir.inputs) for sk in lm.schedule(lm.softmax(a * 2.0)).kernels]
+    def inputs(f):
+        return [len(sk.group.ir.inputs) for sk in lm.schedule(f(a * 2.0)).kernels]
 
-    off = inputs()
-    with settings.override(LAZYMATH_SCALAR_ARGS="1"):
-        assert inputs() == [n + 1 for n in off[:1]] + off[1:]  # only the user's `* 2.0`
+    def mean(t):
+        return lm.mean(t, axis=1)
+
+    with settings.override(LAZYMATH_SCALAR_ARGS="0"):
+        off, soft = inputs(mean), inputs(lm.softmax)
+    assert inputs(mean) == [n + 1 for n in off]  # only the user's `* 2.0`
+    assert inputs(lm.softmax) == soft

@@ -9,10 +9,40 @@ An AI CPU group becomes a straight-line program of whole-array steps (`aicpu_ker
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
+
 from ..backend.kernel_ir import AicpuKernel, AicpuStep, ArgView, SOp, contiguous_view
 from ..graph.node import Node
 from ..graph.ops import ELEMENTWISE
 from . import rules, views
+
+# Runtime scalars folded back into kernels. A 0-d leaf buffer (a Python scalar from user code,
+# see tensor._scalar_arg) is a kernel input by default, so a new value reuses the kernel; some
+# kernel forms take no extra input (a matmul row reduction's epilogue, a pipelined row kernel)
+# or hit the input cap, and the engine then re-plans with such leaves folded in as constants
+# when that gives fewer kernels (`folding`); the program is then checked against the values it
+# was specialized for (engine.run_compiled). Thread-local: threads compile different graphs.
+_FOLD = threading.local()
+
+
+@contextmanager
+def folding(leaf_ids: set[int]):
+    """Fold the 0-d leaves whose ids are in `leaf_ids` into the kernels built inside the block
+    as constants; yields the set of ids actually folded (filled as kernels are built)."""
+    prev = getattr(_FOLD, "ids", None), getattr(_FOLD, "used", None)
+    _FOLD.ids, _FOLD.used = leaf_ids, set()
+    try:
+        yield _FOLD.used
+    finally:
+        _FOLD.ids, _FOLD.used = prev
+
+
+def folded_leaf(node: Node) -> bool:
+    """Whether `node` is a 0-d leaf folded into kernels as a constant in this plan (`folding`):
+    the planner then counts it as a constant, not as an input."""
+    fold = getattr(_FOLD, "ids", None)
+    return bool(fold) and id(node) in fold
 
 
 class NeedMaterialize(Exception):
@@ -116,6 +146,11 @@ class ExprBuilder:
                 memo[key] = v
                 continue
             if node.op == "const":
+                memo[key] = self._emit(SOp("const", node.dtype.name, (), node.realized.item()))
+                continue
+            fold = getattr(_FOLD, "ids", None)
+            if fold and id(node) in fold:  # a runtime scalar folded back (see `folding`)
+                _FOLD.used.add(id(node))
                 memo[key] = self._emit(SOp("const", node.dtype.name, (), node.realized.item()))
                 continue
             if id(node) not in self.internal:

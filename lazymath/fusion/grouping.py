@@ -40,6 +40,7 @@ from .build import (
     NeedMaterialize,
     RowExprBuilder,
     aicpu_kernel,
+    folded_leaf,
     is_identity_load,
 )
 from .views import VIEW_OPS
@@ -341,7 +342,7 @@ class Planner:
         def parts(n):
             o, i = (1 if n.op in ELEMENTWISE else 0), set()
             for s in n.srcs:
-                if s.op == "const":
+                if s.op == "const" or folded_leaf(s):
                     continue
                 if id(s) in M or s.realized is not None or id(s) not in ops:
                     i.add(id(s))
@@ -407,7 +408,7 @@ class Planner:
             if id(n) in seen:
                 continue
             seen.add(id(n))
-            if n.op == "const":
+            if n.op == "const" or folded_leaf(n):
                 continue
             if n.realized is not None or (id(n) in M and n is not top):
                 leaves.add(id(n))

@@ -68,6 +68,8 @@ class Program:
     label: str = ""
     origins: list = field(default_factory=list)  # per kernel: memory / disk / compiled / ...
     miss_reason: str = ""  # why the program cache missed when this program was compiled
+    folded: tuple = ()  # leaf positions of runtime scalars folded in as constants (engine)
+    folded_values: tuple = ()  # their bytes: the values this program is specialized to
     inline: bool = False  # single stream, no events: launch on the caller's thread
     _events: list | None = None  # the program's events, reused by every replay
     _launches: tuple | None = None  # one runtime `Launch` per kernel, built on first use

@@ -59,7 +59,8 @@ def test_float64_matmul_with_epilogue_is_one_program():
         "add",
     ]
     text = sk.as_text()
-    assert "aicpu kernel: 2 input(s)" in text and "matmul %0 %1 -> float64[3, 2]" in text, text
+    # a, b and the two runtime scalars (LAZYMATH_SCALAR_ARGS, the default: 0-d inputs)
+    assert "aicpu kernel: 4 input(s)" in text and "matmul %0 %1 -> float64[3, 2]" in text, text
     np.testing.assert_allclose(y.numpy(), (a @ b) * 2.0 + 1.0)
 
 

@@ -46,6 +46,14 @@ def log_text(s) -> str:
     return "\n".join(str(e) for e in s.fusion_log) or "<empty fusion log>"
 
 
+@pytest.fixture(autouse=True)
+def _folded_scalars(monkeypatch):
+    """These rules are about constants folded into kernels (input counts, caps, bytes): they
+    run with LAZYMATH_SCALAR_ARGS=0. How runtime scalars (the default) fuse is pinned in
+    tests/test_scalar_args.py (one kernel, the scalars as 0-d inputs)."""
+    monkeypatch.setenv("LAZYMATH_SCALAR_ARGS", "0")
+
+
 @pytest.fixture
 def restore_device():
     """Tests that switch the preset with lm.init_device put the default back."""

@@ -81,3 +81,11 @@ def chromium(tmp_path):
         return proc.stdout.decode("utf-8", "replace")
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _folded_scalars(monkeypatch):
+    """The drawings and listings here pin how folded constants look (a `const 0.5` node, a
+    `vmuls` with an immediate, the input count of a kernel): they run with
+    LAZYMATH_SCALAR_ARGS=0. Runtime scalars (the default) are tests/test_scalar_args.py's."""
+    monkeypatch.setenv("LAZYMATH_SCALAR_ARGS", "0")
