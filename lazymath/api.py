@@ -35,13 +35,26 @@ def explain(*tensors, spec=None) -> Explanation:
     its fraction of the roof), each fusion decision with the user's lines, and whether the
     streams overlap in the simulated timeline (and if not, why). Nothing runs but the host
     probes of the roofline (once per host, cached). The result is a str (print it, search
-    it) that a REPL shows as text and Jupyter as HTML."""
+    it) that a REPL shows as text and Jupyter as HTML. A model or function compiled with
+    lazymath.torch (once that is imported) is explained by `lazymath.torch.explain`: its FX
+    graphs, graph breaks and each lazymath segment."""
+    if len(tensors) == 1 and spec is None:
+        for hook in EXPLAIN_HOOKS:
+            text = hook(tensors[0])
+            if text is not None:
+                return text
+
     sched = schedule(*tensors, spec=spec)
     from .fusion.schedule import Schedule
 
     if not isinstance(sched, Schedule):  # a distributed plan explains itself
         return Explanation(str(sched), sched)
     return Explanation(str(sched) + "\n\n" + _decisions(sched), sched)
+
+
+# Explainers of non-tensor objects, installed by add-ons (lazymath.torch: a compiled torch
+# model): hook(obj) -> an Explanation, or None when obj is not theirs
+EXPLAIN_HOOKS: list = []
 
 
 class Explanation(str):

@@ -22,6 +22,8 @@ The layers and what each may import, as data (a module may always import its own
     api      the public functions (schedule, explain, precompile, ...) -> everything but viz
     distributed  sharded tensors on Dask (an add-on over the whole stack; realize.py holds only
              the hook it installs)                                    -> everything but viz
+    torch    the torch.compile backend (an add-on like distributed; api.py holds only the
+             explain hook it installs)                                -> everything but viz
 
 No module imports the package root (`import lazymath`, `from lazymath import __version__`):
 the root imports everything, so that would be a cycle. There are no import cycles between
@@ -37,7 +39,9 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PKG = ROOT / "lazymath"
 
+_ADDON = {"base", "graph", "ir", "fusion", "backend", "runtime", "driver", "tensor", "api"}
 ALLOWED = {
+    "torch": _ADDON,
     "testing": {"base", "graph", "ir", "fusion", "backend", "runtime", "driver", "tensor", "api"},
     "base": set(),
     "graph": {"base"},
@@ -149,6 +153,7 @@ def layer(mod: str) -> str | None:
         "runtime",
         "viz",
         "distributed",
+        "torch",
     ):
         return parts[1]
     if mod == "lazymath":

@@ -1,0 +1,413 @@
+"""lazymath as a PyTorch compiler: ``torch.compile(model, backend="lazymath")``.
+
+Dynamo captures the model's Python into FX graphs; AOTAutograd (torch's own) functionalizes
+them, splits training into a forward and a backward graph and decomposes them to core ATen with
+`DECOMPOSITIONS`. Each ATen graph is then *traced* into lazy lazymath ops (`_aten.LOWERINGS`)
+and all its outputs are realized together, so the graph becomes one lazymath graph: fusion,
+Cube/Vector placement, streams and the kernel cache (keyed by the graph's signature) apply as
+for native lazymath code. Tensors cross the boundary through DLPack without copies (torch's
+CPU buffers are read in place; results are handed to torch as the buffers lazymath computed).
+
+An ATen node with no lowering (or a case its lowering does not cover, e.g. a transposed
+convolution, a bfloat16 tensor) is a graph break: the lazymath values it needs are realized,
+the node runs in torch eager, and tracing resumes after it, so the segments before and after
+stay lazymath. Breaks are listed by `explain` (also `lm.explain(compiled_model)`) and printed
+once per graph at LAZYMATH_DEBUG >= 1. Correctness never depends on a lowering being present.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
+
+from .. import api as _api
+from .. import settings
+from . import _aten
+from . import _lm as lm
+from ._aten import LOWERINGS, PYTHON_TARGETS, Unsupported, lowering_for, np_dtype
+
+__all__ = ["backend", "compile", "explain", "DECOMPOSITIONS", "CompiledGraph", "LOWERINGS"]
+
+aten = torch.ops.aten
+
+
+def _decompositions() -> dict:
+    """Core ATen decompositions, minus the ops lazymath lowers whole (softmax, layer_norm,
+    GELU, SiLU, attention): a fused lazymath softmax or attention beats the primitive ops
+    torch would otherwise hand over, and their backward ops still decompose."""
+    from torch._decomp import core_aten_decompositions
+
+    table = dict(core_aten_decompositions())
+    keep = (
+        aten._softmax.default, aten._log_softmax.default, aten.native_layer_norm.default,
+        aten.gelu.default, aten.silu.default, aten.embedding.default,
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+    )  # fmt: skip
+    for op in keep:
+        table.pop(op, None)
+    return table
+
+
+DECOMPOSITIONS = _decompositions()
+
+
+def _debug() -> int:
+    try:
+        return int(settings.DEBUG.get())
+    except (ValueError, TypeError):
+        return 0
+
+
+def _to_lm(t: torch.Tensor) -> lm.Tensor:
+    """A torch CPU tensor as a lazymath leaf over the same memory (DLPack; a non-contiguous
+    tensor is copied once, as lazymath shares only contiguous buffers)."""
+    if t.device.type != "cpu":
+        raise Unsupported(f"a tensor on device {t.device} (lazymath reads host memory)")
+    np_dtype(t.dtype)  # Unsupported for bfloat16 and other dtypes lazymath has not
+    if t.requires_grad:
+        t = t.detach()
+    if t.is_conj() or t.is_neg():
+        t = t.resolve_conj().resolve_neg()
+    return lm.from_dlpack(t)
+
+
+def _to_torch(x: lm.Tensor) -> torch.Tensor:
+    """A realized lazymath tensor as a torch tensor over the same buffer (DLPack)."""
+    return torch.from_dlpack(x)
+
+
+def _flatten(v) -> list:
+    if isinstance(v, (list, tuple)):
+        out = []
+        for e in v:
+            out.extend(_flatten(e))
+        return out
+    if isinstance(v, dict):
+        return _flatten(list(v.values()))
+    return [v]
+
+
+def _map(v, fn):
+    """`v` with every tensor leaf replaced by fn(leaf) (lists/tuples/dicts rebuilt)."""
+    if isinstance(v, (lm.Tensor, torch.Tensor)):
+        return fn(v)
+    if isinstance(v, list):
+        return [_map(e, fn) for e in v]
+    if isinstance(v, tuple):
+        return tuple(_map(e, fn) for e in v)
+    if isinstance(v, dict):
+        return {k: _map(e, fn) for k, e in v.items()}
+    return v
+
+
+def _op_name(target) -> str:
+    return (
+        str(target)
+        if isinstance(target, torch._ops.OpOverload)
+        else getattr(target, "__name__", repr(target))
+    )
+
+
+def _concrete(shape) -> bool:
+    return all(isinstance(s, int) for s in shape)
+
+
+def _zeros_like_spec(v):
+    """Zeros of a recorded (shape, dtype) input; any other recorded value as it was."""
+    if isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], torch.dtype):
+        return torch.zeros(v[0], dtype=v[1])
+    return v
+
+
+class CompiledGraph:
+    """One ATen FX graph (an AOTAutograd forward, backward or inference graph) run as lazy
+    lazymath ops, with torch eager for the nodes that break the graph.
+
+    The node plan (lowering or break) is decided when the graph is compiled from its ops and
+    FakeTensor dtypes, and refined at the first call that meets a case a lowering refuses;
+    either way the decision is kept (`breaks`), so every later call runs the same segments."""
+
+    def __init__(self, gm: torch.fx.GraphModule, kind: str, index: int):
+        self.gm = gm
+        self.kind = kind
+        self.index = index
+        self.nodes = list(gm.graph.nodes)
+        self.breaks: dict[str, str] = {}  # node name -> why it runs in torch eager
+        self.calls = 0
+        self.segments = 0  # lazymath realizes per call (1 = the whole graph is one graph)
+        self._last_inputs: list | None = None  # (shape, dtype) / Python values of the last call
+        for n in self.nodes:
+            if n.op != "call_function" or n.target in PYTHON_TARGETS:
+                continue
+            if n.target is operator.getitem:
+                continue
+            if lowering_for(n.target) is None:
+                self._break(n, "no lazymath lowering")
+                continue
+            for v in _flatten(n.meta.get("val")):
+                if isinstance(v, torch.Tensor) and v.dtype not in _aten.TORCH_TO_NP:
+                    self._break(n, f"dtype {v.dtype} (no lazymath dtype)")
+                    break
+
+    @property
+    def n_ops(self) -> int:
+        return sum(1 for n in self.nodes if n.op == "call_function")
+
+    def _break(self, n: torch.fx.Node, why: str) -> None:
+        if n.name in self.breaks:
+            return
+        self.breaks[n.name] = f"{_op_name(n.target)}: {why}"
+        if _debug() >= 1:
+            print(f"[lazymath.torch] graph break in {self.kind} graph {self.index}: node "
+                  f"{n.name} = {_op_name(n.target)} runs in torch eager ({why})",
+                  file=sys.stderr)  # fmt: skip
+
+    def __call__(self, args: list) -> list:
+        """Run the graph on `args` (AOTAutograd's boxed convention: a list, cleared here so
+        the inputs can die as early as torch expects)."""
+        args = list(args)
+        self._last_inputs = [
+            (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args
+        ]
+        out = self._run(args, None)
+        self.calls += 1
+        return out
+
+    def _run(self, args: list, sink: list | None) -> list:
+        env: dict = {}
+        lm_of: dict = {}  # id(torch tensor) -> its lazymath leaf, once per call
+        keep: list = []  # the torch tensors lm_of's ids refer to stay alive during the call
+        pending: list = []  # lazymath tensors computed since the last realize
+        segments = 0
+        it = iter(args)
+
+        def as_lm(v):
+            if isinstance(v, torch.Tensor):
+                got = lm_of.get(id(v))
+                if got is None:
+                    got = lm_of[id(v)] = _to_lm(v)
+                    keep.append(v)
+                return got
+            return v
+
+        def flush():
+            nonlocal segments
+            live = [t for t in pending if isinstance(t, lm.Tensor)]
+            if sink is not None and live:
+                sink.append(lm.explain(*live))
+            if live:
+                lm.realize(*live)
+                segments += 1
+            pending.clear()
+
+        def as_torch(v):
+            if isinstance(v, lm.Tensor):
+                return _to_torch(v)
+            return v
+
+        for n in self.nodes:
+            if n.op == "placeholder":
+                env[n] = next(it)
+            elif n.op == "get_attr":
+                env[n] = getattr(self.gm, n.target)
+            elif n.op == "call_function":
+                a = torch.fx.node.map_arg(n.args, lambda m: env[m])
+                kw = torch.fx.node.map_arg(n.kwargs, lambda m: env[m])
+                if n.target is operator.getitem or n.target in PYTHON_TARGETS:
+                    env[n] = n.target(*a, **kw)
+                    continue
+                if n.name not in self.breaks:
+                    try:
+                        res = self._lower(n, _map(a, as_lm), _map(kw, as_lm))
+                    except Exception as e:  # noqa: BLE001  (any refusal -> torch eager)
+                        why = str(e) if isinstance(e, Unsupported) else (
+                            f"lowering raised {type(e).__name__}: {e}")  # fmt: skip
+                        self._break(n, why)
+                    else:
+                        env[n] = res
+                        pending.extend(_flatten(res))
+                        continue
+                # graph break: realize what the eager node reads (with everything pending,
+                # one lazymath graph), run it in torch
+                if any(isinstance(v, lm.Tensor) for v in _flatten([a, kw])):
+                    flush()
+                env[n] = n.target(*_map(a, as_torch), **_map(kw, as_torch))
+            elif n.op == "output":
+                result = torch.fx.node.map_arg(n.args[0], lambda m: env[m])
+                outs = [v for v in _flatten(result) if isinstance(v, lm.Tensor)]
+                pending[:] = outs
+                flush()
+                self.segments = segments
+                return (
+                    list(_map(result, as_torch))
+                    if isinstance(result, (list, tuple))
+                    else [_map(result, as_torch)]
+                )
+        raise RuntimeError("lazymath.torch: the FX graph has no output node")
+
+    def _lower(self, n: torch.fx.Node, a: tuple, kw: dict):
+        """The lazy lazymath value(s) of node `n`, checked against its FakeTensor metadata:
+        dtypes are made torch's (type promotion differs between numpy and torch for 0-d
+        tensors and integer division), a shape that differs is a lowering bug -> Unsupported
+        (the node then runs in torch; never a wrong answer)."""
+        if any(isinstance(v, torch.Tensor) for v in _flatten([a, kw])):
+            raise Unsupported("an input stays a torch tensor (dtype or device lazymath has not)")
+        meta = n.meta.get("val")
+        res = lowering_for(n.target)(meta, *a, **kw)
+        if isinstance(meta, (list, tuple)):
+            if not isinstance(res, (list, tuple)) or len(res) != len(meta):
+                raise Unsupported("the lowering returned a different number of outputs")
+            return type(res)(self._fix(r, m) for r, m in zip(res, meta))
+        return self._fix(res, meta)
+
+    @staticmethod
+    def _fix(r, m):
+        if not isinstance(m, torch.Tensor):
+            return r
+        if not isinstance(r, lm.Tensor):
+            r = lm.full((), r, dtype=np_dtype(m.dtype))
+        if _concrete(m.shape) and tuple(r.shape) != tuple(m.shape):
+            raise Unsupported(f"shape {tuple(r.shape)} where torch has {tuple(m.shape)}")
+        want = np_dtype(m.dtype)
+        return r if r.dtype == want else lm.astype(r, want)
+
+    def explain(self) -> str:
+        """What this graph became: node counts, graph breaks, and `lm.explain` of every
+        lazymath segment (traced again on zeros of the last call's shapes; nothing of the
+        user's data is kept)."""
+        head = (f"{self.kind} graph {self.index}: {self.n_ops} ATen nodes, "
+                f"{len(self.breaks)} graph break(s), {self.segments} lazymath segment(s) per "
+                f"call, {self.calls} call(s)")  # fmt: skip
+        lines = [head]
+        for name, why in self.breaks.items():
+            lines.append(f"  graph break: node {name} = {why} -> torch eager")
+        if self._last_inputs is not None:
+            args = [_zeros_like_spec(v) for v in self._last_inputs]
+            sink: list = []
+            with torch.no_grad():
+                self._run(args, sink)
+            for i, text in enumerate(sink):
+                lines.append(f"-- segment {i + 1} of {len(sink)} --")
+                lines.append(str(text))
+        return "\n".join(lines)
+
+
+class Session:
+    """The graphs one compiled model (or the registered backend) produced, for `explain`."""
+
+    def __init__(self, options: dict | None = None):
+        self.options = dict(options or {})
+        self.graphs: list[CompiledGraph] = []
+
+    def compiler(self, kind: str) -> Callable:
+        def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable:
+            g = CompiledGraph(gm, kind, len(self.graphs) + 1)
+            self.graphs.append(g)
+
+            def run(args: list) -> list:
+                return g(args)
+
+            run._boxed_call = True  # AOTAutograd passes the argument list itself
+            return run
+
+        return compile_graph
+
+    def backend(self) -> Callable:
+        return aot_autograd(
+            fw_compiler=self.compiler("forward"),
+            bw_compiler=self.compiler("backward"),
+            inference_compiler=self.compiler("inference"),
+            decompositions=DECOMPOSITIONS,
+        )
+
+    def explain(self) -> str:
+        if not self.graphs:
+            return "lazymath.torch: nothing compiled yet (call the compiled model once)"
+        return "\n\n".join(g.explain() for g in self.graphs)
+
+
+_DEFAULT = Session()
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: Sequence, **kwargs: Any) -> Callable:
+    """The Dynamo backend ``"lazymath"``: AOTAutograd with lazymath compiling the forward,
+    backward and inference graphs. Graphs compiled through the name go to a module-level
+    session (`explain()` with no argument shows them)."""
+    return _DEFAULT.backend()(gm, example_inputs, **kwargs)
+
+
+_COMPILE_OPTIONS = ("dynamic", "fullgraph", "mode_options")
+
+
+def compile(model_or_fn: Callable, **options: Any) -> Callable:
+    """`torch.compile(model_or_fn, backend=<lazymath>)` with its own session, so
+    `lm.explain(compiled)` shows this model's graphs. Options: ``dynamic`` (None/True/False,
+    torch.compile's), ``fullgraph`` (bool: Dynamo must capture one graph, a Python-level break
+    is an error). Any other keyword is a TypeError."""
+    unknown = set(options) - {"dynamic", "fullgraph"}
+    if unknown:
+        raise TypeError(f"lazymath.torch.compile: unknown option(s) {sorted(unknown)}; known: "
+                        "dynamic, fullgraph")  # fmt: skip
+    if not callable(model_or_fn):
+        raise TypeError(f"lazymath.torch.compile: expected a torch.nn.Module or a function, got "
+                        f"{type(model_or_fn).__name__}")  # fmt: skip
+    session = Session(options)
+    compiled = torch.compile(model_or_fn, backend=session.backend(),
+                             dynamic=options.get("dynamic"),
+                             fullgraph=bool(options.get("fullgraph", False)))  # fmt: skip
+    try:
+        object.__setattr__(compiled, "_lazymath_session", session)
+    except (AttributeError, TypeError):
+        _SESSIONS[id(compiled)] = (weakref.ref(compiled), session)
+    return compiled
+
+
+_SESSIONS: dict = {}
+
+
+def _session_of(obj) -> Session:
+    s = getattr(obj, "_lazymath_session", None) if obj is not None else None
+    if s is None and obj is not None:
+        ref = _SESSIONS.get(id(obj))
+        if ref is not None and ref[0]() is obj:
+            s = ref[1]
+    return s or _DEFAULT
+
+
+def explain(compiled: Callable | None = None) -> str:
+    """What a compiled model became: per FX graph (forward, backward, inference) the ATen node
+    count, each graph break (node, ATen op, why) and `lm.explain` of each lazymath segment.
+    Without an argument: the graphs compiled through ``backend="lazymath"``."""
+    return _api.Explanation(_session_of(compiled).explain())
+
+
+def _explain_hook(obj) -> str | None:
+    """lm.explain(obj) for a compiled torch model or function (or any torch module: the
+    graphs compiled through backend="lazymath"); None for anything else."""
+    if isinstance(obj, lm.Tensor):
+        return None
+    if (
+        hasattr(obj, "_lazymath_session")
+        or isinstance(obj, torch.nn.Module)
+        or (callable(obj) and hasattr(obj, "_torchdynamo_orig_callable"))
+    ):
+        return explain(obj)
+    if id(obj) in _SESSIONS:
+        return explain(obj)
+    return None
+
+
+_api.EXPLAIN_HOOKS.append(_explain_hook)
+
+if "lazymath" not in _COMPILER_FNS and _BACKENDS.get("lazymath") is None:
+    # without the installed entry point (a source checkout), importing lazymath.torch makes
+    # the name work; with it, torch loads `backend` through the entry point itself
+    register_backend(compiler_fn=backend, name="lazymath")
