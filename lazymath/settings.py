@@ -289,11 +289,13 @@ COMPILE_ISOLATE = Setting(
     "LAZYMATH_COMPILE_ISOLATE", "choice", "auto",
     "`auto` (default): a kernel whose compile killed an earlier process (an LLVM abort) is "
     "compiled in a child process (vectorizers on, then off, else the interpreter runs it); `1` "
-    "compiles every kernel in a child process; `0` never",
+    "compiles every kernel in a child process; `server`: every compile runs in persistent "
+    "compile-server processes (one per compile thread), so even a fresh process's first LLVM "
+    "abort costs a restarted server and a retry; `0` never",
     choices={"auto": "auto", "1": "always", "true": "always", "on": "always", "yes": "always",
              "always": "always", "0": "off", "false": "off", "off": "off", "no": "off",
-             "never": "off"},
-    shown=("auto", "1", "0"),
+             "never": "off", "server": "server", "servers": "server"},
+    shown=("auto", "1", "server", "0"),
 )  # fmt: skip
 TEST_COMPILE_FAULT = Setting(
     "LAZYMATH_TEST_COMPILE_FAULT", "choice", "",

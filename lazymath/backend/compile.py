@@ -721,10 +721,14 @@ class _Job:
         """Wait for the code, link it in, store it; a tiered kernel starts on tier 0 and its
         final code is compiled in the background (`_tier_up`)."""
         from lazymath.backend import jit, workers
+        from lazymath.backend.isolate import CompilerCrashed
 
         _link_library(self.program)
         if self.tier0 is not None:
-            obj0 = _result(self.tier0, self, 0)
+            try:
+                obj0 = _result(self.tier0, self, 0)
+            except CompilerCrashed:  # LLVM killed the compile server twice (it warned)
+                return self._interpreted()
             if self.uk_symbols:
                 from lazymath.backend import uklib
 
@@ -755,12 +759,20 @@ class _Job:
                 f"kernel {self.name}",
             )
             return kernel
-        obj = _result(self.final, self)
+        try:
+            obj = _result(self.final, self)
+        except CompilerCrashed:
+            return self._interpreted()
         addr, _ = jit.load_cached(obj, self.symbol, self.module, hold=True)
         kernel_cache.count("compiled")
         self._store(obj)
         return CompiledKernel(self.name, self.ir, self.program, self.spec, "llvm", addr,
                               self.symbol, self.text)  # fmt: skip
+
+    def _interpreted(self) -> CompiledKernel:
+        """The kernel on the numpy interpreter: LLVM could not compile it (`isolate`)."""
+        kernel_cache.count("compiled")
+        return CompiledKernel(self.name, self.ir, self.program, self.spec, "interp")
 
     def isolated(self, how: str) -> CompiledKernel:
         """Compile in a child process (`isolate`): LAZYMATH_COMPILE_ISOLATE=1, or a previous

@@ -17,15 +17,18 @@ runs it. So:
   later processes load it without compiling.
 
 ``LAZYMATH_COMPILE_ISOLATE``: ``auto`` (default: a child after a crash), ``1`` (always a child),
-``0`` (never; a crash in LLVM ends the process as before).
+``server`` (every compile in a persistent compile-server process, see below: no first-crash
+window), ``0`` (never; a crash in LLVM ends the process as before).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
 import sys
+import threading
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -174,3 +177,147 @@ def compile_in_child(text: str, module_name: str, level: int, why: str,
                   + (f": {tail[:300]}" if tail else "") + "; this kernel runs on the numpy "
                   "interpreter (correct, slow)")  # fmt: skip
     return None
+
+
+# ----------------------------------------------------------------------------- compile servers
+#
+# `LAZYMATH_COMPILE_ISOLATE=server`: every LLVM compile of the workers runs in a persistent
+# compile-server process (one per compile thread, started on its first job and kept), so even
+# the first LLVM abort of a fresh process costs a restarted server and a retry, never the
+# user's process. A server compiles with the same `workers.Compiler` (IR text in, object code
+# out) and never touches the disk cache; the parent links the object like a disk-cache hit.
+
+
+class CompilerCrashed(RuntimeError):
+    """LLVM killed the compile server on a kernel twice (vectorizers on, then off): the caller
+    runs that kernel on the interpreter."""
+
+
+class _Died(Exception):
+    def __init__(self, rc: int | None, tail: str) -> None:
+        super().__init__(rc, tail)
+        self.rc, self.tail = rc, tail
+
+
+_HEAD = 9  # response: 1 status byte (b"O" object code, b"E" a compile error) + u64 length
+
+
+class _Server:
+    """One compile-server process and the pipes to it (owned by one thread of one process)."""
+
+    def __init__(self) -> None:
+        import subprocess
+        import tempfile
+
+        self.pid = os.getpid()
+        self.err = tempfile.TemporaryFile()  # its stderr: LLVM's last words if it dies
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from lazymath.backend.workers import server_main; "
+             "server_main()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+            env={**os.environ, "LAZYMATH_CACHE": "0"},
+        )  # fmt: skip
+        with _servers_lock:
+            _servers.append(self)
+
+    def request(self, req: dict) -> bytes:
+        """The object code for `req`; RuntimeError for a compile error the server reported
+        (bad IR: what an in-process compile would raise); `_Died` if the server died."""
+        import struct
+
+        data = json.dumps(req).encode()
+        try:
+            self.proc.stdin.write(struct.pack("<Q", len(data)) + data)
+            self.proc.stdin.flush()
+            head = _read_exact(self.proc.stdout, _HEAD)
+            payload = _read_exact(self.proc.stdout, struct.unpack("<Q", head[1:])[0])
+        except (OSError, EOFError, ValueError):
+            tail = self._tail()
+            self.close()
+            raise _Died(self.proc.returncode, tail) from None
+        if head[:1] == b"O":
+            return payload
+        raise RuntimeError(payload.decode(errors="replace"))
+
+    def _tail(self) -> str:
+        try:
+            self.err.seek(0)
+            lines = self.err.read().decode(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return lines[-1][:300] if lines else ""
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001,S110 - a zombie at worst
+            pass
+        for f in (self.proc.stdin, self.proc.stdout, self.err):
+            try:
+                f.close()
+            except OSError:
+                pass
+        with _servers_lock:
+            if self in _servers:
+                _servers.remove(self)
+
+
+def _read_exact(f, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = f.read(n - len(buf))
+        if not chunk:
+            raise EOFError("compile server closed its pipe")
+        buf += chunk
+    return bytes(buf)
+
+
+_servers: list[_Server] = []
+_servers_lock = threading.Lock()
+_local = threading.local()
+
+
+def _server() -> _Server:
+    s = getattr(_local, "server", None)
+    if s is None or s.pid != os.getpid():  # none yet, or a forked parent's (not ours to use)
+        s = _local.server = _Server()
+    return s
+
+
+def start_server() -> None:
+    """Start this thread's compile server now (a compile thread does at its start)."""
+    _server()
+
+
+def server_compile(req: dict) -> bytes:
+    """Object code of `req` (workers' job: text, module, level, vectorize, target, codegen,
+    cleanup) from this thread's compile server. If LLVM kills the server, it is restarted
+    and the kernel compiled again with the vectorizers off (a RuntimeWarning says so); if
+    that dies too, `CompilerCrashed`."""
+    name = req["module"]
+    for attempt in range(2):
+        srv = _server()
+        try:
+            return srv.request(req if attempt == 0 else {**req, "vectorize": False})
+        except _Died as d:
+            _local.server = None
+            what = f"LLVM {_describe(d.rc)} compiling kernel {name} in the compile server" + (
+                f": {d.tail}" if d.tail else "")  # fmt: skip
+            if attempt == 0:
+                _warn(f"{what}; restarting it and compiling again with the vectorizers off")
+            else:
+                _warn(f"{what}, even with the vectorizers off; this kernel runs on the numpy "
+                      "interpreter (correct, slow)")  # fmt: skip
+                raise CompilerCrashed(what) from None
+    raise AssertionError("unreachable")
+
+
+def _close_servers() -> None:
+    for s in list(_servers):
+        if s.pid == os.getpid():
+            s.close()
+
+
+atexit.register(_close_servers)

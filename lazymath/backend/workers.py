@@ -194,6 +194,13 @@ def _loop(target: str | None, compiler: Compiler | None = None) -> None:
             _compiler(target)  # load LLVM, build this thread's compiler before the first job
         except Exception:  # noqa: BLE001,S110 - the first job reports it
             pass
+    from lazymath.backend import isolate
+
+    if isolate.mode() == "server":  # its start (~1 s: Python, lazymath, LLVM) overlaps lowering
+        try:
+            isolate.start_server()
+        except Exception:  # noqa: BLE001,S110 - the first job reports it
+            pass
     jobs = _queue
     while True:
         fut, fn, args = jobs.get()
@@ -392,12 +399,53 @@ def _work(ir_text: str, module_name: str, level: int, vectorize: bool = True,
     kw = {"codegen": codegen} if codegen != 3 else {}
     if cleanup:
         kw["cleanup"] = True
+    from lazymath.backend import isolate
+
+    if isolate.mode() == "server":  # LLVM runs in this thread's compile-server process
+        req = {"text": ir_text, "module": module_name, "level": level, "vectorize": vectorize,
+               "target": target if target is not None else _requested(), "kw": kw}  # fmt: skip
+        return isolate.server_compile(req)
     if marker is None:
         return _compiler(target).compile(ir_text, module_name, level, vectorize, **kw)
     from lazymath.backend import isolate
 
     with isolate.compiling(marker):  # a process dying in LLVM here leaves the mark
         return _compiler(target).compile(ir_text, module_name, level, vectorize, **kw)
+
+
+def server_main() -> None:
+    """A persistent compile server (`isolate.server_compile`): requests (u64 length + JSON)
+    on stdin, replies (status byte + u64 length + object code or error text) on stdout, until
+    stdin closes. Compiles on this thread's `Compiler` for the request's target, like a
+    worker thread of the parent would."""
+    import json
+    import struct
+    import sys
+
+    from lazymath import settings
+
+    fault = settings.TEST_COMPILE_FAULT.get()  # tests: simulate LLVM failing
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        head = inp.read(8)
+        if len(head) < 8:
+            return
+        (n,) = struct.unpack("<Q", head)
+        req = json.loads(inp.read(n))
+        if fault == "abort" or (fault == "abort-vectorized" and req["vectorize"]):
+            os.abort()
+        if fault == "hang" or (fault == "hang-vectorized" and req["vectorize"]):
+            import time
+
+            time.sleep(3600)
+        try:
+            obj = _compiler(req["target"]).compile(req["text"], req["module"], int(req["level"]),
+                                                   bool(req["vectorize"]), **req["kw"])  # fmt: skip
+            status, payload = b"O", obj
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
+            status, payload = b"E", f"{type(e).__name__}: {e}".encode()
+        out.write(status + struct.pack("<Q", len(payload)) + payload)
+        out.flush()
 
 
 def submit(ir_text: str, module_name: str, level: int = 3, vectorize: bool = True,

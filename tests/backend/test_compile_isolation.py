@@ -80,3 +80,42 @@ def test_a_compiler_that_always_fails_falls_back_to_the_interpreter(tmp_path):
     w = "\n".join(out["warnings"])
     assert out["ok"] and out["disk_writes"] == 0
     assert "did not finish in time" in w and "numpy interpreter" in w
+
+
+def test_compile_server_survives_an_abort_on_a_fresh_process_first_compile(tmp_path):
+    """LAZYMATH_COMPILE_ISOLATE=server: no first-crash window. A fresh process whose very
+    first compile aborts LLVM (simulated in the server: every attempt with the vectorizers on
+    aborts) lives on: the server is restarted, the kernel compiled with the vectorizers off,
+    the result is right and the object reaches the disk cache for the next process."""
+    cache = tmp_path / "kc"
+    out = _out(_run(cache, 2.0, LAZYMATH_COMPILE_ISOLATE="server",
+                    LAZYMATH_TEST_COMPILE_FAULT="abort-vectorized"))  # fmt: skip
+    w = "\n".join(out["warnings"])
+    assert out["ok"] and out["compiled"] == 1 and out["disk_writes"] == 1
+    assert "died of SIGABRT" in w and "in the compile server" in w
+    assert "compiling again with the vectorizers off" in w and "interpreter" not in w
+    again = _out(_run(cache, 2.0))  # the next process: a disk hit, no LLVM, no warning
+    assert again["ok"] and again["disk_hits"] == 1 and again["compiled"] == 0
+    assert not again["warnings"]
+
+
+def test_compile_server_that_always_aborts_falls_back_to_the_interpreter(tmp_path):
+    out = _out(_run(tmp_path / "kc", 3.0, LAZYMATH_COMPILE_ISOLATE="server",
+                    LAZYMATH_TEST_COMPILE_FAULT="abort"))  # fmt: skip
+    w = "\n".join(out["warnings"])
+    assert out["ok"] and out["disk_writes"] == 0  # correct, from the interpreter
+    assert "even with the vectorizers off" in w and "numpy interpreter" in w
+
+
+def test_compile_server_mode_without_faults_compiles_and_reuses_its_server(tmp_path):
+    script = _SCRIPT.replace("print(json.dumps({", "from lazymath.backend import isolate\n"
+                             "y = (lm.tanh(lm.tensor(x)) + 1.0).numpy()\n"
+                             "ok = ok and bool(np.allclose(y, np.tanh(x) + 1, rtol=1e-5, atol=1e-6))\n"
+                             "print(json.dumps({'servers': len(isolate._servers), ")  # fmt: skip
+    e = {**os.environ, "LAZYMATH_CACHE_DIR": str(tmp_path / "kc"), "PYTHONPATH": str(ROOT),
+         "LAZYMATH_BACKEND": "llvm", "LAZYMATH_COMPILE_ISOLATE": "server",
+         "LAZYMATH_COMPILE_THREADS": "1"}  # fmt: skip
+    out = _out(subprocess.run([sys.executable, "-c", script, "1.5"], env=e,
+                              capture_output=True, timeout=300))  # fmt: skip
+    assert out["ok"] and out["compiled"] == 2 and not out["warnings"]
+    assert out["servers"] == 1  # one compile thread: one server, kept for both kernels
