@@ -341,7 +341,8 @@ def _cumulative(name: str, x, axis, dtype, include_initial: bool) -> Tensor:
     add = name == "cumulative_sum"
     if not _sorting().vector_dtype(out_dt):  # no Vector instructions for it: the AI CPU
         a = _host(x, name).astype(out_dt)
-        r = (np.cumsum if add else np.cumprod)(a, axis=ax)
+        r = (np.cumsum if add else np.cumprod)(a, axis=ax, dtype=out_dt)  # numpy's own
+        # default would widen small integers (uint8 -> uint64), not the dtype asked for
     else:
         r = _scan(T.astype(x, out_dt, copy=False), ax, "add" if add else "mul")
     if include_initial:

@@ -1062,3 +1062,14 @@ def test_complex_expm1_special_cases_and_accuracy(dtype):
     # real inputs: numpy's expm1 unchanged
     r = np.array([-1e-7, 0.0, 3.0], dtype=np.float64)
     np.testing.assert_array_equal(lm.expm1(lm.asarray(r)).numpy(), np.expm1(r))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "uint32", "float64"])
+@pytest.mark.parametrize("n", [0, 1, 7])
+def test_cumulative_sum_keeps_the_asked_dtype_on_the_host_path(dtype, n):
+    a = (np.arange(n) % 5 + 1).astype(dtype)
+    for fn, ref, first in ((lm.cumulative_sum, np.cumsum, 0), (lm.cumulative_prod, np.cumprod, 1)):
+        out = fn(lm.asarray(a), axis=0, dtype=dtype, include_initial=True)
+        assert out.dtype == dtype and out.shape == (n + 1,)
+        want = np.concatenate([np.array([first], dtype), ref(a, dtype=dtype)])
+        np.testing.assert_array_equal(out.numpy(), want)
