@@ -46,6 +46,7 @@ _LAZY = {
     **dict.fromkeys(("visualize", "report"), "viz"),
     **dict.fromkeys(("kernel", "Kernel", "KernelBuilder"), "lowlevel"),
     **dict.fromkeys(("set_num_threads", "get_num_threads"), "_threads"),
+    "jit": "staging",
 }  # fmt: skip
 # subpackages and public modules, importable as attributes (`lm.runtime.memory_stats()`)
 _SUBMODULES = ("backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel", "nn")

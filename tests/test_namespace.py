@@ -56,6 +56,8 @@ ALLOWLIST = {
     "kernel", "Kernel", "KernelBuilder",
     # execution threads (lazymath/_threads.py)
     "set_num_threads", "get_num_threads",
+    # staged functions (lazymath/staging.py)
+    "jit",
     # subpackages and public modules
     "backend", "fusion", "graph", "runtime", "settings", "viz", "lowlevel", "nn",
     "__version__",

@@ -1,0 +1,173 @@
+"""lm.jit: a staged function equals eager lazymath, traces once per signature and replays."""
+
+import numpy as np
+import pytest
+
+import lazymath as lm
+from lazymath import engine, settings
+
+RNG = np.random.default_rng(34)
+
+
+@pytest.fixture(params=["ascend910", "ascend910b"])
+def preset(request):
+    lm.init_device(0, spec=request.param)
+    yield request.param
+    lm.init_device(0, spec="ascend910")
+
+
+@pytest.fixture(params=["llvm", "interp"])
+def backend(request):
+    with settings.override(LAZYMATH_BACKEND=request.param):
+        yield request.param
+
+
+def _x(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+# every op family, on awkward shapes: (function, inputs as numpy arrays)
+FAMILIES = {
+    "elementwise": (lambda a, b: lm.relu(a * 2.0 + b) - lm.exp(-lm.abs(b)), (_x(7, 13), _x(13))),
+    "compare_where": (lambda a, b: lm.where(a > b, a, b * 0.5), (_x(1, 5), _x(3, 1))),
+    "reduce": (lambda a, b: (lm.sum(a, axis=1), lm.max(a * b, axis=0)), (_x(11, 17), _x(17))),
+    "rows": (lambda a, b: lm.softmax(a + b, axis=-1), (_x(5, 31), _x(31))),
+    "matmul": (lambda a, b: lm.relu(a @ b) * 0.25, (_x(19, 23), _x(23, 3))),
+    "views": (lambda a, b: (a.T[::-1] + b[::2, None])[1:], (_x(6, 9), _x(18))),
+    "int": (lambda a, b: (a * 3 + b) // 2 % 5, (np.arange(-7, 8, dtype=np.int32),
+                                                  np.int32(4) + np.arange(15, dtype=np.int32))),
+    "complex": (lambda a, b: a * b + 1j, (_x(4) + 1j * _x(4), _x(4).astype(np.complex64))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_jit_equals_eager_for_every_op_family(family, preset, backend):
+    fn, arrays = FAMILIES[family]
+    jf = lm.jit(fn)
+    for call in range(3):  # the trace, then two replays of new data
+        data = [a if call == 0 else (a * (call + 1)).astype(a.dtype) for a in arrays]
+        got = jf(*[lm.asarray(d) for d in data])
+        want = fn(*[lm.asarray(d) for d in data])
+        got = got if isinstance(got, tuple) else (got,)
+        want = want if isinstance(want, tuple) else (want,)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-5)
+    assert jf.traces == 1
+
+
+def test_replay_runs_no_python_op_code_and_retraces_only_on_a_new_signature(capsys, monkeypatch):
+    calls = []
+
+    @lm.jit
+    def step(x, y):
+        calls.append(1)
+        return lm.sqrt(lm.abs(x)) * y
+
+    a, b = _x(100), _x(100)
+    programs = engine.PROGRAMS.misses
+    for _ in range(5):
+        r = step(lm.asarray(a), lm.asarray(b))
+    np.testing.assert_allclose(r.numpy(), np.sqrt(np.abs(a)) * b, rtol=1e-6)
+    assert len(calls) == 1 and step.traces == 1
+    assert engine.PROGRAMS.misses - programs <= 1
+    monkeypatch.setenv("LAZYMATH_DEBUG", "1")
+    step(lm.asarray(_x(101)), lm.asarray(_x(101)))  # new shape
+    step(lm.asarray(a), lm.asarray(b))  # seen before: replayed, no trace
+    step(lm.asarray(a.astype(np.float64)), lm.asarray(b))  # new dtype
+    err = capsys.readouterr().err
+    assert len(calls) == 3
+    assert "retrace: input 0 was (100,) float32 strides (4,), now (101,) float32" in err
+    assert "now (100,) float64" in err and "strides (8,)" in err
+    assert err.count("[lazymath] jit ") == 2  # the replay of a known signature says nothing
+
+
+def test_pytrees_in_and_out_and_keyword_arguments():
+    @lm.jit
+    def f(params, batch, *, scale):
+        h = batch["x"] @ params[0] + params[1]
+        return {"h": h * scale, "parts": [lm.sum(h), lm.tanh(h)]}
+
+    w, bias, x = _x(8, 4), _x(4), _x(3, 8)
+    for k in range(3):
+        out = f((lm.asarray(w), lm.asarray(bias)), {"x": lm.asarray(x + k)}, scale=2.0)
+        h = (x + k) @ w + bias
+        assert sorted(out) == ["h", "parts"] and isinstance(out["parts"], list)
+        np.testing.assert_allclose(out["h"].numpy(), h * 2, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out["parts"][0].numpy(), h.sum(), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(out["parts"][1].numpy(), np.tanh(h), rtol=1e-5, atol=1e-6)
+    assert f.traces == 1
+    f((lm.asarray(w), lm.asarray(bias)), {"x": lm.asarray(x)}, scale=3.0)  # a static value
+    assert f.traces == 2
+
+
+def test_static_argnums_and_numpy_inputs():
+    f = lm.jit(lambda x, axis: lm.sum(x * x, axis=axis), static_argnums=1)
+    a = _x(5, 6)
+    for axis in (0, 1, 0, 1):
+        np.testing.assert_allclose(f(a, axis).numpy(), (a * a).sum(axis), rtol=1e-5)
+    assert f.traces == 2 and f.cache_size() == 2
+
+
+def test_a_0d_tensor_argument_changes_without_retracing_or_compiling():
+    f = lm.jit(lambda x, lr: x - lr * x)
+    x = _x(50)
+    f(lm.asarray(x), lm.asarray(np.float32(0.5)))
+    programs = engine.PROGRAMS.misses
+    for i in range(100):
+        lr = np.float32(i * 1e-2)
+        np.testing.assert_allclose(f(lm.asarray(x), lm.asarray(lr)).numpy(), x - lr * x,
+                                   rtol=1e-6)  # fmt: skip
+    assert f.traces == 1 and engine.PROGRAMS.misses == programs
+
+
+def test_a_python_scalar_argument_retraces_but_compiles_once():
+    f = lm.jit(lambda x, s: x * s + 1.0)
+    x = _x(64)
+    f(lm.asarray(x), 0.5)
+    programs = engine.PROGRAMS.misses
+    for i in range(30):
+        np.testing.assert_allclose(f(lm.asarray(x), i * 0.1).numpy(),
+                                   x * np.float32(i * 0.1) + 1, rtol=1e-6)  # fmt: skip
+    assert engine.PROGRAMS.misses == programs  # the scalar is a runtime kernel argument
+
+
+def test_outputs_that_are_inputs_and_closures():
+    w = lm.asarray(_x(4))
+
+    @lm.jit
+    def f(x):
+        return x, x + w
+
+    a = _x(4)
+    for _ in range(2):
+        same, s = f(lm.asarray(a))
+        np.testing.assert_array_equal(same.numpy(), a)
+        np.testing.assert_allclose(s.numpy(), a + w.numpy(), rtol=1e-6)
+    assert f.traces == 1
+
+
+def test_lower_gives_text_explain_and_cost():
+    f = lm.jit(lambda a, b: lm.relu(a @ b) + 1.0)
+    low = f.lower(lm.asarray(_x(16, 8)), lm.asarray(_x(8, 4)))
+    text = low.as_text()
+    assert "matmul" in text and "---" in text
+    c = low.cost()
+    assert c["kernels"] == 1 and c["flops"] >= 2 * 16 * 8 * 4 and c["bytes"] > 0
+    assert "k0_matmul" in str(low.explain())
+    assert f.traces == 0  # lower does not store a program
+
+
+def test_bad_arguments_are_clear_errors():
+    with pytest.raises(TypeError, match="callable"):
+        lm.jit(3)
+    with pytest.raises(ValueError, match="both static and donated"):
+        lm.jit(lambda x: x, static_argnums=0, donate=0)
+    f = lm.jit(lambda x, opts: x, static_argnums=1)
+    with pytest.raises(TypeError, match="static argument 1"):
+        f(lm.asarray(_x(2)), [1, 2])
+    g = lm.jit(lambda x: x)
+    with pytest.raises(TypeError, match="neither a tensor"):
+        g(object.__new__(type("Thing", (), {"__hash__": None})))
+    with pytest.raises(IndexError, match="static_argnums names argument 2"):
+        lm.jit(lambda x: x, static_argnums=2)(lm.asarray(_x(2)))
