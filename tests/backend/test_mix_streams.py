@@ -15,6 +15,16 @@ from lazymath.backend.compile import build_program
 from lazymath.backend.templates.matmul import tile_matmul
 from lazymath.fusion import rules
 
+
+@pytest.fixture(autouse=True)
+def _scalars_folded(monkeypatch):
+    """These tests run single programs with hand-built argument lists (weights, inputs, outputs,
+    workspace): the Python scalars of their graphs are folded into the kernel
+    (LAZYMATH_SCALAR_ARGS=0), not passed as 0-d inputs. Runtime scalars are
+    tests/test_scalar_args.py's."""
+    monkeypatch.setenv("LAZYMATH_SCALAR_ARGS", "0")
+
+
 SPEC = "ascend910b"
 N = 512  # big enough for several tiles per block and both workspace slots in use
 

@@ -36,7 +36,7 @@ def test_elementwise_add_is_memory_bound_with_exact_bounds():
     n = 1 << 22  # 16 MiB in, 16 MiB out: DRAM
     x = lm.tensor(np.ones(n, np.float32))
     roof = rl.kernel_roof(kernel_ir(x + 1.0), 2, fake())
-    assert roof.bytes == 2 * 4 * n
+    assert roof.bytes == 2 * 4 * n + 4  # x, the result, and the runtime scalar 1.0 (0-d)
     assert roof.level == "DRAM"
     assert roof.memory_s == pytest.approx(8 * n / (30 * GB))
     # one add per element: 32 bits of n lanes over 4 pipes x 512 bits at 2 GHz on 2 cores
@@ -84,7 +84,7 @@ def test_chain_work_is_the_sum_of_its_ops():
     for op in ("sin", "mul", "add", "exp", "mul"):
         expect.add(rl.op_work(op, "float32"), n)
     assert (work.fma, work.alu, work.div) == (expect.fma, expect.alu, expect.div)
-    assert nbytes == 2 * 4 * n
+    assert nbytes == 2 * 4 * n + 2 * 4  # x, the result and the runtime scalars 0.5 and 1.0 (0-d)
 
 
 def test_native_exp_work_counts_its_llvm_instructions():

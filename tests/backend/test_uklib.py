@@ -23,6 +23,16 @@ import lazymath as lm
 from lazymath.backend import compile as bc
 from lazymath.backend import gemm, jit, kernel_cache, uklib, workers
 
+
+@pytest.fixture(autouse=True)
+def _scalars_folded(monkeypatch):
+    """These tests call single kernels with hand-built argument lists (inputs, outputs), here and
+    in their subprocesses: the Python scalars of their graphs are folded into the kernel
+    (LAZYMATH_SCALAR_ARGS=0) rather than passed as 0-d inputs. Runtime scalars are
+    tests/test_scalar_args.py's."""
+    monkeypatch.setenv("LAZYMATH_SCALAR_ARGS", "0")
+
+
 RNG = np.random.default_rng(2011)
 
 

@@ -13,6 +13,16 @@ from lazymath.backend import compile as C
 from lazymath.backend import cost
 from lazymath.runtime.device import ASCEND910, ASCEND910B
 
+
+@pytest.fixture(autouse=True)
+def _scalars_folded(monkeypatch):
+    """These tests call single kernels with hand-built argument lists (inputs, outputs), here and
+    in their subprocesses: the Python scalars of their graphs are folded into the kernel
+    (LAZYMATH_SCALAR_ARGS=0) rather than passed as 0-d inputs. Runtime scalars are
+    tests/test_scalar_args.py's."""
+    monkeypatch.setenv("LAZYMATH_SCALAR_ARGS", "0")
+
+
 GRAPHS = {
     "elementwise": lambda x: lm.exp(x) * 2.0 + 1.0,
     "reduce_rows": lambda x: lm.sum(x, axis=1),
