@@ -139,6 +139,7 @@ def layer(mod: str) -> str | None:
         "lazymath.sorting",
         "lazymath.support",
         "lazymath.nn",
+        "lazymath.staging",
     ):
         return "api"
     if mod == "lazymath.tensor":
