@@ -28,3 +28,41 @@ def median_time(fn, reps: int, warmup: int = 2) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def host_roof(*tensors, refresh: bool = False):
+    """The host roofline of the graph of `tensors` (lazymath/backend/roofline.py): a function
+    of the measured seconds returning one line -- the sum of its kernels' roofs (the tighter
+    of each kernel's memory and compute bounds at its host block count), which roof each
+    kernel is under, and the fraction of the summed roof the measured time reaches.
+    `refresh` measures the host again first (keeping the best of old and new per quantity:
+    run under /work/bin/lmbench this moves the cached probe toward the machine's capability)."""
+    import lazymath as lm
+    from lazymath.backend import host, roofline
+    from lazymath.backend.compile import build_program, host_blocks
+
+    roofs = roofline.host_roofs(host.target(), refresh=refresh)
+    sched = lm.schedule(*tensors)
+    parts = []
+    for k in sched.kernels:
+        if k.unit == "aicpu" or k.ir is None:
+            continue
+        blocks = host_blocks(k.ir, build_program(k.ir, sched.spec, k.name), spec=sched.spec)
+        r = roofline.kernel_roof(k.ir, blocks, roofs)
+        if r is not None:
+            parts.append((k.name, r))
+    total = sum(r.roof_s for _, r in parts)
+
+    def line(measured_s: float) -> str:
+        if not parts:
+            return "host roof: no kernel with a roofline"
+        kinds = ", ".join(
+            f"{name} {r.bound} {r.roof_s * 1e3:.3f} ms (memory {r.memory_s * 1e3:.3f}, "
+            f"compute {r.compute_s * 1e3:.3f}, {r.threads}t)"
+            for name, r in parts
+        )
+        frac = total / measured_s if measured_s > 0 else float("nan")
+        return f"host roof {total * 1e3:.3f} ms: lazymath at {frac:.0%} of it [{kinds}]"
+
+    line.roofs = roofs
+    return line

@@ -3,7 +3,8 @@
 Run as
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/elementwise.py
 Every case runs all peers in this one process, interleaved, and prints medians and the ratio
-peer/lazymath (> 1 means lazymath is faster). Machines here are shared: trust ratios, not
+peer/lazymath (> 1 means lazymath is faster); the three-output and chain cases also print
+lazymath's host roofline (backend/roofline.py) and the fraction of it the median reaches. Machines here are shared: trust ratios, not
 absolute times, and read the load average printed before and after.
 
 `--cases three,chain` runs a subset (three, chain, chain16, sum, max, copy, small, trig).
@@ -21,7 +22,7 @@ import sys
 import time
 
 import numpy as np
-from _timing import median_time
+from _timing import host_roof, median_time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import lazymath as lm  # noqa: E402
@@ -78,6 +79,7 @@ def case_three_outputs(n: int, reps: int) -> None:
         xj = jnp.asarray(x_np)
         res["jax jit"] = median_time(lambda: [o.block_until_ready() for o in f(xj)], reps)
     report(f"sin(x), exp(x), log(abs(x)+1e-10) realized together, {n:,} float32", res)
+    print(f"  {host_roof(lm.sin(x), lm.exp(x), lm.log(lm.abs(x) + 1e-10))(res['lazymath'])}")
 
 
 def case_chain(n: int, dtype: str, reps: int) -> None:
@@ -103,6 +105,7 @@ def case_chain(n: int, dtype: str, reps: int) -> None:
         xj = jnp.asarray(x_np)
         res["jax jit"] = median_time(lambda: f(xj).block_until_ready(), reps)
     report(f"exp(sin(x)*0.5+1.0)*x, {n:,} {dtype}", res, nbytes=2 * x_np.nbytes)
+    print(f"  {host_roof(lm.exp(lm.sin(x) * 0.5 + 1.0) * x)(res['lazymath'])}")
 
 
 def case_reduce(n: int, op: str, reps: int) -> None:

@@ -22,7 +22,7 @@ import sys
 import time
 
 import numpy as np
-from _timing import median_time, settle_compiles
+from _timing import host_roof, median_time, settle_compiles
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import lazymath as lm  # noqa: E402
@@ -177,6 +177,7 @@ def run_case(name: str, x_np: np.ndarray, g_np: np.ndarray, reps: int, copy_gbs)
     if jax is not None:
         res["jax jit"] = median_time(jax_fn(name, x_np, g_np), reps)
     paired = paired_copy_ratio(lambda: lm_graph(name, x, g).realize(), x_np, reps)
+    roof = host_roof(lm_graph(name, x, g))
     print(f"\n{name} {x_np.shape} {x_np.dtype}: {len(sched.kernels)} kernel(s) "
           f"{[k.name for k in sched.kernels]} {form}")  # fmt: skip
     base = res["lazymath"]
@@ -190,6 +191,7 @@ def run_case(name: str, x_np: np.ndarray, g_np: np.ndarray, reps: int, copy_gbs)
     print(f"  paired with the 1-thread copy (interleaved, median of {reps} ratios): lazymath at "
           f"{f * paired[0]:4.0%} of its bandwidth (quartiles {f * paired[1]:4.0%} .. "
           f"{f * paired[2]:4.0%})")  # fmt: skip
+    print(f"  {roof(res['lazymath'])}")
 
 
 def paired_copy_ratio(fn, x_np: np.ndarray, reps: int) -> tuple[float, float, float]:
@@ -360,6 +362,7 @@ def main() -> None:
     x_np = rng.standard_normal((args.n, args.n)).astype(np.float32)
     g_np = rng.standard_normal(args.n).astype(np.float32)
     copy_gbs = copy_bandwidth(x_np, args.reps)
+    print(host_roof(lm.tensor(x_np) + 0.0, refresh=True).roofs.describe())
     names = [c for c in args.cases.split(",") if c]
     for name in names:
         run_case(name, x_np, g_np, args.reps, copy_gbs)
