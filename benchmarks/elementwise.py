@@ -4,8 +4,9 @@ Run as
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/elementwise.py
 Every case runs all peers in this one process, interleaved, and prints medians and the ratio
 peer/lazymath (> 1 means lazymath is faster); the three-output and chain cases also print
-lazymath's host roofline (backend/roofline.py) and the fraction of it the median reaches. Machines here are shared: trust ratios, not
-absolute times, and read the load average printed before and after.
+lazymath's host roofline (backend/roofline.py) and the fraction of it the median reaches.
+Machines here are shared: trust ratios, not absolute times, and read the load average printed
+before and after.
 
 `--cases three,chain` runs a subset (three, chain, chain16, sum, max, copy, small, trig).
 `--single-thread` adds a load-robust view of the vector kernels: thread CPU time (best and

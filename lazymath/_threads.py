@@ -35,6 +35,13 @@ no change). After the window the threads block: an idle process burns no CPU. No
 the pool has more threads than cores (a launch asked for more), nor without the native code
 (other systems: threads block on the queue at once) or with the setting at 0.
 
+Oversubscription (`OVERSUB_DETECT`): a big launch (more blocks than threads, so dynamic
+claiming already evens out a slow thread) whose launching thread got less than half the
+launch's wall time as CPU time waited for a core -- it was descheduled, or a helper's block
+ended long after its own. Another process or a peer library's pool holds a core; spinning
+would take it from them, so for the next second (renewed by each late launch) waits block at
+once. `BlockPool.late_launches` counts such launches.
+
 Thread counts (`num_threads`): `set_num_threads(n)` (also what the threadpoolctl controller in
 `_tpctl.py` calls, so `threadpool_limits(1)` runs launches on the calling thread), else
 LAZYMATH_NUM_THREADS, else `available_cpus()`: the affinity mask (`taskset`) capped by the cgroup
@@ -248,6 +255,17 @@ _CFuncPtr = ctypes.CFUNCTYPE(None).__mro__[1]  # ctypes' base class of C functio
 # measurements and tests)
 LANE = True
 
+# Oversubscription detection (False: off, for A/B measurements). A launch of more blocks than
+# threads (a big kernel) whose launching thread got less than LATE_FRACTION of the launch's
+# wall time as CPU time waited for a core: the launcher was descheduled, or a helper's block
+# ended far (beyond the spin window) after the launcher's own -- another process or a peer
+# library's pool holds a core. Then spinning would burn a core somebody else needs, so the
+# pool's waits block at once for QUIET_NS (each late launch renews it).
+OVERSUB_DETECT = True
+LATE_FRACTION = 0.5
+QUIET_NS = 1_000_000_000
+MIN_OBSERVED_NS = 200_000  # shorter launches say nothing reliable (timer and wake-up noise)
+
 
 class BlockPool:
     """Daemon threads that help run the blocks of multi-block launches.
@@ -268,6 +286,8 @@ class BlockPool:
         self._start_lock = threading.Lock()
         self._lane_lock = threading.Lock()  # one native launch at a time uses the lane
         self._n_lane = 0  # threads started in the lane (each joins every lane launch)
+        self._quiet_until = 0  # perf_counter_ns before which waits do not spin (oversubscribed)
+        self.late_launches = 0  # launches that found the host oversubscribed (see _observe)
         self._native = _spinner()
         self._lane = None
         if self._native is not None:
@@ -287,8 +307,25 @@ class BlockPool:
 
     def _spinning(self) -> bool:
         """Whether waits may spin: not when the pool has more threads than cores (a launch
-        asked for more threads): a spinning thread would hold a core another one needs."""
-        return len(self._threads) < self.n_threads
+        asked for more threads), nor for a while after a launch found the host oversubscribed
+        (`_observe`): a spinning thread would hold a core another one needs."""
+        return len(self._threads) < self.n_threads and time.perf_counter_ns() >= self._quiet_until
+
+    def _observe(self, wall0: int, cpu0: int, wall1: int | None = None,
+                 cpu1: int | None = None) -> bool:  # fmt: skip
+        """After a big launch that started at (perf_counter_ns, thread_time_ns) = (wall0,
+        cpu0): whether it waited for a core (see OVERSUB_DETECT), and if so stop spinning for
+        QUIET_NS. `wall1`/`cpu1`: the end stamps (default now; given by tests)."""
+        wall1 = time.perf_counter_ns() if wall1 is None else wall1
+        wall = wall1 - wall0
+        if wall < MIN_OBSERVED_NS:
+            return False
+        cpu = (time.thread_time_ns() if cpu1 is None else cpu1) - cpu0
+        if cpu >= LATE_FRACTION * wall:
+            return False
+        self._quiet_until = wall1 + QUIET_NS
+        self.late_launches += 1
+        return True
 
     def _loop(self) -> None:
         jobs = self._jobs
@@ -333,6 +370,9 @@ class BlockPool:
         if len(self._threads) < helpers:
             self._ensure_started(helpers)
         job = _BlockJob(fn, argv, blocks)
+        watch = OVERSUB_DETECT and blocks > helpers + 1
+        if watch:
+            w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         put = self._jobs.put
         for _ in range(helpers):
             put(job)
@@ -340,6 +380,8 @@ class BlockPool:
             self._native.ring(self._lane)
         job.work()
         job.wait(self._spinning())
+        if watch:
+            self._observe(w0, c0)
         if job.error is not None:
             raise job.error
 
@@ -368,8 +410,13 @@ class BlockPool:
         try:
             if len(self._threads) < n - 1:
                 self._ensure_started(n - 1)
+            watch = OVERSUB_DETECT and blocks > n
+            if watch:
+                w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
             self._native.launch(self._lane, cfunc, argv, blocks,
                                 _window_ticks() if self._spinning() else 0)  # fmt: skip
+            if watch:
+                self._observe(w0, c0)
         finally:
             self._lane_lock.release()
 

@@ -63,8 +63,11 @@ def host_blocks(ir, program: isa.Program, workers: int | None = None, spec=None)
     style (a contiguous range of items per BLOCK_IDX of BLOCK_NUM), so any count is correct:
     at most one thread per host core and per device block, and one for tiny work (a host
     hand-off costs tens of microseconds). A big matmul gets more blocks than threads (given
-    `spec`: `templates.matmul.host_blocks`). It changes neither the program nor its simulated
-    cost. User kernels (`lm.kernel`) read BLOCK_IDX/BLOCK_NUM the same way."""
+    `spec`: `templates.matmul.host_blocks`), and so does a big Vector template kernel (up to
+    BLOCKS_PER_THREAD per thread, each of at least BLOCK_WORK elements: dynamic claiming then
+    evens out a thread that lost its core; user kernels keep one block per thread). It
+    changes neither the program nor its simulated cost. User kernels (`lm.kernel`) read
+    BLOCK_IDX/BLOCK_NUM the same way."""
     kind = getattr(ir, "kind", None)
     if kind not in _HOST_MAPPED:
         return program.blocks
@@ -78,13 +81,21 @@ def host_blocks(ir, program: isa.Program, workers: int | None = None, spec=None)
             return threads
         split = importlib.import_module(TEMPLATES["matmul"]).host_blocks
         return split(ir, spec, threads, flops // MIN_FLOPS_PER_WORKER)
-    if _vector_elems(ir) < SMALL_VECTOR_WORK:
+    elems = _vector_elems(ir)
+    if elems < SMALL_VECTOR_WORK:
         return 1
-    return max(1, min(workers, program.blocks))
+    # more blocks than threads when each still has BLOCK_WORK elements: the pool's threads
+    # claim blocks dynamically, so a thread whose core is taken (another process, a peer
+    # library's spinning pool) costs the blocks it did not run, not half the kernel
+    split = 1 if kind == "custom" else min(BLOCKS_PER_THREAD,
+                                           max(1, elems // (workers * BLOCK_WORK)))  # fmt: skip
+    return max(1, min(workers * split, program.blocks))
 
 
 _HOST_MAPPED = frozenset({"matmul", "elementwise", "reduce", "rows", "custom"})
 SMALL_VECTOR_WORK = 32 * 1024  # elements a Vector kernel touches below which one thread runs it
+BLOCKS_PER_THREAD = 4  # at most, for big Vector kernels (a stolen core costs ~1/4 of its share)
+BLOCK_WORK = 256 * 1024  # elements per block at least (~50 us of streaming work) to split more
 
 
 def _vector_elems(ir) -> int:

@@ -158,10 +158,12 @@ def test_threadpoolctl_limits_lazymath():
 def test_one_cpu_affinity_gives_one_thread():
     """What `taskset -c 0` does: a child process pinned to one CPU runs one thread."""
     code = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
-            "import lazymath as lm; from lazymath import _threads\n"
-            "print(lm.get_num_threads(), _threads.available_cpus())")  # fmt: skip
+            "import threading; import lazymath as lm; from lazymath import _threads\n"
+            "seen = set(); _threads.run_blocks(lambda a, i, n: seen.add(threading.get_ident()),"
+            " None, 9)\n"
+            "print(lm.get_num_threads(), _threads.available_cpus(), len(seen))")  # fmt: skip
     env = {**os.environ}
     env.pop("LAZYMATH_NUM_THREADS", None)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          check=True)  # fmt: skip
-    assert out.stdout.split() == ["1", "1"]
+    assert out.stdout.split() == ["1", "1", "1"]  # one thread ran all 9 blocks
