@@ -105,7 +105,7 @@ OPTIONS = {
 
 def _child(iters: int, n: int, opts: str, start_at: float) -> None:
     """One process of the --machine runs: warm up, wait for `start_at` (time.time()), run
-    `iters` rounds, print 'seconds threads late_launches'."""
+    `iters` rounds, print 'seconds threads quiet_periods' (oversubscription detected)."""
     from lazymath import _threads
     from lazymath.backend import compile as C
 
@@ -126,11 +126,11 @@ def _child(iters: int, n: int, opts: str, start_at: float) -> None:
         fn()
     pool = _threads._POOL
     print(f"{time.perf_counter() - t0:.6f} {lm.get_num_threads()} "
-          f"{pool.late_launches if pool is not None else 0}")  # fmt: skip
+          f"{pool.quiet_periods if pool is not None else 0}")  # fmt: skip
 
 
 def _spawn(iters: int, n: int, opts: str, procs: int, env_extra=None, prefix=()) -> list:
-    """Start `procs` children together; their (seconds, threads, late launches)."""
+    """Start `procs` children together; their (seconds, threads, quiet periods)."""
     import subprocess
 
     env = dict(os.environ, **(env_extra or {}))
@@ -162,7 +162,7 @@ def machine(iters: int, n: int) -> list[dict]:
         worst = max(t for t, _, _ in got)
         rows.append({"case": "two processes", "option": opts, "seconds": [t for t, _, _ in got],
                      "ratio": worst / half[0]})  # fmt: skip
-        print(f"two processes {opts:18s} " + ", ".join(f"{t:.3f} s ({late} late)"
+        print(f"two processes {opts:18s} " + ", ".join(f"{t:.3f} s ({late} quiet)"
                                                       for t, _, late in got)
               + f"; worst / alone on half the machine {worst / half[0]:.2f} (goal <= 1.2)",
               flush=True)  # fmt: skip

@@ -35,12 +35,14 @@ no change). After the window the threads block: an idle process burns no CPU. No
 the pool has more threads than cores (a launch asked for more), nor without the native code
 (other systems: threads block on the queue at once) or with the setting at 0.
 
-Oversubscription (`OVERSUB_DETECT`): a big launch (more blocks than threads, so dynamic
-claiming already evens out a slow thread) whose launching thread got less than half the
-launch's wall time as CPU time waited for a core -- it was descheduled, or a helper's block
-ended long after its own. Another process or a peer library's pool holds a core; spinning
-would take it from them, so for the next second (renewed by each late launch) waits block at
-once. `BlockPool.late_launches` counts such launches.
+Oversubscription (`OVERSUB_DETECT`): a multi-block launch whose launching thread got less than
+half the launch's wall time as CPU time waited for a core -- it was descheduled, or a helper's
+block ended long after its own. Another process or a peer library's pool holds a core. After
+two such launches in a row, for the next second launches run on the calling thread only and
+nothing spins (then the pool is tried again): waiting for a descheduled helper, or spinning on
+a core somebody needs, costs more than the helper's share of the work. Measured with
+`benchmarks/sharing.py --machine` (docs/performance.md). `BlockPool.late_launches` and
+`quiet_periods` count what it saw.
 
 Thread counts (`num_threads`): `set_num_threads(n)` (also what the threadpoolctl controller in
 `_tpctl.py` calls, so `threadpool_limits(1)` runs launches on the calling thread), else
@@ -255,14 +257,16 @@ _CFuncPtr = ctypes.CFUNCTYPE(None).__mro__[1]  # ctypes' base class of C functio
 # measurements and tests)
 LANE = True
 
-# Oversubscription detection (False: off, for A/B measurements). A launch of more blocks than
-# threads (a big kernel) whose launching thread got less than LATE_FRACTION of the launch's
-# wall time as CPU time waited for a core: the launcher was descheduled, or a helper's block
-# ended far (beyond the spin window) after the launcher's own -- another process or a peer
-# library's pool holds a core. Then spinning would burn a core somebody else needs, so the
-# pool's waits block at once for QUIET_NS (each late launch renews it).
+# Oversubscription detection (False: off, for A/B measurements). A multi-block launch whose
+# launching thread got less than LATE_FRACTION of the launch's wall time as CPU time waited
+# for a core: the launcher was descheduled, or a helper's block ended far (beyond the spin
+# window) after the launcher's own -- another process or a peer library's pool holds a core.
+# LATE_STREAK such launches in a row: for QUIET_NS launches run on the calling thread only and
+# nothing spins (waiting for a descheduled helper, or spinning on a core somebody else needs,
+# costs more than the helper's share); then the pool is tried again.
 OVERSUB_DETECT = True
 LATE_FRACTION = 0.5
+LATE_STREAK = 2
 QUIET_NS = 1_000_000_000
 MIN_OBSERVED_NS = 200_000  # shorter launches say nothing reliable (timer and wake-up noise)
 
@@ -286,8 +290,10 @@ class BlockPool:
         self._start_lock = threading.Lock()
         self._lane_lock = threading.Lock()  # one native launch at a time uses the lane
         self._n_lane = 0  # threads started in the lane (each joins every lane launch)
-        self._quiet_until = 0  # perf_counter_ns before which waits do not spin (oversubscribed)
-        self.late_launches = 0  # launches that found the host oversubscribed (see _observe)
+        self._quiet_until = 0  # perf_counter_ns before which launches run serially, no spinning
+        self._late = 0  # late launches in a row (see _observe)
+        self.late_launches = 0  # launches that waited for a core (see _observe)
+        self.quiet_periods = 0  # times the host was found oversubscribed
         self._native = _spinner()
         self._lane = None
         if self._native is not None:
@@ -307,24 +313,34 @@ class BlockPool:
 
     def _spinning(self) -> bool:
         """Whether waits may spin: not when the pool has more threads than cores (a launch
-        asked for more threads), nor for a while after a launch found the host oversubscribed
-        (`_observe`): a spinning thread would hold a core another one needs."""
+        asked for more threads), nor while the host is oversubscribed (`_observe`): a
+        spinning thread would hold a core another one needs."""
         return len(self._threads) < self.n_threads and time.perf_counter_ns() >= self._quiet_until
+
+    def oversubscribed(self) -> bool:
+        """Whether launches currently run on the calling thread only (see OVERSUB_DETECT)."""
+        return self._quiet_until != 0 and time.perf_counter_ns() < self._quiet_until
 
     def _observe(self, wall0: int, cpu0: int, wall1: int | None = None,
                  cpu1: int | None = None) -> bool:  # fmt: skip
-        """After a big launch that started at (perf_counter_ns, thread_time_ns) = (wall0,
-        cpu0): whether it waited for a core (see OVERSUB_DETECT), and if so stop spinning for
-        QUIET_NS. `wall1`/`cpu1`: the end stamps (default now; given by tests)."""
+        """After a multi-block launch that started at (perf_counter_ns, thread_time_ns) =
+        (wall0, cpu0): whether it waited for a core (see OVERSUB_DETECT); LATE_STREAK in a
+        row start a quiet period of QUIET_NS. `wall1`/`cpu1`: the end stamps (default now;
+        given by tests)."""
         wall1 = time.perf_counter_ns() if wall1 is None else wall1
         wall = wall1 - wall0
         if wall < MIN_OBSERVED_NS:
             return False
         cpu = (time.thread_time_ns() if cpu1 is None else cpu1) - cpu0
         if cpu >= LATE_FRACTION * wall:
+            self._late = 0
             return False
-        self._quiet_until = wall1 + QUIET_NS
         self.late_launches += 1
+        self._late += 1
+        if self._late >= LATE_STREAK:
+            self._late = 0
+            self._quiet_until = wall1 + QUIET_NS
+            self.quiet_periods += 1
         return True
 
     def _loop(self) -> None:
@@ -369,8 +385,14 @@ class BlockPool:
             return
         if len(self._threads) < helpers:
             self._ensure_started(helpers)
+        # native blocks only (Python blocks wait for the GIL: CPU time says nothing), and not
+        # with an explicit thread count (the caller's choice)
+        watch = (OVERSUB_DETECT and threads in (0, self.n_threads)
+                 and isinstance(fn, _NativeBlocks))  # fmt: skip
+        if watch and self._quiet_until and self.oversubscribed():
+            run_serial(fn, argv, blocks)
+            return
         job = _BlockJob(fn, argv, blocks)
-        watch = OVERSUB_DETECT and blocks > helpers + 1
         if watch:
             w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         put = self._jobs.put
@@ -410,7 +432,11 @@ class BlockPool:
         try:
             if len(self._threads) < n - 1:
                 self._ensure_started(n - 1)
-            watch = OVERSUB_DETECT and blocks > n
+            watch = OVERSUB_DETECT
+            if watch and self._quiet_until and self.oversubscribed():
+                for i in range(blocks):  # the host is oversubscribed: this thread only
+                    cfunc(i, blocks, argv)
+                return
             if watch:
                 w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
             self._native.launch(self._lane, cfunc, argv, blocks,

@@ -9,6 +9,10 @@
   per-dtype tolerances.
 - LAZYMATH_CACHE_DIR points at a per-session temporary directory (autouse), so tests never read
   or write the user's kernel cache.
+- The block pool's oversubscription detection (`_threads.OVERSUB_DETECT`) is off (autouse): on a
+  loaded CI host it would run launches serially for a second at a time, and tests that check
+  which threads ran blocks would depend on the load; tests/runtime/test_oversubscription.py
+  turns it on where it is the subject.
 """
 
 from __future__ import annotations
@@ -59,6 +63,16 @@ def _compiled_unavailable(name: str) -> str | None:
                 os.environ["LAZYMATH_BACKEND"] = old
         _unavailable[name] = why
     return _unavailable[name]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_oversubscription_detection():
+    """See the module docstring."""
+    from lazymath import _threads
+
+    saved, _threads.OVERSUB_DETECT = _threads.OVERSUB_DETECT, False
+    yield
+    _threads.OVERSUB_DETECT = saved
 
 
 @pytest.fixture(scope="session", autouse=True)

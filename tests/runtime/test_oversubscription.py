@@ -5,6 +5,7 @@ for a descheduled thread (it takes wall time, no CPU time), deterministically.""
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 
@@ -54,42 +55,62 @@ def test_more_blocks_than_threads_stay_correct():
     np.testing.assert_allclose(got, np.exp(xn) * 0.5 - xn, rtol=2e-6, atol=1e-6)
 
 
-def test_observe_flags_a_launch_that_waited_for_a_core():
+def test_observe_flags_launches_that_waited_for_a_core():
     pool = _threads.BlockPool(2)
-    assert pool._spinning()
+    assert pool._spinning() and not pool.oversubscribed()
     now = time.perf_counter_ns()
     # busy the whole launch (CPU time = 90 % of wall): not late
     assert not pool._observe(now - 1_000_000, 0, now, 900_000)
     # too short to say anything
     assert not pool._observe(now - 100_000, 0, now, 0)
-    assert pool._spinning() and pool.late_launches == 0
-    # 1 ms of wall, 0.1 ms of CPU: waited for a core -> no spinning for QUIET_NS
-    assert pool._observe(now - 1_000_000, 0, now, 100_000)
-    assert pool.late_launches == 1 and not pool._spinning()
+    assert pool.late_launches == 0
+    # 1 ms of wall, 0.1 ms of CPU: waited for a core; LATE_STREAK in a row start the quiet time
+    for _ in range(_threads.LATE_STREAK):
+        assert pool._spinning() and not pool.oversubscribed()
+        assert pool._observe(now - 1_000_000, 0, now, 100_000)
+    assert pool.late_launches == _threads.LATE_STREAK and pool.quiet_periods == 1
+    assert not pool._spinning() and pool.oversubscribed()
     assert pool._quiet_until == now + _threads.QUIET_NS
     pool._quiet_until = time.perf_counter_ns() - 1  # the quiet period is over
-    assert pool._spinning()
+    assert pool._spinning() and not pool.oversubscribed()
+    # a launch on time in between resets the streak
+    pool._observe(now - 1_000_000, 0, now, 100_000)
+    pool._observe(now - 1_000_000, 0, now, 900_000)
+    pool._observe(now - 1_000_000, 0, now, 100_000)
+    assert pool.quiet_periods == 1 and not pool.oversubscribed()
 
 
 @pytest.mark.parametrize("detect", [True, False])
-def test_a_launch_whose_blocks_wait_stops_the_spinning(monkeypatch, detect):
+def test_launches_whose_blocks_wait_run_serially_for_a_while(monkeypatch, detect):
     """Blocks that sleep (wall time without CPU time, like a thread whose core was taken):
-    the launcher, done with its own blocks, waits for the last one."""
+    the launcher, done with its own blocks, waits for the helper's."""
     monkeypatch.setattr(_threads, "OVERSUB_DETECT", detect)
     pool = _threads.BlockPool(2)
     ran = []
 
-    def block(argv, i, n):
+    @ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
+    def kernel(i, n, argv):  # a native kernel's signature; sleeping releases the GIL
         ran.append((i, threading.get_ident()))
         time.sleep(0.002)
 
+    block = _threads._NativeBlocks(kernel)
     try:
+        for _ in range(_threads.LATE_STREAK):
+            pool.run(block, None, 6)
+        assert sorted(i for i, _ in ran) == sorted(list(range(6)) * _threads.LATE_STREAK)
+        assert pool.quiet_periods == (1 if detect else 0)
+        assert pool.oversubscribed() is detect and pool._spinning() is (not detect)
+        ran.clear()
         pool.run(block, None, 6)
         assert sorted(i for i, _ in ran) == list(range(6))
-        assert pool.late_launches == (1 if detect else 0)
-        assert pool._spinning() is (not detect)
-        pool.run(block, None, 2)  # blocks == threads: not watched (no claiming to even out)
-        assert pool.late_launches == (1 if detect else 0)
+        if detect:  # oversubscribed: every block on the calling thread
+            assert {t for _, t in ran} == {threading.get_ident()}
+        pool.run(block, None, 6, threads=2)  # an explicit count is the caller's: not watched
+        assert pool.quiet_periods == (1 if detect else 0)
+        pool._quiet_until = 0
+        for _ in range(_threads.LATE_STREAK):  # Python blocks wait for the GIL: not watched
+            pool.run(lambda argv, i, n: time.sleep(0.002), None, 6)
+        assert pool.quiet_periods == (1 if detect else 0) and not pool.oversubscribed()
     finally:
         pool.shutdown()
 
