@@ -14,9 +14,11 @@ d=768, 12 heads, batch 4, sequence 512. Per dtype and mode ("fwd": forward under
   temporary directories), so this is the first-ever compile, not a cache hit;
 - steady: the median of `--reps` calls after two warm-up calls and lazymath's background
   tier-ups (`settle_compiles`), the peers alternating in rounds so machine noise hits all;
-- peak: the most resident memory above the level before the call, sampled every 0.5 ms by a
-  thread reading /proc/self/statm while two more calls run (large tensors are mmap'd, so a
-  freed buffer leaves RSS at once; the numbers compare peers, they are not allocator-exact).
+- peak: in a fresh process per peer (pools cannot be told apart inside one), the peak
+  resident memory (VmHWM, reset after the warm-up through /proc/self/clear_refs so compile
+  memory is not counted) of two steady-state calls, above the resident size before the
+  first call: what the peer keeps between calls (pooled buffers, code) plus what a call
+  allocates.
 Ratios are peer / lazymath (> 1: lazymath is faster or smaller). Timings are never asserted.
 """
 
@@ -27,7 +29,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 # fresh compile caches before anything imports lazymath or Inductor: "cold" means cold
@@ -69,34 +70,49 @@ class GPTBlock(nn.Module):
         return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def peak_bytes(fn, calls: int = 2) -> int:
-    """Peak resident bytes above the level before `calls` calls of fn (sampled, see the
-    module docstring)."""
-    base = _rss()
-    peak = [base]
-    done = threading.Event()
+def peak_child(peer: str, dtype: torch.dtype, mode: str, shape: tuple[int, int, int, int]) -> int:
+    """In this (fresh) process: resident bytes at the peak of two steady-state calls of `peer`
+    above the resident size before its first call. The kernel's peak-RSS mark is reset
+    (/proc/self/clear_refs 5) after the warm-up, so compile-time memory (LLVM, Inductor's
+    codegen) is not counted; what the peer keeps between calls (pooled buffers, compiled
+    code) and what a call allocates are."""
+    batch, seq, d, heads = shape
+    torch.manual_seed(0)
+    model = GPTBlock(d, heads).to(dtype)
+    x = torch.randn(batch, seq, d, dtype=dtype)
+    m = lt.compile(model) if peer == "lazymath" else torch.compile(model) if (
+        peer == "inductor") else model  # fmt: skip
+    fn = _step(m, x, mode)
+    base = _status_kb("VmRSS")
+    fn()
+    fn()
+    settle_compiles()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    fn()
+    fn()
+    return _status_kb("VmHWM") - base
 
-    def sample():
-        while not done.is_set():
-            r = _rss()
-            if r > peak[0]:
-                peak[0] = r
-            time.sleep(0.0005)
 
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
-    try:
-        for _ in range(calls):
-            fn()
-    finally:
-        done.set()
-        t.join()
-    return peak[0] - base
+def peak_bytes(peer: str, dtype: torch.dtype, mode: str, shape: tuple[int, ...]) -> int:
+    """`peak_child` of `peer` run in a fresh Python process (peak resident memory cannot be
+    told apart per peer inside one process: each keeps its own pools)."""
+    import subprocess
+
+    cmd = [sys.executable, os.path.abspath(__file__), "--peak-child", peer, "--dtypes",
+           str(dtype).removeprefix("torch."), "--modes", mode, "--batch", str(shape[0]),
+           "--seq", str(shape[1]), "--d", str(shape[2]), "--heads", str(shape[3])]  # fmt: skip
+    env = dict(os.environ, TORCH_NUM_THREADS=str(torch.get_num_threads()))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    return int(out.stdout.strip().splitlines()[-1])
 
 
 def _step(model, x, mode: str):
@@ -149,7 +165,8 @@ def bench(dtype: torch.dtype, mode: str, batch: int, seq: int, d: int, heads: in
                 t0 = time.perf_counter()
                 runs[p]()
                 times[p].append(time.perf_counter() - t0)
-    peak = {p: peak_bytes(runs[p]) for p in peers}
+    shape = (batch, seq, d, heads)
+    peak = {p: peak_bytes(p, dtype, mode, shape) for p in peers}
     return {
         "dtype": str(dtype).removeprefix("torch."),
         "mode": mode,
@@ -185,7 +202,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--quick", action="store_true", help="tiny block, 1 rep (CI smoke)")
+    ap.add_argument("--peak-child", default="", help=argparse.SUPPRESS)  # internal: one peak
     args = ap.parse_args(argv)
+    if args.peak_child:
+        dt = getattr(torch, args.dtypes.split(",")[0])
+        print(peak_child(args.peak_child, dt, args.modes.split(",")[0],
+                         (args.batch, args.seq, args.d, args.heads)))  # fmt: skip
+        return []
     if args.quick:
         args.batch, args.seq, args.d, args.heads, args.reps = 1, 8, 32, 2, 1
     modes = [m for m in args.modes.split(",") if m]
