@@ -36,12 +36,15 @@ sys.path.insert(0, os.path.join(HERE, ".."))  # run from a checkout
 import lazymath as lm  # noqa: E402
 
 SUITES = ("matmul", "elementwise", "softmax")
+OPT_IN = ("torch_backend",)  # minutes of compiles (Inductor): only with --only
 FULL = {
     "matmul": [64, 128, 256, 512, 1024],
     "elementwise": [1 << 12, 1 << 16, 1 << 20, 1 << 22],
     "softmax": [(64, 256), (256, 1024), (1024, 4096)],
 }
 QUICK = {"matmul": [32, 64], "elementwise": [1 << 10, 1 << 14], "softmax": [(16, 64)]}
+FULL["torch_backend"] = [(m, d) for d in ("float32", "float16") for m in ("fwd", "fwd+bwd")]
+QUICK["torch_backend"] = [("fwd", "float32")]
 
 
 # ----------------------------------------------------------------------------- peers
@@ -230,7 +233,27 @@ def case_softmax(shape: tuple[int, int], peers: dict, quick: bool) -> dict:
             "unit": "GB/s", "work": 8.0 * rows * cols, "seconds": t}  # fmt: skip
 
 
-CASES = {"matmul": case_matmul, "elementwise": case_elementwise, "softmax": case_softmax}
+def case_torch_backend(case: tuple[str, str], peers: dict, quick: bool) -> dict:
+    """benchmarks/torch_backend.py's GPT block (batch 4, seq 512, d 768; tiny with --quick)
+    through torch.compile: steady-state medians of lazymath, torch eager and Inductor, GFLOPS
+    from the block's matmul FLOPs (backward counted as twice the forward). Cold compile and
+    peak memory are in that script's own table (`python benchmarks/torch_backend.py`)."""
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    import torch_backend as tb
+
+    mode, dtype = case
+    batch, seq, d, heads = (1, 8, 32, 2) if quick else (4, 512, 768, 12)
+    r = tb.bench(getattr(tb.torch, dtype), mode, batch, seq, d, heads, reps=1 if quick else 6,
+                 peers=tb.PEERS, peak=False)  # fmt: skip
+    fwd = 2.0 * batch * seq * 12 * d * d + 4.0 * batch * seq * seq * d
+    return {"suite": "torch_backend", "case": f"gpt block {mode} {dtype}", "size": batch * seq,
+            "unit": "GFLOPS", "work": fwd * (3 if mode == "fwd+bwd" else 1),
+            "seconds": r["steady"]}  # fmt: skip
+
+
+CASES = {"matmul": case_matmul, "elementwise": case_elementwise, "softmax": case_softmax,
+         "torch_backend": case_torch_backend}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- machine
@@ -311,15 +334,16 @@ def table(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny sizes, 3 repetitions (CI smoke)")
-    ap.add_argument("--only", default="", help=f"comma-separated suites of {', '.join(SUITES)}")
+    ap.add_argument("--only", default="", help=f"comma-separated suites of "
+                    f"{', '.join(SUITES + OPT_IN)} (default: {', '.join(SUITES)})")  # fmt: skip
     ap.add_argument("--peers", default="", help="comma-separated peers (default: all installed)")
     ap.add_argument("--out", default=os.path.join(HERE, "results.json"),
                     help="results file (default benchmarks/results.json)")  # fmt: skip
     args = ap.parse_args(argv)
     suites = [s for s in args.only.split(",") if s] or list(SUITES)
-    unknown = sorted(set(suites) - set(SUITES))
+    unknown = sorted(set(suites) - set(SUITES + OPT_IN))
     if unknown:
-        ap.error(f"unknown suite(s) {', '.join(unknown)}; known: {', '.join(SUITES)}")
+        ap.error(f"unknown suite(s) {', '.join(unknown)}; known: {', '.join(SUITES + OPT_IN)}")
     peers = available_peers(set(args.peers.split(",")) if args.peers else None)
     if "torch" in peers:
         _torch_threads(peers["torch"])

@@ -133,8 +133,9 @@ def _step(model, x, mode: str):
 
 
 def bench(dtype: torch.dtype, mode: str, batch: int, seq: int, d: int, heads: int,
-          reps: int, peers: tuple[str, ...]) -> dict:  # fmt: skip
-    """Cold, steady and peak of every peer on one (dtype, mode)."""
+          reps: int, peers: tuple[str, ...], peak: bool = True) -> dict:  # fmt: skip
+    """Cold, steady and (with `peak`, one fresh process per peer) peak memory of every peer
+    on one (dtype, mode)."""
     torch.manual_seed(0)
     base = GPTBlock(d, heads).to(dtype)
     x = torch.randn(batch, seq, d, dtype=dtype)
@@ -166,13 +167,13 @@ def bench(dtype: torch.dtype, mode: str, batch: int, seq: int, d: int, heads: in
                 runs[p]()
                 times[p].append(time.perf_counter() - t0)
     shape = (batch, seq, d, heads)
-    peak = {p: peak_bytes(p, dtype, mode, shape) for p in peers}
+    mem = {p: peak_bytes(p, dtype, mode, shape) if peak else 0 for p in peers}
     return {
         "dtype": str(dtype).removeprefix("torch."),
         "mode": mode,
         "steady": {p: statistics.median(v) for p, v in times.items()},
         "cold": cold,
-        "peak": peak,
+        "peak": mem,
     }
 
 
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--quick", action="store_true", help="tiny block, 1 rep (CI smoke)")
+    ap.add_argument("--no-peak", action="store_true", help="skip the peak-memory processes")
     ap.add_argument("--peak-child", default="", help=argparse.SUPPRESS)  # internal: one peak
     args = ap.parse_args(argv)
     if args.peak_child:
@@ -227,7 +229,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for mode in modes:
             print(f"{mode} {dt} ...", file=sys.stderr, flush=True)
             results.append(bench(dt, mode, args.batch, args.seq, args.d, args.heads, args.reps,
-                                 peers))  # fmt: skip
+                                 peers, peak=not args.no_peak))  # fmt: skip
     print(f"GPT block batch {args.batch}, seq {args.seq}, d {args.d}, {args.heads} heads; "
           f"torch {torch.__version__}, {torch.get_num_threads()} torch threads; "
           "x lm = peer / lazymath (> 1: lazymath faster / smaller)")  # fmt: skip

@@ -79,3 +79,21 @@ def test_sharing_benchmark_runs(capsys, monkeypatch):
                                                          ("custom_op", "1 thread")]  # fmt: skip
     assert all(r["alone"] > 0 and r["after"] > 0 for r in rows)
     assert "after/alone" in capsys.readouterr().out
+
+
+def test_torch_backend_benchmark_runs(capsys):
+    """benchmarks/torch_backend.py on a tiny block, lazymath against eager, without the
+    peak-memory processes (the plumbing: both peers timed, the table printed)."""
+    tb = _load("torch_backend")
+    (r,) = tb.main(["--quick", "--peers", "lazymath,eager", "--modes", "fwd+bwd", "--dtypes",
+                    "float32", "--no-peak"])  # fmt: skip
+    assert (r["mode"], r["dtype"]) == ("fwd+bwd", "float32")
+    assert set(r["steady"]) == set(r["cold"]) == {"lazymath", "eager"}
+    assert all(t > 0 for t in r["steady"].values())
+    assert "fwd+bwd float32" in capsys.readouterr().out
+
+
+def test_runner_knows_the_torch_backend_suite():
+    run = _load("run")
+    assert "torch_backend" in run.CASES and "torch_backend" in run.OPT_IN
+    assert "torch_backend" not in run.SUITES  # opt-in: Inductor compiles take minutes
