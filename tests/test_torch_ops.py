@@ -110,13 +110,17 @@ def matmuls(a, b, bias, c):
 
 CASES = {
     "elementwise": (elementwise, lambda: (torch.randn(5, 7), torch.randn(1, 7))),
-    "integers": (integers, lambda: (torch.randint(-20, 20, (3, 5)),
-                                    torch.tensor([3, -4, 5, -7, 2]))),  # fmt: skip
+    "integers": (
+        integers,
+        lambda: (torch.randint(-20, 20, (3, 5)), torch.tensor([3, -4, 5, -7, 2])),
+    ),  # fmt: skip
     "shapes": (shapes, lambda: (torch.randn(5, 11),)),
     "reductions": (reductions, lambda: (torch.randn(3, 5, 7),)),
     "creation": (creation, lambda: (torch.randn(7, 3),)),
-    "matmuls": (matmuls, lambda: (torch.randn(4, 6), torch.randn(6, 5), torch.randn(5),
-                                  torch.randn(2, 3, 3))),  # fmt: skip
+    "matmuls": (
+        matmuls,
+        lambda: (torch.randn(4, 6), torch.randn(6, 5), torch.randn(5), torch.randn(2, 3, 3)),
+    ),  # fmt: skip
 }
 
 

@@ -9,10 +9,12 @@ for native lazymath code. Tensors cross the boundary through DLPack without copi
 CPU buffers are read in place; results are handed to torch as the buffers lazymath computed).
 
 An ATen node with no lowering (or a case its lowering does not cover, e.g. a transposed
-convolution, a bfloat16 tensor) is a graph break: the lazymath values it needs are realized,
+convolution, a complex32 tensor) is a graph break: the lazymath values it needs are realized,
 the node runs in torch eager, and tracing resumes after it, so the segments before and after
 stay lazymath. Breaks are listed by `explain` (also `lm.explain(compiled_model)`) and printed
-once per graph at LAZYMATH_DEBUG >= 1. Correctness never depends on a lowering being present.
+once per graph at LAZYMATH_DEBUG >= 1. A graph whose lazymath realize fails (the ascend910
+preset refuses bfloat16) runs whole in torch eager from then on, also reported. Correctness
+never depends on a lowering being present.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
@@ -71,7 +74,7 @@ def _to_lm(t: torch.Tensor) -> lm.Tensor:
     tensor is copied once, as lazymath shares only contiguous buffers)."""
     if t.device.type != "cpu":
         raise Unsupported(f"a tensor on device {t.device} (lazymath reads host memory)")
-    np_dtype(t.dtype)  # Unsupported for bfloat16 and other dtypes lazymath has not
+    np_dtype(t.dtype)  # Unsupported for dtypes lazymath has not (complex32, float8, ...)
     if t.requires_grad:
         t = t.detach()
     if t.is_conj() or t.is_neg():
@@ -80,8 +83,15 @@ def _to_lm(t: torch.Tensor) -> lm.Tensor:
 
 
 def _to_torch(x: lm.Tensor) -> torch.Tensor:
-    """A realized lazymath tensor as a torch tensor over the same buffer (DLPack)."""
+    """A realized lazymath tensor as a torch tensor over the same buffer (DLPack; bfloat16,
+    which numpy's DLPack exporter lacks, crosses as its uint16 bits, viewed back)."""
+    if x.dtype == lm.bfloat16:
+        return torch.from_dlpack(x.numpy().view(np.uint16)).view(torch.bfloat16)
     return torch.from_dlpack(x)
+
+
+class _LazymathFailed(Exception):
+    """A realize of this graph's lazymath values failed (e.g. a preset refusing a dtype)."""
 
 
 def _flatten(v) -> list:
@@ -141,6 +151,7 @@ class CompiledGraph:
         self.index = index
         self.nodes = list(gm.graph.nodes)
         self.breaks: dict[str, str] = {}  # node name -> why it runs in torch eager
+        self.eager: str | None = None  # why the whole graph runs in torch (a failed realize)
         self.calls = 0
         self.segments = 0  # lazymath realizes per call (1 = the whole graph is one graph)
         self._last_inputs: list | None = None  # (shape, dtype) / Python values of the last call
@@ -177,9 +188,18 @@ class CompiledGraph:
         self._last_inputs = [
             (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args
         ]
-        out = self._run(args, None)
         self.calls += 1
-        return out
+        if self.eager is None:
+            try:
+                return self._run(args, None)
+            except _LazymathFailed as e:
+                self.eager = str(e)
+                if _debug() >= 1:
+                    print(f"[lazymath.torch] {self.kind} graph {self.index} runs in torch "
+                          f"eager: lazymath could not realize it ({self.eager})",
+                          file=sys.stderr)  # fmt: skip
+        out = self.gm(*args)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
 
     def _run(self, args: list, sink: list | None) -> list:
         env: dict = {}
@@ -204,7 +224,10 @@ class CompiledGraph:
             if sink is not None and live:
                 sink.append(lm.explain(*live))
             if live:
-                lm.realize(*live)
+                try:
+                    lm.realize(*live)
+                except Exception as e:  # noqa: BLE001  (-> the whole graph in torch eager)
+                    raise _LazymathFailed(f"{type(e).__name__}: {e}") from e
                 segments += 1
             pending.clear()
 
@@ -287,6 +310,9 @@ class CompiledGraph:
                 f"{len(self.breaks)} graph break(s), {self.segments} lazymath segment(s) per "
                 f"call, {self.calls} call(s)")  # fmt: skip
         lines = [head]
+        if self.eager is not None:
+            lines.append(f"  the whole graph runs in torch eager: {self.eager}")
+            return "\n".join(lines)
         for name, why in self.breaks.items():
             lines.append(f"  graph break: node {name} = {why} -> torch eager")
         if self._last_inputs is not None:

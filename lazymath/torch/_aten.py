@@ -31,9 +31,11 @@ class Unsupported(Exception):
     """This node (op, arguments or dtype) has no lazymath lowering: run it in torch eager."""
 
 
-# torch dtype -> numpy dtype for the dtypes lazymath computes in (bfloat16 is not among them
-# yet: a bfloat16 tensor makes its node a graph break)
+# torch dtype -> numpy dtype for the dtypes lazymath computes in (bfloat16 through ml_dtypes:
+# lm.bfloat16; a preset without bfloat16, ascend910, refuses it at realize, and the graph
+# then runs in torch eager)
 TORCH_TO_NP: dict = {
+    torch.bfloat16: lm.bfloat16,
     torch.float16: np.dtype(np.float16),
     torch.float32: np.dtype(np.float32),
     torch.float64: np.dtype(np.float64),

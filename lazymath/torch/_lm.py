@@ -7,8 +7,9 @@ that define them: the tensor functions, the Array API extras, realize and explai
 
 from ..api import explain
 from ..array_api import *  # noqa: F403  (the Array API extras: any, all, tril, take, ...)
+from ..dtypes import bfloat16
 from ..realize import realize
 from ..tensor import *  # noqa: F403  (the tensor functions: add, matmul, softmax, ...)
 from ..tensor import Tensor
 
-__all__ = ["Tensor", "explain", "realize"]
+__all__ = ["Tensor", "bfloat16", "explain", "realize"]
