@@ -284,6 +284,10 @@ class CompiledGraph:
         if any(isinstance(v, torch.Tensor) for v in _flatten([a, kw])):
             raise Unsupported("an input stays a torch tensor (dtype or device lazymath has not)")
         meta = n.meta.get("val")
+        if isinstance(meta, (list, tuple)):
+            # outputs nobody reads get None: a lowering may skip work only they need
+            used = {u.args[1] for u in n.users if u.target is operator.getitem}
+            meta = type(meta)(m if i in used else None for i, m in enumerate(meta))
         res = lowering_for(n.target)(meta, *a, **kw)
         if isinstance(meta, (list, tuple)):
             if not isinstance(res, (list, tuple)) or len(res) != len(meta):

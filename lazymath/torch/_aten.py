@@ -582,7 +582,8 @@ def _native_layer_norm(out, x, normalized_shape, weight, bias, eps):
     mean = lm.mean(xf, axis=axes, keepdims=True)
     var = lm.mean(lm.square(xf - mean), axis=axes, keepdims=True)
     rstd = lm.rsqrt(var + eps)
-    return (y, lm.astype(mean, _out_dtype(out[1])), lm.astype(rstd, _out_dtype(out[2])))
+    return (y, None if out[1] is None else lm.astype(mean, _out_dtype(out[1])),
+            None if out[2] is None else lm.astype(rstd, _out_dtype(out[2])))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- matmul, conv
@@ -652,13 +653,20 @@ def _sdpa_flash_cpu(out, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=N
                     scale=None):  # fmt: skip
     if dropout_p:
         raise Unsupported("attention dropout (random numbers stay torch's)")
-    o = lnn.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-                                         scale=scale)  # fmt: skip
-    # torch returns the output as (B, L, H, E) memory viewed as (B, H, L, E); values agree
-    s, _ = _sdpa_scores(lm.astype(q, np.float32), lm.astype(k, np.float32), is_causal,
-                        attn_mask, scale)  # fmt: skip
-    mx = lm.max(s, axis=-1, keepdims=True)
-    lse = lm.log(lm.sum(lm.exp(s - mx), axis=-1)) + lm.squeeze(mx, -1)
+    if out[1] is None:  # inference: no logsumexp, lm.nn's attention as it stands
+        o = lnn.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
+                                             scale=scale)  # fmt: skip
+        return (o, None)
+    # training: the saved logsumexp comes from the same scores as the output (one QK^T)
+    s, _ = _sdpa_scores(q, k, is_causal, attn_mask, scale)
+    sf = s if s.dtype == np.float32 else lm.astype(s, np.float32)
+    mx = lm.max(sf, axis=-1, keepdims=True)
+    safe = lm.where(mx == -math.inf, 0.0, mx)  # a fully masked row: zeros, as torch's kernel
+    e = lm.exp(sf - safe)
+    total = lm.sum(e, axis=-1, keepdims=True)
+    p = e / lm.where(total == 0, 1.0, total)
+    o = lm.matmul(lm.astype(p, v.dtype), v)
+    lse = lm.squeeze(lm.log(total) + safe, -1)
     return (o, lm.astype(lse, _out_dtype(out[1])))
 
 
