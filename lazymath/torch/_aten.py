@@ -696,3 +696,65 @@ PYTHON_TARGETS = {operator.add, operator.sub, operator.mul, operator.floordiv,
                   operator.truediv, operator.mod, operator.neg, operator.pow, math.ceil,
                   math.floor, math.sqrt, operator.eq, operator.ne, operator.lt, operator.le,
                   operator.gt, operator.ge}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- second model set
+
+
+@_register(aten.slice_scatter.default)
+def _slice_scatter(out, x, src, dim=0, start=None, end=None, step=1):
+    """x with x[dim][start:end] replaced by src: the backward of slicing (RoPE's halves in
+    training). Written as a concat of the kept pieces around src, so it fuses like cat."""
+    d = _dim(dim, x.ndim)
+    n = x.shape[d]
+    start = 0 if start is None else int(start)
+    start = builtin_max(start + n, 0) if start < 0 else min(start, n)
+    end = n if end is None else int(end)
+    end = builtin_max(end + n, 0) if end < 0 else min(end, n)
+    if int(step) != 1:
+        raise Unsupported("slice_scatter with step != 1")
+    dt = _out_dtype(out)
+    src = src if src.dtype == dt else lm.astype(src, dt)
+    pieces = []
+    for lo, hi in ((0, start), (end, n)):
+        if hi > lo:
+            idx = [slice(None)] * x.ndim
+            idx[d] = slice(lo, hi)
+            pieces.append((lo, x[tuple(idx)]))
+    pieces.append((start, src))
+    pieces.sort(key=lambda p: p[0])
+    ts = [p[1] for p in pieces]
+    return ts[0] if len(ts) == 1 else lm.concat(ts, axis=d)
+
+
+@_register(aten.cumsum.default)
+def _cumsum(out, x, dim, dtype=None):
+    return lm.cumulative_sum(x, axis=_dim(dim, x.ndim), dtype=_out_dtype(out))
+
+
+@_register(aten._native_batch_norm_legit_no_training.default)
+def _batch_norm_eval(out, x, weight, bias, running_mean, running_var, momentum, eps):
+    """BatchNorm in eval: an elementwise affine map over channel dim 1 from the running
+    statistics (the saved mean/rstd torch returns here are empty)."""
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    y = (x - lm.reshape(running_mean, shape)) * lm.rsqrt(lm.reshape(running_var, shape) + eps)
+    if weight is not None:
+        y = y * lm.reshape(weight, shape)
+    if bias is not None:
+        y = y + lm.reshape(bias, shape)
+    y = lm.astype(y, _out_dtype(out[0]))
+    rest = tuple(None if o is None else _fill(o, o.shape, 0, _out_dtype(o)) for o in out[1:])
+    return (y,) + rest
+
+
+@_register(aten.gather.default)
+def _gather(out, x, dim, index, sparse_grad=False):
+    """torch.gather is numpy's take_along_axis (same index shape rule on the gathered dim;
+    torch also allows an index smaller than x on the other dims, which we slice to)."""
+    d = _dim(dim, x.ndim)
+    if x.ndim == 0:
+        return x
+    idx = tuple(slice(0, int(s)) if i != d else slice(None) for i, s in enumerate(index.shape))
+    if any(int(index.shape[i]) != x.shape[i] for i in range(x.ndim) if i != d):
+        x = x[idx]
+    return lm.take_along_axis(x, lm.astype(index, np.int64), axis=d)
