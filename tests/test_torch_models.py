@@ -207,11 +207,27 @@ def test_resnet1d_eval():
     for bn in (m.bn0, m.bn1, m.bn2):
         bn.running_mean.normal_()
         bn.running_var.uniform_(0.5, 2.0)
-    _check(m.eval(), torch.randn(3, 3, 29), breaks={"max_pool2d_with_indices"})
-    # MaxPool1d has no lazymath lowering yet: a reported break, torch eager runs that op
+    _check(m.eval(), torch.randn(3, 3, 29))
 
 
 def test_idioms():
     x = torch.randn(2, 7, 24)
     idx = torch.randint(0, 24, (2, 7, 5))
     _check(Idioms(), x, idx)
+
+
+def _pools(x, x2):
+    a, ia = F.max_pool1d(x, 3, stride=2, padding=1, return_indices=True)
+    b, ib = F.max_pool2d(
+        x2, (2, 3), stride=(1, 2), padding=(1, 1), dilation=(1, 2), return_indices=True
+    )
+    return a, ia, b, ib
+
+
+def test_max_pool_values_and_indices_equal_eager():
+    x, x2 = torch.randn(2, 3, 17), torch.randn(1, 2, 7, 11)
+    x[0, 0, 4] = float("nan")
+    compiled = lt.compile(_pools)
+    for g, w in zip(compiled(x, x2), _pools(x, x2), strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+    assert all(not g.breaks for g in compiled._lazymath_session.graphs)

@@ -758,3 +758,46 @@ def _gather(out, x, dim, index, sparse_grad=False):
     if any(int(index.shape[i]) != x.shape[i] for i in range(x.ndim) if i != d):
         x = x[idx]
     return lm.take_along_axis(x, lm.astype(index, np.int64), axis=d)
+
+
+@_register(aten.max_pool2d_with_indices.default)
+def _max_pool2d(out, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """Max pooling (MaxPool1d arrives here as a 2-d pool of height 1) as the elementwise
+    maximum of the kh*kw strided window slices over an -inf padded input: fuses into one
+    Vector kernel. The indices (flat h*w positions in the unpadded input, the first maximum
+    as torch's CPU kernel) are a where() chain over the same slices; lazy, so free when unused."""
+    if ceil_mode:
+        raise Unsupported("max_pool2d with ceil_mode=True")
+
+    def pair(v, default):
+        v = default if v is None or (not isinstance(v, int) and len(v) == 0) else v
+        return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[-1]))
+
+    k = pair(kernel_size, None)
+    s = pair(stride, k)
+    p = pair(padding, 0)
+    d = pair(dilation, 1)
+    h, w = x.shape[-2] + 2 * p[0], x.shape[-1] + 2 * p[1]
+    ho = (h - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    wo = (w - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    if p != (0, 0):
+        width = [(0, 0)] * (x.ndim - 2) + [(p[0], p[0]), (p[1], p[1])]
+        x = lm.pad(
+            x, width, constant_values=-np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        )
+    w_in = w - 2 * p[1]
+    rows = lm.reshape(lm.arange(ho, dtype=np.int64) * s[0] - p[0], (ho, 1))
+    cols = lm.reshape(lm.arange(wo, dtype=np.int64) * s[1] - p[1], (1, wo))
+    y = ix = None
+    for i in range(k[0]):
+        for j in range(k[1]):
+            r0, c0 = i * d[0], j * d[1]
+            win = x[..., r0 : r0 + s[0] * (ho - 1) + 1 : s[0], c0 : c0 + s[1] * (wo - 1) + 1 : s[1]]
+            pos = (rows + r0) * w_in + (cols + c0)
+            if y is None:
+                y, ix = win, lm.broadcast_to(pos, win.shape)
+            else:
+                take = (win > y) | (lm.isnan(win) & ~lm.isnan(y))
+                ix = lm.where(take, pos, ix)
+                y = lm.where(take, win, y)
+    return (y, None if out[1] is None else lm.astype(ix, np.int64))
