@@ -1,0 +1,110 @@
+"""Per-call cost of `lm.jit` against eager lazymath, numpy eager, torch eager and jax.jit, in
+one process (issue 34).
+
+    python benchmarks/jit_overhead.py [--reps N]
+
+- relu(x * 2 + y) on 1,000 float32: a call of each peer, median of N timed segments of 200
+  calls (lazymath results are realized: `.numpy()` on the output; jax: block_until_ready);
+- a 50-op elementwise step on 1,000 float32 (alternating mul/add/tanh-free cheap ops), lm.jit
+  vs numpy eager;
+- a 1,000-step eager loop `x * s + 1.0` whose Python float s changes every step: programs
+  compiled during the loop (the default runtime-scalar arguments: 0 after the first step).
+Timings are only meaningful under /work/bin/lmbench on the shared host (machine to itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import lazymath as lm  # noqa: E402
+from lazymath import engine  # noqa: E402
+
+N = 1000
+CALLS = 200
+
+
+def _median_us(fn, reps: int) -> float:
+    for _ in range(20):
+        fn()
+    seg = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        seg.append((time.perf_counter() - t0) / CALLS * 1e6)
+    return statistics.median(seg)
+
+
+def step50(x, y):
+    """50 cheap elementwise ops (25 mul/add pairs) on two inputs."""
+    z = x
+    for _ in range(25):
+        z = z * 0.999 + y
+    return z
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=15)
+    a = ap.parse_args()
+    rng = np.random.default_rng(0)
+    xn = rng.standard_normal(N).astype(np.float32)
+    yn = rng.standard_normal(N).astype(np.float32)
+    x, y = lm.asarray(xn), lm.asarray(yn)
+    want = np.maximum(xn * np.float32(2) + yn, 0)
+    rows = {}
+
+    jf = lm.jit(lambda u, v: lm.relu(u * 2.0 + v))
+    np.testing.assert_allclose(jf(x, y).numpy(), want, rtol=1e-6)
+    rows["lm.jit"] = _median_us(lambda: jf(x, y).numpy(), a.reps)
+    rows["lazymath eager"] = _median_us(lambda: lm.relu(x * 2.0 + y).numpy(), a.reps)
+    rows["numpy eager"] = _median_us(lambda: np.maximum(xn * np.float32(2) + yn, 0), a.reps)
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        xt, yt = torch.from_numpy(xn), torch.from_numpy(yn)
+        rows["torch eager"] = _median_us(lambda: torch.relu(xt * 2.0 + yt), a.reps)
+    except ImportError:
+        pass
+    try:
+        import jax
+
+        jj = jax.jit(lambda u, v: jax.nn.relu(u * 2.0 + v))
+        xj, yj = jax.numpy.asarray(xn), jax.numpy.asarray(yn)
+        jj(xj, yj).block_until_ready()
+        rows["jax.jit"] = _median_us(lambda: jj(xj, yj).block_until_ready(), a.reps)
+    except ImportError:
+        pass
+    print(f"relu(x*2+y), {N} float32, us per call (median of {a.reps} x {CALLS} calls):")
+    for k, v in rows.items():
+        print(f"  {k:16s} {v:8.2f}  ({v / rows['numpy eager']:.2f}x numpy)")
+
+    j50 = lm.jit(step50)
+    np.testing.assert_allclose(j50(x, y).numpy(), step50(xn, yn), rtol=1e-4, atol=1e-5)
+    t_lm = _median_us(lambda: j50(x, y).numpy(), a.reps)
+    t_np = _median_us(lambda: step50(xn, yn), a.reps)
+    print(f"50-op step, {N} float32: lm.jit {t_lm:.2f} us, numpy eager {t_np:.2f} us "
+          f"({t_lm / t_np:.2f}x)")  # fmt: skip
+
+    (x * 0.5 + 1.0).numpy()
+    misses = engine.PROGRAMS.misses
+    t0 = time.perf_counter()
+    for i in range(1000):
+        s = 1.0 + i * 1e-3
+        r = (x * s + 1.0).numpy()
+    dt = (time.perf_counter() - t0) * 1e3
+    np.testing.assert_allclose(r, xn * np.float32(s) + 1, rtol=1e-6)
+    print(f"1,000-step eager loop x*s+1 with a new float s each step: "
+          f"{engine.PROGRAMS.misses - misses} programs compiled, {dt:.1f} ms")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
