@@ -231,3 +231,11 @@ def test_max_pool_values_and_indices_equal_eager():
     for g, w in zip(compiled(x, x2), _pools(x, x2), strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
     assert all(not g.breaks for g in compiled._lazymath_session.graphs)
+
+
+@pytest.mark.parametrize("model", ["llama", "nanogpt"])
+def test_blocks_in_float16(model):
+    if model == "llama":
+        _check(LlamaBlock().half(), torch.randn(2, 13, 48).half(), rtol=1e-2, atol=1e-2)
+    else:
+        _check(NanoBlock().half(), torch.randint(0, 37, (2, 11)), rtol=1e-2, atol=1e-2)
