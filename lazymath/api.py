@@ -119,6 +119,12 @@ def _unit_reason(sk) -> str:
                 "the epilogue (bias, elementwise ops FixPipe cannot do), tiles handed over "
                 "through GM with cross-core flags"
             )
+        if not getattr(sk.group, "has_prologue", False):
+            return (
+                "mix (Cube + Vector, AIC + AIV): a matmul whose Vector cores run its epilogue "
+                "(an activation FixPipe cannot do, with bias and residual adds) while the Cube "
+                "computes the next tile, tiles handed over through GM with cross-core flags"
+            )
         return ("mix (Cube + Vector): a matmul whose operand is computed by a Vector prologue "
                 "in the same kernel")  # fmt: skip
     if sk.unit == "cube":

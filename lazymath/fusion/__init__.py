@@ -25,9 +25,9 @@ def _unit(g, spec=None) -> str:
         split_cols = (
             bool(g.col_sums or g.row_reds or g.softmax) and spec is not None and not spec.coupled
         )
-        # (conv1d's implicit GEMM on a split device: the AIVs run an epilogue beyond FixPipe's)
+        # (an epilogue beyond FixPipe's on a split device -- conv1d's implicit GEMM, an
+        # activation's (rules.MATMUL_MIX_EPILOGUE) -- runs on the AIVs)
         split_epi = (spec is not None and not spec.coupled and g.ir is not None
-                     and getattr(g.ir, "b_im2col", None) is not None
                      and any(n.op in ELEMENTWISE and n.op not in FIXPIPE_OPS
                              for n in g.member_nodes))  # fmt: skip
         return "mix" if g.has_prologue or split_cols or split_epi else "cube"

@@ -183,6 +183,7 @@ class Planner:
         self.aicpu = {id(n): _is_aicpu(n) for n in self.pending}
         if not getattr(spec, "bfloat16", True):
             _refuse_bfloat16(self.pending, self.aicpu, spec)
+        self.mix_epi: set[int] = set()  # 910B matmuls whose epilogue runs in a MIX kernel
 
     # ------------------------------------------------------------------ materialization
     def materialized(self) -> set[int]:
@@ -371,11 +372,35 @@ class Planner:
             ops[id(n)] = min(o, 1 << 20)
             ins[id(n)] = frozenset(i) if len(i) <= 4 * in_limit else frozenset()
 
+    def _mix_epilogue(self, n: Node) -> bool:
+        """910B: does matmul `n`'s epilogue run on the AIVs of a MIX kernel? conv1d's implicit
+        GEMM always; another matmul when `rules.MATMUL_MIX_EPILOGUE` and an expensive op is
+        among its elementwise consumers (breadth first, at most MAX_KERNEL_OPS nodes)."""
+        if im2col_matmul(n):
+            return True
+        if not rules.MATMUL_MIX_EPILOGUE:
+            return False
+        seen, todo = {id(n)}, [n]
+        while todo and len(seen) <= rules.MAX_KERNEL_OPS:
+            c = todo.pop(0)
+            for d in self.consumers.get(id(c), []):
+                if id(d) in seen or kind(d.op) != "elementwise" or self.aicpu[id(d)]:
+                    continue
+                if d.op in rules.EXPENSIVE_OPS:
+                    return True
+                seen.add(id(d))
+                todo.append(d)
+        return False
+
     def _fixpipe_chains(self, M: set[int]) -> None:
-        """910B: a Cube kernel keeps only FixPipe-capable epilogue ops (relu, cast)."""
+        """910B: a Cube kernel keeps only FixPipe-capable epilogue ops (relu, cast), unless its
+        epilogue runs on the AIVs of a MIX kernel (`_mix_epilogue`)."""
         for n in self.pending:
-            if n.op != "matmul" or self.aicpu[id(n)] or im2col_matmul(n):
-                continue  # (conv1d's implicit GEMM: a MIX kernel runs its epilogue on the AIVs)
+            if n.op != "matmul" or self.aicpu[id(n)]:
+                continue
+            if self._mix_epilogue(n):  # conv1d's implicit GEMM, an activation's epilogue
+                self.mix_epi.add(id(n))
+                continue
             c = n
             while True:
                 cons = self.consumers[id(c)]
@@ -393,7 +418,8 @@ class Planner:
             if nxt:
                 self.log.append(LogEntry("refuse", (describe(c), describe(nxt[0])),
                     "ascend910b: the Cube core has no UB, only FixPipe ops (relu, cast) stay in "
-                    "the Cube kernel; the rest runs in a Vector kernel that meets it in GM",
+                    "the Cube kernel; the rest runs in a Vector kernel that meets it in GM (a MIX "
+                    f"kernel would need {rules.MIX_EPILOGUE_NEEDS.split(': ')[0]})",
                     c, nxt[0]))  # fmt: skip
 
     def _cone(self, top: Node, M: set[int]) -> tuple[set[int], int, list[Node]]:
@@ -650,7 +676,8 @@ class Planner:
                         )
                     )
                     continue
-                if host.kind == "matmul" and not self.spec.coupled and not im2col_matmul(core):
+                if (host.kind == "matmul" and not self.spec.coupled
+                        and id(core) not in self.mix_epi):  # fmt: skip
                     bad = {n.op for n in self._members_sorted(g) if n.op in ELEMENTWISE} - \
                         rules.FIXPIPE_OPS  # fmt: skip
                     if bad:

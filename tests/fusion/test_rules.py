@@ -233,8 +233,10 @@ def test_matmul_epilogues_fuse_on_910(name):
     assert k.unit == "cube" and k.ops == ops
 
 
-@pytest.mark.parametrize("name", ["bias", "clip", "sigmoid"])
+@pytest.mark.parametrize("name", ["bias", "clip"])
 def test_matmul_vector_epilogues_leave_the_cube_kernel_on_910b(name):
+    """Cheap epilogues only: one with an expensive op (sigmoid) is a MIX kernel on the 910B
+    (rules.MATMUL_MIX_EPILOGUE, tests/fusion/test_epilogues.py)."""
     A, B, v = t(16, 24, dtype="float16"), t(24, 40, dtype="float16"), t(40, dtype="float16")
     fn, ops = EPILOGUES[name]
     s = sched(fn(A @ B, v), spec="ascend910b")

@@ -156,9 +156,10 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
     b_staged = k.b_prologue is not None and not k.b_im2col  # (im2col: applied in its packing)
     staged = spec.coupled and (k.a_prologue is not None or b_staged)
     ub = spec.ub_bytes // 2 if staged else spec.ub_bytes  # prologue staging takes the other half
-    # split 910B + reductions, or conv1d's implicit GEMM with an epilogue: a MIX kernel
+    # split 910B + reductions, conv1d's implicit GEMM with an epilogue, or an epilogue the
+    # planner gave the AIVs (fusion.rules.MATMUL_MIX_EPILOGUE): a MIX kernel
     aivs = 1
-    if (spec.coupled or reds or k.b_im2col) and not simple:
+    if not simple:
         # MIX_AIC_1_2: the AIVs of the group split each tile's rows (sub-blocks). Row values
         # over several N panels: each AIV publishes its rows' partials and counts its own
         # arrival, the last of all combines the row block (the counter is the only sync needed).
@@ -406,7 +407,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     nrr = len(k.row_reds)
     RR = args[2 + n_epi + n_out + ncs : 2 + n_epi + n_out + ncs + nrr]
     SMO = args[2 + n_epi + n_out + ncs + nrr :]
-    mix = not spec.coupled and t.epi_rows > 0  # AIC + AIV (split 910B: reductions, conv1d)
+    mix = not spec.coupled and t.epi_rows > 0  # AIC + AIV (910B: reductions, conv1d, epilogues)
     for j, (v, r) in enumerate(zip(k.outputs, k.results)):
         if v.dtype != k.epilogue[r].dtype:
             raise ValueError(f"output {j} is {v.dtype} but its expression is {k.epilogue[r].dtype}")
