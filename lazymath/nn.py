@@ -348,6 +348,8 @@ def scaled_dot_product_attention(
     if enable_gqa:
         k, v = _repeat_heads(q, k, fn), _repeat_heads(q, v, fn)
     sc = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    if attn_mask is None and dropout_p == 0.0 and _fused_ok(q, k, v):
+        return _fused_attention(q, k, v, sc, bool(is_causal))
     s = matmul(q, swapaxes(k, -1, -2)) * sc
     if is_causal:
         p = softmax(where(_causal(L, S), s, -math.inf), axis=-1)
@@ -367,6 +369,41 @@ def scaled_dot_product_attention(
     if dropout_p > 0.0:
         p = dropout(p, dropout_p, True, seed=seed)
     return matmul(p.astype(v.dtype), v)
+
+
+def _fused_ok(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Can the fused attention kernel (backend/templates/attention.py) run this call? float32
+    q, k, v with the same batch dimensions, non-empty, on the coupled 910 (the kernel keeps the
+    online softmax in the Cube core's UB; the split 910B has none), unless
+    LAZYMATH_FUSED_ATTENTION is off."""
+    if not _FUSED_ATTENTION:
+        return False
+    if any(t.dtype != np.float32 or t.ndim < 3 for t in (q, k, v)):
+        return False
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]) or 0 in (*q.shape, *k.shape, *v.shape):
+        return False
+    from .tensor import _current_device
+
+    dev = _current_device()
+    return bool(getattr(getattr(dev, "spec", None), "coupled", False))
+
+
+_FUSED_ATTENTION = True  # module switch (tests compare the fused kernel with the composition)
+
+
+def _fused_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> Tensor:
+    """One `custom` node running the built-in fused attention kernel (its inputs are read
+    dense from GM: a strided view, e.g. heads split by a permute, is copied first)."""
+    from .backend.templates import attention  # registers the kernel definition
+    from .graph import custom
+    from .graph import node as gn
+    from .tensor import _wrap
+
+    params = (("causal", causal), ("scale", float(scale)))
+    shape = (*q.shape[:-1], v.shape[-1])
+    node = gn.make("custom", q.dtype, shape, (q._node, k._node, v._node),
+                   (custom.BUILTIN[attention.NAME], params))  # fmt: skip
+    return _wrap(node, [q])
 
 
 def _masked_softmax(s: Tensor) -> Tensor:
