@@ -200,7 +200,7 @@ class Attention:
                 f"{spec.name}: the fused attention kernel needs UB on the Cube core (coupled "
                 "910); lm.nn.scaled_dot_product_attention composes it from matmuls there"
             )
-        return userkernel.build_program(name, "cube", _kernel, _tiling, ir, spec, check=False)
+        return userkernel.build_program(name, "cube", _kernel, _tiling, ir, spec)
 
     def flop_count(self, ir) -> int:
         *lead, L, D = ir.inputs[0].shape
