@@ -131,7 +131,7 @@ def make(
     shape: tuple[int, ...],
     srcs: Iterable[Node] = (),
     arg: object = None,
-    loc: str | None = None,
+    loc: str | tuple[str, int] | None = None,
 ) -> Node:
     """Return the unique node with this structure, creating it if needed."""
     if type(srcs) is not tuple:
@@ -169,7 +169,7 @@ def make(
     return node
 
 
-def buffer_node(array: np.ndarray, loc: str | None = None) -> Node:
+def buffer_node(array: np.ndarray, loc: str | tuple[str, int] | None = None) -> Node:
     """A leaf holding concrete data. Every buffer is distinct: `arg` is a fresh id."""
     node = make("buffer", array.dtype, array.shape, (), next(_buffer_ids), loc)
     node.realized = array
