@@ -226,6 +226,26 @@ def test_asarray_copy(backend):
         lm.asarray(2**70)
 
 
+def test_asarray_large_python_float_rounds_to_inf(backend):
+    """A Python float beyond float32's range becomes inf under the float32 default (IEEE rounding,
+    torch.asarray's answer), not a TypeError: the Array API suite converts its scalars this way.
+    3.4028235677973366e+38 is exactly float32's max + half an ulp, the first value that rounds to inf."""
+    big = 3.4028235677973366e38
+    assert lm.asarray(big).dtype == lm.float32
+    np.testing.assert_array_equal(
+        lm.asarray([big, -1e300, 1.5]).numpy(), np.array([np.inf, -np.inf, 1.5], np.float32)
+    )
+    assert lm.asarray(float(np.nextafter(big, 0))).numpy() == np.finfo(np.float32).max
+    assert lm.asarray(1e300, dtype="float64").numpy() == 1e300
+    assert lm.asarray(1e300 + 1j).numpy() == np.complex64(complex(np.inf, 1))
+    x = lm.asarray(
+        np.array([1.0, -2.0, 0.0])
+    )  # float64 tensor beside the large float stays float64
+    np.testing.assert_allclose(lm.atan2(x, big).numpy(), np.arctan2(x.numpy(), big), rtol=1e-15)
+    with pytest.raises(OverflowError):
+        lm.asarray(2**70)
+
+
 def test_scalar_conversions(backend):
     t = lm.asarray([2.5])
     assert float(t) == 2.5 and int(t) == 2 and complex(t) == 2.5 and bool(t)
