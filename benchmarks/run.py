@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))  # run from a checkout
 import lazymath as lm  # noqa: E402
 
 SUITES = ("matmul", "elementwise", "softmax")
-OPT_IN = ("torch_backend",)  # minutes of compiles (Inductor): only with --only
+OPT_IN = ("torch_backend", "attention")  # minutes of compiles / seconds per call: only with --only
 FULL = {
     "matmul": [64, 128, 256, 512, 1024],
     "elementwise": [1 << 12, 1 << 16, 1 << 20, 1 << 22],
@@ -45,6 +45,8 @@ FULL = {
 QUICK = {"matmul": [32, 64], "elementwise": [1 << 10, 1 << 14], "softmax": [(16, 64)]}
 FULL["torch_backend"] = [(m, d) for d in ("float32", "float16") for m in ("fwd", "fwd+bwd")]
 QUICK["torch_backend"] = [("fwd", "float32")]
+FULL["attention"] = [(4, 12, 2048, 64, d) for d in ("float32", "bfloat16")]
+QUICK["attention"] = [(1, 2, 64, 64, "float32")]
 
 
 # ----------------------------------------------------------------------------- peers
@@ -252,8 +254,54 @@ def case_torch_backend(case: tuple[str, str], peers: dict, quick: bool) -> dict:
             "seconds": r["steady"]}  # fmt: skip
 
 
+def case_attention(case: tuple[int, int, int, int, str], peers: dict, quick: bool) -> dict:
+    """Causal scaled-dot-product attention (B, H, T, D, dtype): lazymath's lm.nn version vs
+    torch F.scaled_dot_product_attention and jax.nn.dot_product_attention under jax.jit
+    (numpy has no attention: it is not a peer here). float32 runs on the coupled ascend910
+    preset (the fused attention kernel), bfloat16 on ascend910b (the 910 has no bf16); the
+    caller's device is restored after. GFLOPS count the causal half of 4 B H T^2 D.
+    benchmarks/attention.py prints the kernels and the errors."""
+    b, h, t, d, dtype = case
+    rng = np.random.default_rng(t)
+    q, k, v = (rng.standard_normal((b, h, t, d), dtype=np.float32) for _ in range(3))
+    prev = lm.current_device()
+    lm.init_device(spec="ascend910" if dtype == "float32" else "ascend910b")
+    try:
+        ldt = np.float32 if dtype == "float32" else lm.bfloat16
+        lq, lk, lv = (lm.tensor(a).astype(ldt).realize() for a in (q, k, v))
+        sdpa = lm.nn.scaled_dot_product_attention
+        fns = {"lazymath": lambda: sdpa(lq, lk, lv, is_causal=True).realize()}
+        got = sdpa(lq, lk, lv, is_causal=True).astype(np.float32).numpy()
+        if "torch" in peers:
+            torch = peers["torch"]
+            tdt = getattr(torch, dtype)
+            tq, tk, tv = (torch.from_numpy(a).to(tdt) for a in (q, k, v))
+            tsdpa = torch.nn.functional.scaled_dot_product_attention
+            fns["torch"] = lambda: tsdpa(tq, tk, tv, is_causal=True)
+            want = tsdpa(tq, tk, tv, is_causal=True).float().numpy()
+            tol = 1e-4 if dtype == "float32" else 2e-2
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+        if "jax" in peers:
+            import jax
+            import jax.numpy as jnp
+
+            jq, jk, jv = (jnp.asarray(a.transpose(0, 2, 1, 3), dtype=getattr(jnp, dtype))
+                          for a in (q, k, v))  # fmt: skip
+            f = jax.jit(lambda x, y, z: jax.nn.dot_product_attention(x, y, z, is_causal=True))
+            fns["jax"] = lambda: f(jq, jk, jv).block_until_ready()
+        reps = _reps(_probe(fns["lazymath"]), quick)
+        secs = _interleaved(fns, reps, settle=0.0 if quick else SETTLE_S)
+    finally:
+        from lazymath.runtime.api import set_device
+
+        set_device(prev)
+    return {"suite": "attention", "case": f"causal sdpa {b}x{h}x{t}x{d} {dtype}",
+            "size": b * h * t, "unit": "GFLOPS", "work": 2.0 * b * h * t * t * d,
+            "seconds": secs}  # fmt: skip
+
+
 CASES = {"matmul": case_matmul, "elementwise": case_elementwise, "softmax": case_softmax,
-         "torch_backend": case_torch_backend}  # fmt: skip
+         "torch_backend": case_torch_backend, "attention": case_attention}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- machine

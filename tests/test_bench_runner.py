@@ -97,3 +97,31 @@ def test_runner_knows_the_torch_backend_suite():
     run = _load("run")
     assert "torch_backend" in run.CASES and "torch_backend" in run.OPT_IN
     assert "torch_backend" not in run.SUITES  # opt-in: Inductor compiles take minutes
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_attention_suite_checks_values_against_torch_and_restores_the_device(
+    tmp_path, capsys, monkeypatch, backend
+):
+    """The opt-in attention suite (`--only attention`) runs float32 (fused kernel, 910) and
+    bfloat16 (910B) on an awkward sequence length, asserts lazymath's values against torch's
+    inside the case, and leaves the caller's device current."""
+    torch = pytest.importorskip("torch")
+    del torch
+    import lazymath as lm
+
+    run = _load("run")
+    monkeypatch.setattr(run, "QUICK", {"attention": [(1, 2, 17, 16, "float32"),
+                                                     (1, 1, 17, 16, "bfloat16")]})  # fmt: skip
+    monkeypatch.setenv("LAZYMATH_BACKEND", backend)
+    before = lm.current_device()
+    doc = run.main(["--quick", "--only", "attention", "--peers", "torch",
+                    "--out", str(tmp_path / "r.json")])  # fmt: skip
+    assert lm.current_device() is before
+    assert [r["case"] for r in doc["results"]] == [
+        "causal sdpa 1x2x17x16 float32",
+        "causal sdpa 1x1x17x16 bfloat16",
+    ]
+    for r in doc["results"]:
+        assert set(r["seconds"]) == {"lazymath", "torch"} and r["unit"] == "GFLOPS"
+    assert "causal sdpa" in capsys.readouterr().out
