@@ -1093,3 +1093,28 @@ def test_cumulative_sum_keeps_the_asked_dtype_on_the_host_path(dtype, n):
         assert out.dtype == dtype and out.shape == (n + 1,)
         want = np.concatenate([np.array([first], dtype), ref(a, dtype=dtype)])
         np.testing.assert_array_equal(out.numpy(), want)
+
+
+@pytest.mark.parametrize("preset", ["ascend910", "ascend910b"], indirect=True)
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_floor_divide_infinite_operands_follow_the_standard(backend, preset, dtype):
+    """The standard's floor_divide table where an operand is infinite is floor(x1 / x2), which
+    numpy does not follow (inf // 2 is nan, -1 // inf is -1 there): every backend, both presets,
+    the Vector composite (float16/32) and the AI CPU (float64). Expected values are written out."""
+    inf, nan = np.inf, np.nan
+    cases = [  # (x1, x2, expected)
+        (inf, 2.0, inf), (inf, -3.0, -inf), (-inf, 5.0, -inf), (-inf, -0.5, inf),
+        (1.0, inf, 0.0), (1.0, -inf, -0.0), (-1.0, inf, -0.0), (-7.5, -inf, 0.0),
+        (0.0, inf, 0.0), (-0.0, inf, -0.0), (inf, inf, nan), (-inf, inf, nan), (inf, 0.0, inf),
+        (nan, inf, nan), (inf, nan, nan),
+        (7.0, 2.0, 3.0), (-7.0, 2.0, -4.0), (7.0, -2.0, -4.0), (1.0, 0.0, inf), (-0.0, 3.0, -0.0),
+    ]  # fmt: skip
+    a, b, want = (np.array(c, dtype) for c in zip(*cases))
+    got = lm.floor_divide(lm.asarray(a), lm.asarray(b)).numpy()
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, want)  # NaN == NaN here
+    assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all(), (got, want)
+    x = lm.asarray(np.array([inf, -1.0, 3.0], dtype))  # Python scalars beside the tensor too
+    np.testing.assert_array_equal((x // 2).numpy(), np.array([inf, -1.0, 1.0], dtype))
+    r = (x // inf).numpy()  # inf // inf is NaN (any sign bit), -1 // inf is -0, 3 // inf is +0
+    assert np.isnan(r[0]) and np.signbit(r[1:]).tolist() == [True, False] and (r[1:] == 0).all()

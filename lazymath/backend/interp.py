@@ -178,7 +178,7 @@ def binary(op: str, a: np.ndarray, b: np.ndarray, dt: np.dtype) -> np.ndarray:
         return _int_pow(a, b, dt)
     fn = {"vadd": np.add, "vsub": np.subtract, "vmul": np.multiply, "vdiv": np.divide,
           "vmax": np.maximum, "vmin": np.minimum, "vand": np.bitwise_and, "vor": np.bitwise_or,
-          "vxor": np.bitwise_xor, "vfloordiv": np.floor_divide, "vmod": np.remainder,
+          "vxor": np.bitwise_xor, "vfloordiv": ops.floor_divide_ref, "vmod": np.remainder,
           "vpow": np.power}.get(op)  # fmt: skip
     if op in ("vshl", "vshr") and k in "iu":
         # numpy: a count outside [0, width) shifts every bit out
@@ -414,7 +414,7 @@ def _vargreduce(m: Machine, i: isa.VArgReduce) -> None:
 
 
 _HOST = {"sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "exp2": np.exp2,
-         "floor_divide": np.floor_divide, "remainder": np.remainder, "pow": np.power,
+         "floor_divide": ops.floor_divide_ref, "remainder": np.remainder, "pow": np.power,
          "log1p": np.log1p, "expm1": np.expm1, "log2": np.log2, "log10": np.log10,
          "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
          "atanh": np.arctanh, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,

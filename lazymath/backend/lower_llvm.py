@@ -675,7 +675,13 @@ def _float_divmod(ctx, x, y, want: str):
     fl = b.select(b.fcmp_ordered(">", b.fsub(div2, fl), ir.Constant(t, 0.5)), b.fadd(fl, one), fl)
     q = b.fdiv(x, y)
     res = b.select(b.fcmp_unordered("!=", div2, z), fl, ctx.call_intrinsic("copysign", t, z, q))
-    return b.select(yz, q, res)
+    res = b.select(yz, q, res)
+    # the Array API's table where an operand is infinite: floor(x / y) (inf // 2 = inf, not
+    # npy_divmod's nan; -1 // inf = -0, not -1), as graph.ops.floor_divide_ref
+    inf = ir.Constant(t, float("inf"))
+    fabs = lambda v: ctx.call_intrinsic("fabs", t, v)  # noqa: E731
+    anyinf = b.or_(b.fcmp_ordered("==", fabs(x), inf), b.fcmp_ordered("==", fabs(y), inf))
+    return b.select(anyinf, q, res)  # floor(q) == q: q is +-inf, +-0 or NaN there
 
 
 def _int_pow(ctx, k, x, y):

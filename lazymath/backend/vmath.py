@@ -1414,14 +1414,17 @@ def _divmod32(s: _Seq, dst: isa.Ref, srcs: tuple, want: str) -> None:
     zero = _signed_zero(s, q)  # copysign(0, a/b), a/b == -0.0 included
     s.sel(z, fl, zero, out=fl)
     s.done(zero)
-    # b == 0 -> a/b; |a/b| >= 2^25 -> a/b (numpy's result there, independent of mod)
+    # b == 0 -> a/b; |a/b| >= 2^25 -> a/b (numpy's result there, independent of mod). An infinite
+    # operand -> floor(a/b) == a/b by the Array API's table (inf // 2 = inf where npy_divmod
+    # gives nan; -1 // inf = -0 where it gives -1): a = +-inf makes |a/b| >= 2^25 (or NaN,
+    # = a/b too), b = +-inf needs its own test.
     s.cmps("eq", bb, 0.0, out=z)
     aq = s.un("vabs", q)
     s.cmps("ge", aq, 2.0**25, out=modnz)
-    s.un("vabs", a, out=aq)
-    fin = s.cmps("lt", aq, math.inf)  # inf // b is nan (fmod(inf, b) is nan)
-    s.bin("vand", modnz, fin, out=modnz)
-    s.done(aq, fin)
+    s.bin("vor", z, modnz, out=z)
+    s.un("vabs", bb, out=aq)
+    s.cmps("eq", aq, math.inf, out=modnz)
+    s.done(aq)
     s.bin("vor", z, modnz, out=z)
     s.sel(z, q, fl, out=dst)
     s.done(fl, q, z, modnz, bneg)

@@ -253,6 +253,21 @@ def _rsqrt(x):
     return (1 / np.sqrt(x)).astype(x.dtype, copy=False)
 
 
+def floor_divide_ref(a, b):
+    """floor_divide as the Array API standard's special-case table wants it: numpy's npy_divmod
+    quotient, except where an operand is infinite, where the standard takes floor(a / b) (inf // 2
+    is inf, not numpy's nan; -1 // inf is -0, not numpy's -1). Integers are numpy's unchanged.
+    Shared by the reference executor and the interpreter so every backend agrees."""
+    with np.errstate(all="ignore"):
+        r = np.floor_divide(a, b)
+        if np.result_type(a, b).kind != "f":
+            return r
+        inf = np.isinf(a) | np.isinf(b)
+        if not np.any(inf):
+            return r
+        return np.where(inf, np.floor(np.true_divide(a, b)), r).astype(r.dtype, copy=False)
+
+
 def _reciprocal(x):
     return (1 / x).astype(x.dtype, copy=False)
 
@@ -329,7 +344,7 @@ class Op(str, enum.Enum):
     MUL = OpInfo("mul", 2, EW, U(np.multiply), np.multiply, CHEAP, Native("vmul"), inplace=True)
     DIV = OpInfo("div", 2, EW, U(np.true_divide), np.true_divide, DIVIDE, Native("vdiv"),
                  inplace=True)  # fmt: skip
-    FLOOR_DIVIDE = OpInfo("floor_divide", 2, EW, U(np.floor_divide), np.floor_divide, DIVIDE,
+    FLOOR_DIVIDE = OpInfo("floor_divide", 2, EW, U(np.floor_divide), floor_divide_ref, DIVIDE,
                           Composite("floor_divide", fallback="vfloordiv"))  # fmt: skip
     REMAINDER = OpInfo("remainder", 2, EW, U(np.remainder), np.remainder, DIVIDE,
                        Composite("remainder", fallback="vmod"))  # fmt: skip
