@@ -1118,3 +1118,48 @@ def test_floor_divide_infinite_operands_follow_the_standard(backend, preset, dty
     np.testing.assert_array_equal((x // 2).numpy(), np.array([inf, -1.0, 1.0], dtype))
     r = (x // inf).numpy()  # inf // inf is NaN (any sign bit), -1 // inf is -0, 3 // inf is +0
     assert np.isnan(r[0]) and np.signbit(r[1:]).tolist() == [True, False] and (r[1:] == 0).all()
+
+
+def test_element_reads_of_realized_views_compile_nothing(backend):
+    """int()/float()/bool()/complex()/item() of one element of a realized tensor, through any
+    chain of views (negative steps, transposes, broadcasts, reshapes), read the realized buffer
+    on the host: the values equal numpy's and no program is compiled or run (each distinct index
+    used to compile a copy kernel: the Array API suite's per-element checks paid ~13 ms each)."""
+    from lazymath import engine
+    from lazymath.graph import reference
+
+    a = np.arange(-17, 18, dtype=np.int32).reshape(5, 7)
+    x = lm.asarray(a)
+    x.numpy()
+    c = lm.asarray((a + 1j * a[::-1]).astype(np.complex64))
+    c.numpy()
+    f = (x * 0.5).realize()  # realized by a kernel, not asarray
+    views = [
+        (lambda t: t[::-1, 2::-2], lambda n: n[::-1, 2::-2]),
+        (lambda t: t.T[3:], lambda n: n.T[3:]),
+        (lambda t: lm.broadcast_to(t[:1], (4, 5, 7))[2], lambda n: np.broadcast_to(n[:1], (4, 5, 7))[2]),
+        (lambda t: lm.reshape(t, (35,))[::-3], lambda n: n.reshape(35)[::-3]),
+    ]  # fmt: skip
+    programs, calls = len(engine.PROGRAMS), reference.CALLS["nodes"]
+    for view, nview in views:
+        for t, n in ((x, a), (f, a * 0.5), (c, np.asarray(c.numpy()))):
+            vt, vn = view(t), nview(n)
+            for idx in np.ndindex(vn.shape):
+                if t is c:
+                    assert complex(vt[idx]) == complex(vn[idx])
+                elif t is f:
+                    assert float(vt[idx]) == float(vn[idx]) and vt[idx].item() == vn[idx].item()
+                else:
+                    assert int(vt[idx]) == int(vn[idx]) and bool(vt[idx]) == bool(vn[idx])
+                    assert operator_index(vt[idx]) == int(vn[idx])
+    assert len(engine.PROGRAMS) == programs and reference.CALLS["nodes"] == calls
+    y = x + 1  # a lazy computation still realizes (and compiles) as before
+    assert int(y[4, 6]) == int(a[4, 6]) + 1
+    with pytest.raises(TypeError, match="exactly one element"):
+        int(x[0])
+
+
+def operator_index(t) -> int:
+    import operator
+
+    return operator.index(t)
