@@ -19,6 +19,7 @@ import lazymath as lm
 from lazymath.graph.ops import BINARY as BINARY_OPS
 from lazymath.graph.ops import ELEMENTWISE
 from lazymath.graph.ops import UNARY as UNARY_OPS
+from lazymath.testing.standard import std_floor_divide
 
 DTYPES = ["float16", "float32", "float64", "int8", "int32", "int64", "bool"]
 # every layout is tried on the prime-sized shape; the edge shapes are tried contiguous
@@ -194,18 +195,6 @@ def test_logical_not_special_values(backend, check):
 
 
 # ----------------------------------------------------------------------------- binary
-
-
-def std_floor_divide(a, b):
-    """The Array API standard's floor_divide: numpy's, but floor(a / b) where an operand is
-    infinite (inf // 2 = inf and -1 // inf = -0, where numpy gives nan and -1)."""
-    with np.errstate(all="ignore"):
-        r = np.floor_divide(a, b)
-        if np.result_type(a, b).kind != "f":
-            return r
-        return np.where(np.isinf(a) | np.isinf(b), np.floor(np.true_divide(a, b)), r).astype(
-            r.dtype
-        )
 
 
 # every binary op of the registry -> the numpy ufunc that defines it (the oracle is numpy)

@@ -29,6 +29,7 @@ from _vmath_support import (  # noqa: E402
 )
 
 from lazymath.backend import isa, vmath  # noqa: E402
+from lazymath.testing.standard import std_floor_divide
 
 RNG = np.random.default_rng(1234)
 
@@ -285,18 +286,6 @@ def _pairs() -> tuple[np.ndarray, np.ndarray]:
     ua = RNG.uniform(-100, 100, ra.size).astype(np.float32)
     ub = RNG.uniform(-10, 10, ra.size).astype(np.float32)
     return np.concatenate([a, ra, ra, ua]), np.concatenate([b, rb, ub, ub])
-
-
-def std_floor_divide(a, b):
-    """The Array API standard's floor_divide: numpy's, but floor(a / b) where an operand is
-    infinite (inf // 2 = inf and -1 // inf = -0, where numpy gives nan and -1)."""
-    with np.errstate(all="ignore"):
-        r = np.floor_divide(a, b)
-        if np.result_type(a, b).kind != "f":
-            return r
-        return np.where(np.isinf(a) | np.isinf(b), np.floor(np.true_divide(a, b)), r).astype(
-            r.dtype
-        )
 
 
 @pytest.mark.parametrize("name", ["floor_divide", "remainder"])
