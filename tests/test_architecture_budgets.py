@@ -12,7 +12,10 @@ lives in tests/test_import_direction.py (KNOWN_CYCLES).
 from __future__ import annotations
 
 import importlib.util
+import os
 import pathlib
+import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("arch_metrics", ROOT / "tools" / "arch_metrics.py")
@@ -114,3 +117,20 @@ def test_the_counter_sees_nested_and_skips_type_checking(tmp_path: pathlib.Path)
 def test_the_env_scan_sees_reads() -> None:
     """A module that reads os.environ / os.getenv is found (settings.py is the one that must)."""
     assert am.env_readers(ROOT / "lazymath" / "settings.py")
+
+
+def test_import_lazymath_does_not_load_the_compiler() -> None:
+    """Moving imports to module level must not move LLVM or the backend into `import lazymath`
+    (import time, issue 36): they load on the first realize. A fresh interpreter, so the
+    suite's own imports do not hide it."""
+    code = (
+        "import sys, lazymath\n"
+        "bad = [m for m in ('llvmlite', 'lazymath.backend.jit', 'lazymath.backend.compile')"
+        " if m in sys.modules]\n"
+        "print(','.join(bad))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "", f"import lazymath loaded {out.stdout.strip()}"

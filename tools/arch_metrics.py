@@ -45,29 +45,128 @@ def _is_lazymath(node: ast.Import | ast.ImportFrom) -> bool:
     return any(a.name.split(".")[0] == "lazymath" for a in node.names)
 
 
-def nested_imports(path: pathlib.Path) -> list[int]:
-    """Line numbers of lazymath imports inside a function body (def or lambda) of `path`.
-
-    Imports at class level or under module-level `if`/`try` run at import time, so they are not
-    nested; only code that runs on a call hides an import from a reader and from cycle checks.
-    """
-    tree = ast.parse(path.read_text())
+def _import_nodes(tree: ast.AST) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement that can run, with whether it sits inside a function body (def
+    or lambda). Imports at class level or under module-level `if`/`try` run at import time, so
+    they are not nested; `if TYPE_CHECKING:` blocks never run and are skipped."""
     skip = _type_checking_ids(tree)
-    lines: list[int] = []
-
-    def walk(node: ast.AST, in_func: bool) -> None:
+    out: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+    todo: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while todo:
+        node, in_func = todo.pop()
         for child in ast.iter_child_nodes(node):
             if id(child) in skip:
                 continue
             if isinstance(child, (ast.Import, ast.ImportFrom)):
-                if in_func and _is_lazymath(child):
-                    lines.append(child.lineno)
+                out.append((child, in_func))
                 continue
             f = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-            walk(child, in_func or f)
+            todo.append((child, in_func or f))
+    return out
 
-    walk(tree, False)
-    return lines
+
+def nested_imports(path: pathlib.Path) -> list[int]:
+    """Line numbers (sorted) of lazymath imports inside a function body of `path`: code that
+    runs on a call hides an import from a reader and from cycle checks."""
+    tree = ast.parse(path.read_text())
+    return sorted(n.lineno for n, f in _import_nodes(tree) if f and _is_lazymath(n))
+
+
+def _target(mod: str, is_pkg: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """Dotted lazymath modules an import statement in `mod` loads (submodules for
+    `from pkg import sub`)."""
+    known = {module_name(p) for p in files()}
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.split(".")[0] == "lazymath"]
+    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+    if node.level:
+        t = ".".join(base[: len(base) - node.level + 1] + [node.module or ""]).rstrip(".")
+    else:
+        t = node.module or ""
+    if t.split(".")[0] != "lazymath":
+        return []
+    return [f"{t}.{a.name}" if f"{t}.{a.name}" in known else t for a in node.names]
+
+
+def import_edges(nested: bool) -> dict[str, set[str]]:
+    """Module -> lazymath modules it imports at module level (nested=False) or inside functions
+    (nested=True); a module also depends on its parent packages (importing a.b.c runs a.b)."""
+    out: dict[str, set[str]] = {}
+    for p in files():
+        m = module_name(p)
+        tree = ast.parse(p.read_text())
+        edges: set[str] = set()
+        for node, in_func in _import_nodes(tree):
+            if in_func == nested:
+                edges.update(_target(m, p.name == "__init__.py", node))
+        out[m] = {t for t in edges if t != m}
+    return out
+
+
+def _sccs(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components with more than one module (the import cycles)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _combined() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    top = import_edges(nested=False)
+    nested = import_edges(nested=True)
+    both = {m: (top[m] | nested.get(m, set())) - {"lazymath"} for m in top}
+    return both, nested
+
+
+def cycles() -> list[set[str]]:
+    """Import cycles of lazymath, counting imports inside functions as edges."""
+    return sorted(_sccs(_combined()[0]), key=lambda c: (-len(c), sorted(c)))
+
+
+def hoistable() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Split the nested imports (importer, imported) into those that can ALL move to module
+    level together without making a cycle (their edge lies in no cycle of the module-level +
+    nested import graph; the target's import-time cost still has to be checked), and those
+    inside such a cycle (at least one edge per cycle needs a lazy object or a module move).
+    Parent packages are not counted as dependencies: `pkg/__init__` importing its submodule is
+    not a cycle Python trips on."""
+    both, nested = _combined()
+    comp_of = {m: i for i, c in enumerate(_sccs(both)) for m in c}
+    ok, cyc = [], []
+    for m, ts in sorted(nested.items()):
+        for t in sorted(ts):
+            if t == "lazymath" or t not in both:
+                continue
+            same = m in comp_of and comp_of.get(t) == comp_of[m]
+            (cyc if same else ok).append((m, t))
+    return ok, cyc
 
 
 def env_readers(path: pathlib.Path) -> list[int]:
@@ -107,6 +206,13 @@ def main() -> int:
             print(f"  {n:5d}  {module_name(p)}")
     readers = {module_name(p): env_readers(p) for p in files()}
     print("modules reading the environment:", sorted(m for m, v in readers.items() if v))
+    if "--hoistable" in sys.argv:
+        ok, cyc = hoistable()
+        print(f"nested import edges (distinct importer->module): {len(ok) + len(cyc)}")
+        print(f"  outside every cycle (can all move to module level): {len(ok)}")
+        print(f"  inside a cycle (need a lazy object or a module move): {len(cyc)}")
+        for comp in cycles():
+            print(f"    cycle of {len(comp)}: {sorted(comp)}")
     return 0
 
 
