@@ -23,13 +23,13 @@ assert _spec is not None and _spec.loader is not None
 am = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(am)
 
-# Measured on main 9caf5d3: 248 nested lazymath imports (issue 36's goal: <= 20).
+# Measured on main 2686222: 249 (9caf5d3: 248) nested lazymath imports (issue 36's goal: <= 20).
 NESTED_IMPORT_CEILING = 255
 
 # Modules allowed over am.LINE_BUDGET today, each with its ceiling (main 9caf5d3 size rounded up
 # to the next 50). A module not listed must stay within am.LINE_BUDGET.
 SIZE_CEILINGS: dict[str, int] = {
-    "lazymath.tensor": 3200,  # 3182: Tensor class + every numpy-like function
+    "lazymath.tensor": 3250,  # 3213 (3182 on 9caf5d3): Tensor class + every numpy-like function
     "lazymath.backend.vmath": 2000,  # 1949
     "lazymath.backend.lower_llvm": 1750,  # 1744
     "lazymath.fusion.grouping": 1450,  # 1404
