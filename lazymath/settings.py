@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 __all__ = ["Setting", "SETTINGS", "get", "source", "override", "markdown_table"]
 
@@ -371,6 +372,26 @@ def source(name: str) -> str:
     return setting(name).source()
 
 
+# Bumped by every override start/stop: hot-path caches keyed on settings (lm.jit's replay) read
+# it with the raw environment values instead of parsing each setting per call.
+GENERATION = [0]
+
+
+def state_key(*items: Setting) -> Callable[[], tuple]:
+    """A function returning a cheap key that changes whenever any of `items` may have changed
+    value: the override generation and their raw environment objects (unparsed; CPython keeps
+    the same object while a variable is not set again). For caches on a microsecond path that
+    cannot afford `get()` per setting per call; equal keys mean equal values."""
+    data = _ENV_DATA
+    if data is None:
+        names = tuple(s.name for s in items)
+        env = os.environ
+        return lambda: (GENERATION[0], *[env.get(n) for n in names])
+    keys = tuple(s._key for s in items)
+    get = data.get
+    return lambda: (GENERATION[0], *map(get, keys))
+
+
 class override:
     """Set settings for a block, without touching the environment (wins over it):
 
@@ -395,6 +416,7 @@ class override:
         self._old = {s: s._override for s in self._new}
         for s, v in self._new.items():
             s._override = v
+        GENERATION[0] += 1
         return self
 
     def stop(self):
@@ -403,6 +425,7 @@ class override:
         for s, v in self._old.items():
             s._override = v
         self._old = None
+        GENERATION[0] += 1
 
     __enter__ = start
 

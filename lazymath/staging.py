@@ -36,12 +36,22 @@ import numpy as np
 from . import engine, settings
 from .graph import node as gn
 from .graph.walk import plan_outputs
+from .runtime import api as _rt_api
+from .runtime import profiler as _prof
+from .runtime.replay import BoundReplay
 from .tensor import Tensor, asarray
 
 __all__ = ["jit", "Jitted", "Lowered"]
 
 _DEBUG = settings.DEBUG
 _BACKEND = settings.BACKEND
+# The settings a stored program depends on besides the device: a cheap key of their raw values
+# is part of the replay's fast key (an environment change or an override sends the call down
+# the full signature, which parses them).
+_KEYED = (settings.BACKEND, settings.TARGET_CPU, settings.SCALAR_ARGS, settings.HOST_MATH)
+_settings_state = settings.state_key(*_KEYED)
+_new_tensor = Tensor.__new__
+_buffer_node = gn.buffer_node
 
 
 # ----------------------------------------------------------------------------- pytrees
@@ -100,17 +110,23 @@ def _leaf_sig(t: Tensor) -> tuple:
 class _Entry:
     """One traced signature: the program and how to bind the inputs and build the outputs."""
 
-    __slots__ = ("prog", "leaf_src", "fixed", "outs", "out_struct", "long", "checks", "traced")
+    __slots__ = ("prog", "leaf_src", "fixed", "outs", "out_struct", "long", "checks", "traced",
+                 "bound", "single")  # fmt: skip
 
     def __init__(self, prog, leaf_src, fixed, outs, out_struct, checks):
         self.prog = prog
         self.leaf_src = leaf_src  # per program leaf: input index, or -1 (a fixed array)
         self.fixed = fixed  # per program leaf: the captured array (constants, closures)
-        self.outs = outs  # per output leaf: ("prog", j, shape, dtype, device, loc) / ("in", k)
+        # per output leaf: (-1, j, loc, device, (shape, dtype) or None) for program output j
+        # (the pair when the result must be reshaped/cast), or (k, ...) for call input k
+        self.outs = outs
         self.out_struct = out_struct
+        self.single = out_struct == "T"  # fn returned one tensor: no pytree to rebuild
         self.long = engine._program_work(prog) >= engine.LONG_WORK
         self.checks = checks  # (input index, bytes): 0-d inputs folded into the kernels
         self.traced = 1
+        # the fast launch (runtime.replay.BoundReplay), None when the program does not qualify
+        self.bound = None if self.long else BoundReplay.make(prog, leaf_src, fixed)
 
 
 class Jitted:
@@ -125,6 +141,10 @@ class Jitted:
         if set(self.static_argnums) & set(self.donate):
             raise ValueError("lm.jit: an argument cannot be both static and donated")
         self._entries: dict = {}
+        # calls whose arguments are all realized tensors (no kwargs, no static arguments) look
+        # their entry up here first: key = settings state, device, each input's layout
+        self._fast: dict = {}
+        self._flat = not self.static_argnums
         self._last_sig = None
         self.traces = 0  # how many times fn's Python code ran (first calls and retraces)
         functools.update_wrapper(self, fn)
@@ -163,10 +183,26 @@ class Jitted:
         spec = engine.device_spec()
         target = (settings.TARGET_CPU.get() or "").strip()
         return (struct, tuple(_leaf_sig(t) for t in leaves), spec.key(), _BACKEND.get(),
-                target, settings.SCALAR_ARGS.get())  # fmt: skip
+                target, settings.SCALAR_ARGS.get(), settings.HOST_MATH.get())  # fmt: skip
 
     # -- calls
     def __call__(self, *args, **kwargs):
+        fast_key = None
+        if self._flat and not kwargs:
+            # the fast key: no pytree walk, no settings parsing, no device lookup
+            key = [_settings_state(), _rt_api._CURRENT]
+            for a in args:
+                if type(a) is not Tensor:
+                    break
+                r = a._node.realized
+                if r is None:
+                    break
+                key += (r.shape, r.dtype, r.strides, a._device)
+            else:
+                fast_key = tuple(key)
+                entry = self._fast.get(fast_key)
+                if entry is not None:
+                    return self._replay(entry, args)
         leaves, struct = self._split(args, kwargs)
         sig = self._signature(leaves, struct)
         entry = self._entries.get(sig)
@@ -175,29 +211,43 @@ class Jitted:
                 if leaves[k]._node.realized.tobytes() != b:
                     self._debug("a 0-d input folded into a kernel changed value (eager call)")
                     return self.fn(*args, **kwargs)
+            if fast_key is not None and not entry.checks and fast_key[1] is not None:
+                if len(self._fast) > 4 * len(self._entries) + 16:
+                    self._fast.clear()  # settings changed often: old states are dead keys
+                self._fast[fast_key] = entry
             return self._replay(entry, leaves)
         return self._trace(args, kwargs, leaves, sig)
 
-    def _replay(self, entry: _Entry, leaves: list):
-        data = [leaves[k]._node.realized if k >= 0 else f
-                for k, f in zip(entry.leaf_src, entry.fixed)]  # fmt: skip
-        prog = entry.prog
-        if entry.long:
-            results = engine._run_program(prog, _Leaves(data), False, True)
+    def _replay(self, entry: _Entry, leaves):
+        bound = entry.bound
+        if bound is not None and _prof._ACTIVE is None:
+            results = bound([t._node for t in leaves], _rt_api._CURRENT or _rt_api.current_device())
         else:
-            results = prog.run(data, True)
+            data = [leaves[k]._node.realized if k >= 0 else f
+                    for k, f in zip(entry.leaf_src, entry.fixed)]  # fmt: skip
+            if entry.long:
+                results = engine._run_program(entry.prog, _Leaves(data), False, True)
+            else:
+                results = entry.prog.run(data, True)
         outs = []
-        for o in entry.outs:
-            if o[0] == "in":
-                outs.append(leaves[o[1]])
+        for k, j, loc, device, conv in entry.outs:
+            if k >= 0:
+                outs.append(leaves[k])
                 continue
-            _, j, shape, dtype, device, loc = o
             a = results[j]
-            if a.shape != shape or a.dtype != dtype:
-                a = np.asarray(a, dtype=dtype).reshape(shape)
+            if conv is not None:
+                a = np.asarray(a, dtype=conv[1]).reshape(conv[0])
             if a.flags.writeable:
                 a.flags.writeable = False
-            outs.append(Tensor(gn.buffer_node(a, loc), device))
+            # Tensor(node, device) without the __init__ call: this is every replay's cost
+            node = _buffer_node(a, loc)
+            t = _new_tensor(Tensor)
+            t._node = node
+            t._device = device
+            node.tensors = 1
+            if entry.single:
+                return t
+            outs.append(t)
         return _unflatten(entry.out_struct, iter(outs))
 
     def _trace(self, args, kwargs, leaves, sig):
@@ -248,14 +298,18 @@ class Jitted:
         checks = tuple((leaf_src[i], leaves[i].realized.tobytes()) for i in prog.folded
                        if leaf_src[i] >= 0)  # fmt: skip
         out_index = {id(n): j for j, n in enumerate(outputs)}
+        out_slots = [prog.slots[s] for s in prog.outputs]
         outs = []
         for t in out_leaves:
             n = t._node
             if id(n) in out_index:
+                j = out_index[id(n)]
+                s = out_slots[j]
+                conv = None if (s.shape, s.dtype) == (n.shape, n.dtype) else (n.shape, n.dtype)
                 # the traced node's call site: replayed outputs skip the frame walk (~2 us)
-                outs.append(("prog", out_index[id(n)], n.shape, n.dtype, t._device, n._loc))
+                outs.append((-1, j, n._loc, t._device, conv))
             elif id(n) in in_pos:
-                outs.append(("in", in_pos[id(n)]))
+                outs.append((in_pos[id(n)], -1, None, None, None))
             else:  # realized before the call (a closure tensor, a constant): a fixed output
                 return None
         return _Entry(prog, leaf_src, fixed, outs, out_struct, checks)
@@ -266,7 +320,8 @@ class Jitted:
         if last is None:
             return "first call"
         names = ("pytree structure or static arguments", "input shapes/dtypes/strides/devices",
-                 "device preset", "backend", "host target", "LAZYMATH_SCALAR_ARGS")  # fmt: skip
+                 "device preset", "backend", "host target", "LAZYMATH_SCALAR_ARGS",
+                 "LAZYMATH_HOST_MATH")  # fmt: skip
         for name, a, b in zip(names, last, sig):
             if a != b:
                 if name.startswith("input"):

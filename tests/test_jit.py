@@ -171,3 +171,85 @@ def test_bad_arguments_are_clear_errors():
         g(object.__new__(type("Thing", (), {"__hash__": None})))
     with pytest.raises(IndexError, match="static_argnums names argument 2"):
         lm.jit(lambda x: x, static_argnums=2)(lm.asarray(_x(2)))
+
+
+def test_a_settings_change_between_replays_retraces(monkeypatch):
+    """The replay's fast key holds the raw settings state: an environment change or an override
+    between calls must reach the full signature (a program compiled for another backend or
+    target is never replayed)."""
+    f = lm.jit(lambda x: lm.exp(x) * 3.0)
+    x = lm.asarray(_x(33))
+    want = np.exp(x.numpy()) * np.float32(3)
+    for _ in range(3):
+        np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)
+    assert f.traces == 1
+    monkeypatch.setenv("LAZYMATH_BACKEND", "interp")
+    np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)
+    assert f.traces == 2 and f.cache_size() == 2
+    monkeypatch.delenv("LAZYMATH_BACKEND")
+    f(x)
+    assert f.traces == 2  # back to llvm: the first entry, replayed
+    with settings.override(LAZYMATH_TARGET_CPU="x86-64"):
+        np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6)
+        assert f.traces == 3
+    f(x)
+    with settings.override(LAZYMATH_HOST_MATH=True):
+        f(x)
+    assert f.traces == 4
+
+
+def test_replayed_outputs_reuse_dropped_buffers_and_never_overwrite_held_ones():
+    """A small output the caller dropped is reused by the next replay (no allocation); one the
+    caller still holds (the tensor, its numpy array, a view of it) is never written again."""
+    f = lm.jit(lambda x, y: x * 2.0 + y)
+    xs = [_x(257) for _ in range(4)]
+    y = lm.asarray(_x(257))
+    f(lm.asarray(xs[0]), y)
+    addr = f(lm.asarray(xs[0]), y).numpy().__array_interface__["data"][0]
+    again = f(lm.asarray(xs[1]), y).numpy()  # the previous result was dropped: same memory
+    assert again.__array_interface__["data"][0] == addr
+    held = [again, f(lm.asarray(xs[2]), y), f(lm.asarray(xs[3]), y).numpy()[5:]]
+    yn = y.numpy()
+    np.testing.assert_allclose(held[0], xs[1] * 2 + yn, rtol=1e-6)
+    np.testing.assert_allclose(held[1].numpy(), xs[2] * 2 + yn, rtol=1e-6)
+    np.testing.assert_allclose(held[2], (xs[3] * 2 + yn)[5:], rtol=1e-6)
+    assert not held[1].numpy().flags.writeable
+
+
+def test_big_outputs_come_from_the_device_pool_and_return_to_it():
+    f = lm.jit(lambda x: x + 1.0)
+    x = lm.asarray(_x(1 << 19))  # 2 MiB: above the small-output size
+    f(x).numpy()
+    dev = lm.runtime.current_device()
+    before = dev.memory_stats()
+    for _ in range(5):
+        np.testing.assert_allclose(f(x).numpy()[:7], x.numpy()[:7] + 1, rtol=1e-6)
+    after = dev.memory_stats()
+    assert after.misses == before.misses and after.hits >= before.hits + 5
+    assert after.allocated == before.allocated  # each result went back when dropped
+
+
+def test_replays_from_several_threads_and_under_the_profiler():
+    import threading
+
+    f = lm.jit(lambda x, y: lm.maximum(x, y) - y)
+    data = [(_x(300), _x(300)) for _ in range(4)]
+    f(lm.asarray(data[0][0]), lm.asarray(data[0][1]))
+    errors = []
+
+    def work(a, b):
+        ta, tb = lm.asarray(a), lm.asarray(b)
+        for _ in range(200):
+            r = f(ta, tb).numpy()
+            if not np.allclose(r, np.maximum(a, b) - b, rtol=1e-6):
+                errors.append(1)
+
+    threads = [threading.Thread(target=work, args=d) for d in data]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and f.traces == 1
+    with lm.profile():
+        r = f(lm.asarray(data[1][0]), lm.asarray(data[1][1]))
+    np.testing.assert_allclose(r.numpy(), np.maximum(*data[1]) - data[1][1], rtol=1e-6)

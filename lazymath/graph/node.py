@@ -170,9 +170,19 @@ def make(
 
 
 def buffer_node(array: np.ndarray, loc: str | tuple[str, int] | None = None) -> Node:
-    """A leaf holding concrete data. Every buffer is distinct: `arg` is a fresh id."""
-    node = make("buffer", array.dtype, array.shape, (), next(_buffer_ids), loc)
+    """A leaf holding concrete data. Every buffer is distinct: `arg` is a fresh id.
+
+    Built directly, not through `make`: a fresh id makes its key unique, so interning could
+    never find it again, and skipping the table and its weak reference halves the cost of a
+    realized value's node (every replayed lm.jit output pays it)."""
+    node = Node()
+    node.op, node.dtype, node.shape, node.arg, node.srcs = ("buffer", array.dtype, array.shape,
+                                                            next(_buffer_ids), ())  # fmt: skip
+    node._loc = loc if loc is not None else _user_frame()
+    node.key = None  # not interned (see above): `forget` has nothing to drop
     node.realized = array
+    node.tensors = 0
+    node.addr = None
     return node
 
 

@@ -233,6 +233,125 @@ class Program:
         return outs
 
 
+class BoundReplay:
+    """A program's replay bound to one caller's mapping of inputs (lm.jit's stored entries):
+    which call input feeds each program leaf and which leaves are fixed arrays (captured
+    constants, written into the argvs once per context).
+
+    Why a separate path from `_run_replay`: a staged function replays the same program with
+    the same kind of inputs millions of times, so per call it must build no list of arrays and
+    walk no slots: it writes an input's address only when it differs from what the context's
+    argvs already hold, reuses a small output the caller dropped (the reference count says so),
+    and calls the kernels. Contexts are popped and pushed (atomic under the GIL), so threads
+    replaying at once each get their own. `make` returns None for programs that do not
+    qualify (not inline, not all native, workspaces, an input the kernels read contiguous)."""
+
+    __slots__ = ("prog", "_used", "_in_slots", "_fixed", "_outs", "_calls", "_ctxs", "_keep")
+
+    def __init__(self, prog: Program, used, in_slots, fixed, outs, calls) -> None:
+        self.prog = prog
+        self._used = used  # call input positions that feed a program leaf
+        self._in_slots = in_slots  # per used input: the slot ids it binds
+        self._fixed = fixed  # (slot id, array): fixed leaves
+        self._outs = outs  # per output: (slot id, slot, small)
+        self._calls = calls  # (compiled kernel, blocks): `_cfunc` read per call (tiering)
+        self._ctxs: list = []
+        self._keep = prog.arena_bytes <= KEEP_ARENA_BYTES
+
+    @classmethod
+    def make(cls, prog: Program, leaf_src: list[int], fixed: list) -> BoundReplay | None:
+        """`leaf_src[i]`: the call input feeding program leaf i, or -1 for `fixed[i]`."""
+        if not prog.inline:
+            return None
+        plan = prog._replay
+        if plan is None:
+            plan = prog._replay = _replay_plan(prog)
+        if not plan:
+            return None
+        leaf_slots, out_slots, calls = plan
+        by_input: dict[int, list[int]] = {}
+        fixed_slots = []
+        for slot, li, copy in leaf_slots:
+            k = leaf_src[li]
+            if k < 0:
+                a = fixed[li]
+                fixed_slots.append((slot, np.ascontiguousarray(a) if copy else a))
+            elif copy:
+                return None  # a strided input copied per call: the general path does that
+            else:
+                by_input.setdefault(k, []).append(slot)
+        used = tuple(sorted(by_input))
+        return cls(prog, used, tuple(tuple(by_input[k]) for k in used), tuple(fixed_slots),
+                   tuple(out_slots), tuple(calls))  # fmt: skip
+
+    def _context(self, dev) -> list:
+        """[runtime context, per used input (argv, pos) patches, last addresses written]."""
+        ctx = _ReplayContext(self.prog, dev)
+        patches = ctx.patches
+        for slot, a in self._fixed:
+            ctx.keep.append(a)  # alive as long as the context (the entry holds it too)
+            addr = a.__array_interface__["data"][0]
+            for argv, pos in patches[slot]:
+                argv[pos] = addr
+        in_patch = tuple(tuple(p for slot in slots for p in patches[slot])
+                         for slots in self._in_slots)  # fmt: skip
+        out_patch = tuple(tuple(patches[slot]) for slot, _s, _small in self._outs)
+        return [ctx, in_patch, [0] * len(self._used), out_patch]
+
+    def __call__(self, nodes: list, dev) -> list[np.ndarray]:
+        """Run on the realized arrays of `nodes` (the call's input nodes, in input order); the
+        outputs in program order. Each node caches its array's address (`node.addr`)."""
+        try:
+            c = self._ctxs.pop()
+        except IndexError:
+            c = self._context(dev)
+        ctx, in_patch, in_addr, out_patch = c
+        try:
+            for j, k in enumerate(self._used):
+                node = nodes[k]
+                a = node.realized
+                cached = node.addr
+                if cached is not None and cached[0] is a:
+                    addr = cached[1]
+                else:
+                    addr = a.__array_interface__["data"][0]
+                    node.addr = (a, addr)
+                if in_addr[j] != addr:
+                    in_addr[j] = addr
+                    for argv, pos in in_patch[j]:
+                        argv[pos] = addr
+            outs = []
+            last, last_addr = ctx.outs, ctx.out_addrs
+            for k, (_slot, s, small) in enumerate(self._outs):
+                if small:
+                    # reused when only the context still refers to the previous result (the
+                    # references: ctx.outs, `a`, getrefcount's argument); see `_run_replay`
+                    a = last[k]
+                    if a is not None and _getrefcount(a) == 3:
+                        outs.append(a)
+                        continue
+                    a = np.empty(s.shape, s.dtype)
+                    a.flags.writeable = False  # realized arrays are immutable
+                    addr = a.__array_interface__["data"][0]
+                    last[k], last_addr[k] = a, addr
+                else:
+                    a, addr = _device_array(dev, s)
+                    a.flags.writeable = False
+                outs.append(a)
+                for argv, pos in out_patch[k]:
+                    argv[pos] = addr
+            pool = dev.block_pool
+            for (ck, blocks), argv in zip(self._calls, ctx.argvs):
+                if blocks <= 1:
+                    ck._cfunc(0, 1, argv)
+                else:
+                    pool.run_native(ck._cfunc, argv, blocks)
+        finally:
+            if self._keep:
+                self._ctxs.append(c)
+        return outs
+
+
 # Outputs smaller than this come from numpy's allocator: its small-block cache is several
 # times cheaper per call than the device pool plus a finalizer, and at these sizes the pool's
 # reuse saves nothing. Bigger outputs come from the device pool (accounted, reused warm).
