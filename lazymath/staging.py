@@ -35,6 +35,7 @@ import numpy as np
 
 from . import engine, settings
 from .graph import node as gn
+from .graph.ops import ELEMENTWISE
 from .graph.walk import plan_outputs
 from .runtime import api as _rt_api
 from .runtime import profiler as _prof
@@ -132,9 +133,21 @@ class _Entry:
 class Jitted:
     """A staged function (see the module docstring); call it like `fn`."""
 
-    def __init__(self, fn: Callable, static_argnums=(), donate=()):
+    def __init__(self, fn: Callable, static_argnums=(), donate=(), dynamic=None, chunk=None):
         if not callable(fn):
             raise TypeError(f"lm.jit: expected a callable, got {type(fn).__name__}")
+        if dynamic not in (None, False, 0) or dynamic is True:
+            raise ValueError(f"lm.jit: dynamic must be None (automatic: after a second size "
+                             f"of the leading dim), 0 (the leading dim from the first call) "
+                             f"or False (a program per size), got {dynamic!r}")  # fmt: skip
+        if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
+            raise ValueError(f"lm.jit: chunk must be a positive int, got {chunk!r}")
+        self.dynamic = dynamic
+        self.chunk = chunk
+        self._dyn_inputs: tuple[int, ...] | None = None  # dynamic=0: fixed at the first call
+        # masked signature (batched inputs' leading dims removed) -> _Dynamic, or None when
+        # the function was found not to keep batch rows apart (then: a program per size)
+        self._dyn: dict = {}
         self.fn = fn
         self.static_argnums = _argnums(static_argnums, "static_argnums")
         self.donate = _argnums(donate, "donate")
@@ -216,7 +229,102 @@ class Jitted:
                     self._fast.clear()  # settings changed often: old states are dead keys
                 self._fast[fast_key] = entry
             return self._replay(entry, leaves)
+        if self.dynamic is not False:
+            out = self._dynamic_call(args, kwargs, leaves, sig)
+            if out is not _NO:
+                return out
         return self._trace(args, kwargs, leaves, sig)
+
+    # -- dynamic batch
+    def _batched(self, sig) -> tuple[int, ...]:
+        """The inputs whose leading dim is the batch for this call's signature: with
+        dynamic=0 those sharing the first tensor input's leading size; automatically, those
+        whose leading dim alone changed from a signature seen before (all from the same old
+        size to the same new one, everything else equal)."""
+        lsig = sig[1]
+        if self.dynamic == 0 and self.dynamic is not False:
+            chosen = self._dyn_inputs
+            if chosen is None:  # the first call decides (a later coincidence of sizes does not)
+                first = next((x for x in lsig if len(x[0]) >= 1), None)
+                if first is None:
+                    return ()
+                b = first[0][0]
+                chosen = self._dyn_inputs = tuple(
+                    k for k, x in enumerate(lsig) if len(x[0]) >= 1 and x[0][0] == b
+                )
+            if not chosen or chosen[-1] >= len(lsig):
+                return ()
+            if len({len(lsig[k][0]) >= 1 and lsig[k][0][0] for k in chosen} - {False}) != 1:
+                return ()  # the batched inputs no longer share a leading size
+            return chosen
+        for old in list(self._entries)[::-1]:
+            if old[0] != sig[0] or old[2:] != sig[2:] or len(old[1]) != len(lsig):
+                continue
+            changed, sizes = [], set()
+            for k, (x, y) in enumerate(zip(old[1], lsig)):
+                if x == y:
+                    continue
+                if (len(x[0]) < 1 or len(x[0]) != len(y[0]) or x[0][1:] != y[0][1:]
+                        or x[1] != y[1] or x[3] != y[3]):  # fmt: skip
+                    break
+                changed.append(k)
+                sizes.add((x[0][0], y[0][0]))
+            else:
+                if changed and len(sizes) == 1:
+                    return tuple(changed)
+        return ()
+
+    def _dynamic_call(self, args, kwargs, leaves, sig):
+        batched = self._batched(sig)
+        if not batched:
+            return _NO
+        lsig = sig[1]
+        size = lsig[batched[0]][0][0]
+        masked = list(lsig)
+        for k in batched:
+            shape, dtype, _strides, device = lsig[k]
+            masked[k] = (("batch",) + shape[1:], dtype, device)
+        dkey = (sig[0], tuple(masked), batched) + sig[2:]
+        if dkey in self._dyn:
+            dyn = self._dyn[dkey]
+        else:
+            dyn = self._dyn[dkey] = self._dynamic_trace(args, kwargs, leaves, sig, batched, size)
+        if dyn is None:
+            return _NO
+        return dyn.run(leaves, size)
+
+    def _dynamic_trace(self, args, kwargs, leaves, sig, batched, size):
+        """Trace fn at `chunk` rows and check the graph keeps batch rows apart: the _Dynamic
+        that runs any batch chunk by chunk, or None (why: LAZYMATH_DEBUG=1)."""
+        chunk = self.chunk or max(64, min(512, 1 << max(0, size - 1).bit_length()))
+        chunk_leaves = list(leaves)
+        for k in batched:
+            a = leaves[k]._node.realized
+            chunk_leaves[k] = Tensor(gn.buffer_node(_rows(a, 0, chunk)), leaves[k]._device)
+        what = (f"dynamic batch: inputs {list(batched)} leading dim now {size}: tracing one "
+                f"program at {chunk} rows")  # fmt: skip
+
+        def analyze(roots, fresh, out_leaves):
+            axes = batch_axes(roots, {id(fresh[k]._node): 0 for k in batched}, chunk)
+            for i, t in enumerate(out_leaves):
+                a = axes.get(id(t._node))
+                if a != 0 or t.shape[0] != chunk:
+                    raise NotBatched(f"output {i} {t.shape} does not carry the batch on its "
+                                     "leading axis")  # fmt: skip
+
+        try:
+            _out, entry = self._trace_entry(args, kwargs, chunk_leaves, sig, analyze, what)
+        except NotBatched as e:
+            self._debug(f"not a dynamic batch ({e}): a program per size")
+            return None
+        except Exception as e:  # noqa: BLE001 - fn fails at chunk rows: the real size decides
+            self._debug(f"not a dynamic batch (fn at {chunk} rows raised {e!r}): a program per "
+                        "size")  # fmt: skip
+            return None
+        if entry is None or any(o[4] is not None for o in entry.outs):
+            self._debug("not a dynamic batch (no stored program): a program per size")
+            return None
+        return _Dynamic(entry, batched, chunk)
 
     def _replay(self, entry: _Entry, leaves):
         bound = entry.bound
@@ -229,30 +337,20 @@ class Jitted:
                 results = engine._run_program(entry.prog, _Leaves(data), False, True)
             else:
                 results = entry.prog.run(data, True)
-        outs = []
-        for k, j, loc, device, conv in entry.outs:
-            if k >= 0:
-                outs.append(leaves[k])
-                continue
-            a = results[j]
-            if conv is not None:
-                a = np.asarray(a, dtype=conv[1]).reshape(conv[0])
-            if a.flags.writeable:
-                a.flags.writeable = False
-            # Tensor(node, device) without the __init__ call: this is every replay's cost
-            node = _buffer_node(a, loc)
-            t = _new_tensor(Tensor)
-            t._node = node
-            t._device = device
-            node.tensors = 1
-            if entry.single:
-                return t
-            outs.append(t)
-        return _unflatten(entry.out_struct, iter(outs))
+        return _wrap(entry, leaves, results)
 
     def _trace(self, args, kwargs, leaves, sig):
+        out, entry = self._trace_entry(args, kwargs, leaves, sig)
+        if entry is not None:
+            self._entries[sig] = entry
+        return out
+
+    def _trace_entry(self, args, kwargs, leaves, sig, analyze=None, what=""):
+        """Run fn on fresh handles of `leaves` and compile its graph: (its outputs, the entry
+        or None). `analyze(roots, fresh, out_leaves)` runs on the graph before it is compiled
+        (the dynamic batch's check; NotBatched propagates)."""
         t0 = time.perf_counter()
-        reason = self._retrace_reason(sig)
+        reason = what or self._retrace_reason(sig)
         self.traces += 1
         # fresh handles over the realized input arrays: the program's leaves are found by
         # node identity, and a caller's tensor may share its node with other tensors
@@ -267,6 +365,8 @@ class Jitted:
         out_struct = _flatten(out, out_leaves, [])
         in_pos = {id(t._node): k for k, t in enumerate(fresh)}
         roots = list(dict.fromkeys(t._node for t in out_leaves if t._node.realized is None))
+        if analyze is not None:
+            analyze(roots, fresh, out_leaves)
         entry = None
         if roots and _BACKEND.get() != "reference":
             entry = self._compile(roots, in_pos, out_leaves, out_struct, fresh)
@@ -274,11 +374,9 @@ class Jitted:
             from .realize import realize
 
             realize(*out_leaves)
-        if entry is not None:
-            self._entries[sig] = entry
         self._last_sig = sig
         self._debug(f"{reason}: traced in {(time.perf_counter() - t0) * 1e3:.1f} ms")
-        return out  # computed by the trace's realize (no entry: nothing compiled, eager next)
+        return out, entry  # out computed by the trace's realize
 
     def _compile(self, roots, in_pos, out_leaves, out_struct, fresh) -> _Entry | None:
         spec = engine.device_spec()
@@ -357,6 +455,92 @@ class Jitted:
         return len(self._entries)
 
 
+_NO = object()  # "not handled here": _dynamic_call's answer when the call is not a batch
+
+
+def _rows(a: np.ndarray, start: int, n: int) -> np.ndarray:
+    """Rows [start, start + n) of `a` as a C-contiguous array of exactly n rows; missing rows
+    repeat the last real one (edge padding: padded rows compute on real data, so an integer
+    division or a log sees nothing a real row would not)."""
+    part = a[start : start + n]
+    if part.shape[0] == n and part.flags.c_contiguous:
+        return part
+    out = np.empty((n,) + a.shape[1:], a.dtype)
+    m = part.shape[0]
+    out[:m] = part
+    if m < n:
+        out[m:] = part[m - 1] if m else 0
+    return out
+
+
+class _Dynamic:
+    """One program traced at `chunk` rows of the batched inputs, run on any batch: whole
+    chunks as zero-copy row views (outputs written in place into the full result), the tail
+    through padded copies. The graph was checked to keep batch rows apart (`batch_axes`)."""
+
+    __slots__ = ("entry", "batched", "chunk")
+
+    def __init__(self, entry: _Entry, batched: tuple[int, ...], chunk: int) -> None:
+        self.entry = entry
+        self.batched = batched
+        self.chunk = chunk
+
+    def run(self, leaves: list, size: int):
+        entry, chunk = self.entry, self.chunk
+        prog = entry.prog
+        arrays = [t._node.realized for t in leaves]
+        for k in self.batched:
+            if not arrays[k].flags.c_contiguous:
+                arrays[k] = np.ascontiguousarray(arrays[k])
+        slots = [prog.slots[j] for j in prog.outputs]
+        full = [np.empty((size,) + s.shape[1:], s.dtype) for s in slots]
+        dev = _rt_api._CURRENT or _rt_api.current_device()
+        bound = entry.bound if _prof._ACTIVE is None else None
+        batched = set(self.batched)
+        for start in range(0, size, chunk):
+            n = min(chunk, size - start)
+            ins = [_rows(a, start, chunk) if k in batched else a for k, a in enumerate(arrays)]
+            tail = n < chunk
+            outs = [np.empty(s.shape, s.dtype) if tail else f[start : start + chunk]
+                    for s, f in zip(slots, full)]  # fmt: skip
+            if bound is not None:
+                bound.run_into(ins, outs, dev)
+            else:
+                data = [ins[k] if k >= 0 else f for k, f in zip(entry.leaf_src, entry.fixed)]
+                res = (engine._run_program(prog, _Leaves(data), False, True) if entry.long
+                       else prog.run(data, True))  # fmt: skip
+                for o, r in zip(outs, res):
+                    o[...] = r
+            if tail:
+                for f, o in zip(full, outs):
+                    f[start:] = o[:n]
+        return _wrap(entry, leaves, full)
+
+
+def _wrap(entry: _Entry, leaves, results: list):
+    """The call's outputs (fn's pytree) over the program's result arrays."""
+    outs = []
+    for k, j, loc, device, conv in entry.outs:
+        if k >= 0:
+            outs.append(leaves[k])
+            continue
+        a = results[j]
+        if conv is not None:
+            a = np.asarray(a, dtype=conv[1]).reshape(conv[0])
+        if a.flags.writeable:
+            a.flags.writeable = False
+        # Tensor(node, device) without the __init__ call: this is every replay's cost
+        node = _buffer_node(a, loc)
+        t = _new_tensor(Tensor)
+        t._node = node
+        t._device = device
+        node.tensors = 1
+        if entry.single:
+            return t
+        outs.append(t)
+    return _unflatten(entry.out_struct, iter(outs))
+
+
 class _Leaves(list):
     """engine._run_program reads `n.realized` of each leaf: arrays wrapped to look like nodes."""
 
@@ -428,11 +612,140 @@ def _argnums(v, what: str) -> tuple[int, ...]:
     return out
 
 
-def jit(fn: Callable | None = None, *, static_argnums=(), donate=()):
+def jit(fn: Callable | None = None, *, static_argnums=(), donate=(), dynamic=None, chunk=None):
     """Stage `fn`: trace and compile once per input signature, then replay (see the module
     docstring for what the signature holds). Usable as `lm.jit(fn)`, `@lm.jit` and
     `@lm.jit(static_argnums=(1,))`. `donate` names arguments the caller will not use again
-    (checked: not static); their buffers are not reused yet (outputs get fresh buffers)."""
+    (checked: not static); their buffers are not reused yet (outputs get fresh buffers).
+
+    `dynamic=0`: the leading dim of the inputs sharing the first tensor input's leading size
+    is a symbolic batch from the first call: one program, traced at `chunk` rows (default:
+    the first batch rounded up to a power of two, within 64..512), runs every batch size
+    chunk by chunk. `dynamic=None` (default) switches to that after a second distinct size of
+    a leading dim; `dynamic=False` keeps a program per size. A function whose rows interact
+    (a reduction or a view across the batch) keeps a program per size (LAZYMATH_DEBUG=1
+    says why)."""
     if fn is None:
-        return lambda f: Jitted(f, static_argnums, donate)
-    return Jitted(fn, static_argnums, donate)
+        return lambda f: Jitted(f, static_argnums, donate, dynamic, chunk)
+    return Jitted(fn, static_argnums, donate, dynamic, chunk)
+
+
+# ----------------------------------------------------------------------------- dynamic batch
+
+
+class NotBatched(Exception):
+    """The traced graph mixes rows of the batch dimension (a reduction or a view across it, a
+    contraction over it...): the function cannot run chunk by chunk."""
+
+
+_ROW_LOCAL_VIEWS = frozenset({"permute", "reshape", "slice", "expand"})
+
+
+def batch_axes(roots: list[gn.Node], batched: dict[int, int], size: int) -> dict[int, int]:
+    """For each node of the graph behind `roots`, the axis that carries the batch rows (absent:
+    the node does not depend on the batch), proving that row i of every output depends only on
+    row i of the batched inputs: the condition for running the one program compiled at batch
+    `size` on chunks of any batch. `batched`: id(leaf node) -> its batch axis. Raises
+    NotBatched naming the first node that mixes rows (its op and the user's line).
+
+    Conservative: an op not known to be row-local (window, pad, concat over the batch, custom
+    kernels, convolutions) refuses, and the caller retraces per size instead."""
+    axes = dict(batched)
+    for n in gn.toposort(roots):
+        if id(n) in axes or not n.srcs:
+            continue
+        src_axes = [axes.get(id(s)) for s in n.srcs]
+        if all(a is None for a in src_axes):
+            continue
+        op = n.op
+        where = f"{op} {n.shape} at {n.loc}"
+        if op in ELEMENTWISE or op == "cast" or op == "where":
+            out = None
+            for s, a in zip(n.srcs, src_axes):
+                if a is not None:
+                    b = a + len(n.shape) - len(s.shape)
+                    if out is not None and out != b:
+                        raise NotBatched(f"{where}: operands carry the batch on different axes")
+                    out = b
+            for s, a in zip(n.srcs, src_axes):
+                if a is None and not _uniform_at(s, out - (len(n.shape) - len(s.shape))):
+                    raise NotBatched(f"{where}: an operand that is not batched has "
+                                     f"{size} rows along the batch axis")  # fmt: skip
+            axes[id(n)] = out
+            continue
+        (a,) = src_axes if len(src_axes) == 1 else (None,)
+        s = n.srcs[0]
+        if op == "reduce":
+            if a in n.arg[1]:
+                raise NotBatched(f"{where}: reduces over the batch axis")
+            axes[id(n)] = a - sum(1 for r in n.arg[1] if r < a)
+        elif op == "permute":
+            axes[id(n)] = tuple(n.arg).index(a)
+        elif op == "slice":
+            if tuple(n.arg[a]) != (0, size, 1):
+                raise NotBatched(f"{where}: slices the batch axis")
+            axes[id(n)] = a
+        elif op == "expand":
+            b = a + len(n.shape) - len(s.shape)
+            if n.shape[b] != size:
+                raise NotBatched(f"{where}: broadcasts the batch axis")
+            axes[id(n)] = b
+        elif op == "reshape":
+            axes[id(n)] = _reshaped_axis(s.shape, n.shape, a, where)
+        elif op == "complex_join" and a != len(s.shape) - 1:
+            axes[id(n)] = a
+        elif op == "matmul" and len(n.srcs) == 2:
+            axes[id(n)] = _matmul_axis(n, src_axes, where)
+        else:
+            raise NotBatched(f"{where}: not known to keep batch rows apart")
+    return axes
+
+
+def _uniform_at(node: gn.Node, axis: int) -> bool:
+    """Whether a node that does not depend on the batch is the same along `axis` (absent, size
+    1, or broadcast there by an expand): it then meets every batch row alike."""
+    if axis < 0 or node.shape[axis] == 1:
+        return True
+    if node.op == "expand":
+        s = node.srcs[0]
+        k = axis - (len(node.shape) - len(s.shape))
+        return k < 0 or s.shape[k] == 1
+    return False
+
+
+def _reshaped_axis(src: tuple, dst: tuple, a: int, where: str) -> int:
+    """The batch axis after a reshape that keeps it a whole axis of its own (row-major: the
+    elements before it and the axis itself span the same prefix)."""
+    before = 1
+    for d in src[:a]:
+        before *= d
+    acc = 1
+    for b, d in enumerate(dst):
+        if acc == before and d == src[a]:
+            return b
+        acc *= d
+    raise NotBatched(f"{where}: reshapes the batch axis together with others")
+
+
+def _matmul_axis(n: gn.Node, src_axes: list, where: str) -> int:
+    """(..., M, K) @ (..., K, N): the batch may be in M, N or the stacked leading axes, never
+    in the contracted K."""
+    out_nd = len(n.shape)
+    found = None
+    for side, (s, a) in enumerate(zip(n.srcs, src_axes)):
+        if a is None:
+            continue
+        nd = len(s.shape)
+        if nd < 2 or a == (nd - 1 if side == 0 else nd - 2):
+            raise NotBatched(f"{where}: contracts over the batch axis")
+        if a >= nd - 2:
+            b = out_nd - 2 if side == 0 else out_nd - 1
+        else:
+            b = a + out_nd - nd
+        if found is not None and found != b:
+            raise NotBatched(f"{where}: operands carry the batch on different axes")
+        found = b
+    for s, a in zip(n.srcs, src_axes):
+        if a is None and found < out_nd - 2 and not _uniform_at(s, found - (out_nd - len(s.shape))):
+            raise NotBatched(f"{where}: a stacked operand that is not batched")
+    return found

@@ -59,7 +59,7 @@ def test_jit_equals_eager_for_every_op_family(family, preset, backend):
 def test_replay_runs_no_python_op_code_and_retraces_only_on_a_new_signature(capsys, monkeypatch):
     calls = []
 
-    @lm.jit
+    @lm.jit(dynamic=False)  # a new leading size retraces (automatic dynamic: see below)
     def step(x, y):
         calls.append(1)
         return lm.sqrt(lm.abs(x)) * y
@@ -253,3 +253,79 @@ def test_replays_from_several_threads_and_under_the_profiler():
     with lm.profile():
         r = f(lm.asarray(data[1][0]), lm.asarray(data[1][1]))
     np.testing.assert_allclose(r.numpy(), np.maximum(*data[1]) - data[1][1], rtol=1e-6)
+
+
+def _mlp(x, b, w):
+    return lm.softmax(lm.relu(x @ w + b) * 0.5, axis=-1), lm.sum(lm.abs(x.T[::-1].T), axis=1)
+
+
+def _mlp_ref(x, b, w):
+    z = np.maximum(x @ w + b, 0) * 0.5
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True), np.abs(x).sum(1)
+
+
+def test_a_dynamic_batch_compiles_one_program_for_sizes_1_to_4096(preset, backend):
+    """dynamic=0: one program per dtype runs every batch size (whole chunks as row views, the
+    tail padded), equal to numpy; interp runs fewer sizes (it is slow)."""
+    w, b = _x(9, 5), _x(5)
+    sizes = [1, 2, 3, 5, 7, 8, 31, 64, 65, 127] + ([200, 513, 1000, 4093, 4096] if backend ==
+                                                      "llvm" else [129])  # fmt: skip
+    for dtype in (np.float32, np.float64):
+        f = lm.jit(_mlp, dynamic=0)
+        wt, bt = lm.asarray(w.astype(dtype)), lm.asarray(b.astype(dtype))
+        programs = engine.PROGRAMS.misses
+        for n in sizes:
+            x = _x(n, 9, dtype=dtype)
+            got = f(lm.asarray(x), bt, wt)
+            for g, r in zip(got, _mlp_ref(x, b.astype(dtype), w.astype(dtype))):
+                assert g.shape == r.shape and g.dtype == dtype
+                np.testing.assert_allclose(g.numpy(), r, rtol=1e-4, atol=1e-5)
+        assert f.traces == 1 and engine.PROGRAMS.misses - programs <= 1
+
+
+def test_the_batch_becomes_dynamic_after_a_second_size(capsys, monkeypatch):
+    monkeypatch.setenv("LAZYMATH_DEBUG", "1")
+    f = lm.jit(lambda x, y: {"s": lm.tanh(x) * y, "t": [x.reshape(x.shape[0], 2, 3)[:, 1]]})
+    y = lm.asarray(_x(6))
+    programs = engine.PROGRAMS.misses
+    for n in (4, 9, 4, 1, 100, 0, 37):
+        x = _x(n, 6)
+        out = f(lm.asarray(x), y)
+        np.testing.assert_allclose(out["s"].numpy(), np.tanh(x) * y.numpy(), rtol=1e-6)
+        np.testing.assert_array_equal(out["t"][0].numpy(), x.reshape(n, 2, 3)[:, 1])
+    err = capsys.readouterr().err
+    assert "dynamic batch: inputs [0] leading dim now 9" in err
+    assert f.traces == 2 and engine.PROGRAMS.misses - programs <= 2  # size 4, then the chunk
+
+
+@pytest.mark.parametrize("name", ["mean0", "flip", "cumsum0", "gram", "slice"])
+def test_functions_that_mix_batch_rows_keep_a_program_per_size(name, capsys, monkeypatch):
+    fns = {
+        "mean0": (lambda x: x - lm.mean(x, axis=0), lambda x: x - x.mean(0)),
+        "flip": (lambda x: x[::-1] * 2.0, lambda x: x[::-1] * 2),
+        "cumsum0": (lambda x: lm.cumulative_sum(x, axis=0), lambda x: np.cumsum(x, 0)),
+        "gram": (lambda x: x.T @ x, lambda x: x.T @ x),
+        "slice": (lambda x: x[1:] + 1.0, lambda x: x[1:] + 1),
+    }
+    fn, ref = fns[name]
+    monkeypatch.setenv("LAZYMATH_DEBUG", "1")
+    f = lm.jit(fn, dynamic=0)
+    for n in (3, 5, 8):
+        x = _x(n, 4)
+        np.testing.assert_allclose(f(lm.asarray(x)).numpy(), ref(x), rtol=1e-5, atol=1e-5)
+    assert "not a dynamic batch (" in capsys.readouterr().err
+    assert f.cache_size() == 3
+
+
+def test_dynamic_argument_errors():
+    with pytest.raises(ValueError, match="dynamic must be"):
+        lm.jit(lambda x: x, dynamic=1)
+    with pytest.raises(ValueError, match="dynamic must be"):
+        lm.jit(lambda x: x, dynamic=True)
+    with pytest.raises(ValueError, match="chunk must be"):
+        lm.jit(lambda x: x, dynamic=0, chunk=0)
+    f = lm.jit(lambda x: x * 2.0, dynamic=False)
+    for n in (2, 3, 4):
+        f(lm.asarray(_x(n)))
+    assert f.cache_size() == 3

@@ -351,6 +351,38 @@ class BoundReplay:
                 self._ctxs.append(c)
         return outs
 
+    def run_into(self, arrays: list[np.ndarray], out: list[np.ndarray], dev) -> None:
+        """Run on `arrays` (per call input, C-contiguous where the program was traced so)
+        writing the outputs into `out` (C-contiguous arrays of the output slots' shapes and
+        dtypes, e.g. row chunks of a bigger result): lm.jit's dynamic batch and `out=`."""
+        try:
+            c = self._ctxs.pop()
+        except IndexError:
+            c = self._context(dev)
+        ctx, in_patch, in_addr, out_patch = c
+        try:
+            for j, k in enumerate(self._used):
+                addr = arrays[k].__array_interface__["data"][0]
+                if in_addr[j] != addr:
+                    in_addr[j] = addr
+                    for argv, pos in in_patch[j]:
+                        argv[pos] = addr
+            last = ctx.outs
+            for k, a in enumerate(out):
+                last[k] = None  # the context's reusable output is replaced below
+                addr = a.__array_interface__["data"][0]
+                for argv, pos in out_patch[k]:
+                    argv[pos] = addr
+            pool = dev.block_pool
+            for (ck, blocks), argv in zip(self._calls, ctx.argvs):
+                if blocks <= 1:
+                    ck._cfunc(0, 1, argv)
+                else:
+                    pool.run_native(ck._cfunc, argv, blocks)
+        finally:
+            if self._keep:
+                self._ctxs.append(c)
+
 
 # Outputs smaller than this come from numpy's allocator: its small-block cache is several
 # times cheaper per call than the device pool plus a finalizer, and at these sizes the pool's
