@@ -80,7 +80,7 @@ def _t(x, fn: str) -> Tensor:
 
 
 def _float(x: Tensor, fn: str) -> Tensor:
-    if x.dtype.kind not in "fc" and not dt.is_bf16(x.dtype):  # ml_dtypes' bfloat16 has kind 'V'
+    if x.dtype.kind not in "fc" and x.dtype != dt.bfloat16:  # ml_dtypes' bfloat16 has kind 'V'
         raise TypeError(f"lm.nn.{fn}: expected a floating tensor, got {x.dtype}")
     return x
 
@@ -348,8 +348,10 @@ def scaled_dot_product_attention(
     if enable_gqa:
         k, v = _repeat_heads(q, k, fn), _repeat_heads(q, v, fn)
     sc = 1.0 / math.sqrt(E) if scale is None else float(scale)
-    if attn_mask is None and dropout_p == 0.0 and _fused_ok(q, k, v):
-        return _fused_attention(q, k, v, sc, bool(is_causal))
+    if dropout_p == 0.0:
+        kind = _fused_kind(q, k, v, attn_mask)
+        if kind is not None:
+            return _fused_attention(q, k, v, sc, bool(is_causal), attn_mask, kind, fn)
     s = matmul(q, swapaxes(k, -1, -2)) * sc
     if is_causal:
         p = softmax(where(_causal(L, S), s, -math.inf), axis=-1)
@@ -371,38 +373,84 @@ def scaled_dot_product_attention(
     return matmul(p.astype(v.dtype), v)
 
 
-def _fused_ok(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """Can the fused attention kernel (backend/templates/attention.py) run this call? float32
-    q, k, v with the same batch dimensions, non-empty, on the coupled 910 (the kernel keeps the
-    online softmax in the Cube core's UB; the split 910B has none), unless
-    LAZYMATH_FUSED_ATTENTION is off."""
+def _fused_kind(q: Tensor, k: Tensor, v: Tensor, attn_mask) -> str | None:
+    """Which fused attention kernel (backend/templates/attention.py) runs this call, or None
+    for the composition: on the split 910B the MIX kernel ("attention_mix": float32, float16
+    or bfloat16, masks in the kernel); on the coupled 910 the one-core kernel ("attention":
+    float32, no mask). q, k, v of one dtype with equal batch dimensions (>= 1), non-empty;
+    unless LAZYMATH_FUSED_ATTENTION is off."""
     if not _FUSED_ATTENTION:
-        return False
-    if any(t.dtype != np.float32 or t.ndim < 3 for t in (q, k, v)):
-        return False
+        return None
+    if q.ndim < 3 or k.ndim < 3 or v.ndim < 3 or not (q.dtype == k.dtype == v.dtype):
+        return None
     if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]) or 0 in (*q.shape, *k.shape, *v.shape):
-        return False
+        return None
     from .tensor import _current_device
 
-    dev = _current_device()
-    return bool(getattr(getattr(dev, "spec", None), "coupled", False))
+    spec = getattr(_current_device(), "spec", None)
+    if spec is None:
+        return None
+    if not spec.coupled:
+        ok = q.dtype in (np.float32, np.float16, dt.bfloat16)
+        return "attention_mix" if ok else None
+    return "attention" if q.dtype == np.float32 and attn_mask is None else None
 
 
 _FUSED_ATTENTION = True  # module switch (tests compare the fused kernel with the composition)
 
 
-def _fused_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> Tensor:
-    """One `custom` node running the built-in fused attention kernel (its inputs are read
+def _mask_operand(mask: Tensor, lead: tuple, L: int, S: int, fn: str) -> tuple:
+    """(additive float32 mask of shape (Mb, L, S), mdiv, mmod) for the MIX kernel: a bool
+    mask becomes 0 / -inf, a float mask is cast; batch dimensions that broadcast stay
+    unexpanded when q's flattened batch index bh maps to the mask's as (bh // mdiv) % mmod
+    (the mask's non-broadcast batch dimensions are one contiguous run of q's: a (L, S),
+    (B, 1, L, S) or (1, H, L, S) mask is not copied per head), else expanded to q's."""
+    try:
+        broadcast_shapes(tuple(mask.shape), (*lead, L, S))
+    except ValueError:
+        raise ValueError(
+            f"{fn}: attn_mask of shape {list(mask.shape)} does not broadcast to the scores' "
+            f"shape {[*lead, L, S]}"
+        ) from None
+    zero, ninf = np.float32(0.0), np.float32(-math.inf)  # (Python floats would make float64)
+    add = where(mask, zero, ninf) if mask.dtype == np.bool_ else mask
+    add = broadcast_to(add.astype(dt.float32), (*mask.shape[:-2], L, S))
+    mlead = (1,) * (len(lead) - (add.ndim - 2)) + tuple(add.shape[:-2])
+    if add.ndim - 2 > len(lead):  # extra leading ones (broadcast_shapes checked them)
+        mlead = mlead[len(mlead) - len(lead) :]
+    real = [i for i, n in enumerate(mlead) if n != 1]
+    if not real:
+        return add.reshape(1, L, S), 1, 1
+    i, j = real[0], real[-1] + 1
+    if all(mlead[t] == lead[t] for t in range(i, j)):
+        return add.reshape(math.prod(mlead), L, S), math.prod(lead[j:]), math.prod(lead[i:j])
+    full = broadcast_to(add.reshape(*mlead, L, S), (*lead, L, S))
+    return full.reshape(math.prod(lead), L, S), 1, math.prod(lead)
+
+
+def _fused_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool,
+                     attn_mask=None, kind: str = "attention",
+                     fn: str = "scaled_dot_product_attention") -> Tensor:  # fmt: skip
+    """One `custom` node running a built-in fused attention kernel (its inputs are read
     dense from GM: a strided view, e.g. heads split by a permute, is copied first)."""
-    from .backend.templates import attention  # registers the kernel definition
+    from .backend.templates import attention  # registers the kernel definitions
     from .graph import custom
     from .graph import node as gn
     from .tensor import _wrap
 
-    params = (("causal", causal), ("scale", float(scale)))
+    srcs = [q._node, k._node, v._node]
+    params: tuple = (("causal", causal), ("scale", float(scale)))
+    if kind == attention.MIX_NAME:
+        masked = attn_mask is not None
+        mdiv = mmod = 1
+        if masked:
+            m, mdiv, mmod = _mask_operand(_t(attn_mask, fn), tuple(q.shape[:-2]),
+                                          q.shape[-2], k.shape[-2], fn)  # fmt: skip
+            srcs.append(m._node)
+        params = (("causal", causal), ("masked", masked), ("mdiv", mdiv), ("mmod", mmod),
+                  ("scale", float(scale)))  # fmt: skip
     shape = (*q.shape[:-1], v.shape[-1])
-    node = gn.make("custom", q.dtype, shape, (q._node, k._node, v._node),
-                   (custom.BUILTIN[attention.NAME], params))  # fmt: skip
+    node = gn.make("custom", q.dtype, shape, tuple(srcs), (custom.BUILTIN[kind], params))
     return _wrap(node, [q])
 
 

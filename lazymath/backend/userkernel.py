@@ -29,8 +29,11 @@ from lazymath.backend.kernel_ir import CustomKernel
 from lazymath.backend.templates import common as C
 from lazymath.graph import custom
 
-DTYPES = ("bool", "int8", "int32", "int64", "float16", "float32", "float64")
-UNITS = ("vector", "cube")
+DTYPES = ("bool", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+UNITS = ("vector", "cube")  # what lazymath.kernel accepts
+# + "mix": one body for a Cube core and its Vector cores (split 910B, `isa.is_mix`); built-in
+# kernels only (the fused attention): each instruction's core follows from it (`isa.core_of`)
+BUILTIN_UNITS = (*UNITS, "mix")
 
 
 class KernelDefinitionError(ValueError):
@@ -81,6 +84,21 @@ class GlobalTensor:
 
     def __repr__(self) -> str:
         return f"GlobalTensor({self.name}: gm {self.dtype.name}{list(self.shape)})"
+
+
+class _WorkspaceTensor(GlobalTensor):
+    """A part of the GM workspace: element `off` is at `base + off` of its typed buffer."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, buf: isa.Buffer, shape: tuple[int, ...], base: int):
+        super().__init__(buf, shape)
+        self.base = base
+
+    def __getitem__(self, off) -> isa.Ref:
+        return isa.Ref(self.buf, isa.add(self.base, _int(off)) if self.base else _int(off))
+
+    __add__ = __getitem__
 
 
 class LocalTensor:
@@ -156,6 +174,8 @@ class KernelBuilder(isa.Builder):
         self.epilogue_result = -1
         self.epilogue_calls = 0
         self._epi_pools: dict = {}
+        self.ws_arg = -1  # GM argument index of the workspace (set by build_program)
+        self.ws_buffers: list[isa.Buffer] = []
 
     # ------------------------------------------------------------ buffers
     def alloc(self, scope: str, dtype, size: int, name: str | None = None) -> LocalTensor:
@@ -172,6 +192,11 @@ class KernelBuilder(isa.Builder):
             raise KernelDefinitionError(
                 f"kernel {self.name}: a Vector kernel has only UB on chip; {scope} belongs to the "
                 "Cube core (declare unit='cube')"
+            )
+        if self.unit == "mix" and self.spec.coupled:
+            raise KernelDefinitionError(
+                f"kernel {self.name}: a MIX kernel (AIC + AIV joined by cross-core flags) is a "
+                f"split-device kernel; {self.spec.name} is coupled"
             )
         if self.unit == "cube" and scope == "UB" and not self.spec.has_ub_on_cube_core:
             raise KernelDefinitionError(
@@ -231,6 +256,21 @@ class KernelBuilder(isa.Builder):
         scope = scope.upper()
         return self.spec.capacity(scope) - self._used.get(scope, 0)
 
+    def workspace_tensor(self, dtype, size: int, name: str) -> GlobalTensor:
+        """`size` elements of `dtype` in the kernel's GM workspace (one zeroed argument after
+        the outputs, fresh per launch; 64-byte aligned parts): where a MIX kernel's AIC and AIV
+        hand tiles to each other, since they share no on-chip memory."""
+        dt = check_dtype(dtype, f"kernel {self.name}: workspace {name}")
+        if not isinstance(size, int) or size <= 0:
+            raise KernelDefinitionError(f"kernel {self.name}: workspace {name} needs a static "
+                                        f"positive element count, got {size!r}")  # fmt: skip
+        item = np.dtype(dt).itemsize
+        off = -(-self.workspace // 64) * 64
+        self.workspace = off + size * item
+        buf = isa.Buffer(name, "GM", dt, 0, arg=self.ws_arg)
+        self.ws_buffers.append(buf)
+        return _WorkspaceTensor(buf, (size,), off // item)
+
     def scratch(self, dtype, size=None, scope="UB", prefix=None):
         return isa.Ref(self.alloc(scope, dtype, size if size else self.tile, None).buf, 0)
 
@@ -254,7 +294,12 @@ class KernelBuilder(isa.Builder):
                 f"kernel {self.name}: {isa.format_instr(instr)!r} runs on the {pipe} pipe of a "
                 "Cube core; this kernel is unit='vector'"
             )
-        if self.unit == "cube" and pipe == "Vector" and not self.spec.has_ub_on_cube_core:
+        if self.unit == "mix":
+            try:
+                isa.core_of(instr)
+            except ValueError as e:
+                raise KernelDefinitionError(f"kernel {self.name}: {e}") from None
+        elif self.unit == "cube" and pipe == "Vector" and not self.spec.has_ub_on_cube_core:
             raise KernelDefinitionError(
                 f"kernel {self.name}: {isa.format_instr(instr)!r} needs a Vector unit, which a "
                 f"{self.spec.name} Cube core does not have"
@@ -365,9 +410,28 @@ class KernelBuilder(isa.Builder):
         """Pipe `dst_pipe` waits for the matching set_flag."""
         self.body.append(isa.WaitFlag(self._pipe(src_pipe), self._pipe(dst_pipe), _int(event)))
 
-    def pipe_barrier(self) -> None:
-        """Every pipe waits until all issued work is done."""
+    def pipe_barrier(self, core: str | None = None) -> None:
+        """Every pipe waits until all issued work is done; in a MIX kernel every pipe of one
+        `core` ("AIC" or "AIV": a barrier never spans the two)."""
+        if self.unit == "mix":
+            if core not in isa.MIX_CORES:
+                raise KernelDefinitionError(f"kernel {self.name}: a MIX kernel's pipe_barrier "
+                                            "names its core: 'AIC' or 'AIV'")  # fmt: skip
+            self.body.append(isa.PipeBarrier(core))
+            return
+        if core is not None:
+            raise KernelDefinitionError(f"kernel {self.name}: pipe_barrier(core) is for MIX "
+                                        "kernels")  # fmt: skip
         self.body.append(isa.PipeBarrier())
+
+    def cross_set(self, side: str, pipe: str, flag) -> None:
+        """MIX: `pipe` of core `side` tells the other core kind that its work so far is done
+        (AscendC CrossCoreSetFlag), e.g. the AIC after FixPipe wrote a tile to the workspace."""
+        self.emit(isa.CrossCoreSetFlag(self._pipe(pipe), _int(flag), side))
+
+    def cross_wait(self, side: str, pipe: str, flag) -> None:
+        """MIX: `pipe` of core `side` stalls until the other core kind set `flag`."""
+        self.emit(isa.CrossCoreWaitFlag(self._pipe(pipe), _int(flag), side))
 
     # ------------------------------------------------------------ movers
     def copy_in(self, dst, src, counts, strides=None, dst_pitch=None) -> None:
@@ -447,6 +511,8 @@ def dry_run(prog: isa.Program, ir: CustomKernel) -> None:
     if sum(math.prod(v.shape) for v in views) > RACE_CHECK_MAX_ELEMENTS:
         return
     arrays = [np.zeros(math.prod(v.shape), v.dtype) for v in views]
+    if prog.workspace:  # the GM workspace argument, raw bytes as a launch binds it
+        arrays.append(np.zeros(prog.workspace, np.uint8))
     try:
         interp.run(prog, arrays, 0, max(prog.device_blocks or prog.blocks, 1))
     except (races.RaceError, interp.FlagError, IndexError) as e:
@@ -491,6 +557,7 @@ def build_program(name: str, unit: str, fn, tiling, ir: CustomKernel, spec,
         raise KernelDefinitionError(f"kernel {name}: blocks must be an int >= 1, got {blocks!r}")
     k = KernelBuilder(name, unit, spec, {**params, **tiles})
     k.epilogue_expr, k.epilogue_result = ir.epilogue, ir.epilogue_result
+    k.ws_arg = len(args)
     fn(k, *gts, **params, **tiles, **(extra_params or {}))
     if ir.epilogue and not k.epilogue_calls:
         raise KernelDefinitionError(
@@ -499,8 +566,8 @@ def build_program(name: str, unit: str, fn, tiling, ir: CustomKernel, spec,
         )
     # the program asks the device for `blocks`; how many host threads run them is the host
     # mapping's choice (compile.host_blocks), as for the templates
-    prog = isa.Program(name, args, tuple(k.buffers), tuple(k.body), blocks, blocks, unit,
-                       k.workspace)  # fmt: skip
+    prog = isa.Program(name, (*args, *k.ws_buffers), tuple(k.buffers), tuple(k.body), blocks,
+                       blocks, unit, k.workspace)  # fmt: skip
     prog.check(spec)
     if check:
         dry_run(prog, ir)
