@@ -7,6 +7,8 @@ one process (issue 34).
   calls (lazymath results are realized: `.numpy()` on the output; jax: block_until_ready);
 - a 50-op elementwise step on 1,000 float32 (alternating mul/add/tanh-free cheap ops), lm.jit
   vs numpy eager;
+- a dynamic batch: tanh(x @ W + b) * 0.5 through lm.jit(dynamic=0) at batch sizes 1..4096
+  (one program) against numpy eager, and the programs compiled;
 - a 1,000-step eager loop `x * s + 1.0` whose Python float s changes every step: programs
   compiled during the loop (the default runtime-scalar arguments: 0 after the first step).
 Timings are only meaningful under /work/bin/lmbench on the shared host (machine to itself).
@@ -93,6 +95,23 @@ def main() -> None:
     t_np = _median_us(lambda: step50(xn, yn), a.reps)
     print(f"50-op step, {N} float32: lm.jit {t_lm:.2f} us, numpy eager {t_np:.2f} us "
           f"({t_lm / t_np:.2f}x)")  # fmt: skip
+
+    # a dynamic batch: one program for every size (lm.jit(dynamic=0)) against numpy eager
+    wn = rng.standard_normal((64, 32)).astype(np.float32)
+    bn = rng.standard_normal(32).astype(np.float32)
+    w, b = lm.asarray(wn), lm.asarray(bn)
+    jd = lm.jit(lambda u: lm.tanh(u @ w + b) * 0.5, dynamic=0)
+    misses = engine.PROGRAMS.misses
+    print("dynamic batch tanh(x @ W[64x32] + b) * 0.5, us per call (lm.jit dynamic=0 / numpy):")
+    for n in (1, 7, 64, 100, 513, 4096):
+        xb = rng.standard_normal((n, 64)).astype(np.float32)
+        tb = lm.asarray(xb)
+        np.testing.assert_allclose(jd(tb).numpy(), np.tanh(xb @ wn + bn) * 0.5, rtol=1e-4,
+                                   atol=1e-5)  # fmt: skip
+        t_j = _median_us(lambda tb=tb: jd(tb).numpy(), a.reps)
+        t_n = _median_us(lambda xb=xb: np.tanh(xb @ wn + bn) * np.float32(0.5), a.reps)
+        print(f"  batch {n:5d}: {t_j:9.2f} / {t_n:9.2f}  ({t_j / t_n:.2f}x)")
+    print(f"  programs compiled for the 6 sizes: {engine.PROGRAMS.misses - misses}")
 
     (x * 0.5 + 1.0).numpy()
     misses = engine.PROGRAMS.misses

@@ -416,7 +416,8 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_REALIZE_THREAD.after_fork)
 
 
-def _run_program(prog: Program, leaves: list, validate: bool, hit: bool, on_kernel=None):
+def _run_program(prog: Program, leaves: list, validate: bool, hit: bool, on_kernel=None,
+                 out=None):  # fmt: skip
     """prog.run, interruptible when long: on the main thread a long program runs on the realize
     thread while this one waits interruptibly (`_RealizeThread`); its outputs are discarded on
     Ctrl-C. A run that overlapped someone else's cancel request may have had kernels cut short:
@@ -426,11 +427,11 @@ def _run_program(prog: Program, leaves: list, validate: bool, hit: bool, on_kern
     check = _run_validated if validate else None
     if (_program_work(prog) < LONG_WORK
             or threading.current_thread() is not threading.main_thread()):  # fmt: skip
-        results = prog.run(data, hit, leaves, on_kernel, check)
+        results = prog.run(data, hit, leaves, on_kernel, check, out)
     else:
-        results = _REALIZE_THREAD.run(lambda: prog.run(data, hit, leaves, on_kernel, check))
+        results = _REALIZE_THREAD.run(lambda: prog.run(data, hit, leaves, on_kernel, check, out))
     if _cancel.EPOCH[0] != epoch:
-        return _run_program(prog, leaves, validate, hit, on_kernel)
+        return _run_program(prog, leaves, validate, hit, on_kernel, out)
     return results
 
 
@@ -444,13 +445,17 @@ def program_key(key, spec, backend: str) -> tuple:
     return (key, spec.key(), backend, target) + (("hostmath",) if settings.HOST_MATH.get() else ())
 
 
-def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
-    """Realize `roots` (pending nodes) through the program cache."""
+def run_compiled(roots: list[gn.Node], backend: str | None = None, out=None) -> None:
+    """Realize `roots` (pending nodes) through the program cache. `out`: a C-contiguous array
+    roots[0]'s value is written into when the program's output slot allows (`realize(out=)`;
+    the caller checks and copies otherwise)."""
     t0 = time.perf_counter()
     spec = device_spec()
     if backend is None:
         backend = _BACKEND.get()
     outputs, key, leaves, order = plan_outputs(roots)
+    if out is not None:
+        out = (roots[0], out)
     full_key = program_key(key, spec, backend)
     prog = PROGRAMS.get(full_key)
     fold = None
@@ -466,30 +471,32 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None) -> None:
         from .backend.workers import hold_background
 
         with hold_background():
-            _run_miss(outputs, leaves, order, spec, backend, key, full_key, t0, fold)
+            _run_miss(outputs, leaves, order, spec, backend, key, full_key, t0, fold, out)
         return
-    _run_and_commit(prog, outputs, leaves, hit, t0)
+    _run_and_commit(prog, outputs, leaves, hit, t0, out)
 
 
 def _run_miss(outputs, leaves, order, spec, backend: str, key, full_key, t0: float,
-              fold: tuple[int, ...] | None = None) -> None:  # fmt: skip
+              fold: tuple[int, ...] | None = None, out=None) -> None:  # fmt: skip
     reason = debug.miss_reason(key, order, spec, backend)
     if fold is not None:
         reason = "new values of scalars folded into the program's kernels"
     prog = compile_program(outputs, leaves, order, spec, backend, fold=fold)
     prog.miss_reason = reason
     PROGRAMS.put(full_key, prog)
-    _run_and_commit(prog, outputs, leaves, False, t0)
+    _run_and_commit(prog, outputs, leaves, False, t0, out)
 
 
-def _run_and_commit(prog, outputs, leaves, hit: bool, t0: float) -> None:
+def _run_and_commit(prog, outputs, leaves, hit: bool, t0: float, out=None) -> None:
     validate = _VALIDATE.get()
     level = _DEBUG.get()
     out_dir = settings.DEBUG_DIR.get()
     on_kernel = None
     if level >= 2 and not validate:
         on_kernel = debug.kernel_printer(prog)
-    results = _run_program(prog, leaves, validate, hit, on_kernel)
+    if out is not None:  # (output index of roots[0], array)
+        out = next(((i, out[1]) for i, n in enumerate(outputs) if n is out[0]), None)
+    results = _run_program(prog, leaves, validate, hit, on_kernel, out)
     for n, v in zip(outputs, results):
         commit(n, v)
     if level or out_dir:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import sys
 import time
 
+import numpy as np
+
 from . import settings
+from .graph import node as gn
 from .graph import reference
 from .graph.walk import commit, live_outputs, nodes_of
 
@@ -53,6 +56,45 @@ def realize(*tensors) -> None:
         _debug_line(outputs, "reference", t0)
         return
     _run_compiled()(roots, backend)
+
+
+def realize_into(t, out: np.ndarray) -> None:
+    """`t.realize(out=out)`: compute `t` into the caller's array. The program writes straight
+    into `out` when it is C-contiguous and `t` is a plain output of the program (no extra
+    buffer, no copy); otherwise (a view, a realized tensor, another backend) the value is
+    copied in. Afterwards `t` views `out` in the direct case, as torch's `out=` does: writing
+    into `out` later changes `t`. Clear errors, before any work, for a wrong type, shape,
+    dtype (no casting), a read-only array, and an `out` overlapping a buffer the computation
+    reads (the kernels would overwrite their own inputs)."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"realize(out=...): out must be a numpy array, got {type(out).__name__}")
+    node = t._node
+    if out.shape != node.shape:
+        raise ValueError(f"realize(out=...): out has shape {out.shape}, the tensor {node.shape}")
+    if out.dtype != node.dtype:
+        raise TypeError(f"realize(out=...): out has dtype {out.dtype}, the tensor {node.dtype} "
+                        "(no casting: pass an array of the tensor's dtype)")  # fmt: skip
+    if not out.flags.writeable:
+        raise ValueError("realize(out=...): out is read-only")
+    if node.realized is None:
+        for n in gn.toposort([node]):
+            r = n.realized
+            if r is not None and r.size and np.may_share_memory(r, out):
+                raise ValueError(f"realize(out=...): out overlaps an input of the computation "
+                                 f"({n.op} {n.shape} created at {n.loc})")  # fmt: skip
+        if (SHARDED is None and out.flags.c_contiguous and out.size
+                and _BACKEND.get() != "reference"):  # fmt: skip
+            _run_compiled()([node], _BACKEND.get(), out=out)
+        else:
+            realize(t)
+    elif node.realized is out or (node.realized.base is out and node.realized.shape == out.shape
+                                  and node.realized.strides == out.strides):  # fmt: skip
+        return  # already there
+    elif np.may_share_memory(node.realized, out):
+        raise ValueError("realize(out=...): out overlaps the tensor's own (different) buffer")
+    r = node.realized
+    if r.base is not out:
+        np.copyto(out, r)
 
 
 def _check_reference_memory(outputs: list) -> None:

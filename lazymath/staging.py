@@ -14,6 +14,7 @@ What is part of the signature (a new value retraces; LAZYMATH_DEBUG=1 prints the
   - every non-tensor leaf by value (Python scalars, None, strings: they may steer Python
     control flow in `fn`), and the arguments named by `static_argnums` (hashable);
   - the device preset, the backend and the host target in force.
+A batch dimension can be symbolic (`dynamic=`, see `jit`); docs/jit.md has the whole story.
 A Python scalar argument is therefore static: a new value retraces, but the retrace finds the
 compiled program (scalars are runtime kernel arguments, LAZYMATH_SCALAR_ARGS), so it costs a
 trace, not a compile. Pass a value that changes every step as a 0-d tensor

@@ -150,10 +150,19 @@ class Tensor:
         return id(self)
 
     # -- realize points --
-    def realize(self) -> Tensor:
+    def realize(self, out: np.ndarray | None = None) -> Tensor:
         """Compile (or fetch from the caches) and run every kernel this tensor needs, and
         return it with its data in place. Later reads (`numpy()`, `item()`, printing) do not
-        recompute. Set LAZYMATH_DEBUG=1 to see what each realize did and why."""
+        recompute. Set LAZYMATH_DEBUG=1 to see what each realize did and why.
+
+        `out`: a writable numpy array of the tensor's shape and dtype to compute into (reuse
+        one buffer across steps); see `lazymath.realize.realize_into` for when it is written
+        directly and the errors."""
+        if out is not None:
+            from .realize import realize_into
+
+            realize_into(self, out)
+            return self
         _realize(self)
         return self
 

@@ -77,7 +77,7 @@ class Program:
     _contexts: list = field(default_factory=list)  # idle replay contexts (arena + argvs)
 
     def run(self, leaves: list[np.ndarray], hit: bool = False, leaf_nodes: list | None = None,
-            on_kernel=None, check=None) -> list[np.ndarray]:  # fmt: skip
+            on_kernel=None, check=None, out=None) -> list[np.ndarray]:  # fmt: skip
         """Bind inputs, allocate the arena and outputs, launch every kernel on its stream
         (events order cross-stream work) and wait for the results.
 
@@ -87,10 +87,12 @@ class Program:
         kernels run one after another on this thread, each timed, and the callback hears of
         each as it finishes. `check(sk, ck, arrays)` (LAZYMATH_VALIDATE): runs each kernel
         itself, in schedule order, and compares it with a reference (the engine's validator:
-        it needs the backend, which this layer does not import)."""
+        it needs the backend, which this layer does not import). `out` = (output index,
+        array): that output is written straight into the caller's C-contiguous array when its
+        slot is a plain output of the same shape and dtype (`realize(out=...)`)."""
         dev = _api._CURRENT or _api.current_device()
         inline = self.inline and _prof._ACTIVE is None
-        if inline and check is None and on_kernel is None:
+        if inline and check is None and on_kernel is None and out is None:
             plan = self._replay
             if plan is None:
                 plan = self._replay = _replay_plan(self)
@@ -117,6 +119,13 @@ class Program:
             elif s.kind == "alias":
                 arrays[i] = arrays[s.index].view(s.dtype).reshape(s.shape)
                 addrs[i] = addrs[s.index]
+            elif (
+                out is not None
+                and s.index == out[0]
+                and out[1].shape == s.shape
+                and (out[1].dtype == s.dtype and out[1].flags.c_contiguous)
+            ):  # `realize(out=...)`: the caller's array is this output's memory
+                arrays[i], addrs[i] = out[1], out[1].__array_interface__["data"][0]
             else:
                 arrays[i], addrs[i] = _output_array(dev, s)
         try:
@@ -141,6 +150,8 @@ class Program:
         finally:
             if arena is not None:
                 dev.free(arena)
+        if out is not None:  # a view: the engine makes results read-only, not the caller's array
+            return [a.view() if a is out[1] else a for a in (arrays[j] for j in self.outputs)]
         return [arrays[j] for j in self.outputs]
 
     def launches(self) -> tuple:
