@@ -239,11 +239,13 @@ class Tensor:
         if dl_device is not None and tuple(dl_device)[0] != 1:
             raise BufferError(f"__dlpack__: cannot export to device {dl_device}; only (1, 0)")
         a = self.numpy()
-        if a.dtype == dt.bfloat16:
-            raise BufferError(
-                "__dlpack__: numpy's DLPack exporter has no bfloat16; for torch use "
-                "torch.from_numpy(np.asarray(t).view(np.int16)).view(torch.bfloat16)"
-            )
+        if a.dtype == dt.bfloat16:  # numpy's exporter has no bfloat16: lazymath's own capsule
+            from . import _dlpack
+
+            versioned = max_version is not None and tuple(max_version)[0] >= 1
+            if copy or (not versioned and copy is None):  # legacy: cannot say read-only
+                a = np.array(a, copy=True)
+            return _dlpack.capsule(a, versioned, read_only=not a.flags.writeable)
         if copy:
             a = np.array(a, copy=True)
         legacy = max_version is None or tuple(max_version)[0] < 1

@@ -77,8 +77,40 @@ def test_torch_bfloat16_tensors_convert_through_dlpack():
         assert got.dtype == BF16
     _same_bits(lm.asarray(src).numpy(), want)
     _same_bits(lm.from_dlpack(src.T).numpy(), want.T)  # non-contiguous: copied
-    with pytest.raises(BufferError, match="bfloat16"):
-        torch.from_dlpack(lm.asarray(src))  # numpy's exporter has no bfloat16: a clear error
+    # lazymath -> torch: lazymath's own capsule (kDLBfloat, 16 bits; numpy's exporter has none)
+    t = lm.asarray(src)
+    back = torch.from_dlpack(t)
+    assert back.dtype == torch.bfloat16 and back.shape == src.shape
+    assert torch.equal(back.view(torch.int16), src.view(torch.int16))  # bit for bit (NaN too)
+
+
+def test_bfloat16_dlpack_export_round_trips_with_torch():
+    """torch.from_dlpack of bf16 tensors: versioned capsules are zero-copy and flagged
+    read-only, legacy ones are copies (the legacy protocol cannot say read-only), views keep
+    their strides (reversed, sliced), an empty tensor exports, and every capsule's memory is
+    released once torch drops it or nobody consumed it."""
+    import gc
+
+    from lazymath import _dlpack
+
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(4).standard_normal((3, 5, 7)).astype(BF16)
+    t = lm.asarray(x)
+    buf = np.asarray(t)
+    v = torch.utils.dlpack.from_dlpack(t.__dlpack__(max_version=(1, 0)))
+    assert v.data_ptr() == buf.ctypes.data  # zero-copy
+    legacy = torch.utils.dlpack.from_dlpack(t.__dlpack__())
+    assert legacy.data_ptr() != buf.ctypes.data
+    for got in (v, legacy):
+        _same_bits(got.view(torch.int16).numpy().view(BF16), x)
+    view = t[:, ::-1, 2:]
+    _same_bits(torch.from_dlpack(view).view(torch.int16).numpy().view(BF16), x[:, ::-1, 2:])
+    assert tuple(torch.from_dlpack(lm.asarray(np.zeros((0, 4), BF16))).shape) == (0, 4)
+    unused = t.__dlpack__(max_version=(1, 0))
+    del unused, v, legacy, view, got
+    gc.collect()
+    assert not _dlpack._LIVE
+    _same_bits(lm.from_dlpack(torch.from_dlpack(t)).numpy(), x)  # and back
 
 
 def test_jax_bfloat16_arrays_convert():

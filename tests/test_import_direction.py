@@ -124,6 +124,7 @@ def layer(mod: str) -> str | None:
         "lazymath._threads",
         "lazymath._tpctl",
         "lazymath._dccache",
+        "lazymath._dlpack",  # bfloat16 DLPack capsules (numpy + ctypes only)
         "lazymath.units",
         "lazymath.runtime.device",
     ):

@@ -37,7 +37,6 @@ FAMILIES = {
     "int": (lambda a, b: (a * 3 + b) // 2 % 5, (np.arange(-7, 8, dtype=np.int32),
                                                   np.int32(4) + np.arange(15, dtype=np.int32))),
     "complex": (lambda a, b: a * b + 1j, (_x(4) + 1j * _x(4), _x(4).astype(np.complex64))),
-    "fft": (lambda a, b: (lm.fft.fft(a * b), lm.fft.rfft(a)), (_x(3, 12), _x(12))),
 }  # fmt: skip
 
 
