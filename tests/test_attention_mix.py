@@ -229,3 +229,37 @@ def test_mixed_dtypes_keep_the_composition():
     v = lm.asarray(a[2])
     out = nn.scaled_dot_product_attention(q, k, v)
     assert all("attention" not in kk.ops for kk in lm.schedule(out).kernels)
+
+
+@pytest.mark.parametrize("target", ["znver3", "x86-64"])
+def test_bf16_attention_without_avx512_bf16(target, monkeypatch, tmp_path):
+    """The MIX kernel's bfloat16 Mmads on a target without AVX512_BF16 (float32 FMAs on
+    widened panels) agree with this host's native mapping (vdpbf16ps where it has it) and
+    with torch: both paths accumulate exact bf16 products in float32, so they differ only by
+    summation order (and the rare P element that rounds the other way to bf16)."""
+    from lazymath.backend import host
+
+    try:
+        host.make_target(target)
+    except Exception:  # noqa: BLE001 - a host that cannot run that target's code
+        pytest.skip(f"this host cannot run {target} code")
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    arrays = qkv(1, 2, 130, 70, 64)
+
+    def run():
+        lm.clear_cache()  # programs compiled for another target must not be reused
+        out = nn.scaled_dot_product_attention(*lm_inputs(arrays, "bfloat16"), is_causal=True)
+        return as_f32(out)
+
+    native = run()
+    monkeypatch.setenv(host.ENV_TARGET, target)
+    monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path))
+    forced = run()
+    from lazymath.backend import gemm
+
+    assert not gemm.bf16_dot_available()  # the converted-FMA path ran
+    monkeypatch.delenv(host.ENV_TARGET)
+    lm.clear_cache()
+    np.testing.assert_allclose(forced, native, rtol=1e-2, atol=4e-3)
+    np.testing.assert_allclose(forced, torch_sdpa(arrays, "bfloat16", is_causal=True),
+                               rtol=1e-2, atol=2e-2)  # fmt: skip
