@@ -37,7 +37,7 @@ import numpy as np
 from . import engine, settings
 from .graph import node as gn
 from .graph.ops import ELEMENTWISE
-from .graph.walk import plan_outputs
+from .graph.walk import no_view_folding, plan_outputs
 from .runtime import api as _rt_api
 from .runtime import profiler as _prof
 from .runtime.replay import BoundReplay
@@ -361,7 +361,8 @@ class Jitted:
         for i, a in enumerate(args):
             call_args.append(a if i in self.static_argnums else _rebuild(a, it))
         call_kwargs = _rebuild(kwargs, it) if kwargs else {}
-        out = self.fn(*call_args, **call_kwargs)
+        with no_view_folding():  # a realize inside fn must not turn views of inputs to leaves
+            out = self.fn(*call_args, **call_kwargs)
         out_leaves: list = []
         out_struct = _flatten(out, out_leaves, [])
         in_pos = {id(t._node): k for k, t in enumerate(fresh)}
@@ -370,7 +371,8 @@ class Jitted:
             analyze(roots, fresh, out_leaves)
         entry = None
         if roots and _BACKEND.get() != "reference":
-            entry = self._compile(roots, in_pos, out_leaves, out_struct, fresh)
+            with no_view_folding():  # the program's leaves must be the traced inputs
+                entry = self._compile(roots, in_pos, out_leaves, out_struct, fresh)
         else:
             from .realize import realize
 

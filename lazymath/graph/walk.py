@@ -8,6 +8,8 @@ a realized leaf. The driver (realize.py, engine.py) and the public functions (ap
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from . import node as gn
@@ -85,8 +87,8 @@ def walk(roots: list[gn.Node]) -> tuple:
             pushed = False
             for s in srcs:
                 if s not in index:
-                    if s.realized is not None:  # leaves are indexed on sight, never pushed
-                        _walk_leaf(s, index, parts, leaves, order)
+                    if s.realized is not None or (s.op in _FOLD_OPS and _fold_view(s)):
+                        _walk_leaf(s, index, parts, leaves, order)  # indexed on sight
                     else:
                         stack.append(s)
                         pushed = True
@@ -102,6 +104,69 @@ def walk(roots: list[gn.Node]) -> tuple:
             index[n] = len(order)
             order.append(n)
     return parts, leaves, order, index, live
+
+
+VIEW_FOLD_MAX = 64  # elements: views of realized buffers up to this size become leaves
+_FOLD_OPS = frozenset(("reshape", "permute", "slice"))
+_no_fold = threading.local()
+
+
+class no_view_folding:
+    """``with no_view_folding():`` -- `walk` keeps views of realized buffers as graph nodes.
+    lm.jit needs it while it traces: its program's leaves must be the traced inputs
+    themselves (bound anew at each replay), never views of this call's arrays."""
+
+    def __enter__(self):
+        _no_fold.depth = getattr(_no_fold, "depth", 0) + 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _no_fold.depth -= 1
+
+
+def _fold_view(n: gn.Node) -> bool:
+    """Realize `n`, a small chain of reshape/permute/slice over a realized buffer, as numpy's
+    view of that buffer (no kernel, no copy) so that it enters the program as a leaf.
+
+    Why: the offsets of a slice are part of the program key, so `x[i] == y[i]` for each i
+    (element-by-element checks, Python loops over rows) was a new program and a new kernel
+    per index -- two LLVM compiles, ~18 ms on Zen 5 -- where the same program with the view
+    as a leaf is found in the cache for every index (its strides and shape are the key, its
+    offset is the data pointer). The kernels read the same elements either way: a view
+    composed into a kernel's load and a strided leaf give the same load (`fusion.views`).
+    Only views of at most VIEW_FOLD_MAX elements (bigger ones fuse the same and gain little),
+    never over a constant (those fold into the kernels) or a 0-d scalar argument, never
+    through `expand`, and only when numpy's result is a C-contiguous view of the buffer (an
+    element, a row, a run of a row: every leaf a kernel or the interpreter binds is
+    contiguous, as before; strided views stay nodes that the kernels compose)."""
+    if getattr(_no_fold, "depth", 0):
+        return False
+    chain = []
+    m = n
+    while m.realized is None:
+        if m.op not in _FOLD_OPS or len(m.srcs) != 1 or _size(m.shape) > VIEW_FOLD_MAX:
+            return False
+        chain.append(m)
+        m = m.srcs[0]
+    base = m.realized
+    if m.op == "const" or base.ndim == 0 or base.size == 0 or _size(n.shape) == 0:
+        return False
+    from . import reference
+
+    a = base
+    for v in reversed(chain):
+        a = reference.fold(v, [a])
+    if not a.flags.c_contiguous or not np.may_share_memory(a, base):
+        return False  # strided (kernels compose those) or a reshape numpy had to copy
+    commit(n, a)
+    return True
+
+
+def _size(shape: tuple) -> int:
+    k = 1
+    for d in shape:
+        k *= d
+    return k
 
 
 def _walk_leaf(n: gn.Node, index: dict, parts: list, leaves: list, order: list) -> None:
