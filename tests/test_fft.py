@@ -8,6 +8,8 @@ tests/test_ops_matmul_conv_fft.py holds the older per-kind sweep.
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -661,3 +663,90 @@ def test_fft_plan_autotuned_stored_and_reused(tmp_path, spec):
     assert "[chosen by measurement (stored record): " in second["explain"], second["explain"]
     assert "stockham " in second["explain"] and "direct " in second["explain"]
     assert len(second["err"]) >= 2 + 6 and max(first["err"] + second["err"]) < 1e-5, runs
+
+
+# ------------------------------------------------------------------ repeated transforms (issue 35)
+# A transform repeated on the same realized input skips validation and the plan
+# (graph.dft.fast_join): same values, a fresh lazy result every call, and the slow path again
+# whenever the plan may differ.
+
+
+@pytest.mark.parametrize(
+    "kind, n, axis, norm",
+    [("fft", None, -1, None), ("fft", 4099, 0, "ortho"), ("ifft", 1000, 1, "forward"),
+     ("rfft", None, -1, "backward"), ("rfft", 513, 0, None)],
+)  # fmt: skip
+def test_repeated_transform_of_a_realized_input_matches_numpy(kind, n, axis, norm):
+    rng = np.random.default_rng(35)
+    real = kind == "rfft"
+    x = rng.standard_normal((6, 4096)).astype(np.float32)
+    if not real:
+        x = (x + 1j * rng.standard_normal((6, 4096))).astype(np.complex64)
+    t = lm.tensor(x)
+    want = getattr(np.fft, kind)(x, n=n, axis=axis, norm=norm)
+    for _ in range(3):
+        r = getattr(lm.fft, kind)(t, n=n, axis=axis, norm=norm)
+        assert r._node.realized is None  # a new lazy result, never the last call's buffer
+        np.testing.assert_allclose(np.asarray(r.realize()), want, **_tol(want, 4096, x.dtype))
+
+
+def _fast(kind, t, n, axis, norm):
+    """The fast path's answer for this call (None: the full path runs)."""
+    from lazymath.graph import dft
+
+    T = importlib.import_module("lazymath.tensor")  # (lm.tensor is the function)
+    return dft.fast_join(T._fft_memo, kind, t, n, axis, norm, T._RFFT_PACKED, T._FFT_TUNING.forced)
+
+
+def test_repeated_transform_takes_the_fast_path_and_leaves_it_when_the_plan_memo_clears():
+    from lazymath.graph import dft
+
+    x = np.random.default_rng(1).standard_normal(4096).astype(np.complex64)
+    t = lm.tensor(x)
+    assert _fast("fft", t, None, -1, None) is None  # nothing memoized yet
+    lm.fft.fft(t).realize()
+    assert _fast("fft", t, None, -1, None) is not None
+    np.testing.assert_allclose(np.asarray(lm.fft.fft(t).realize()), np.fft.fft(x), rtol=1e-4,
+                               atol=1e-3)  # fmt: skip
+    assert _fast("fft", t, 2048, -1, None) is None  # another n: its own plan
+    assert _fast("ifft", t, None, -1, None) is None
+    dft._clear()  # lm.precompile(autotune=True) / a long process: the plan may change
+    assert _fast("fft", t, None, -1, None) is None
+    np.testing.assert_allclose(np.asarray(lm.fft.fft(t).realize()), np.fft.fft(x), rtol=1e-4,
+                               atol=1e-3)  # fmt: skip
+    assert _fast("fft", t, None, -1, None) is not None
+
+
+def test_repeated_transform_still_raises_on_bad_arguments():
+    t = lm.tensor(np.ones(64, np.complex64))
+    lm.fft.fft(t).realize()
+    with pytest.raises((ValueError, IndexError), match="axis"):
+        lm.fft.fft(t, axis=3)
+    with pytest.raises(TypeError, match="axis"):
+        lm.fft.fft(t, axis=[0])
+    with pytest.raises(ValueError, match="norm"):
+        lm.fft.fft(t, norm="bogus")
+    with pytest.raises(TypeError):
+        lm.fft.fft(t, n=[4])
+    with pytest.raises(ValueError, match="n must be >= 1|invalid number"):
+        lm.fft.fft(t, n=0)
+
+
+def test_repeated_transform_follows_the_target_setting(monkeypatch):
+    from lazymath.backend import host
+
+    forced = host.executable_targets()[1:]
+    if not forced:
+        pytest.skip("no smaller target to force on this host")
+    x = np.random.default_rng(2).standard_normal(4096).astype(np.complex64)
+    t = lm.tensor(x)
+    lm.fft.fft(t).realize()
+    monkeypatch.setenv(host.ENV_TARGET, forced[0])
+    lm.clear_cache()
+    try:
+        assert _fast("fft", t, None, -1, None) is None  # keyed by the target
+        np.testing.assert_allclose(np.asarray(lm.fft.fft(t).realize()), np.fft.fft(x),
+                                   rtol=1e-4, atol=1e-3)  # fmt: skip
+    finally:
+        monkeypatch.delenv(host.ENV_TARGET)
+        lm.clear_cache()
