@@ -6,8 +6,20 @@ from __future__ import annotations
 import sys
 
 from . import engine, settings
+from ._version import __version__
+from .backend import autotune as tuning
+from .backend import roofline
+from .backend.compile import build_program, host_blocks
+from .backend.cost import estimate
+from .backend.kernel_cache import cache_info as kernel_cache_info
+from .backend.kernel_cache import clear_cache as clear_kernels
+from .fusion.grouping import aicpu_reason
+from .fusion.schedule import Schedule, ridge_point
+from .graph import custom
 from .graph.walk import nodes_of, plan_outputs
 from .realize import schedule_of
+from .runtime import api as rt_api
+from .runtime.timeline import SimKernel, explain_overlap, simulate
 from .tensor import Tensor, tensor
 from .units import fmt_bytes as _fmt_bytes
 
@@ -45,8 +57,6 @@ def explain(*tensors, spec=None) -> Explanation:
                 return text
 
     sched = schedule(*tensors, spec=spec)
-    from .fusion.schedule import Schedule
-
     if not isinstance(sched, Schedule):  # a distributed plan explains itself
         return Explanation(str(sched), sched)
     return Explanation(str(sched) + "\n\n" + _decisions(sched), sched)
@@ -84,8 +94,6 @@ def _unit_reason(sk) -> str:
     """Why the kernel runs on its unit."""
     g = sk.group
     if sk.unit == "aicpu":
-        from .fusion.grouping import aicpu_reason
-
         for n in getattr(g, "member_nodes", None) or []:
             why = aicpu_reason(n)
             if why:
@@ -93,8 +101,6 @@ def _unit_reason(sk) -> str:
         return "AI CPU: an op or dtype the AI Core kernels do not cover"
     kind = sk.kind
     if kind == "custom":
-        from .graph import custom
-
         for n in getattr(g, "member_nodes", None) or []:  # a library kernel says why
             why = n.op == "custom" and getattr(custom.get(n.arg[0]), "unit_reason", None)
             if why:
@@ -137,8 +143,6 @@ def _unit_reason(sk) -> str:
 
 
 def _bound_reason(sk, spec) -> str:
-    from .fusion.schedule import ridge_point
-
     if sk.unit == "aicpu":
         return f"{_fmt_num(sk.flops)}FLOP, {_fmt_num(sk.bytes)}B on the host CPU (no roofline)"
     ridge = ridge_point(sk.unit, spec)
@@ -155,9 +159,6 @@ def _bound_reason(sk, spec) -> str:
 def _kernel_costs(sched):
     """(cost or None, host blocks or None) per kernel: the ISA program built from the kernel IR
     (templates only, no LLVM) and the cost model's cycles; None where that is not possible."""
-    from .backend.compile import build_program, host_blocks
-    from .backend.cost import estimate
-
     out = []
     for sk in sched.kernels:
         if sk.unit == "aicpu" or sk.ir is None or sk.kind == "custom":
@@ -184,8 +185,6 @@ def _host_roofs():
 
 def _host_roof(sk, blocks, roofs):
     """The kernel's host roofline at its host block count (None for AI CPU kernels)."""
-    from .backend import roofline
-
     if roofs is None or sk.unit == "aicpu" or sk.ir is None:
         return None
     try:
@@ -198,8 +197,6 @@ EXPLAIN_SIM_MAX_KERNELS = 200  # above this, explain skips the simulated timelin
 
 
 def _decisions(sched) -> str:
-    from .runtime.timeline import SimKernel, explain_overlap, simulate
-
     spec = sched.spec
     costs = (_kernel_costs(sched) if len(sched.kernels) <= EXPLAIN_SIM_MAX_KERNELS
              else [(None, None)] * len(sched.kernels))  # fmt: skip
@@ -280,8 +277,6 @@ def _pool(spec, unit: str) -> tuple[int, str]:
 def cache_info() -> dict:
     """Counters and sizes of the caches: kernels compiled, memory and disk hits, disk files and
     bytes, the directory, program-cache hits/misses and programs held (this process)."""
-    from .backend.kernel_cache import cache_info as kernel_cache_info
-
     info = dict(kernel_cache_info())
     info.update(engine.PROGRAMS.stats())
     return info
@@ -290,8 +285,6 @@ def cache_info() -> dict:
 def clear_cache() -> None:
     """Forget every cached program and kernel, and delete the kernel files of the disk cache
     directory in force (LAZYMATH_CACHE_DIR)."""
-    from .backend.kernel_cache import clear_cache as clear_kernels
-
     engine.PROGRAMS.clear()
     clear_kernels()
     import gc
@@ -306,8 +299,6 @@ def precompile(fn, *example_inputs, autotune: bool = False) -> int:
     `autotune=True` times the host GEMM candidates of every matmul kernel not measured before
     (as LAZYMATH_AUTOTUNE=1 does) and stores the winners for later processes."""
     if autotune:
-        from .backend import autotune as tuning
-
         with tuning.forced():
             return precompile(fn, *example_inputs)
     args = [a if isinstance(a, Tensor) else tensor(a) for a in example_inputs]
@@ -356,10 +347,7 @@ def _config() -> dict:
 
     import numpy as np
 
-    from ._version import __version__
     from .backend import host
-    from .backend.kernel_cache import cache_info as kernel_cache_info
-    from .runtime import api as rt_api
 
     versions = {"lazymath": __version__, "python": platform.python_version(),
                 "numpy": np.__version__, "llvmlite": _version_of("llvmlite")}  # fmt: skip

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from .backend.jit import get_jit
 from .units import fmt_bytes
 
 # structure (ops and edges, no shapes/dtypes/constants) -> the last full signature seen with it
@@ -178,8 +179,6 @@ def _optimized_ir(ck) -> str | None:
     text = getattr(ck, "llvm_ir", None)
     if not text or getattr(ck, "backend", None) != "llvm":
         return None
-    from .backend.jit import get_jit
-
     return get_jit().optimized_ir(text)
 
 

@@ -25,7 +25,11 @@ import math
 
 import numpy as np
 
+from . import runtime as rt
 from .backend import isa
+from .backend.compile import compile_kernel
+from .backend.cost import estimate
+from .backend.ir_reference import eval_expr
 from .backend.kernel_ir import CustomKernel, contiguous_view
 from .backend.userkernel import (
     UNITS,
@@ -38,6 +42,9 @@ from .backend.userkernel import (
 )
 from .graph import custom
 from .graph import node as gn
+from .runtime import api, current_device, init_device, set_device
+from .runtime.device import get_spec
+from .runtime.stream import Event, Stream
 from .tensor import Tensor, tensor
 
 __all__ = [
@@ -343,8 +350,6 @@ class Kernel:
         outs = self._reference_outputs(srcs, dict(ir.params), len(ir.outputs))
         for j, (out, v) in enumerate(zip(outs, ir.outputs)):
             if ir.epilogue:  # the consumers fused into the epilogue slot
-                from .backend.ir_reference import eval_expr
-
                 acc = out.astype(v.dtype, copy=False).reshape(v.shape)
                 out = eval_expr(ir.epilogue, [], v.shape, acc)[ir.epilogue_result]
             arrays[n_in + j].reshape(-1)[: math.prod(v.shape)] = np.broadcast_to(
@@ -352,9 +357,6 @@ class Kernel:
             ).reshape(-1)
 
     def _interp_run(self, ir: CustomKernel, arrays) -> None:
-        from .backend.compile import compile_kernel
-        from .runtime import current_device
-
         ck = compile_kernel(ir, current_device().spec, "interp", self.name)
         ck(*arrays)
 
@@ -370,8 +372,6 @@ class Kernel:
 
     def program(self, *inputs, spec="ascend910", **params) -> isa.Program:
         """The ISA program for inputs like these (arrays, tensors or (shape, dtype) pairs)."""
-        from .runtime.device import get_spec
-
         ir = self.ir(self._shapes(inputs), params)
         return self.build(ir, get_spec(spec), self.name)
 
@@ -380,10 +380,6 @@ class Kernel:
         pairs) through the kernel caches: `ck(*flat_arrays)` runs it, `ck.cost` is its
         simulated cycles per pipe, `ck.isa_text` / `ck.llvm_ir` / `ck.asm` its code. Launch
         it on a stream with `lm.launch` / `Device.launch`."""
-        from .backend.compile import compile_kernel
-        from .runtime import current_device
-        from .runtime.device import get_spec
-
         spec = current_device().spec if spec is None else get_spec(spec)
         ir = self.ir(self._shapes(inputs), params)
         return compile_kernel(ir, spec, backend, self.name)
@@ -395,8 +391,6 @@ class Kernel:
         `blocks` blocks (default: the host mapping of the kernel's own count). Returns the
         output array, valid once the stream is synchronized; work queued on the stream before
         (an event wait, a memcpy) runs first."""
-        from .runtime import current_device
-
         arrays = [np.ascontiguousarray(a) for a in arrays]
         dev = stream.device if stream is not None else current_device()
         ck = self.compile(*arrays, spec=dev.spec, backend=backend, **params)
@@ -410,10 +404,6 @@ class Kernel:
         hazard without a flag raises `RaceError`, unpaired flags raise too) and compare with
         the numpy reference when there is one (AssertionError naming the output and the first
         differing index). Returns the outputs (a tuple when there are several)."""
-        from .backend.compile import compile_kernel
-        from .runtime import current_device
-        from .runtime.device import get_spec
-
         spec = current_device().spec if spec is None else get_spec(spec)
         arrays = [np.ascontiguousarray(a) for a in arrays]
         ck = compile_kernel(self.ir(arrays, params), spec, "interp", self.name)
@@ -438,9 +428,6 @@ class Kernel:
 
     def cost(self, *inputs, spec="ascend910", **params):
         """Simulated NPU cycles per pipe (`cost.KernelCost`) for inputs like these."""
-        from .backend.cost import estimate
-        from .runtime.device import get_spec
-
         spec = get_spec(spec)
         return estimate(self.program(*inputs, spec=spec, **params), spec)
 
@@ -451,16 +438,12 @@ class Context:
     holds its streams, events, memory pool and launches (the runtime layer, `lm.runtime`)."""
 
     def __init__(self, device_id: int = 0, spec="ascend910", **device_kwargs):
-        from .runtime import init_device
-
         prev = _current_or_none()
         self.device = init_device(device_id, spec, **device_kwargs)
         _restore(prev)
         self._saved: list = []
 
     def __enter__(self):
-        from .runtime import set_device
-
         self._saved.append(_current_or_none())
         set_device(self.device)
         return self
@@ -477,21 +460,14 @@ class Context:
 
 
 def _current_or_none():
-    from .runtime import api
-
     return api._CURRENT
 
 
 def _restore(dev) -> None:
-    from .runtime import api
-
     api._CURRENT = dev
 
 
 def _acl_table() -> dict:
-    from . import runtime as rt
-    from .runtime.stream import Event, Stream
-
     return {
         "aclInit / aclrtSetDevice": rt.init_device,
         "aclrtGetDevice": rt.current_device,

@@ -23,8 +23,8 @@ assert _spec is not None and _spec.loader is not None
 am = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(am)
 
-# Measured on main 2686222: 249 (9caf5d3: 248) nested lazymath imports (issue 36's goal: <= 20).
-NESTED_IMPORT_CEILING = 255
+# 249 on main 2686222; 159 after hoisting the cycle-free ones of 23 modules (issue 36: <= 20).
+NESTED_IMPORT_CEILING = 165
 
 # Modules allowed over am.LINE_BUDGET today, each with its ceiling (main 9caf5d3 size rounded up
 # to the next 50). A module not listed must stay within am.LINE_BUDGET.

@@ -26,7 +26,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from lazymath import settings
 from lazymath.backend import gemm, kernel_cache
+from lazymath.graph import dft
 
 ROUNDS = 5  # timings per candidate (the best counts), interleaved with the other candidates
 MIN_S = 0.005  # seconds of work per timing (repetitions of one block)
@@ -41,8 +43,6 @@ _local = threading.local()
 def enabled() -> bool:
     if getattr(_local, "force", False):
         return True
-    from lazymath import settings
-
     return bool(settings.AUTOTUNE.get())
 
 
@@ -50,8 +50,6 @@ def enabled() -> bool:
 def forced() -> Iterator[None]:
     """Autotune every matmul compiled on this thread inside the block (lm.precompile), and
     every FFT plan chosen in it (the tensor layer's per-process plan memo is dropped)."""
-    from lazymath.graph import dft
-
     old = getattr(_local, "force", False)
     _local.force = True
     dft.MEMO.clear()

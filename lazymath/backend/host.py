@@ -24,6 +24,8 @@ import platform
 import threading
 from dataclasses import dataclass, field
 
+from lazymath import settings
+
 ENV_TARGET = "LAZYMATH_TARGET_CPU"
 
 
@@ -321,8 +323,6 @@ def make_target(forced: str = "") -> HostTarget:
 
 def requested() -> str:
     """The LAZYMATH_TARGET_CPU value in force ("" = host)."""
-    from lazymath import settings
-
     v = (settings.TARGET_CPU.get() or "").strip()
     return "" if v in ("native", "host") else v
 

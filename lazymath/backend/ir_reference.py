@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.custom import get
+from ..graph.ops import ELEMENTWISE
+from ..graph.reference import reduce_array, windows
 from .kernel_ir import (
     ArgView,
     CustomKernel,
@@ -46,8 +49,6 @@ def view_of(arr: np.ndarray, v: ArgView) -> np.ndarray:
 
 
 def _scalar(op: SOp, srcs: list[np.ndarray]):
-    from ..graph.ops import ELEMENTWISE
-
     dtype = np.dtype(op.dtype)
     if op.op == "cast":
         return srcs[0].astype(dtype)
@@ -87,8 +88,6 @@ def run(ir, arrays: list[np.ndarray]) -> None:
         loads = [view_of(a, v) for a, v in zip(arrays, ir.inputs)]
         pro = eval_expr(ir.prologue, loads, ir.in_shape)
         x = np.broadcast_to(pro[ir.prologue_result], ir.in_shape)
-        from ..graph.reference import reduce_array
-
         if ir.op in ("sum", "prod") and ir.acc_dtype != x.dtype.name:
             x = x.astype(ir.acc_dtype)
         acc = reduce_array(x, ir.op, ir.axes, np.dtype(ir.acc_dtype))
@@ -100,8 +99,6 @@ def run(ir, arrays: list[np.ndarray]) -> None:
             out.reshape(-1)[:size] = np.broadcast_to(vals[r], ir.out_shape).reshape(-1)
         return
     if isinstance(ir, RowKernel):
-        from ..graph.reference import reduce_array
-
         n_in = len(ir.inputs)
         shape = ir.in_shape
         axes = tuple(a % len(shape) for a in ir.axes)
@@ -137,8 +134,6 @@ def run(ir, arrays: list[np.ndarray]) -> None:
         if ir.b_prologue is not None:
             b = eval_expr(ir.b_prologue, [b], b.shape)[-1]
         if ir.b_im2col:  # implicit GEMM: b is x, the windows zero-padded after the prologue
-            from ..graph.reference import windows
-
             b = windows(np.broadcast_to(b, ir.b.shape), *ir.b_im2col, ir.n)
         acc = np.matmul(a.astype(np.float32), b.astype(np.float32))
         n_epi = len(ir.epi_inputs)
@@ -168,8 +163,6 @@ def run(ir, arrays: list[np.ndarray]) -> None:
             out.reshape(-1)[:size] = s.astype(v.dtype).reshape(-1)
         return
     if isinstance(ir, CustomKernel):  # the author's numpy reference (or the interpreter)
-        from ..graph.custom import get
-
         get(ir.key).reference_run(ir, arrays)
         return
     raise TypeError(f"not a kernel IR: {type(ir).__name__}")

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lazymath import settings
+from lazymath._version import __version__
 
 try:  # CPython's builtin SHA-256; `hashlib` would load OpenSSL's libcrypto (3.5 MiB of RSS)
     from _sha2 import sha256 as _sha256  # Python >= 3.12
@@ -141,8 +142,6 @@ def code_version() -> str:
     """Hash of the backend's source files: generated code depends on all of them."""
     global _code_version
     if _code_version is None:
-        from lazymath._version import __version__  # not importlib.metadata (2 MiB of modules)
-
         _code_version = sources_version(Path(__file__).resolve().parent, __version__)
     return _code_version
 

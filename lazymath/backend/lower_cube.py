@@ -32,6 +32,7 @@ from llvmlite import ir
 
 from lazymath.backend import cost, gemm, im2col, interp, isa, lower_llvm, races
 from lazymath.backend import isa_cube as cube
+from lazymath.backend.ir_reference import eval_expr
 from lazymath.backend.kernel_ir import Expr
 from lazymath.graph.ops import COMPARISONS, ELEMENTWISE, LOGICAL, Native
 
@@ -984,8 +985,6 @@ def _gm_tile(m: interp.Machine, ref: isa.Ref, rows: int, cols: int, strides) -> 
 
 
 def _eval(expr: Expr, loads: list[np.ndarray], shape, acc=None) -> list[np.ndarray]:
-    from lazymath.backend.ir_reference import eval_expr
-
     return eval_expr(expr, loads, shape, acc)
 
 

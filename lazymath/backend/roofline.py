@@ -49,6 +49,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from lazymath._threads import num_threads
+from lazymath.backend import isa, vmath
+from lazymath.backend.kernel_cache import cache_dir, disk_enabled
+from lazymath.graph.ops import ELEMENTWISE, Composite, Native
 
 __all__ = [
     "UARCH",
@@ -203,8 +206,6 @@ def native_work(op: str, dtype: str) -> Work:
         return w
     from llvmlite import ir
 
-    from lazymath.backend import vmath
-
     fn = vmath.define_native(ir.Module(), op, dt)
     bits = _bits(dt)
     w = Work()
@@ -232,8 +233,6 @@ def composite_work(op: str, dtype: str) -> Work:
     w = _composite_cache.get(key)
     if w is not None:
         return w
-    from lazymath.backend import isa, vmath
-
     chunk = vmath.CHUNK
     s = vmath._Seq(isa.Builder(tile=chunk), chunk)
     src = isa.Ref(isa.Buffer("x", "UB", dtype, chunk))
@@ -280,8 +279,6 @@ def op_work(op: str, dtype: str, arg=None) -> Work:
     bits = _bits(dtype)
     if op == "reduce":
         return Work(fma=bits) if arg == "prod" else Work(alu=bits)
-    from lazymath.graph.ops import ELEMENTWISE, Composite, Native
-
     rec = ELEMENTWISE.get(op)
     low = getattr(rec, "lowering", None)
     float_ = dtype.startswith(("float", "bfloat"))
@@ -588,8 +585,6 @@ def _host_key(cpu: str, threads: int) -> str:
 
 
 def _cache_file():
-    from lazymath.backend.kernel_cache import cache_dir, disk_enabled
-
     return cache_dir() / "host_roofs.json" if disk_enabled() else None
 
 

@@ -23,10 +23,11 @@ import math
 
 import numpy as np
 
-from lazymath.backend import isa, lower_cube  # noqa: F401  (registers the Cube lowerings)
+from lazymath.backend import interp, isa, lower_cube, races  # noqa: F401  (registers the Cube lowerings)
 from lazymath.backend import isa_cube as cube
 from lazymath.backend.kernel_ir import CustomKernel
 from lazymath.backend.templates import common as C
+from lazymath.backend.templates.common import ExprEmitter, TilePool
 from lazymath.graph import custom
 
 DTYPES = ("bool", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
@@ -369,8 +370,6 @@ class KernelBuilder(isa.Builder):
         self.epilogue_calls += 1
         if not self.epilogue_expr:
             return
-        from lazymath.backend.templates.common import ExprEmitter, TilePool
-
         ref = _norm(tile)
         if not isinstance(ref, isa.Ref) or ref.buf.scope != "UB":
             raise KernelDefinitionError(f"kernel {self.name}: epilogue() takes a UB tile")
@@ -505,8 +504,6 @@ def dry_run(prog: isa.Program, ir: CustomKernel) -> None:
     (IndexError) is the author's bug whatever the data, and the native code would not see
     it. Other interpreter failures are left to the run. Skipped above
     RACE_CHECK_MAX_ELEMENTS elements of GM arguments."""
-    from lazymath.backend import interp, races
-
     views = (*ir.inputs, *ir.outputs)
     if sum(math.prod(v.shape) for v in views) > RACE_CHECK_MAX_ELEMENTS:
         return

@@ -14,6 +14,7 @@ import os
 
 from .. import settings
 from .._threads import available_cpus
+from ..backend.kernel_cache import cache_dir
 from . import worker as W
 
 SCHEDULER_ENV = "LAZYMATH_DASK_SCHEDULER"
@@ -36,8 +37,6 @@ def _worker_plugin():
         name = "lazymath"
 
         def setup(self, worker):
-            from ..backend.kernel_cache import cache_dir
-
             base = settings.get(CACHE_BASE_ENV)
             if not base:
                 base = str(cache_dir())

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..api import schedule
+from ..tensor import Tensor
 from .plan import DNode, Plan, Stage, rebuild, shard_shape
 
 
@@ -27,9 +29,6 @@ def _label(d: DNode) -> str:
 def stage_schedule(st: Stage, i: int = 0, spec=None):
     """The lazymath schedule of shard `i`'s program (compiled on placeholder inputs of the
     shard's shapes: nothing runs)."""
-    from ..api import schedule
-    from ..tensor import Tensor
-
     prog = st.programs[min(i, len(st.programs) - 1)]
     inputs = []
     for x in st.inputs:

@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend.compile import compile_kernel
 from ..runtime.multidevice import MultiDeviceTimeline, compose, get_link
+from ..tensor import cos, relu, sin, tensor
+from .api import Source, Tensor, _sharded_leaf, _split_sizes
+from .explain import stage_schedule
 from .plan import Plan, Stage, shard_shape
 
 _cost_memo: dict = {}
@@ -23,8 +27,6 @@ _cost_memo: dict = {}
 def placeholder(shape, dtype="float32", axis: int = 0, n: int = 1):
     """A sharded tensor of this shape and dtype without data: for plans and simulations
     (`ld.simulate`, `lm.explain`), not for compute."""
-    from .api import Source, Tensor, _sharded_leaf, _split_sizes
-
     shape = tuple(int(s) for s in shape)
     axis = axis % len(shape)
     src = Source("virtual", None, axis, _split_sizes(shape[axis], n), shape, np.dtype(dtype))
@@ -34,9 +36,7 @@ def placeholder(shape, dtype="float32", axis: int = 0, n: int = 1):
 def program_seconds(st: Stage, i: int = 0, spec=None) -> float:
     """Simulated seconds of shard `i`'s program of `st` on one device (`spec`, default the
     current device): its kernels' costs (backend cost model) on the runtime's timeline."""
-    from ..backend.compile import compile_kernel
     from ..runtime import SimKernel, simulate
-    from .explain import stage_schedule
 
     prog = st.programs[min(i, len(st.programs) - 1)]
     shapes = tuple(
@@ -107,16 +107,12 @@ def simulate(*tensors, link=None, spec=None, broadcast_inputs: bool = True):
 
 
 def _bmm(p: int, batch: int):
-    from ..tensor import relu, tensor
-
     a = placeholder((batch, 2048, 2048), "float16", n=p)
     b = tensor(np.empty((2048, 2048), np.float16))
     return relu(a @ b) * 0.5
 
 
 def _fft_standin(p: int, rows: int):
-    from ..tensor import cos, sin
-
     x = placeholder((rows, 4096), "float32", n=p)
     return sin(x) * cos(x) + x
 

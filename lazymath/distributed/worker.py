@@ -13,7 +13,10 @@ import os
 
 import numpy as np
 
+from ..api import cache_info
+from ..realize import realize
 from ..runtime.stream import DeviceError, KernelLaunchError
+from ..tensor import Tensor
 from .plan import Program, rebuild
 
 # per worker process: tasks run by kind
@@ -40,9 +43,6 @@ class ShardError(DeviceError):
 
 def run_program(prog: Program, shard: int, *inputs):
     """Realize one shard's program; returns its outputs (a tuple of arrays)."""
-    from ..realize import realize
-    from ..tensor import Tensor
-
     COUNTS["programs_run"] += 1
     outs = rebuild(prog, inputs)
     handles = [Tensor(n) for n in outs if n.realized is None]
@@ -137,8 +137,6 @@ def load_npy(path: str, axis: int, lo: int, hi: int) -> np.ndarray:
 
 def stats(dask_worker=None) -> dict:
     """This worker process's counters (run with Client.run, which passes `dask_worker`)."""
-    from ..api import cache_info
-
     info = cache_info()
     return {
         "pid": os.getpid(),

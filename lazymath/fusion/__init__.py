@@ -12,6 +12,7 @@ from .grouping import plan
 from .memory import plan_memory
 from .rules import FIXPIPE_OPS
 from .schedule import Schedule, ScheduledKernel, kernel_cost_class, ridge_point
+from .streams import KernelDeps, assign_streams
 
 __all__ = ["Schedule", "ScheduledKernel", "make_schedule"]
 
@@ -135,8 +136,6 @@ def _stream_plan(mem, groups, rows, n_streams: int, alias_ids: dict | None = Non
     """Streams and events from buffer hazards. Buffers are identified by *memory*, not by
     node: arena blocks reused by a later buffer (best fit or in place) are the same memory,
     so the hazard check sees write-after-read across streams on a reused block."""
-    from .streams import KernelDeps, assign_streams
-
     segs = _arena_segments(mem)
 
     alias_ids = alias_ids or {}

@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lazymath.backend import host
+from lazymath.backend.compile import default_backend
+from lazymath.backend.vmlib import call_plan
+
 from ..backend.kernel_ir import (
     AicpuKernel,
     ArgView,
@@ -23,6 +27,7 @@ from ..backend.kernel_ir import (
     ReduceKernel,
     RowKernel,
 )
+from ..graph.custom import get
 from ..graph.ops import ELEMENTWISE
 from ..units import fmt_bytes
 from .memory import MemoryPlan
@@ -62,8 +67,6 @@ def kernel_cost_class(ir, unit: str, spec) -> tuple[int, int]:
         moved += sum(map(view_bytes, ir.row_red_outputs + ir.softmax_outputs))
         return flops, moved
     if isinstance(ir, CustomKernel):  # the author's FLOP count (`lazymath.kernel(flops=...)`)
-        from ..graph.custom import get
-
         flops = get(ir.key).flop_count(ir)
         flops += math.prod(ir.outputs[0].shape) * _expr_flops(ir.epilogue)
         return flops, sum(map(view_bytes, ir.inputs + ir.outputs))
@@ -175,12 +178,8 @@ def _fmt_num(x: float) -> str:
 def _host_lines(kernels, spec) -> list[str]:
     """The host target native code is generated for, and each matmul's host GEMM mapping
     (microkernel, panels, work split, and whether a model or a measurement chose it)."""
-    from lazymath.backend.compile import default_backend
-
     if default_backend() != "llvm":
         return []
-    from lazymath.backend import host
-
     lines = [host.describe().splitlines()[0]]
     from lazymath.backend import autotune
 
@@ -250,8 +249,6 @@ class Schedule:
     def vmath_plan(self) -> list[tuple[str, str]]:
         """(kernel name, reason) for every kernel with vmath composites: inlined into the
         kernel, or calls into the vector math runtime library (`backend.vmlib.call_plan`)."""
-        from lazymath.backend.vmlib import call_plan
-
         out = []
         for sk in self.kernels:
             ir = sk.ir

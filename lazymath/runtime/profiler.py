@@ -25,6 +25,7 @@ import threading
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 
+from .device import ASCEND910
 from .timeline import PIPES, SimKernel, Timeline, explain_overlap, simulate_ops
 
 _ACTIVE: Profiler | None = None  # read by the runtime on every enqueue
@@ -813,8 +814,6 @@ def _int(x) -> int:
 
 
 def _default_spec():
-    from .device import ASCEND910
-
     return ASCEND910
 
 

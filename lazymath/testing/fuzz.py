@@ -28,6 +28,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lazymath import settings
+from lazymath.api import schedule
+from lazymath.realize import realize
+from lazymath.runtime.api import init_device
+
 DTYPES = ("float32", "float64", "float16", "int32", "int64", "int8", "bool", "complex64")
 FLOATS = ("float32", "float64", "float16")
 UNARY_FLOAT = ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs", "neg",
@@ -305,8 +310,6 @@ def _apply(mod, step: Step, vals: list):
 
 def _infer(step: Step, meta, leaves):
     """(shape, dtype) of the step's result; raises when lazymath rejects the step."""
-    import lazymath.tensor  # noqa: F401 (the package attribute `tensor` is the function)
-
     lm = sys.modules["lazymath.tensor"]
 
     vals = []
@@ -317,8 +320,6 @@ def _infer(step: Step, meta, leaves):
 
 
 def _realize(*tensors) -> None:
-    from lazymath.realize import realize
-
     realize(*tensors)
 
 
@@ -339,13 +340,9 @@ def _chain_dtypes(case: Case, steps, vals, i: int) -> set:
 def _run(case: Case, backend: str, steps=None, dtypes: list | None = None):
     """Values of the case's outputs on `backend` (numpy arrays), realized in the case's order.
     `dtypes` (a list, optional) receives, per output, the dtypes its chain went through."""
-    import lazymath.tensor  # noqa: F401 (the package attribute `tensor` is the function)
-
     lm = sys.modules["lazymath.tensor"]
 
     steps = case.steps if steps is None else steps
-    from lazymath import settings
-
     old = settings.BACKEND.raw()
     os.environ["LAZYMATH_BACKEND"] = backend
     try:
@@ -588,8 +585,6 @@ def _structural_step(rng, meta) -> Step | None:
 
 def _build(case: Case):
     """The case's output tensors, built lazily (nothing realized)."""
-    import lazymath.tensor  # noqa: F401 (the package attribute `tensor` is the function)
-
     lm = sys.modules["lazymath.tensor"]
     vals = [lm.asarray(a) for a in case.leaves]
     with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -603,8 +598,6 @@ def schedule_problem(case: Case, spec: str) -> str | None:
     """None if the case's outputs plan into kernels in a valid launch order on `spec` (every
     kernel reads only inputs and values written by earlier kernels); else what is wrong.
     Compiles and executes nothing."""
-    from lazymath.api import schedule
-
     try:
         outs = _build(case)
     except Exception:  # lazymath rejects the program at capture: not a planner case
@@ -631,8 +624,6 @@ def run_structural(graphs: int, seed: int = 0, backends=("llvm", "interp"),
     """The structural step: every case's schedule on every spec, and every `values_every`-th
     case realized on one backend (cycling backends and specs) against the reference. Returns
     ([(seed, what, message, repro)], counts)."""
-    from lazymath.runtime.api import init_device
-
     failures: list = []
     counts = {"graphs": 0, "schedules": 0, "valued": 0}
     t0 = time.time()

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import os
 
+from ..graph.walk import nodes_of
+from ..realize import schedule_of, sharded_hook
 from .collapse import CHAIN_MIN, MAX_NODES, collapse
 from .dot import to_dot
+from .html import write_report
 from .model import VGraph, from_graph, from_schedule, tensor_nodes
-from .render import FORMATS, GraphvizNotFoundError, dot_binary
+from .render import FORMATS, GraphvizNotFoundError, check_folder, dot_binary, install_hint, write
 
 STAGES = ("graph", "kernels")
 TEXT_SUFFIXES = (".dot", ".gv")
@@ -38,9 +41,6 @@ def build(*tensors, stage: str = "kernels", spec=None, schedule=None) -> VGraph:
     if stage == "graph":
         return from_graph(roots)
     if schedule is None:
-        from ..graph.walk import nodes_of
-        from ..realize import schedule_of
-
         schedule = schedule_of(nodes_of(tensors), spec)
     return from_schedule(schedule, roots)
 
@@ -68,26 +68,18 @@ def visualize(*tensors, filename: str | os.PathLike | None = None, stage: str = 
     if suffix not in TEXT_SUFFIXES and suffix not in FORMATS:
         known = ", ".join(TEXT_SUFFIXES + tuple(FORMATS) + HTML_SUFFIXES)
         raise ValueError(f"cannot tell the format of {path!r} from its suffix; use one of {known}")
-    from .render import check_folder
-
     check_folder(path, "lm.visualize")  # fail before compiling anything
     if suffix in FORMATS and dot_binary() is None:
-        from .render import install_hint
-
         raise GraphvizNotFoundError(install_hint(path))
     src = _dot_of(tensors, stage, collapse_chains, max_nodes, spec)
     if suffix in TEXT_SUFFIXES:
         with open(path, "w", encoding="utf-8") as f:
             f.write(src)
         return path
-    from .render import write
-
     return write(src, path)
 
 
 def _dot_of(tensors, stage, chain_min, max_nodes, spec) -> str:
-    from ..realize import sharded_hook
-
     hook = sharded_hook()
     if hook is not None and stage == "kernels":  # sharded inputs: the distributed plan
         src = hook.dot(tensor_nodes(tensors))
@@ -111,9 +103,6 @@ def _title(vg: VGraph) -> str:
 def report(*tensors, filename: str | os.PathLike = "report.html", profile=None,
            realize: bool | None = None, spec=None, title: str | None = None) -> str:  # fmt: skip
     """Write one self-contained HTML page about `tensors`; returns its path. See `html.py`."""
-    from .html import write_report
-    from .render import check_folder
-
     check_folder(os.fspath(filename), "lm.report")
     return write_report(tensors, os.fspath(filename), profile=profile, realize=realize,
                         spec=spec, title=title)  # fmt: skip

@@ -24,6 +24,11 @@ import json
 import os
 from html import escape
 
+from .._version import __version__
+from ..graph.walk import nodes_of
+from ..realize import realize as run
+from ..realize import schedule_of
+from ..runtime import profiler as rprof
 from .charts import Lifetime, gantt, memory_chart, timeline_bars
 from .collapse import collapse
 from .dot import to_dot
@@ -36,10 +41,6 @@ EXPANDED_MAX = 400  # also embed the uncollapsed kernel picture when it has at m
 
 def write_report(tensors, path: str, profile=None, realize: bool | None = None, spec=None,
                  title: str | None = None) -> str:  # fmt: skip
-    from ..graph.walk import nodes_of
-    from ..realize import schedule_of
-    from ..runtime import profiler as rprof
-
     roots = tensor_nodes(tensors)
     sched = schedule_of(nodes_of(tensors), spec)
     full = from_schedule(sched, roots)
@@ -52,8 +53,6 @@ def write_report(tensors, path: str, profile=None, realize: bool | None = None, 
     if realize is None:
         realize = rprof.active() is not None
     if realize:
-        from ..realize import realize as run
-
         pending = [t for t in tensors if t._node.realized is None]
         if pending:
             run(*pending)
@@ -251,8 +250,6 @@ def _timelines(prof) -> str:
 
 
 def _page(title: str, sched, graphs, pictures, prof) -> str:
-    from .._version import __version__
-
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     n = len(sched.kernels)
     summary = (f"{n} kernel{'s' if n != 1 else ''}, {sched.n_events} event(s), "

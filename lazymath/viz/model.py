@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..graph.custom import UnknownKernelError, get
 from ..graph.node import Node, toposort
 from ..graph.ops import kind
 from ..units import fmt_bytes
@@ -163,8 +164,6 @@ def op_label(n: Node) -> str:
     if op in ("pad", "concat", "conv1d", "fft") and arg is not None:
         return f"{op} {_short(arg, 20)}"
     if op == "custom" and isinstance(arg, tuple):  # a user kernel (`lazymath.kernel`): its name
-        from ..graph.custom import UnknownKernelError, get
-
         try:
             name = get(arg[0]).name
         except UnknownKernelError:

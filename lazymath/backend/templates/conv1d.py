@@ -26,6 +26,7 @@ import pathlib
 import numpy as np
 
 from lazymath.backend import isa, userkernel
+from lazymath.backend.ir_reference import eval_expr
 from lazymath.graph import custom
 
 NAME = "conv1d_depthwise"
@@ -161,8 +162,6 @@ class DepthwiseConv1d:
         v = ir.outputs[0]
         out = self.evaluate(srcs, (self.key, ir.params), np.dtype(srcs[0].dtype), v.shape)
         if ir.epilogue:  # the consumers fused into the epilogue slot
-            from lazymath.backend.ir_reference import eval_expr
-
             out = eval_expr(ir.epilogue, [], v.shape, out)[ir.epilogue_result]
         out = np.broadcast_to(np.asarray(out).astype(v.dtype, copy=False), v.shape)
         arrays[len(ir.inputs)].reshape(-1)[: math.prod(v.shape)] = out.reshape(-1)
