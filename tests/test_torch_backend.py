@@ -288,7 +288,7 @@ def test_shape_and_dtype_changes_recompile():
         assert got.dtype == dtype
         torch.testing.assert_close(got, f(x, w), **TOL.get(dtype, TOL[torch.float32]))
     graphs = compiled._lazymath_session.graphs
-    seen = [g._last_inputs[0] for g in graphs]
+    seen = [g._last_inputs[0][:2] for g in graphs]  # (shape, dtype) of x
     # one graph per signature; the last call (float32, batch 5 again) reused the first
     assert seen == [((5, 6), torch.float32), ((9, 6), torch.float32), ((5, 6), torch.float64),
                     ((5, 6), torch.float16)]  # fmt: skip
@@ -340,3 +340,76 @@ def test_outputs_share_lazymath_buffers():
     assert seen["ptr"] == x.data_ptr()
     b = (a + 1).realize()
     assert lt._to_torch(b).data_ptr() == b.numpy().ctypes.data
+
+
+# ------------------------------------------------------- weights transposed once, kept
+
+
+def _graphs(compiled):
+    return lt._session_of(compiled).graphs
+
+
+def test_weight_transposes_are_kept_across_calls_and_follow_updates():
+    """Linear lowers to mm(x, t(w)): the realized t(w) of a Parameter is reused while the
+    weight is unchanged (no copy kernel per call), and an in-place update (version counter),
+    a `.data` swap (storage pointer) or another module invalidates it: never a stale weight."""
+    m = nn.Sequential(nn.Linear(13, 31), nn.GELU(), nn.Linear(31, 5)).eval()
+    c = lt.compile(m)
+    x = torch.randn(7, 13)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), **TOL[torch.float32])
+        (g,) = _graphs(c)
+        assert len(g._consts) == 2  # both weights' t()
+        kept = {k: v[2] for k, v in g._consts.items()}
+        hits = g.const_hits
+        torch.testing.assert_close(c(x), m(x), **TOL[torch.float32])
+        assert g.const_hits == hits + 2
+        assert all(g._consts[k][2] is kept[k] for k in kept)  # the same realized buffer
+        m[0].weight.mul_(-2.0)  # in place: bumps the version counter
+        torch.testing.assert_close(c(x), m(x), **TOL[torch.float32])
+        m[2].weight.data = torch.randn(5, 31)  # a new storage
+        torch.testing.assert_close(c(x), m(x), **TOL[torch.float32])
+        with torch.no_grad():
+            m[2].weight[1:3] += 1.0  # an in-place slice write bumps the version too
+        torch.testing.assert_close(c(x), m(x), **TOL[torch.float32])
+    text = str(lm.explain(c))
+    assert "2 parameter view(s)" in text
+    # the steady-state segment has no copy kernel left: x is contiguous, the weights are kept
+    assert "_copy" not in text.split("-- segment 1")[1]
+
+
+def test_training_graphs_keep_no_weight_views():
+    """Training graphs lower t(w) every call (old-style loops update `p.data` in place, which
+    no version counter sees): 4 SGD steps match eager step by step, nothing is kept."""
+    torch.manual_seed(3)
+    m = nn.Sequential(nn.Linear(9, 17), nn.Tanh(), nn.Linear(17, 3))
+    ref = copy.deepcopy(m)
+    c = lt.compile(m)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    x, y = torch.randn(11, 9), torch.randn(11, 3)
+    for _ in range(4):
+        for model, o in ((c, opt), (ref, opt_ref)):
+            o.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            o.step()
+            if model is c:
+                got = loss.item()
+            else:
+                want = loss.item()
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    assert _graphs(c) and all(not g._consts for g in _graphs(c))
+
+
+def test_activation_transposes_are_not_kept():
+    """Only Parameters are kept: a transposed activation (a new tensor every call) is lowered
+    as before, so a second call with other data gives the new answer."""
+    c = lt.compile(lambda a, b: a @ b.t())
+    a, b = torch.randn(4, 6), torch.randn(5, 6)
+    torch.testing.assert_close(c(a, b), a @ b.t(), **TOL[torch.float32])
+    b2 = torch.randn(5, 6)
+    torch.testing.assert_close(c(a, b2), a @ b2.t(), **TOL[torch.float32])
+    assert all(not g._consts for g in _graphs(c))

@@ -131,10 +131,15 @@ def _concrete(shape) -> bool:
 
 
 def _zeros_like_spec(v):
-    """Zeros of a recorded (shape, dtype) input; any other recorded value as it was."""
-    if isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], torch.dtype):
-        return torch.zeros(v[0], dtype=v[1])
+    """Zeros of a recorded (shape, dtype, is_parameter) input (a Parameter again if it was
+    one, so explain shows the steady state's kept weight views); any other value as it was."""
+    if isinstance(v, tuple) and len(v) == 3 and isinstance(v[1], torch.dtype):
+        z = torch.zeros(v[0], dtype=v[1])
+        return torch.nn.Parameter(z, requires_grad=False) if v[2] else z
     return v
+
+
+_PARAM_VIEW_OPS = (aten.t.default, aten.transpose.int, aten.permute.default)
 
 
 class CompiledGraph:
@@ -155,6 +160,20 @@ class CompiledGraph:
         self.calls = 0
         self.segments = 0  # lazymath realizes per call (1 = the whole graph is one graph)
         self._last_inputs: list | None = None  # (shape, dtype) / Python values of the last call
+        # t/transpose/permute of a graph input: when that input is an nn.Parameter its
+        # realized (contiguous) result is kept across calls, see `_param_view` (inference
+        # graphs only: training loops may still update weights through `.data`)
+        self._param_views: dict[torch.fx.Node, torch.fx.Node] = {
+            n: n.args[0]
+            for n in self.nodes
+            if kind == "inference"
+            and n.op == "call_function"
+            and n.target in _PARAM_VIEW_OPS
+            and isinstance(n.args[0], torch.fx.Node)
+            and n.args[0].op == "placeholder"
+        }
+        self._consts: dict[str, tuple] = {}  # node name -> (weakref, key, realized lm tensor)
+        self.const_hits = 0  # calls' uses of a kept parameter view (no copy kernel ran)
         for n in self.nodes:
             if n.op != "call_function" or n.target in PYTHON_TARGETS:
                 continue
@@ -186,7 +205,10 @@ class CompiledGraph:
         the inputs can die as early as torch expects)."""
         args = list(args)
         self._last_inputs = [
-            (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args
+            (tuple(a.shape), a.dtype, isinstance(a, torch.nn.Parameter))
+            if isinstance(a, torch.Tensor)
+            else a
+            for a in args
         ]
         self.calls += 1
         if self.eager is None:
@@ -201,7 +223,37 @@ class CompiledGraph:
         out = self.gm(*args)
         return list(out) if isinstance(out, (list, tuple)) else [out]
 
-    def _run(self, args: list, sink: list | None) -> list:
+    def _param_view(self, n: torch.fx.Node, src, consts: dict, lower: Callable):
+        """The realized value of `n` = t/transpose/permute of the parameter `src`, kept across
+        calls. Weights are constant between optimizer steps, yet a Linear lowers to
+        mm(x, t(w)) and the transposed weight was copied by a kernel on every call (4 copies
+        of the GPT block's weights per forward). The key is the parameter object (weakref),
+        its storage pointer and its version counter (bumped by every in-place update, e.g.
+        an optimizer step, and a `.data =` swap changes the pointer), so a changed weight is
+        not served stale. Not seen: in-place writes through `w.data` (a tensor with its own
+        version counter; autograd misses them too) — the reason only inference graphs keep
+        views: old-style training loops update `p.data` in place. None when `src` is not a
+        Parameter (activations change every call)."""
+        if not isinstance(src, torch.nn.Parameter):
+            return None
+        key = (src.data_ptr(), src._version, tuple(src.shape), src.stride(), src.dtype)
+        got = consts.get(n.name)
+        if got is not None and got[0]() is src and got[1] == key:
+            self.const_hits += 1
+            return got[2]
+        res = lower()
+        if not isinstance(res, lm.Tensor):
+            return None
+        try:
+            lm.realize(res)
+        except Exception as e:  # noqa: BLE001  (-> the whole graph in torch eager)
+            raise _LazymathFailed(f"{type(e).__name__}: {e}") from e
+        consts[n.name] = (weakref.ref(src), key, res)
+        return res
+
+    def _run(self, args: list, sink: list | None, consts: dict | None = None) -> list:
+        if consts is None:
+            consts = self._consts
         env: dict = {}
         lm_of: dict = {}  # id(torch tensor) -> its lazymath leaf, once per call
         keep: list = []  # the torch tensors lm_of's ids refer to stay alive during the call
@@ -247,6 +299,19 @@ class CompiledGraph:
                 if n.target is operator.getitem or n.target in PYTHON_TARGETS:
                     env[n] = n.target(*a, **kw)
                     continue
+                if n.name not in self.breaks and n in self._param_views:
+                    try:
+                        res = self._param_view(
+                            n, env[self._param_views[n]], consts,
+                            lambda n=n, a=a, kw=kw: self._lower(n, _map(a, as_lm), _map(kw, as_lm)),
+                        )  # fmt: skip
+                    except _LazymathFailed:
+                        raise
+                    except Exception:  # noqa: BLE001  (the ordinary path below decides)
+                        res = None
+                    if res is not None:
+                        env[n] = res
+                        continue
                 if n.name not in self.breaks:
                     try:
                         res = self._lower(n, _map(a, as_lm), _map(kw, as_lm))
@@ -322,8 +387,14 @@ class CompiledGraph:
         if self._last_inputs is not None:
             args = [_zeros_like_spec(v) for v in self._last_inputs]
             sink: list = []
+            consts: dict = {}
             with torch.no_grad():
-                self._run(args, sink)
+                self._run(args, sink, consts)
+            if consts:
+                lines.append(
+                    f"  {len(consts)} parameter view(s) (t/transpose/permute of a weight) "
+                    "realized once, reused while the weight is unchanged"
+                )
             for i, text in enumerate(sink):
                 lines.append(f"-- segment {i + 1} of {len(sink)} --")
                 lines.append(str(text))
