@@ -850,12 +850,12 @@ def _result(fut, job: _Job, level: int | None = None) -> bytes:
     a new thread) and the kernel is compiled again with the vectorizers off, with a warning."""
     from concurrent.futures import TimeoutError as FutTimeout
 
-    from lazymath.backend import workers
+    from lazymath.backend import isolate, workers
     from lazymath.backend.jit import _compile_timeout
 
     timeout = _compile_timeout()
     try:
-        return fut.result(timeout=timeout)
+        return fut.result(timeout=isolate.watchdog_timeout(timeout))
     except FutTimeout:
         pass
     import warnings
@@ -876,7 +876,7 @@ def _result(fut, job: _Job, level: int | None = None) -> bytes:
         text, module, level = job.text, job.module, job.level
     fut = workers.submit(text, module, level, vectorize=False, marker=job.key, **options)
     try:
-        return fut.result(timeout=timeout)
+        return fut.result(timeout=isolate.watchdog_timeout(timeout))
     except FutTimeout:
         workers.abandon(fut)
         raise RuntimeError(
@@ -948,13 +948,16 @@ def watch_background(fut, retry, on_done, what: str) -> None:
             done[0] = True
         on_done(f)
 
+    from lazymath.backend.isolate import watchdog_timeout
+
     timeout = _compile_timeout()
+    wait = watchdog_timeout(timeout)  # server mode: the server kills a hung compile itself
 
     def expired(stage: int, job) -> None:
         if done[0]:
             return
         if not job.running() and not job.done():  # still queued (background jobs wait for
-            _watchdog.at(timeout, lambda: expired(stage, job))  # foreground ones): no hang
+            _watchdog.at(wait, lambda: expired(stage, job))  # foreground ones): no hang
             return
         import warnings
 
@@ -967,7 +970,7 @@ def watch_background(fut, retry, on_done, what: str) -> None:
                           stacklevel=1)  # fmt: skip
             again = retry()
             again.add_done_callback(deliver)
-            _watchdog.at(timeout, lambda: expired(1, again))
+            _watchdog.at(wait, lambda: expired(1, again))
             return
         failed: Future = Future()
         failed.set_exception(RuntimeError(
@@ -977,7 +980,7 @@ def watch_background(fut, retry, on_done, what: str) -> None:
 
     fut.add_done_callback(deliver)
     if not done[0]:
-        _watchdog.at(timeout, lambda: expired(0, fut))
+        _watchdog.at(wait, lambda: expired(0, fut))
 
 
 _tiering = 0

@@ -186,11 +186,21 @@ def compile_in_child(text: str, module_name: str, level: int, why: str,
 # the first LLVM abort of a fresh process costs a restarted server and a retry, never the
 # user's process. A server compiles with the same `workers.Compiler` (IR text in, object code
 # out) and never touches the disk cache; the parent links the object like a disk-cache hit.
+#
+# A hung compile (LLVM looping) is a process here, so it can be killed: a request that gets no
+# answer within LAZYMATH_COMPILE_TIMEOUT seconds kills its server, which is restarted and the
+# kernel compiled again with the vectorizers off (the in-process path can only abandon a stuck
+# thread, which keeps its core until exit).
+#
+# The server boots without `lazymath/__init__` (`_BOOT`: a bare package object, then only
+# settings, backend.jit, backend.host, backend.workers): no numpy, no ml_dtypes, no tensor
+# layer. Measured on Zen 5: ~0.05 s of imports and set-up after the interpreter starts, where
+# `import lazymath` first took ~0.6 s -- the cost that kept this mode opt-in.
 
 
 class CompilerCrashed(RuntimeError):
-    """LLVM killed the compile server on a kernel twice (vectorizers on, then off): the caller
-    runs that kernel on the interpreter."""
+    """LLVM killed (or hung) the compile server on a kernel twice (vectorizers on, then off):
+    the caller runs that kernel on the interpreter."""
 
 
 class _Died(Exception):
@@ -200,38 +210,63 @@ class _Died(Exception):
 
 
 _HEAD = 9  # response: 1 status byte (b"O" object code, b"E" a compile error) + u64 length
+_READY = b"R"  # the server's first byte: booted, its compiler for the target built
+BOOT_TIMEOUT = 60.0  # seconds a server may take to boot (a loaded 2-core CI machine: ~1 s)
+
+# `python -c _BOOT <lazymath package dir> <target>`: the server imports only what it compiles
+# with (see above); `lazymath` is a bare package object over the same directory
+_BOOT = (
+    "import sys, types; p = types.ModuleType('lazymath'); p.__path__ = [sys.argv[1]]; "
+    "sys.modules['lazymath'] = p; from lazymath.backend.workers import server_main; "
+    "server_main(sys.argv[2])"
+)
 
 
 class _Server:
     """One compile-server process and the pipes to it (owned by one thread of one process)."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: str = "") -> None:
         import subprocess
         import tempfile
 
         self.pid = os.getpid()
         self.err = tempfile.TemporaryFile()  # its stderr: LLVM's last words if it dies
+        pkg = str(Path(__file__).resolve().parents[1])
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from lazymath.backend.workers import server_main; "
-             "server_main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+            [sys.executable, "-c", _BOOT, pkg, target],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, bufsize=0,
             env={**os.environ, "LAZYMATH_CACHE": "0"},
         )  # fmt: skip
+        self.ready = False
         with _servers_lock:
             _servers.append(self)
 
-    def request(self, req: dict) -> bytes:
+    def request(self, req: dict, timeout: float) -> bytes:
         """The object code for `req`; RuntimeError for a compile error the server reported
-        (bad IR: what an in-process compile would raise); `_Died` if the server died."""
+        (bad IR: what an in-process compile would raise); `_Died` if the server died, or if
+        it gave no answer within `timeout` seconds (then it is killed: rc None)."""
         import struct
+        import time
 
         data = json.dumps(req).encode()
+        fd = self.proc.stdout.fileno()
         try:
-            self.proc.stdin.write(struct.pack("<Q", len(data)) + data)
-            self.proc.stdin.flush()
-            head = _read_exact(self.proc.stdout, _HEAD)
-            payload = _read_exact(self.proc.stdout, struct.unpack("<Q", head[1:])[0])
+            if not self.ready:
+                if _read_exact(fd, 1, time.monotonic() + max(BOOT_TIMEOUT, timeout)) != _READY:
+                    raise ValueError("compile server: bad greeting")
+                self.ready = True
+            _write_all(self.proc.stdin, struct.pack("<Q", len(data)) + data)
+            deadline = time.monotonic() + timeout if timeout > 0 else None
+            head = _read_exact(fd, _HEAD, deadline)
+            payload = _read_exact(fd, struct.unpack("<Q", head[1:])[0], deadline)
+        except TimeoutError:
+            self.close()
+            raise _Died(None, "") from None
         except (OSError, EOFError, ValueError):
+            try:
+                self.proc.wait(timeout=5)  # it is dying: its status and last words
+            except Exception:  # noqa: BLE001,S110 - killed below
+                pass
             tail = self._tail()
             self.close()
             raise _Died(self.proc.returncode, tail) from None
@@ -264,10 +299,29 @@ class _Server:
                 _servers.remove(self)
 
 
-def _read_exact(f, n: int) -> bytes:
+def _write_all(f, data: bytes) -> None:
+    """All of `data` to the unbuffered pipe `f` (a raw write may take only part of it)."""
+    view = memoryview(data)
+    while view:
+        n = f.write(view)
+        if not n:
+            raise EOFError("compile server closed its pipe")
+        view = view[n:]
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+    """`n` bytes from pipe `fd`; TimeoutError past `deadline` (time.monotonic), EOFError if
+    the writer closed it (the server died)."""
+    import select
+    import time
+
     buf = bytearray()
     while len(buf) < n:
-        chunk = f.read(n - len(buf))
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+        chunk = os.read(fd, n - len(buf))
         if not chunk:
             raise EOFError("compile server closed its pipe")
         buf += chunk
@@ -279,32 +333,42 @@ _servers_lock = threading.Lock()
 _local = threading.local()
 
 
-def _server() -> _Server:
+def _server(target: str = "") -> _Server:
     s = getattr(_local, "server", None)
     if s is None or s.pid != os.getpid():  # none yet, or a forked parent's (not ours to use)
-        s = _local.server = _Server()
+        s = _local.server = _Server(target)
     return s
 
 
-def start_server() -> None:
-    """Start this thread's compile server now (a compile thread does at its start)."""
-    _server()
+def start_server(target: str | None = None) -> None:
+    """Start this thread's compile server now, booting in the background (a compile thread
+    does at its start: the boot overlaps the caller's lowering)."""
+    _server(target or "")
 
 
 def server_compile(req: dict) -> bytes:
     """Object code of `req` (workers' job: text, module, level, vectorize, target, codegen,
-    cleanup) from this thread's compile server. If LLVM kills the server, it is restarted
-    and the kernel compiled again with the vectorizers off (a RuntimeWarning says so); if
-    that dies too, `CompilerCrashed`."""
+    cleanup) from this thread's compile server. If LLVM kills the server, or it gives no
+    answer within LAZYMATH_COMPILE_TIMEOUT seconds (it is killed), it is restarted and the
+    kernel compiled again with the vectorizers off (a RuntimeWarning says so); if that fails
+    too, `CompilerCrashed`."""
+    from lazymath import settings
+
     name = req["module"]
+    timeout = settings.COMPILE_TIMEOUT.get()
     for attempt in range(2):
-        srv = _server()
+        srv = _server(req.get("target") or "")
         try:
-            return srv.request(req if attempt == 0 else {**req, "vectorize": False})
+            return srv.request(req if attempt == 0 else {**req, "vectorize": False}, timeout)
         except _Died as d:
             _local.server = None
-            what = f"LLVM {_describe(d.rc)} compiling kernel {name} in the compile server" + (
-                f": {d.tail}" if d.tail else "")  # fmt: skip
+            if d.rc is None:
+                what = (f"LLVM did not finish compiling kernel {name} within {timeout:g} s "
+                        "(LAZYMATH_COMPILE_TIMEOUT) in the compile server, which was "
+                        "killed")  # fmt: skip
+            else:
+                what = f"LLVM {_describe(d.rc)} compiling kernel {name} in the compile server" + (
+                    f": {d.tail}" if d.tail else "")  # fmt: skip
             if attempt == 0:
                 _warn(f"{what}; restarting it and compiling again with the vectorizers off")
             else:
@@ -312,6 +376,15 @@ def server_compile(req: dict) -> bytes:
                       "interpreter (correct, slow)")  # fmt: skip
                 raise CompilerCrashed(what) from None
     raise AssertionError("unreachable")
+
+
+def watchdog_timeout(timeout: float) -> float:
+    """The parent-side deadline of a compile (compile's watchdog, which can only abandon a
+    stuck thread): in server mode the server enforces `timeout` itself and kills a hung
+    compile, twice at most, so the parent waits for that instead of racing it."""
+    if timeout > 0 and mode() == "server":
+        return 2 * timeout + 2 * BOOT_TIMEOUT
+    return timeout
 
 
 def _close_servers() -> None:

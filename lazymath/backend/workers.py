@@ -196,9 +196,9 @@ def _loop(target: str | None, compiler: Compiler | None = None) -> None:
             pass
     from lazymath.backend import isolate
 
-    if isolate.mode() == "server":  # its start (~1 s: Python, lazymath, LLVM) overlaps lowering
+    if isolate.mode() == "server":  # its boot (~0.15 s: Python, LLVM) overlaps the lowering
         try:
-            isolate.start_server()
+            isolate.start_server(target)
         except Exception:  # noqa: BLE001,S110 - the first job reports it
             pass
     jobs = _queue
@@ -413,11 +413,14 @@ def _work(ir_text: str, module_name: str, level: int, vectorize: bool = True,
         return _compiler(target).compile(ir_text, module_name, level, vectorize, **kw)
 
 
-def server_main() -> None:
-    """A persistent compile server (`isolate.server_compile`): requests (u64 length + JSON)
-    on stdin, replies (status byte + u64 length + object code or error text) on stdout, until
-    stdin closes. Compiles on this thread's `Compiler` for the request's target, like a
-    worker thread of the parent would."""
+def server_main(target: str = "") -> None:
+    """A persistent compile server (`isolate.server_compile`): builds its compiler for
+    `target` (the parent's LAZYMATH_TARGET_CPU value; "" the one in effect) and says so with
+    one byte (isolate._READY), then reads requests (u64 length + JSON) on stdin and writes
+    replies (status byte + u64 length + object code or error text) on stdout, until stdin
+    closes. Compiles on this thread's `Compiler` for the request's target, like a worker
+    thread of the parent would. Booted by isolate._BOOT: only settings and the backend's
+    jit/host/workers modules are imported here (no numpy, no tensor layer)."""
     import json
     import struct
     import sys
@@ -426,6 +429,12 @@ def server_main() -> None:
 
     fault = settings.TEST_COMPILE_FAULT.get()  # tests: simulate LLVM failing
     inp, out = sys.stdin.buffer, sys.stdout.buffer
+    try:
+        _compiler(target or None)  # LLVM loaded, target machine built: before the first job
+    except Exception:  # noqa: BLE001,S110 - the first request reports it
+        pass
+    out.write(b"R")  # isolate._READY (isolate itself imports the kernel cache: not here)
+    out.flush()
     while True:
         head = inp.read(8)
         if len(head) < 8:

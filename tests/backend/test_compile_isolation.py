@@ -119,3 +119,45 @@ def test_compile_server_mode_without_faults_compiles_and_reuses_its_server(tmp_p
                               capture_output=True, timeout=300))  # fmt: skip
     assert out["ok"] and out["compiled"] == 2 and not out["warnings"]
     assert out["servers"] == 1  # one compile thread: one server, kept for both kernels
+
+
+def test_compile_server_kills_a_hung_compile_and_retries(tmp_path):
+    """A compile that hangs in the server (simulated: every attempt with the vectorizers on
+    sleeps) is killed after LAZYMATH_COMPILE_TIMEOUT seconds, the server restarted and the
+    kernel compiled with the vectorizers off: a correct result, a warning that says so, and
+    the object in the disk cache. The in-process path could only abandon the thread."""
+    out = _out(_run(tmp_path / "kc", 2.5, LAZYMATH_COMPILE_ISOLATE="server",
+                    LAZYMATH_COMPILE_TIMEOUT="2", LAZYMATH_COMPILE_THREADS="1",
+                    LAZYMATH_TEST_COMPILE_FAULT="hang-vectorized"))  # fmt: skip
+    w = "\n".join(out["warnings"])
+    assert out["ok"] and out["compiled"] == 1 and out["disk_writes"] == 1
+    assert "did not finish compiling kernel" in w and "within 2 s" in w and "killed" in w
+    assert "compiling again with the vectorizers off" in w and "interpreter" not in w
+
+
+def test_compile_server_that_always_hangs_falls_back_to_the_interpreter(tmp_path):
+    out = _out(_run(tmp_path / "kc", 3.5, LAZYMATH_COMPILE_ISOLATE="server",
+                    LAZYMATH_COMPILE_TIMEOUT="1.5", LAZYMATH_COMPILE_THREADS="1",
+                    LAZYMATH_TEST_COMPILE_FAULT="hang"))  # fmt: skip
+    w = "\n".join(out["warnings"])
+    assert out["ok"] and out["disk_writes"] == 0  # correct, from the interpreter
+    assert "within 1.5 s" in w and "even with the vectorizers off" in w
+    assert "numpy interpreter" in w
+
+
+def test_compile_server_boots_without_the_tensor_layer():
+    """The server imports only settings and backend.jit/host/workers (isolate._BOOT): no
+    numpy, no lazymath/__init__ -- its boot was ~0.6 s of `import lazymath` before."""
+    from lazymath.backend import isolate
+
+    code = isolate._BOOT.replace(
+        "server_main(sys.argv[2])",
+        "import json; print(json.dumps(sorted(m for m in sys.modules if m.startswith(('lazymath', "
+        "'numpy', 'ml_dtypes')))))",
+    )
+    p = subprocess.run([sys.executable, "-c", code, str(ROOT / "lazymath"), ""],
+                       capture_output=True, timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    mods = json.loads(p.stdout.decode())
+    assert "lazymath.tensor" not in mods and not any(m.startswith("numpy") for m in mods), mods
+    assert "lazymath.backend.workers" in mods
