@@ -17,7 +17,6 @@ from ._version import __version__
 from .array_api import *  # noqa: F403  (exactly array_api.__all__)
 from .array_api import __all__ as _array_api_all
 from .dtypes import (
-    bfloat16,
     bool_,
     complex64,
     complex128,
@@ -67,6 +66,8 @@ _register_threadpoolctl()  # threadpool_limits(n) limits lazymath's block pool (
 
 
 def __getattr__(name):
+    if name == "bfloat16":  # ml_dtypes loads on first use (lazymath.dtypes.__getattr__)
+        return dtypes.bfloat16
     where = _LAZY.get(name)
     if where is not None:
         import importlib

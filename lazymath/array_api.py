@@ -17,7 +17,6 @@ import operator
 from collections import namedtuple
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from . import dtypes as dt
@@ -67,6 +66,14 @@ class iinfo_object:  # noqa: N801
     dtype: np.dtype
 
 
+def _bf16_finfo():
+    """ml_dtypes' finfo of bfloat16 (numpy's finfo does not know the type); a bfloat16 dtype
+    exists only once ml_dtypes is imported, so this import costs nothing then."""
+    import ml_dtypes
+
+    return ml_dtypes.finfo(dt.bfloat16)
+
+
 def finfo(type, /) -> finfo_object:
     """Limits of a floating dtype (or of a tensor's): bits, eps, max, min, smallest_normal.
     For a complex dtype, the limits of its real part."""
@@ -74,7 +81,7 @@ def finfo(type, /) -> finfo_object:
     if not (dt.is_float(d) or dt.is_complex(d)):
         raise TypeError(f"finfo: {d} is not a floating-point dtype (use iinfo)")
     # of a complex dtype: its real part's (finfo(complex64).dtype is float32)
-    f = ml_dtypes.finfo(d) if d == dt.bfloat16 else np.finfo(d)
+    f = _bf16_finfo() if dt.is_bf16(d) else np.finfo(d)
     return finfo_object(int(f.bits), float(f.eps), float(f.max), float(f.min),
                         float(f.smallest_normal), np.dtype(f.dtype))  # fmt: skip
 
@@ -97,7 +104,7 @@ _KINDS = {
     "integral": lambda d: d.kind in "iu",
     "real floating": dt.is_float,  # bfloat16 too (numpy files it under "V"), as in torch
     "complex floating": lambda d: d.kind == "c",
-    "numeric": lambda d: d.kind in "iufc" or d == dt.bfloat16,
+    "numeric": lambda d: d.kind in "iufc" or dt.is_bf16(d),
 }
 
 
@@ -120,7 +127,7 @@ def _promote_defined(a: np.dtype, b: np.dtype) -> np.dtype | None:
     """The standard's promotion of two dtypes, None where it leaves the pair undefined."""
     if a == b:
         return a
-    ka, kb = ("f" if d == dt.bfloat16 else d.kind for d in (a, b))
+    ka, kb = ("f" if dt.is_bf16(d) else d.kind for d in (a, b))
     if "b" in (ka, kb):
         return None
     if ka in "iu" and kb in "iu":

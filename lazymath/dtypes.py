@@ -7,14 +7,47 @@ kind when they can. Results are always compared against numpy, so numpy's table 
 
 from __future__ import annotations
 
-import ml_dtypes
+import sys
+
 import numpy as np
 
 float16 = np.dtype("float16")
 # bfloat16 is ml_dtypes' numpy dtype (the one JAX uses), so `np.asarray(t)` of a bfloat16 tensor
 # is an ordinary numpy array and numpy's casts round like the hardware (round to nearest even,
 # NaN/inf kept). numpy files it under kind "V"; `is_float` is the test to use, not `.kind`.
-bfloat16 = np.dtype(ml_dtypes.bfloat16)
+# It is loaded on first use (`bfloat16` below is a module attribute made by `__getattr__`):
+# importing ml_dtypes' extension costs ~0.4 s, most of `import lazymath`, and no array can be
+# bfloat16 before ml_dtypes registered the type, so `is_bf16` answers False until then.
+_bf16: np.dtype | None = None
+
+
+def _load_bf16() -> np.dtype:
+    """ml_dtypes' bfloat16 dtype, importing ml_dtypes the first time (the one place that does)."""
+    global _bf16
+    if _bf16 is None:
+        import ml_dtypes  # optional until used: ~0.4 s of import time
+
+        _bf16 = np.dtype(ml_dtypes.bfloat16)
+        globals()["bfloat16"] = _bf16  # later `dt.bfloat16` lookups skip __getattr__
+    return _bf16
+
+
+def __getattr__(name: str):
+    if name == "bfloat16":
+        return _load_bf16()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def is_bf16(d) -> bool:
+    """Whether `d` (a dtype, or anything `np.dtype` accepts) is bfloat16, without importing
+    ml_dtypes: while nothing has imported it (lazymath, JAX, the user), no bfloat16 exists."""
+    if _bf16 is None:
+        if "ml_dtypes" not in sys.modules:
+            return False
+        _load_bf16()
+    return d == _bf16
+
+
 float32 = np.dtype("float32")
 float64 = np.dtype("float64")
 int8 = np.dtype("int8")
@@ -29,24 +62,58 @@ bool_ = np.dtype("bool")
 complex64 = np.dtype("complex64")
 complex128 = np.dtype("complex128")
 
-SUPPORTED = (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, uint16,
-             uint32, uint64, bool_, complex64, complex128)  # fmt: skip
-_NAMES = {d.name: d for d in SUPPORTED} | {"bool_": bool_, "float": float64, "int": int64}
+
+class DtypeSet:
+    """An ordered, fixed set of dtypes that may include bfloat16 without importing ml_dtypes:
+    `d in s` compares `d` with the others as a tuple does (strings and scalar types match too)
+    and asks `is_bf16` for bfloat16; iterating (support tables, error messages) loads it."""
+
+    __slots__ = ("_names", "_eager")
+
+    def __init__(self, *names: str) -> None:
+        self._names = names
+        self._eager = tuple(np.dtype(n) for n in names if n != "bfloat16")
+
+    def __contains__(self, d) -> bool:
+        return d in self._eager or ("bfloat16" in self._names and is_bf16(d))
+
+    def __iter__(self):
+        return iter(tuple(_load_bf16() if n == "bfloat16" else np.dtype(n) for n in self._names))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The dtypes' names in order (for messages: no ml_dtypes import)."""
+        return self._names
+
+    def __repr__(self) -> str:
+        return f"DtypeSet{self._names!r}"
+
+
+SUPPORTED = DtypeSet("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32",
+                     "int64", "uint8", "uint16", "uint32", "uint64", "bool", "complex64",
+                     "complex128")  # fmt: skip
+_NAMES = {d.name: d for d in SUPPORTED._eager} | {"bool_": bool_, "float": float64, "int": int64}
 
 # The AI Core computes in these; anything else runs on the AI CPU fallback.
-AICORE = (float16, bfloat16, float32, int8, int16, int32, int64, uint8, bool_)
+AICORE = DtypeSet("float16", "bfloat16", "float32", "int8", "int16", "int32", "int64", "uint8",
+                  "bool")  # fmt: skip
 
 
 def as_dtype(d) -> np.dtype:
     """Normalise a user-given dtype, rejecting the ones lazymath does not support."""
     if isinstance(d, str) and d in _NAMES:
         return _NAMES[d]
+    if isinstance(d, str) and d == "bfloat16":  # numpy knows it once ml_dtypes registered it
+        return _load_bf16()
     try:
         nd = np.dtype(d)
     except TypeError as e:
         raise TypeError(f"not a dtype: {d!r}{_suggest(d)}") from e
     if nd not in SUPPORTED:
-        names = ", ".join(x.name for x in SUPPORTED)
+        names = ", ".join(SUPPORTED.names)
         if not nd.isnative and nd.newbyteorder("=") in SUPPORTED:
             order = "big" if nd.byteorder == ">" else "little"
             raise TypeError(
@@ -81,7 +148,7 @@ def _suggest(d) -> str:
 
 
 def is_float(d: np.dtype) -> bool:
-    return d.kind == "f" or d == bfloat16
+    return d.kind == "f" or is_bf16(d)
 
 
 def is_int(d: np.dtype) -> bool:
@@ -113,14 +180,14 @@ def bf16_rule(out: np.dtype, operands) -> np.dtype:
     tensors = [np.dtype(o) for o in operands if isinstance(o, (np.dtype, type)) and
                not (isinstance(o, type) and o in (bool, int, float, complex))]  # fmt: skip
     tensors += [o.dtype for o in operands if isinstance(o, np.ndarray)]
-    if bfloat16 in tensors and all(d == bfloat16 or d.kind in "biu" for d in tensors):
-        return bfloat16
+    if any(is_bf16(d) for d in tensors) and all(is_bf16(d) or d.kind in "biu" for d in tensors):
+        return _bf16
     return out
 
 
 def default_float_for(d: np.dtype) -> np.dtype:
     """dtype numpy uses for float math on `d` (true division, sqrt, mean)."""
-    if d.kind in "fc" or d == bfloat16:
+    if d.kind in "fc" or is_bf16(d):
         return d
     if d in (bool_, int8, uint8):  # numpy picks the smallest float that holds every value
         return float16

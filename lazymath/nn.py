@@ -80,7 +80,7 @@ def _t(x, fn: str) -> Tensor:
 
 
 def _float(x: Tensor, fn: str) -> Tensor:
-    if x.dtype.kind not in "fc" and x.dtype != dt.bfloat16:  # ml_dtypes' bfloat16 has kind 'V'
+    if x.dtype.kind not in "fc" and not dt.is_bf16(x.dtype):  # ml_dtypes' bfloat16 has kind 'V'
         raise TypeError(f"lm.nn.{fn}: expected a floating tensor, got {x.dtype}")
     return x
 

@@ -239,7 +239,7 @@ class Tensor:
         if dl_device is not None and tuple(dl_device)[0] != 1:
             raise BufferError(f"__dlpack__: cannot export to device {dl_device}; only (1, 0)")
         a = self.numpy()
-        if a.dtype == dt.bfloat16:  # numpy's exporter has no bfloat16: lazymath's own capsule
+        if dt.is_bf16(a.dtype):  # numpy's exporter has no bfloat16: lazymath's own capsule
             from . import _dlpack
 
             versioned = max_version is not None and tuple(max_version)[0] >= 1
@@ -783,7 +783,7 @@ def _scalar_args_of(op: str, a, b, caller):
 
 def _from_numpy(arr: np.ndarray, who: str, device=None) -> Tensor:
     """A realized tensor owning `arr` (C-contiguous; made read-only: the tensor is immutable)."""
-    if arr.dtype.kind in "OUSV" and arr.dtype != dt.bfloat16:
+    if arr.dtype.kind in "OUSV" and not dt.is_bf16(arr.dtype):
         raise TypeError(f"{who}: non-numeric data of dtype {arr.dtype} is not supported")
     if not arr.dtype.isnative and arr.dtype.newbyteorder("=") in dt.SUPPORTED:
         arr = arr.astype(arr.dtype.newbyteorder("="))  # byte-swapped data: same values, native
@@ -1411,12 +1411,9 @@ def _ew_node(op: str, out_dtype: np.dtype, shape: tuple, srcs: tuple, arg) -> gn
     """The node of elementwise `op`; a bfloat16 result is the float32 op rounded by one cast
     (its inputs are float32 already, `_ew_plan`), so kernels only ever load, store and convert
     bfloat16 and every op keeps its float32 lowering (vmath, comparisons, reductions)."""
-    if out_dtype is _BF16 or out_dtype == _BF16:
-        return gn.make("cast", _BF16, shape, (gn.make(op, dt.float32, shape, srcs, arg),))
+    if dt.is_bf16(out_dtype):
+        return gn.make("cast", out_dtype, shape, (gn.make(op, dt.float32, shape, srcs, arg),))
     return gn.make(op, out_dtype, shape, srcs, arg)
-
-
-_BF16 = dt.bfloat16
 
 
 def _ew_plan(op: str, ops: list, tensors: list) -> tuple:
@@ -1439,14 +1436,14 @@ def _ew_plan(op: str, ops: list, tensors: list) -> tuple:
             shown = ", ".join(k.name if isinstance(k, np.dtype) else k.__name__ for k in kinds)
             raise TypeError(f"{op}: not supported for operand dtypes ({shown})") from None
         rule = ELEMENTWISE[op].info.dtypes
-        if rule.float_result and out_dtype.kind not in "fc" and out_dtype != dt.bfloat16:
+        if rule.float_result and out_dtype.kind not in "fc" and not dt.is_bf16(out_dtype):
             out_dtype = dt.float64
             in_dtypes = (dt.float64,)
         if rule.bool_inputs:
             in_dtypes = tuple(dt.bool_ for _ in in_dtypes)
     # bfloat16 is a storage format: the op computes in float32 and `_ew_node` rounds its result
     # once (exact for the inputs, one rounding on store, as float16 is computed elsewhere)
-    in_dtypes = tuple(dt.float32 if d == dt.bfloat16 else d for d in in_dtypes)
+    in_dtypes = tuple(dt.float32 if dt.is_bf16(d) else d for d in in_dtypes)
     if out_dtype not in dt.SUPPORTED:
         raise TypeError(f"{op}: result dtype {out_dtype} is not supported by lazymath")
     shape = broadcast_shapes(*(t.shape for t in tensors), op=op)
@@ -1815,9 +1812,9 @@ def _reduce(op: str, x, axis, keepdims: bool) -> Tensor:
     node = x._node
     key = (op, node.dtype, node.shape, axis, keepdims)
     axes, out_dtype, out_shape = _memo(_REDUCE_PLANS, key, _reduce_plan, op, x, axis)
-    if node.dtype == _BF16 and axes:  # in float32 (exact), rounded once: see `_ew_node`
+    if axes and dt.is_bf16(node.dtype):  # in float32 (exact), rounded once: see `_ew_node`
         out = _reduce(op, Tensor(_cast(node, dt.float32), x._device), axis, keepdims)
-        return out if op in ("argmax", "argmin") else astype(out, _BF16)
+        return out if op in ("argmax", "argmin") else astype(out, node.dtype)
     src = node if op in ("argmax", "argmin", "max", "min") else _cast(node, out_dtype)
     if not axes:
         if op in ("argmax", "argmin"):  # argmax of a 0-d tensor
@@ -1909,7 +1906,7 @@ def argmin(x, axis=None, keepdims=False) -> Tensor:
 
 
 def _float_for_mean(x: Tensor) -> Tensor:
-    if x.dtype.kind in "fc" or x.dtype == _BF16:
+    if x.dtype.kind in "fc" or dt.is_bf16(x.dtype):
         return x
     return astype(x, dt.float64)
 
@@ -1921,7 +1918,7 @@ def mean(x, axis=None, keepdims=False) -> Tensor:
     axes = _axes(axis, x.ndim, "mean")
     n = math.prod(x.shape[a] for a in axes)
     xf = _float_for_mean(x)
-    acc = astype(xf, dt.float32) if xf.dtype in (dt.float16, _BF16) else xf
+    acc = astype(xf, dt.float32) if xf.dtype == dt.float16 or dt.is_bf16(xf.dtype) else xf
     s = sum(acc, axis, keepdims)
     out = s * (1.0 / n) if n else s * float("nan")
     return astype(out, xf.dtype)
@@ -1937,7 +1934,7 @@ def _var(op: str, x, axis, keepdims: bool, ddof) -> Tensor:
     axes = _axes(axis, x.ndim, op)
     n = math.prod(x.shape[a] for a in axes)
     xf = _float_for_mean(x)
-    acc = astype(xf, dt.float32) if xf.dtype in (dt.float16, _BF16) else xf
+    acc = astype(xf, dt.float32) if xf.dtype == dt.float16 or dt.is_bf16(xf.dtype) else xf
     m = mean(acc, axis, keepdims=True)
     d = acc - m
     out_dtype = xf.dtype

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from lazymath.backend import cancel, isa
-from lazymath.dtypes import bfloat16
+from lazymath.dtypes import DtypeSet, is_bf16
 from lazymath.graph import ops
 
 INTERP: dict[type, Callable] = {}
@@ -42,7 +42,7 @@ def register(cls: type) -> Callable:
     return deco
 
 
-_NARROW = (np.dtype(np.float16), bfloat16)  # computed as float32, stored narrow
+_NARROW = DtypeSet("float16", "bfloat16")  # computed as float32, stored narrow
 
 
 def _compute_dtype(dtype) -> np.dtype:
@@ -259,7 +259,7 @@ def convert(x: np.ndarray, dst_dt: np.dtype, mode: str) -> np.ndarray:
     src_dt = x.dtype
     if mode == "bits":
         return x.view(dst_dt)
-    if src_dt == _NARROW[1] and dst_dt != src_dt:  # bfloat16: exact to float32, then its rules
+    if is_bf16(src_dt) and dst_dt != src_dt:  # bfloat16: exact to float32, then its rules
         x, src_dt = x.astype(np.float32), np.dtype(np.float32)
     if dst_dt.kind == "b":
         return x != 0

@@ -28,8 +28,7 @@ from ..backend.kernel_ir import (
     contiguous_view,
     im2col_operand,
 )
-from ..dtypes import AICORE
-from ..dtypes import bfloat16 as BF16
+from ..dtypes import AICORE, is_bf16
 from ..graph import custom, dft
 from ..graph.node import Node, make, toposort
 from ..graph.ops import ELEMENTWISE, kind
@@ -127,7 +126,7 @@ def aicpu_reason(n: Node) -> str | None:
     bad = [d for d in dict.fromkeys([n.dtype] + [s.dtype for s in n.srcs]) if d not in AICORE]
     if bad:
         names = ", ".join(d.name for d in bad)
-        core = ", ".join(d.name for d in AICORE)
+        core = ", ".join(AICORE.names)
         return (f"{names} is not an AI Core dtype (the Vector and Cube units take {core}); "
                 "this op runs on the AI CPU")  # fmt: skip
     if n.op == "matmul" and n.dtype.name not in ("float16", "bfloat16", "float32"):
@@ -152,7 +151,7 @@ def _refuse_bfloat16(pending: list[Node], aicpu: dict, spec) -> None:
     for n in pending:
         if aicpu[id(n)] or n.op not in ("cast", "matmul", "conv1d"):
             continue
-        if n.dtype == BF16 or any(s.dtype == BF16 for s in n.srcs):
+        if is_bf16(n.dtype) or any(is_bf16(s.dtype) for s in n.srcs):
             raise TypeError(
                 f"bfloat16 is not supported on the {spec.name} preset: its AI Core (Vector "
                 f"Cast, Cube Mmad) has no bfloat16 mode, which starts with the Atlas A2 "

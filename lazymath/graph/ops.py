@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import bfloat16 as _BF16
+from .. import dtypes as _dtypes
 from ..dtypes import float64 as _F64
 
 # ============================================================================ record parts
@@ -486,10 +486,12 @@ def ufunc_dtypes(op: str, operands: tuple) -> tuple[tuple[np.dtype, ...], np.dty
     # resolve_dtypes only takes the weak types int/float/complex, so pass bool as np.bool_
     operands = tuple(_BOOL if o is bool else o for o in operands)
     res = _resolve(ufunc, operands)
-    if _BF16 in operands and _F64 in res:  # bf16 with int/bool tensors: torch's bf16 result
-        wide = tuple(_BF16 if isinstance(o, np.dtype) and o.kind in "biu" else o
+    # bf16 with int/bool tensors: torch's bf16 result (is_bf16: no ml_dtypes import for others)
+    if _F64 in res and any(_dtypes.is_bf16(o) for o in operands):
+        bf16 = _dtypes.bfloat16
+        wide = tuple(bf16 if isinstance(o, np.dtype) and o.kind in "biu" else o
                      for o in operands)  # fmt: skip
-        if all(o == _BF16 for o in wide if isinstance(o, np.dtype)):
+        if all(o == bf16 for o in wide if isinstance(o, np.dtype)):
             res = _resolve(ufunc, wide)
     return res[:-1], res[-1]
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..dtypes import bfloat16 as _BF16
+from ..dtypes import is_bf16
 from .node import Node, toposort
 from .ops import ELEMENTWISE
 
@@ -23,7 +23,7 @@ CALLS = {"nodes": 0}
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
-    if a.dtype == np.float16 or a.dtype == _BF16:  # exact products, float32 accumulation
+    if a.dtype == np.float16 or is_bf16(a.dtype):  # exact products, float32 accumulation
         return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
     return np.matmul(a, b).astype(out_dtype, copy=False)
 
@@ -46,7 +46,7 @@ def reduce_array(x: np.ndarray, op: str, axes: tuple[int, ...], out_dtype: np.dt
             n *= x.shape[d]
         flat = moved.reshape(moved.shape[: len(keep)] + (n,))  # not -1: the input may be empty
         return getattr(np, op)(flat, axis=-1).astype(np.int64)
-    if op in ("sum", "prod") and (x.dtype == np.float16 or x.dtype == _BF16):
+    if op in ("sum", "prod") and (x.dtype == np.float16 or is_bf16(x.dtype)):
         # the NPU accumulates float16 (and bfloat16) in float32
         r = getattr(np, op)(x.astype(np.float32), axis=axes)
         return np.asarray(r).astype(x.dtype)
@@ -56,7 +56,7 @@ def reduce_array(x: np.ndarray, op: str, axes: tuple[int, ...], out_dtype: np.dt
 
 def _conv1d(x, w, bias, stride, padding, dilation, groups, out_dtype):
     """torch.nn.functional.conv1d semantics, x (N, Cin, L), w (Cout, Cin/groups, K)."""
-    acc = np.float32 if x.dtype in (np.float16, _BF16) else out_dtype
+    acc = np.float32 if x.dtype == np.float16 or is_bf16(x.dtype) else out_dtype
     x = x.astype(acc, copy=False)
     w = w.astype(acc, copy=False)
     n, cin, _ = x.shape
@@ -128,7 +128,7 @@ def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
         if op in ELEMENTWISE:
             if op == "cast":
                 x = srcs[0]
-                if x.dtype == _BF16 and node.dtype.kind in "iu":  # as the kernels: via float32
+                if is_bf16(x.dtype) and node.dtype.kind in "iu":  # as the kernels: via float32
                     x = x.astype(np.float32)  # (ml_dtypes clamps where numpy's float32 wraps)
                 return x.astype(node.dtype)
             fn = ELEMENTWISE[op].info.ref
