@@ -40,6 +40,7 @@ def sample(full: bool) -> dict[str, float]:
         out = subprocess.run(
             [sys.executable, "-c", _PROBE.format(full=full)],
             env=env,
+            cwd=d,  # `python -c` puts the cwd first on sys.path: a checkout there shadows it
             capture_output=True,
             text=True,
             check=True,
