@@ -82,7 +82,8 @@ def realize_into(t, out: np.ndarray) -> None:
             if r is not None and r.size and np.may_share_memory(r, out):
                 raise ValueError(f"realize(out=...): out overlaps an input of the computation "
                                  f"({n.op} {n.shape} created at {n.loc})")  # fmt: skip
-        if (SHARDED is None and out.flags.c_contiguous and out.size
+        sharded = SHARDED is not None and SHARDED.reads_shards([node])
+        if (not sharded and out.flags.c_contiguous and out.size
                 and _BACKEND.get() != "reference"):  # fmt: skip
             _run_compiled()([node], _BACKEND.get(), out=out)
         else:

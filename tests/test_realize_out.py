@@ -1,5 +1,7 @@
 """`Tensor.realize(out=...)`: compute into the caller's array (issue 34), with clear errors."""
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,19 @@ def test_bad_out_arrays_are_clear_errors():
     t = (x * 2.0).realize(out=o)  # t now views o
     with pytest.raises(ValueError, match="overlaps the tensor's own"):
         t.realize(out=o[::-1])  # another view of the same memory: would scramble t
+
+
+def test_out_stays_direct_once_the_distributed_hook_is_installed(monkeypatch):
+    """lazymath.distributed installs its realize hook for the rest of the process when the first
+    sharded tensor is made; graphs that read no shards keep writing straight into `out` (found
+    when a distributed test ran earlier in the same pytest worker and this file's tests saw a
+    copy instead of shared memory)."""
+    from lazymath.distributed import api as dist_api
+
+    realize_mod = importlib.import_module("lazymath.realize")  # the attribute is the function
+    monkeypatch.setattr(realize_mod, "SHARDED", dist_api._Hooks())
+    x = lm.asarray(_x(8))
+    out = np.empty(8, np.float32)
+    t = (x + 1.0).realize(out=out)
+    assert np.shares_memory(t.numpy(), out)
+    np.testing.assert_allclose(out, x.numpy() + 1, rtol=1e-6)
