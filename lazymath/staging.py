@@ -26,7 +26,9 @@ captured as constants at the trace (a rebound global is not seen until the next 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -40,7 +42,7 @@ from .graph.ops import ELEMENTWISE
 from .graph.walk import no_view_folding, plan_outputs
 from .runtime import api as _rt_api
 from .runtime import profiler as _prof
-from .runtime.replay import BoundReplay
+from .runtime.replay import BoundReplay, Slot
 from .tensor import Tensor, asarray
 
 __all__ = ["jit", "Jitted", "Lowered"]
@@ -255,7 +257,10 @@ class Jitted:
                 )
             if not chosen or chosen[-1] >= len(lsig):
                 return ()
-            if len({len(lsig[k][0]) >= 1 and lsig[k][0][0] for k in chosen} - {False}) != 1:
+            if (
+                any(len(lsig[k][0]) < 1 for k in chosen)
+                or len({lsig[k][0][0] for k in chosen}) != 1
+            ):  # (a batch of 0 rows is a batch: no `and`-chain that turns 0 into False)
                 return ()  # the batched inputs no longer share a leading size
             return chosen
         for old in list(self._entries)[::-1]:
@@ -325,7 +330,16 @@ class Jitted:
         if entry is None or any(o[4] is not None for o in entry.outs):
             self._debug("not a dynamic batch (no stored program): a program per size")
             return None
-        return _Dynamic(entry, batched, chunk)
+        shapes = {k: chunk_leaves[k]._node.realized.shape for k in batched}
+        try:
+            rows = _RuntimeRows.make(entry, shapes, chunk, len(leaves))
+        except NotBatched as e:  # a kernel that cannot take its rows at run time: host chunks
+            self._debug(f"dynamic batch by host chunks of {chunk} rows ({e})")
+            rows = None
+        else:
+            self._debug(f"dynamic batch: one program for up to {chunk} rows per launch, the "
+                        "row count a kernel argument")  # fmt: skip
+        return _Dynamic(entry, batched, chunk, rows)
 
     def _replay(self, entry: _Entry, leaves):
         bound = entry.bound
@@ -476,19 +490,142 @@ def _rows(a: np.ndarray, start: int, n: int) -> np.ndarray:
     return out
 
 
+class _RuntimeRows:
+    """The traced program with its row count a run-time kernel argument: every kernel that
+    touches batch rows rebuilt as a `DynamicElementwiseKernel` (its loops, block range and
+    tail tile bound by the row count it reads from one more GM argument, the tiling word),
+    so one launch serves any 1..chunk rows without padding, and no kernel touches a row past
+    the count (inputs and outputs are exact row views).
+
+    `make` proves, per kernel argument, that row i of the kernel's iteration space reads or
+    writes only row i of a batched buffer (its leading stride is the buffer's row size and the
+    rest of the view stays inside one row) and that buffers without the batch are the same for
+    every row (stride 0); a kernel of another kind (matmul, reduce, rows...) that touches a
+    batched buffer raises NotBatched, and the caller keeps the host-chunked path."""
+
+    __slots__ = ("prog", "leaf_src", "fixed", "bound", "single", "small", "tiling_input")
+
+    def __init__(self, prog, leaf_src, fixed, small: int, tiling_input: int) -> None:
+        self.prog = prog
+        self.leaf_src = leaf_src
+        self.fixed = fixed
+        self.small = small  # batches below this many rows launch one host block per kernel
+        self.tiling_input = tiling_input  # the call-input position of the tiling word
+        self.bound = BoundReplay.make(prog, leaf_src, fixed)
+        # small batches launch one host block: a thread hand-off costs more than the work
+        self.single = None if self.bound is None else self.bound.with_blocks(1)
+
+    @classmethod
+    def make(cls, entry: _Entry, shapes: dict, chunk: int, n_inputs: int) -> _RuntimeRows:
+        # in the function: `import lazymath` must not load the backend (+~100 ms, the ISA),
+        # and a traced program has loaded it by the time a dynamic batch gets here
+        from .backend.compile import SMALL_VECTOR_WORK, compile_kernels
+        from .backend.kernel_ir import DynamicElementwiseKernel, ElementwiseKernel
+
+        prog = entry.prog
+        slots = prog.slots
+        rows_of: dict[int, int] = {}  # slot id -> elements per batch row, for batched slots
+        for j, s in enumerate(slots):
+            if s.kind == "leaf":
+                k = entry.leaf_src[s.index]
+                if k in shapes:
+                    rows_of[j] = math.prod(shapes[k][1:])
+            elif s.kind == "out":
+                rows_of[j] = math.prod(s.shape[1:])
+        kernels = []
+        dyn_items = []
+        for sk, ck, slot_ids in prog.kernels:
+            ir = getattr(ck, "ir", None)
+            touched = [j for j in slot_ids if j in rows_of]
+            if not touched:
+                kernels.append((sk, ck, list(slot_ids)))
+                continue
+            if type(ir) is not ElementwiseKernel or not ir.shape or ir.shape[0] != chunk:
+                raise NotBatched(f"kernel {ck.name} ({getattr(ir, 'kind', '?')}) reads batch "
+                                 "rows and is not elementwise over them")  # fmt: skip
+            views = (*ir.inputs, *ir.outputs)
+            for pos, (v, j) in enumerate(zip(views, slot_ids)):
+                if slots[j].kind == "alias":
+                    raise NotBatched(f"kernel {ck.name} writes through an alias")
+                is_out = pos >= len(ir.inputs)
+                if is_out and j not in rows_of:  # an intermediate: batched if it has the rows
+                    if slots[j].kind != "arena" or not slots[j].shape or \
+                            slots[j].shape[0] != chunk:  # fmt: skip
+                        raise NotBatched(f"kernel {ck.name} writes {slots[j].kind} slot {j} "
+                                         "without the batch rows")  # fmt: skip
+                    rows_of[j] = math.prod(slots[j].shape[1:])
+                if j in rows_of:
+                    if not _row_local(v, rows_of[j]):
+                        raise NotBatched(f"kernel {ck.name} argument {pos} does not address "
+                                         "one buffer row per batch row")  # fmt: skip
+                elif v.strides[0] != 0:
+                    raise NotBatched(f"kernel {ck.name} argument {pos} differs between rows "
+                                     "and does not carry the batch")  # fmt: skip
+            dyn = DynamicElementwiseKernel(ir.shape, ir.inputs, ir.outputs, ir.expr, ir.results)
+            dyn_items.append((len(kernels), dyn, ck.name, math.prod(ir.shape[1:])))
+            kernels.append((sk, ck, list(slot_ids)))
+        if not dyn_items:
+            raise NotBatched("no kernel reads the batch rows")
+        backend = kernels[dyn_items[0][0]][1].backend  # the traced program's (llvm, interp)
+        compiled = compile_kernels([(ir, name) for _i, ir, name, _w in dyn_items],
+                                   engine.device_spec(), backend)  # fmt: skip
+        tiling_slot = len(slots)
+        n_leaves = len(entry.leaf_src)
+        for (i, _ir, _name, _w), ck in zip(dyn_items, compiled):
+            sk, old, slot_ids = kernels[i]
+            ck.source_loc = getattr(old, "source_loc", None)
+            kernels[i] = (sk, ck, [*slot_ids, tiling_slot])
+        rt_prog = dataclasses.replace(
+            prog,
+            kernels=kernels,
+            slots=[*slots, Slot("leaf", n_leaves)],
+            hits=0,
+            _events=None,
+            _launches=None,
+            _replay=None,
+            _contexts=[],
+            label=prog.label + " (run-time rows)",
+        )
+        leaf_src = [*entry.leaf_src, n_inputs]
+        fixed = [*entry.fixed, None]
+        small = SMALL_VECTOR_WORK // max(1, max(w for *_x, w in dyn_items))
+        return cls(rt_prog, leaf_src, fixed, small, n_inputs)
+
+
+def _row_local(v, row: int) -> bool:
+    """Whether element (i, ...) of view `v` always lies in row i of a buffer of `row`
+    elements per row (the leading stride is one row, the other axes stay inside it)."""
+    if not v.shape or v.strides[0] != row:
+        return False
+    lo = hi = v.offset
+    for n, st in zip(v.shape[1:], v.strides[1:]):
+        if n > 1:
+            lo += min(0, (n - 1) * st)
+            hi += max(0, (n - 1) * st)
+    return 0 <= lo and hi < max(row, 1)
+
+
 class _Dynamic:
-    """One program traced at `chunk` rows of the batched inputs, run on any batch: whole
-    chunks as zero-copy row views (outputs written in place into the full result), the tail
-    through padded copies. The graph was checked to keep batch rows apart (`batch_axes`)."""
+    """One program traced at `chunk` rows of the batched inputs, run on any batch. With
+    `rows` (the usual case for elementwise work, `_RuntimeRows`) its kernels take the row
+    count at run time: a batch of up to `chunk` rows is one launch on exact row views of the
+    inputs and the result, a bigger one a launch per `chunk` rows plus one for the tail.
+    Otherwise (a matmul, a reduction over other axes... reads the rows) whole chunks run as
+    zero-copy row views and the tail through copies padded with the last real row. The graph
+    was checked to keep batch rows apart (`batch_axes`)."""
 
-    __slots__ = ("entry", "batched", "chunk")
+    __slots__ = ("entry", "batched", "chunk", "rows")
 
-    def __init__(self, entry: _Entry, batched: tuple[int, ...], chunk: int) -> None:
+    def __init__(self, entry: _Entry, batched: tuple[int, ...], chunk: int,
+                 rows: _RuntimeRows | None = None) -> None:  # fmt: skip
         self.entry = entry
         self.batched = batched
         self.chunk = chunk
+        self.rows = rows
 
     def run(self, leaves: list, size: int):
+        if self.rows is not None:
+            return self._run_rows(leaves, size)
         entry, chunk = self.entry, self.chunk
         prog = entry.prog
         arrays = [t._node.realized for t in leaves]
@@ -517,6 +654,34 @@ class _Dynamic:
             if tail:
                 for f, o in zip(full, outs):
                     f[start:] = o[:n]
+        return _wrap(entry, leaves, full)
+
+    def _run_rows(self, leaves: list, size: int):
+        rt, chunk, entry = self.rows, self.chunk, self.entry
+        prog = rt.prog
+        arrays = [t._node.realized for t in leaves]
+        for k in self.batched:
+            if not arrays[k].flags.c_contiguous:
+                arrays[k] = np.ascontiguousarray(arrays[k])
+        full = [np.empty((size,) + prog.slots[j].shape[1:], prog.slots[j].dtype)
+                for j in prog.outputs]  # fmt: skip
+        dev = _rt_api._CURRENT or _rt_api.current_device()
+        profiled = _prof._ACTIVE is not None
+        batched = self.batched
+        for start in range(0, size, chunk):
+            n = min(chunk, size - start)
+            ins = list(arrays)
+            for k in batched:
+                ins[k] = arrays[k][start : start + n]
+            ins.append(np.array([n], np.int64))  # the tiling word: the kernels' row count
+            outs = [f[start : start + n] for f in full]
+            bound = rt.bound if n >= rt.small else rt.single
+            if bound is not None and not profiled:
+                bound.run_into(ins, outs, dev)
+                continue
+            data = [ins[k] if k >= 0 else f for k, f in zip(rt.leaf_src, rt.fixed)]
+            for o, r in zip(outs, prog.run(data, True)):
+                o[...] = r[:n]
         return _wrap(entry, leaves, full)
 
 

@@ -5,6 +5,16 @@ import pytest
 
 import lazymath as lm
 from lazymath import engine, settings
+from lazymath.backend import cost, isa_codec
+from lazymath.backend.compile import compile_kernel
+from lazymath.backend.kernel_ir import (
+    ArgView,
+    DynamicElementwiseKernel,
+    ElementwiseKernel,
+    SOp,
+    contiguous_view,
+)
+from lazymath.runtime.device import get_spec
 
 RNG = np.random.default_rng(34)
 
@@ -329,3 +339,109 @@ def test_dynamic_argument_errors():
     for n in (2, 3, 4):
         f(lm.asarray(_x(n)))
     assert f.cache_size() == 3
+
+
+# ----------------------------------------------------------------------------- run-time rows
+
+
+def _ew_kernel(shape, views, expr, results):
+    return DynamicElementwiseKernel(shape, views[:-1], views[-1:], expr, results)
+
+
+ADD_RELU = (SOp("load", "float32", (), 0), SOp("load", "float32", (), 1),
+            SOp("add", "float32", (0, 1)), SOp("relu", "float32", (2,)))  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+@pytest.mark.parametrize("kb", ["llvm", "interp"])
+@pytest.mark.parametrize("case", ["1d", "rows", "wide", "3d", "bcast_flip"])
+def test_a_dynamic_elementwise_kernel_takes_its_rows_at_run_time(case, kb, spec):
+    """One compiled kernel serves 0..cap rows: the row count is its last GM argument, loops and
+    the tail tile follow it, and no row past the count is written (NaN sentinels stay)."""
+    cap, rest = {"1d": (61, ()), "rows": (64, (7,)), "wide": (5, (20011,)), "3d": (13, (3, 5)),
+                 "bcast_flip": (37, (11,))}[case]  # fmt: skip
+    shape = (cap, *rest)
+    full = contiguous_view("float32", shape)
+    if case == "bcast_flip":  # b is one row broadcast over the batch; a is read flipped in rows
+        a = ArgView("float32", shape, (11, -1), 10)
+        b = ArgView("float32", shape, (0, 1), 0)
+    else:
+        a = b = full
+    k = compile_kernel(_ew_kernel(shape, (a, b, full), ADD_RELU, (3,)), get_spec(spec), kb)
+    assert "get_value tiling" in k.isa_text and kb in repr(k)
+    for n in (0, 1, 2, cap // 2 + 1, cap - 1, cap):
+        x = _x(n + 2, *rest)  # two rows past n: never read
+        y = _x(1 if case == "bcast_flip" else n, *rest)
+        out = np.full((n + 2, *rest), np.nan, np.float32)
+        if n:
+            k(x, y, out, np.array([n], np.int64))
+        xa = x[:n, ::-1] if case == "bcast_flip" else x[:n]
+        np.testing.assert_array_equal(out[:n], np.maximum(xa + y, 0))
+        assert np.isnan(out[n:]).all()
+
+
+def test_the_row_count_is_checked_costed_and_cached_as_data():
+    shape = (256, 100)
+    v = contiguous_view("float32", shape)
+    ir = _ew_kernel(shape, (v, v, v), ADD_RELU, (3,))
+    prog = compile_kernel(ir, get_spec("ascend910"), "interp").program
+    assert isa_codec.decode(isa_codec.encode(prog)) == prog  # the disk cache stores it
+    small = cost.estimate(prog, get_spec("ascend910"), values={"rows": 3}).total
+    assert small < cost.estimate(prog, get_spec("ascend910")).total  # default: the bound
+    k = compile_kernel(ir, get_spec("ascend910"), "interp")
+    x = _x(300, 100)
+    with pytest.raises(ValueError, match=r"get_value tiling .* read 300, outside 0\.\.256"):
+        k(x, x, np.empty_like(x), np.array([300], np.int64))
+    static = compile_kernel(ElementwiseKernel(shape, (v, v), (v,), ADD_RELU, (3,)),
+                            get_spec("ascend910"), "interp")  # fmt: skip
+    assert "get_value" not in static.isa_text  # never the same cached kernel
+
+
+def _step(x, y, s):
+    return lm.relu(x * s + y) - lm.exp(-lm.abs(x)) * 0.5, (x[:, ::-1] + y).astype(lm.float16)
+
+
+def _step_ref(x, y, s):
+    return np.maximum(x * s + y, 0) - np.exp(-np.abs(x)) * 0.5, (x[:, ::-1] + y).astype(np.float16)
+
+
+def test_an_elementwise_dynamic_batch_is_one_program_with_run_time_rows(preset, backend, capsys,
+                                                                        monkeypatch):  # fmt: skip
+    """Sizes 1..4096 (every size on llvm up to 300, then a spread): one traced program per
+    dtype, its kernels taking the row count at run time (no padded tail copies), equal to
+    numpy; a non-contiguous batch and a 0-row batch too."""
+    monkeypatch.setenv("LAZYMATH_DEBUG", "1")
+    sizes = (list(range(1, 300)) + [511, 512, 513, 1000, 4093, 4096] if backend == "llvm"
+             else [1, 2, 63, 64, 65, 130])  # fmt: skip
+    for dtype in (np.float32, np.float16):  # (float64 runs on the AI CPU: host chunks)
+        y = _x(6, dtype=dtype)
+        tol = 1e-5 if dtype == np.float32 else 1e-2
+        f = lm.jit(_step, dynamic=0)
+        programs = engine.PROGRAMS.misses
+        s = lm.asarray(np.asarray(1.5, dtype))
+        for n in [*sizes, 0]:
+            x = _x(n, 6, dtype=dtype)
+            got = f(lm.asarray(x), lm.asarray(y), s)
+            for g, r in zip(got, _step_ref(x, y, dtype(1.5))):
+                assert g.shape == r.shape and g.dtype == r.dtype
+                np.testing.assert_allclose(g.numpy().astype(np.float32), r.astype(np.float32),
+                                           rtol=max(tol, 2e-3 * (r.dtype == np.float16)),
+                                           atol=tol)  # fmt: skip
+        x = _x(2 * 77, 6, dtype=dtype)[::2]  # a strided batch
+        for g, r in zip(f(lm.asarray(x), lm.asarray(y), s), _step_ref(x, y, dtype(1.5))):
+            np.testing.assert_allclose(g.numpy().astype(np.float32), r.astype(np.float32),
+                                       rtol=1e-2, atol=tol)  # fmt: skip
+        assert f.traces == 1 and engine.PROGRAMS.misses - programs <= 1
+    err = capsys.readouterr().err
+    assert "the row count a kernel argument" in err and "host chunks" not in err
+
+
+def test_a_matmul_batch_keeps_host_chunks_and_says_why(capsys, monkeypatch):
+    monkeypatch.setenv("LAZYMATH_DEBUG", "1")
+    w, b = _x(9, 5), _x(5)
+    f = lm.jit(_mlp, dynamic=0)
+    for n in (3, 70):
+        x = _x(n, 9)
+        for g, r in zip(f(lm.asarray(x), lm.asarray(b), lm.asarray(w)), _mlp_ref(x, b, w)):
+            np.testing.assert_allclose(g.numpy(), r, rtol=1e-4, atol=1e-5)
+    assert "dynamic batch by host chunks of 64 rows (kernel" in capsys.readouterr().err

@@ -126,8 +126,9 @@ class _State:
 class CostCtx:
     """What cost functions see: the spec and IntExpr evaluation in the current iteration."""
 
-    def __init__(self, program: isa.Program, spec, block_num: int):
+    def __init__(self, program: isa.Program, spec, block_num: int, values: dict | None = None):
         self.program = program
+        self.values = values or {}  # run-time values (isa.GetValue) by variable name
         self.spec = spec
         self.env: dict = {isa.BLOCK_IDX: 0, isa.BLOCK_NUM: block_num, isa.SUBBLOCK_IDX: 0}
         self.state = _State()
@@ -288,6 +289,9 @@ class CostCtx:
             for p in ps:
                 s.free[p] = s.done[p] = t_all
             s.scalar = t_all
+        elif t is isa.GetValue:  # a run-time size: the caller's value, else the bound
+            self.env[instr.var] = self.values.get(instr.var.name, instr.bound)
+            self.issue("Scalar", 1, self.spec.gm_read_latency)
         elif t is isa.AtomicAdd:  # assume this block arrives last: it pays for the combine
             last = self.last_arrival.get(id(instr))
             self.env[instr.var] = (
@@ -410,10 +414,13 @@ def _shift_queues(queues: dict, old: dict, periods: int) -> None:
 # ============================================================================= estimates
 
 
-def estimate(program: isa.Program, spec, block_num: int | None = None) -> KernelCost:
-    """Simulated cycles of `program` on `spec` (block 0 of `block_num` blocks)."""
+def estimate(program: isa.Program, spec, block_num: int | None = None,
+             values: dict | None = None) -> KernelCost:  # fmt: skip
+    """Simulated cycles of `program` on `spec` (block 0 of `block_num` blocks). `values`: the
+    run-time values a dynamic-shape program reads (`isa.GetValue`, by variable name; absent:
+    the instruction's bound, the largest size the program serves)."""
     blocks = block_num or program.device_blocks or program.blocks or 1
-    ctx = CostCtx(program, spec, blocks)
+    ctx = CostCtx(program, spec, blocks, values)
     ctx.run(program.body)
     if left := [k for k, q in ctx.cross.items() if q]:
         raise ValueError(

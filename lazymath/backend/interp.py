@@ -511,6 +511,15 @@ def _if(m: Machine, i: isa.If) -> None:
         m.run(i.body)
 
 
+@register(isa.GetValue)
+def _get_value(m: Machine, i: isa.GetValue) -> None:
+    v = int(m.view(i.src, 1)[0])
+    if not 0 <= v <= i.bound:  # the lowering trusts the launcher; the interpreter checks it
+        raise ValueError(f"kernel {m.program.name}: {isa.format_instr(i)} read {v}, outside "
+                         f"0..{i.bound}")  # fmt: skip
+    m.env[i.var] = v
+
+
 _ATOMIC = threading.Lock()
 
 

@@ -699,6 +699,21 @@ class AtomicAdd:
     var: Var
 
 
+@dataclass(frozen=True, slots=True)
+class GetValue:
+    """var = the int64 at GM `src` (AscendC `GlobalTensor::GetValue`, how a dynamic-shape
+    kernel reads its tiling data: the extent of a dimension known only at launch).
+
+    Why: one program serves every size of a run-time dimension; its loop bounds and tail
+    counts are expressions of `var`. `bound` is the largest value the program is built for
+    (on-chip buffers and the host's scratch are sized from it): the cost model uses it when
+    no size is given (`cost.estimate(..., values={var.name: n})`)."""
+
+    var: Var
+    src: Ref
+    bound: int
+
+
 CMP_OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
            ">": operator.gt, ">=": operator.ge}  # fmt: skip
 
@@ -853,6 +868,7 @@ register_instr(CopyOut, "MTE3", _fmt_copy_out)
 register_instr(Let, "Scalar", _BUILTIN_FORMATS[Let])
 register_instr(Loop, "Scalar")
 register_instr(If, "Scalar")
+register_instr(GetValue, "Scalar", lambda i: f"{i.var} = get_value {i.src} (<= {i.bound})")
 register_instr(AtomicAdd, "Scalar", lambda i: f"{i.var} = atomic_add {i.dst}, {i.value}")
 register_instr(SetFlag, "Scalar", _BUILTIN_FORMATS[SetFlag])
 register_instr(WaitFlag, "Scalar", _BUILTIN_FORMATS[WaitFlag])

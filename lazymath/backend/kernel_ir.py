@@ -90,6 +90,25 @@ class ElementwiseKernel:
     kind: str = "elementwise"
 
 
+# The GM argument a dynamic-shape kernel reads its run-time extent from (one int64 word, after
+# the views: AscendC passes its tiling data the same way, as one more GM address).
+TILING_VIEW = ArgView("int64", (1,), (1,), 0)
+
+
+@dataclass(frozen=True)
+class DynamicElementwiseKernel(ElementwiseKernel):
+    """An ElementwiseKernel whose leading dim is a run-time size: `shape[0]` is the most it
+    serves (buffers are sized for it), the actual extent is read at launch from one more GM
+    argument (`TILING_VIEW`, after the outputs; `isa.GetValue`), and every loop bound and tail
+    count follows from it. Views step their rows by `strides[0]`, so rows past the extent are
+    never touched: one compiled kernel serves every batch of 0..shape[0] rows.
+
+    Why a kind of its own: the disk and memory kernel caches key on the IR's repr and value,
+    so the dynamic kernel and the static one at the capacity never share code."""
+
+    kind: str = "elementwise"
+
+
 @dataclass(frozen=True)
 class ReduceKernel:
     """Reduce prologue[prologue_result] over `axes` of `in_shape`, then run the epilogue.
@@ -282,6 +301,8 @@ def kernel_args(k: KernelIR) -> tuple[ArgView, ...]:
 
     The compiled kernel is called with one base pointer per entry, in exactly this order.
     """
+    if isinstance(k, DynamicElementwiseKernel):
+        return (*k.inputs, *k.outputs, TILING_VIEW)
     if isinstance(k, ElementwiseKernel):
         return (*k.inputs, *k.outputs)
     if isinstance(k, ReduceKernel):

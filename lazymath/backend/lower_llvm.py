@@ -1671,6 +1671,11 @@ def _vmath_call(ctx: LowerCtx, i: vmath.VMathCall) -> None:
     b.call(fn, [ctx.ptr(i.dst), *srcs, ctx.int(i.n)])
 
 
+@register(isa.GetValue)
+def _get_value(ctx: LowerCtx, i: isa.GetValue) -> None:  # the int64 tiling word
+    ctx.env[i.var] = ctx.builder.load(ctx.ptr(i.src), typ=I64)
+
+
 @register(isa.AtomicAdd)
 def _atomic_add(ctx: LowerCtx, i: isa.AtomicAdd) -> None:
     if i.dst.buf.dtype != "int64":

@@ -295,6 +295,13 @@ class BoundReplay:
         return cls(prog, used, tuple(tuple(by_input[k]) for k in used), tuple(fixed_slots),
                    tuple(out_slots), tuple(calls))  # fmt: skip
 
+    def with_blocks(self, blocks: int) -> BoundReplay:
+        """The same binding launching each kernel on at most `blocks` host blocks (its own
+        contexts): a dynamic-shape program's small batch, whose kernels were mapped to host
+        blocks for the most rows they serve (the body splits any count, so any is correct)."""
+        calls = tuple((ck, min(b, blocks)) for ck, b in self._calls)
+        return BoundReplay(self.prog, self._used, self._in_slots, self._fixed, self._outs, calls)
+
     def _context(self, dev) -> list:
         """[runtime context, per used input (argv, pos) patches, last addresses written]."""
         ctx = _ReplayContext(self.prog, dev)

@@ -103,8 +103,9 @@ def fit_tile(spec, bytes_at, cap: int | None = None) -> int:
     return t
 
 
-def block_range(items: int) -> tuple[isa.IntExpr, isa.IntExpr, list]:
-    """[start, stop) of this block's work items, GetBlockIdx()/GetBlockNum() style.
+def block_range(items: isa.IntExpr) -> tuple[isa.IntExpr, isa.IntExpr, list]:
+    """[start, stop) of this block's work items, GetBlockIdx()/GetBlockNum() style (`items`
+    may be a run-time expression: a dynamic-shape kernel's).
 
     blockFactor = ceil(items / block_num); computed in the kernel so one program is right for any
     launch width (the host's cores or the NPU's).
@@ -113,7 +114,7 @@ def block_range(items: int) -> tuple[isa.IntExpr, isa.IntExpr, list]:
     start = isa.Var("block_start")
     stop = isa.Var("block_stop")
     lets = [
-        isa.Let(factor, isa.floordiv(isa.add(items - 1, isa.BLOCK_NUM), isa.BLOCK_NUM)),
+        isa.Let(factor, isa.floordiv(isa.add(isa.sub(items, 1), isa.BLOCK_NUM), isa.BLOCK_NUM)),
         isa.Let(start, isa.mul(isa.BLOCK_IDX, factor)),
         isa.Let(stop, isa.imin(isa.add(start, factor), items)),
     ]

@@ -16,12 +16,18 @@ are recovered from the item index with div/mod, so strided, broadcast (stride 0)
 elements (static except in a tail tile); composites size their scratch from the static tile
 bound. A 1-D tile's copy-in, vector instructions and copy-out share one trip count, so the
 lowering fuses them into a single GM -> registers -> GM loop.
+
+A `DynamicElementwiseKernel` (a run-time leading dim, lm.jit's dynamic batch) reads its extent
+with `get_value` from one more GM argument (the tiling word) at the top of the program: the
+leading dim is never merged with the others, the tile is fitted for the most rows it serves
+(`shape[0]`), and the item count, the block range and the tail tile's counts are expressions of
+the run-time extent, so one program serves every batch.
 """
 
 from __future__ import annotations
 
 from lazymath.backend import isa
-from lazymath.backend.kernel_ir import ElementwiseKernel
+from lazymath.backend.kernel_ir import DynamicElementwiseKernel, ElementwiseKernel
 from lazymath.backend.templates import common as C
 
 
@@ -40,13 +46,25 @@ def _plan(ir: ElementwiseKernel, spec, name: str):
     n_in = len(ir.inputs)
     names = [f"in{k}" for k in range(n_in)] + [f"out{j}" for j in range(len(ir.outputs))]
     args = C.gm_args(views, names)
+    dynamic = isinstance(ir, DynamicElementwiseKernel)
+    if dynamic:
+        if not ir.shape or ir.shape[0] < 1:
+            raise ValueError(f"a dynamic elementwise kernel needs a leading dim of at least 1 "
+                             f"row (the most it serves), got shape {ir.shape}")  # fmt: skip
+        args += (isa.Buffer("tiling", "GM", "int64", 0, arg=len(views)),)
     total = C.prod(ir.shape)
     for j, (v, r) in enumerate(zip(ir.outputs, ir.results)):
         if v.dtype != ir.expr[r].dtype:
             raise ValueError(f"output {j} is {v.dtype} but its expression is {ir.expr[r].dtype}")
     if total == 0:
         return isa.Program(name, args, (), (), 1, 1), {"tile": 0, "items": 0, "blocks": 1}
-    shape, strides = C.collapse(ir.shape, [v.strides for v in views])
+    if dynamic:  # the leading dim stays an axis of its own: its extent is read at run time
+        rest, rest_strides = C.collapse(ir.shape[1:], [v.strides[1:] for v in views])
+        keep = rest != (1,)
+        shape = (ir.shape[0], *(rest if keep else ()))
+        strides = [(v.strides[0], *(st if keep else ())) for v, st in zip(views, rest_strides)]
+    else:
+        shape, strides = C.collapse(ir.shape, [v.strides for v in views])
     used = sorted({op.arg for op in ir.expr if op.op == "load"})
     # UB footprint as a function of the tile: queues (double-buffered) + temporaries + scratch
 
@@ -56,9 +74,14 @@ def _plan(ir: ElementwiseKernel, spec, name: str):
 
     tile = C.fit_tile(spec, bytes_at, cap=total)
     geo = _geometry(shape, tile)
-    blocks = C.device_blocks(spec, geo["items"])
+    blocks = C.device_blocks(spec, geo["items"])  # for the most rows (the device's choice)
+    pre = []
+    if dynamic:
+        rows = isa.Var("rows")
+        pre = [isa.GetValue(rows, isa.Ref(args[-1], 0), shape[0])]
+        geo = _dynamic_geometry(geo, shape, rows)
     body, bufs = _program_body(ir, args, strides, used, tile, geo)
-    prog = isa.Program(name, args, tuple(bufs), tuple(body), blocks, blocks)
+    prog = isa.Program(name, args, tuple(bufs), (*pre, *body), blocks, blocks)
     info = {"tile": tile, "blocks": blocks, **geo, "shape": shape}
     return prog, info
 
@@ -77,6 +100,24 @@ def _geometry(shape: tuple[int, ...], tile: int) -> dict:
     outer = shape[:-2]
     return {"mode": "2d", "cols_t": cols, "rows_t": rows_t, "nch": nch, "outer": outer,
             "items": C.prod(outer) * nch, "C": cols, "R": rows}  # fmt: skip
+
+
+def _dynamic_geometry(geo: dict, shape: tuple[int, ...], rows: isa.Var) -> dict:
+    """`geo` (planned for shape[0] rows) with the leading extent `rows` read at run time: the
+    tile stays; the chunk count (when the leading dim is the one chunked) and the item count
+    become expressions of `rows`."""
+    geo = dict(geo)
+    lead = "C" if len(shape) == 1 else ("R" if geo["mode"] == "2d" and len(shape) == 2 else "")
+    if lead:  # the leading dim is the tiled one: chunks of it, the last one a tail
+        step = geo["cols_t"] if lead == "C" else geo["rows_t"]
+        geo[lead] = rows
+        geo["nch"] = isa.ceildiv(rows, step)
+        geo["items"] = geo["nch"]
+    else:  # the leading dim is the first outer dim: whole items per row
+        outer = geo["outer"]
+        geo["outer"] = (rows, *outer[1:])
+        geo["items"] = isa.mul(rows, C.prod(outer[1:]) * geo["nch"])
+    return geo
 
 
 def _emit(ir: ElementwiseKernel, args, used, tile: int, pp: isa.Var, n: isa.IntExpr = None):
@@ -139,7 +180,7 @@ def _program_body(ir, args, strides, used, tile, geo):
     it = isa.Var("it")
     n_in = len(ir.inputs)
     nch, outer = geo["nch"], geo["outer"]
-    if nch == 1:
+    if isinstance(nch, int) and nch == 1:
         outer_idx, chunk = it, 0
     elif not outer:
         outer_idx, chunk = 0, it
@@ -192,6 +233,6 @@ def _program_body(ir, args, strides, used, tile, geo):
 
 def _count(extent: int, step: int, chunk: isa.IntExpr) -> isa.IntExpr:
     """Elements in chunk `chunk` of `extent` split by `step`: static unless there is a tail."""
-    if extent % step == 0:
-        return step
+    if step == 1 or (isinstance(extent, int) and extent % step == 0):
+        return step  # (a chunk of one row or element is always whole, even at a run-time extent)
     return isa.imin(step, isa.sub(extent, isa.mul(chunk, step)))
