@@ -7,6 +7,7 @@ node by node with numpy.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -27,6 +28,22 @@ _DEBUG = settings.DEBUG
 SHARDED = None
 
 
+# lm.jit, while it traces a function: called with the roots of every realize inside it, so a
+# trace that reads values of its inputs (Python control flow on a value, .numpy()) is known
+_WATCH = None
+
+
+@contextlib.contextmanager
+def watch_realizes(callback):
+    """Call `callback(roots)` for every realize in the block (lm.jit's trace)."""
+    global _WATCH
+    prev, _WATCH = _WATCH, callback
+    try:
+        yield
+    finally:
+        _WATCH = prev
+
+
 def sharded_hook():
     """The installed distributed hook (or None). `lazymath.realize` the attribute is this
     module's `realize` function, so other modules read the hook through this function."""
@@ -41,6 +58,8 @@ def install_sharded_hook(hook) -> None:
 def realize(*tensors) -> None:
     """Compute every given tensor; shared work is computed once."""
     roots = nodes_of(tensors)
+    if _WATCH is not None:  # realized ones too: .numpy() of a traced input reads its values
+        _WATCH([t._node for t in tensors])
     if not roots:
         return
     if SHARDED is not None and SHARDED.realize(roots):
@@ -77,6 +96,8 @@ def realize_into(t, out: np.ndarray) -> None:
     if not out.flags.writeable:
         raise ValueError("realize(out=...): out is read-only")
     if node.realized is None:
+        if _WATCH is not None:
+            _WATCH([node])
         for n in gn.toposort([node]):
             r = n.realized
             if r is not None and r.size and np.may_share_memory(r, out):

@@ -40,6 +40,7 @@ from . import engine, settings
 from .graph import node as gn
 from .graph.ops import ELEMENTWISE
 from .graph.walk import no_view_folding, plan_outputs
+from .realize import watch_realizes
 from .runtime import api as _rt_api
 from .runtime import profiler as _prof
 from .runtime.replay import BoundReplay, Slot
@@ -375,16 +376,32 @@ class Jitted:
         for i, a in enumerate(args):
             call_args.append(a if i in self.static_argnums else _rebuild(a, it))
         call_kwargs = _rebuild(kwargs, it) if kwargs else {}
-        with no_view_folding():  # a realize inside fn must not turn views of inputs to leaves
+        in_pos = {id(t._node): k for k, t in enumerate(fresh)}
+        reads: list = []  # realizes inside fn of values computed from its inputs
+
+        def watch(realized_roots):
+            if not reads and any(id(n) in in_pos for n in gn.toposort(realized_roots)):
+                reads.append(realized_roots)
+
+        with no_view_folding(), watch_realizes(watch):
+            # a realize inside fn must not turn views of inputs to leaves
             out = self.fn(*call_args, **call_kwargs)
         out_leaves: list = []
         out_struct = _flatten(out, out_leaves, [])
-        in_pos = {id(t._node): k for k, t in enumerate(fresh)}
         roots = list(dict.fromkeys(t._node for t in out_leaves if t._node.realized is None))
         if analyze is not None:
             analyze(roots, fresh, out_leaves)
         entry = None
-        if roots and _BACKEND.get() != "reference":
+        if reads:
+            # fn read values of its inputs while traced (`float(x.sum())` in an `if`, a host
+            # gather such as lm.take, .numpy()): a replay would reuse this call's values
+            self._debug("not replayed: fn reads values of its inputs (control flow, .numpy(), "
+                        "or a host op such as lm.take); every call runs fn")  # fmt: skip
+            if roots:
+                from .realize import realize
+
+                realize(*out_leaves)
+        elif roots and _BACKEND.get() != "reference":
             with no_view_folding():  # the program's leaves must be the traced inputs
                 entry = self._compile(roots, in_pos, out_leaves, out_struct, fresh)
         else:
