@@ -174,6 +174,19 @@ class CompiledGraph:
         }
         self._consts: dict[str, tuple] = {}  # node name -> (weakref, key, realized lm tensor)
         self.const_hits = 0  # calls' uses of a kept parameter view (no copy kernel ran)
+        # node -> the values whose last reader it is: `_run` drops them once it has run, so a
+        # realize sees only the values later nodes still read (a lazy tensor still referenced
+        # is a program output with its own buffer: every FX intermediate was one, and the GPT
+        # block's forward kept 13 activation copies alive; issue 32's peak memory)
+        self._last_use: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+        seen: set = set()
+        for n in reversed(self.nodes):
+            if not n.users and n.op != "output":  # read by nobody: dropped right away
+                self._last_use.setdefault(n, []).append(n)
+            for m in n.all_input_nodes:
+                if m not in seen:
+                    seen.add(m)
+                    self._last_use.setdefault(n, []).append(m)
         for n in self.nodes:
             if n.op != "call_function" or n.target in PYTHON_TARGETS:
                 continue
@@ -257,9 +270,9 @@ class CompiledGraph:
         env: dict = {}
         lm_of: dict = {}  # id(torch tensor) -> its lazymath leaf, once per call
         keep: list = []  # the torch tensors lm_of's ids refer to stay alive during the call
-        pending: list = []  # lazymath tensors computed since the last realize
         segments = 0
         it = iter(args)
+        last_use = self._last_use
 
         def as_lm(v):
             if isinstance(v, torch.Tensor):
@@ -270,9 +283,12 @@ class CompiledGraph:
                 return got
             return v
 
-        def flush():
+        def flush(live: list | None = None):
+            # what later nodes still read (or the graph's outputs): dead values are not computed
             nonlocal segments
-            live = [t for t in pending if isinstance(t, lm.Tensor)]
+            if live is None:
+                live = [t for v in env.values() for t in _flatten(v)
+                        if isinstance(t, lm.Tensor) and not t.is_realized]  # fmt: skip
             if sink is not None and live:
                 sink.append(lm.explain(*live))
             if live:
@@ -281,14 +297,18 @@ class CompiledGraph:
                 except Exception as e:  # noqa: BLE001  (-> the whole graph in torch eager)
                     raise _LazymathFailed(f"{type(e).__name__}: {e}") from e
                 segments += 1
-            pending.clear()
 
         def as_torch(v):
             if isinstance(v, lm.Tensor):
                 return _to_torch(v)
             return v
 
+        prev = None
         for n in self.nodes:
+            for m in last_use.get(prev, ()):
+                env.pop(m, None)
+            prev = n
+            a = kw = res = None  # (locals would keep a dead value alive too)
             if n.op == "placeholder":
                 env[n] = next(it)
             elif n.op == "get_attr":
@@ -321,18 +341,16 @@ class CompiledGraph:
                         self._break(n, why)
                     else:
                         env[n] = res
-                        pending.extend(_flatten(res))
                         continue
-                # graph break: realize what the eager node reads (with everything pending,
-                # one lazymath graph), run it in torch
+                # graph break: realize what the eager node reads (with every value a later
+                # node reads, one lazymath graph), run it in torch
                 if any(isinstance(v, lm.Tensor) for v in _flatten([a, kw])):
                     flush()
                 env[n] = n.target(*_map(a, as_torch), **_map(kw, as_torch))
             elif n.op == "output":
                 result = torch.fx.node.map_arg(n.args[0], lambda m: env[m])
-                outs = [v for v in _flatten(result) if isinstance(v, lm.Tensor)]
-                pending[:] = outs
-                flush()
+                env.clear()
+                flush([v for v in _flatten(result) if isinstance(v, lm.Tensor)])
                 self.segments = segments
                 return (
                     list(_map(result, as_torch))
