@@ -26,9 +26,7 @@ captured as constants at the trace (a rebound global is not seen until the next 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -38,15 +36,15 @@ import numpy as np
 
 from . import engine, settings
 from .graph import node as gn
-from .graph.ops import ELEMENTWISE
 from .graph.walk import no_view_folding, plan_outputs
 from .realize import watch_realizes
 from .runtime import api as _rt_api
 from .runtime import profiler as _prof
-from .runtime.replay import BoundReplay, Slot
+from .runtime.replay import BoundReplay
+from .staging_batch import NotBatched, RuntimeRows, batch_axes
 from .tensor import Tensor, asarray
 
-__all__ = ["jit", "Jitted", "Lowered"]
+__all__ = ["jit", "Jitted", "Lowered", "DonatedError", "NotBatched", "batch_axes"]
 
 _DEBUG = settings.DEBUG
 _BACKEND = settings.BACKEND
@@ -116,7 +114,7 @@ class _Entry:
     """One traced signature: the program and how to bind the inputs and build the outputs."""
 
     __slots__ = ("prog", "leaf_src", "fixed", "outs", "out_struct", "long", "checks", "traced",
-                 "bound", "single")  # fmt: skip
+                 "bound", "single", "donors")  # fmt: skip
 
     def __init__(self, prog, leaf_src, fixed, outs, out_struct, checks):
         self.prog = prog
@@ -132,6 +130,8 @@ class _Entry:
         self.traced = 1
         # the fast launch (runtime.replay.BoundReplay), None when the program does not qualify
         self.bound = None if self.long else BoundReplay.make(prog, leaf_src, fixed)
+        # (program output j, call input k): a donated input whose buffer output j may take
+        self.donors: tuple[tuple[int, int], ...] = ()
 
 
 class Jitted:
@@ -204,6 +204,57 @@ class Jitted:
 
     # -- calls
     def __call__(self, *args, **kwargs):
+        if self.donate:
+            return self._call_donating(args, kwargs)
+        return self._call(args, kwargs)
+
+    def _call_donating(self, args, kwargs):
+        """A call with donated arguments: their buffers may become outputs (`_replay`), and
+        their tensors are dead afterwards (any use raises DonatedError)."""
+        donated = self._donated_tensors(args)
+        out = self._call(args, kwargs)
+        if donated:
+            out_leaves: list = []
+            _flatten(out, out_leaves, [])
+            mine = {id(t) for t in donated}
+            if any(id(t) in mine for t in out_leaves):  # fn returned a donated input: a new handle
+                fresh = iter([Tensor(t._node, t._device) if id(t) in mine else t
+                              for t in out_leaves])  # fmt: skip
+                out = _rebuild(out, fresh)
+            name = getattr(self.fn, "__qualname__", repr(self.fn))
+            for t in donated:
+                if type(t._node) is not _DonatedNode:
+                    t._node.tensors -= 1
+                    t._node = _DonatedNode(name, t._node.shape, t._node.dtype)
+        return out
+
+    def _donated_tensors(self, args) -> list:
+        """The tensor leaves of the donated arguments (numpy leaves: converted copies, nothing
+        to invalidate); a tensor donated earlier raises DonatedError here."""
+        out = []
+        for i in self.donate:
+            if i < len(args):
+                leaves: list = []
+                _flatten_tensors(args[i], leaves)
+                out += leaves
+        for t in out:
+            t._node.shape  # noqa: B018 - a dead (donated) tensor raises DonatedError
+        return out
+
+    def _donated_leaves(self, args) -> set[int]:
+        """Leaf positions (in `_split` order) of the donated arguments."""
+        pos, out = 0, set()
+        for i, a in enumerate(args):
+            if i in self.static_argnums:
+                continue
+            leaves: list = []
+            _flatten(a, leaves, [])
+            if i in self.donate:
+                out.update(range(pos, pos + len(leaves)))
+            pos += len(leaves)
+        return out
+
+    def _call(self, args, kwargs):
         fast_key = None
         if self._flat and not kwargs:
             # the fast key: no pytree walk, no settings parsing, no device lookup
@@ -333,7 +384,7 @@ class Jitted:
             return None
         shapes = {k: chunk_leaves[k]._node.realized.shape for k in batched}
         try:
-            rows = _RuntimeRows.make(entry, shapes, chunk, len(leaves))
+            rows = RuntimeRows.make(entry, shapes, chunk, len(leaves))
         except NotBatched as e:  # a kernel that cannot take its rows at run time: host chunks
             self._debug(f"dynamic batch by host chunks of {chunk} rows ({e})")
             rows = None
@@ -344,6 +395,8 @@ class Jitted:
 
     def _replay(self, entry: _Entry, leaves):
         bound = entry.bound
+        if entry.donors:
+            return _wrap(entry, leaves, _run_donating(entry, leaves))
         if bound is not None and _prof._ACTIVE is None:
             results = bound([t._node for t in leaves], _rt_api._CURRENT or _rt_api.current_device())
         else:
@@ -358,6 +411,8 @@ class Jitted:
     def _trace(self, args, kwargs, leaves, sig):
         out, entry = self._trace_entry(args, kwargs, leaves, sig)
         if entry is not None:
+            if self.donate:
+                entry.donors = _donors(entry, self._donated_leaves(args), leaves)
             self._entries[sig] = entry
         return out
 
@@ -489,6 +544,117 @@ class Jitted:
         return len(self._entries)
 
 
+class DonatedError(RuntimeError):
+    """A tensor donated to a staged function (`lm.jit(..., donate=...)`) was used again."""
+
+
+class _DonatedNode:
+    """What a donated tensor points to after the call: its buffer may now hold an output, so
+    every use (an op, `.numpy()`, printing, another call) raises DonatedError."""
+
+    __slots__ = ("tensors", "_what")
+
+    def __init__(self, fn: str, shape, dtype) -> None:
+        self.tensors = 0
+        self._what = f"a {dtype} tensor of shape {shape} donated to lm.jit function {fn}"
+
+    def __getattr__(self, name: str):
+        raise DonatedError(f"{self._what} cannot be used after that call: its buffer may hold "
+                           "the call's outputs (pass a copy, or do not donate it)")  # fmt: skip
+
+
+def _flatten_tensors(tree, out: list) -> None:
+    """The Tensor leaves of a pytree (iterative; numpy leaves skipped)."""
+    stack = [tree]
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is Tensor:
+            out.append(x)
+        elif t is tuple or t is list:
+            stack.extend(reversed(x))
+        elif t is dict:
+            stack.extend(x[k] for k in sorted(x, reverse=True))
+
+
+def _donors(entry: _Entry, donated: set[int], leaves: list) -> tuple[tuple[int, int], ...]:
+    """(output j, input k) pairs where output j can be written into donated input k's buffer:
+    same shape and dtype, input C-contiguous, and the program stays correct in place -- one
+    elementwise kernel writes j, reading k only at the very index it writes (identical views),
+    and every other kernel reading k runs before it (one stream, in order)."""
+    prog = entry.prog
+    if not donated or not prog.inline:
+        return ()
+    out_slot = {slot: j for j, slot in enumerate(prog.outputs)}
+    leaf_slots: dict[int, set[int]] = {}
+    for sid, s in enumerate(prog.slots):
+        if s.kind == "leaf" and entry.leaf_src[s.index] in donated:
+            leaf_slots.setdefault(entry.leaf_src[s.index], set()).add(sid)
+    pairs, used = [], set()
+    writers: dict[int, list[int]] = {}
+    for ki, (_sk, ck, slot_ids) in enumerate(prog.kernels):
+        ir = getattr(ck, "ir", None)
+        n_in = len(getattr(ir, "inputs", ()))
+        for sid in slot_ids[n_in:]:
+            writers.setdefault(sid, []).append(ki)
+    for k, sids in leaf_slots.items():
+        a = leaves[k]._node.realized
+        for sid, j in out_slot.items():
+            s = prog.slots[sid]
+            if j in used or s.kind != "out" or s.shape != a.shape or s.dtype != a.dtype:
+                continue
+            if not a.flags.c_contiguous or len(writers.get(sid, ())) != 1:
+                continue
+            kw = writers[sid][0]
+            _sk, ck, slot_ids = prog.kernels[kw]
+            ir = ck.ir
+            if type(ir).__name__ != "ElementwiseKernel":
+                continue
+            n_in = len(ir.inputs)
+            view = ir.outputs[slot_ids[n_in:].index(sid)]
+            if any(sid2 in sids and v != view for v, sid2 in zip(ir.inputs, slot_ids)):
+                continue  # reads the donated buffer elsewhere than it writes
+            later = any(set(sl) & sids for _s, _c, sl in prog.kernels[kw + 1 :])
+            if later:
+                continue
+            pairs.append((j, k))
+            used.add(j)
+            break
+    return tuple(pairs)
+
+
+def _run_donating(entry: _Entry, leaves: list) -> list:
+    """Run the entry's program with donated input buffers as outputs where that is safe now:
+    the input's array owns its memory and nothing but its tensor refers to it (no other handle,
+    view, numpy result or pending lazy op), so writing it changes nothing anyone can see.
+    Otherwise that output gets a fresh buffer."""
+    prog = entry.prog
+    arrays = [t._node.realized for t in leaves]
+    bound = entry.bound if _prof._ACTIVE is None else None
+    if bound is None:  # interp, profiled, a long program: fresh outputs (the general launch)
+        data = [arrays[k] if k >= 0 else f for k, f in zip(entry.leaf_src, entry.fixed)]
+        if entry.long:
+            return engine._run_program(prog, _Leaves(data), False, True)
+        return prog.run(data, True)
+    outs: list = [None] * len(prog.outputs)
+    for j, k in entry.donors:
+        node = leaves[k]._node
+        a = node.realized
+        holders = 3 + (node.addr is not None and node.addr[0] is a)  # realized, arrays, a
+        if bound is not None and bound.holds(a):
+            holders += 1  # the context keeps its last output for reuse: released below
+        # (node: its tensor, `node`, getrefcount's argument; a pending op on it adds one)
+        alone = sum(x is a for x in arrays) == 1 and sys.getrefcount(a) - 1 <= holders
+        if alone and a.flags.owndata and node.tensors == 1 and sys.getrefcount(node) == 3:
+            outs[j] = a
+    for j, slot in enumerate(prog.outputs):
+        if outs[j] is None:
+            s = prog.slots[slot]
+            outs[j] = np.empty(s.shape, s.dtype)
+    bound.run_into(arrays, outs, _rt_api._CURRENT or _rt_api.current_device())
+    return outs
+
+
 _NO = object()  # "not handled here": _dynamic_call's answer when the call is not a batch
 
 
@@ -507,124 +673,9 @@ def _rows(a: np.ndarray, start: int, n: int) -> np.ndarray:
     return out
 
 
-class _RuntimeRows:
-    """The traced program with its row count a run-time kernel argument: every kernel that
-    touches batch rows rebuilt as a `DynamicElementwiseKernel` (its loops, block range and
-    tail tile bound by the row count it reads from one more GM argument, the tiling word),
-    so one launch serves any 1..chunk rows without padding, and no kernel touches a row past
-    the count (inputs and outputs are exact row views).
-
-    `make` proves, per kernel argument, that row i of the kernel's iteration space reads or
-    writes only row i of a batched buffer (its leading stride is the buffer's row size and the
-    rest of the view stays inside one row) and that buffers without the batch are the same for
-    every row (stride 0); a kernel of another kind (matmul, reduce, rows...) that touches a
-    batched buffer raises NotBatched, and the caller keeps the host-chunked path."""
-
-    __slots__ = ("prog", "leaf_src", "fixed", "bound", "single", "small", "tiling_input")
-
-    def __init__(self, prog, leaf_src, fixed, small: int, tiling_input: int) -> None:
-        self.prog = prog
-        self.leaf_src = leaf_src
-        self.fixed = fixed
-        self.small = small  # batches below this many rows launch one host block per kernel
-        self.tiling_input = tiling_input  # the call-input position of the tiling word
-        self.bound = BoundReplay.make(prog, leaf_src, fixed)
-        # small batches launch one host block: a thread hand-off costs more than the work
-        self.single = None if self.bound is None else self.bound.with_blocks(1)
-
-    @classmethod
-    def make(cls, entry: _Entry, shapes: dict, chunk: int, n_inputs: int) -> _RuntimeRows:
-        # in the function: `import lazymath` must not load the backend (+~100 ms, the ISA),
-        # and a traced program has loaded it by the time a dynamic batch gets here
-        from .backend.compile import SMALL_VECTOR_WORK, compile_kernels
-        from .backend.kernel_ir import DynamicElementwiseKernel, ElementwiseKernel
-
-        prog = entry.prog
-        slots = prog.slots
-        rows_of: dict[int, int] = {}  # slot id -> elements per batch row, for batched slots
-        for j, s in enumerate(slots):
-            if s.kind == "leaf":
-                k = entry.leaf_src[s.index]
-                if k in shapes:
-                    rows_of[j] = math.prod(shapes[k][1:])
-            elif s.kind == "out":
-                rows_of[j] = math.prod(s.shape[1:])
-        kernels = []
-        dyn_items = []
-        for sk, ck, slot_ids in prog.kernels:
-            ir = getattr(ck, "ir", None)
-            touched = [j for j in slot_ids if j in rows_of]
-            if not touched:
-                kernels.append((sk, ck, list(slot_ids)))
-                continue
-            if type(ir) is not ElementwiseKernel or not ir.shape or ir.shape[0] != chunk:
-                raise NotBatched(f"kernel {ck.name} ({getattr(ir, 'kind', '?')}) reads batch "
-                                 "rows and is not elementwise over them")  # fmt: skip
-            views = (*ir.inputs, *ir.outputs)
-            for pos, (v, j) in enumerate(zip(views, slot_ids)):
-                if slots[j].kind == "alias":
-                    raise NotBatched(f"kernel {ck.name} writes through an alias")
-                is_out = pos >= len(ir.inputs)
-                if is_out and j not in rows_of:  # an intermediate: batched if it has the rows
-                    if slots[j].kind != "arena" or not slots[j].shape or \
-                            slots[j].shape[0] != chunk:  # fmt: skip
-                        raise NotBatched(f"kernel {ck.name} writes {slots[j].kind} slot {j} "
-                                         "without the batch rows")  # fmt: skip
-                    rows_of[j] = math.prod(slots[j].shape[1:])
-                if j in rows_of:
-                    if not _row_local(v, rows_of[j]):
-                        raise NotBatched(f"kernel {ck.name} argument {pos} does not address "
-                                         "one buffer row per batch row")  # fmt: skip
-                elif v.strides[0] != 0:
-                    raise NotBatched(f"kernel {ck.name} argument {pos} differs between rows "
-                                     "and does not carry the batch")  # fmt: skip
-            dyn = DynamicElementwiseKernel(ir.shape, ir.inputs, ir.outputs, ir.expr, ir.results)
-            dyn_items.append((len(kernels), dyn, ck.name, math.prod(ir.shape[1:])))
-            kernels.append((sk, ck, list(slot_ids)))
-        if not dyn_items:
-            raise NotBatched("no kernel reads the batch rows")
-        backend = kernels[dyn_items[0][0]][1].backend  # the traced program's (llvm, interp)
-        compiled = compile_kernels([(ir, name) for _i, ir, name, _w in dyn_items],
-                                   engine.device_spec(), backend)  # fmt: skip
-        tiling_slot = len(slots)
-        n_leaves = len(entry.leaf_src)
-        for (i, _ir, _name, _w), ck in zip(dyn_items, compiled):
-            sk, old, slot_ids = kernels[i]
-            ck.source_loc = getattr(old, "source_loc", None)
-            kernels[i] = (sk, ck, [*slot_ids, tiling_slot])
-        rt_prog = dataclasses.replace(
-            prog,
-            kernels=kernels,
-            slots=[*slots, Slot("leaf", n_leaves)],
-            hits=0,
-            _events=None,
-            _launches=None,
-            _replay=None,
-            _contexts=[],
-            label=prog.label + " (run-time rows)",
-        )
-        leaf_src = [*entry.leaf_src, n_inputs]
-        fixed = [*entry.fixed, None]
-        small = SMALL_VECTOR_WORK // max(1, max(w for *_x, w in dyn_items))
-        return cls(rt_prog, leaf_src, fixed, small, n_inputs)
-
-
-def _row_local(v, row: int) -> bool:
-    """Whether element (i, ...) of view `v` always lies in row i of a buffer of `row`
-    elements per row (the leading stride is one row, the other axes stay inside it)."""
-    if not v.shape or v.strides[0] != row:
-        return False
-    lo = hi = v.offset
-    for n, st in zip(v.shape[1:], v.strides[1:]):
-        if n > 1:
-            lo += min(0, (n - 1) * st)
-            hi += max(0, (n - 1) * st)
-    return 0 <= lo and hi < max(row, 1)
-
-
 class _Dynamic:
     """One program traced at `chunk` rows of the batched inputs, run on any batch. With
-    `rows` (the usual case for elementwise work, `_RuntimeRows`) its kernels take the row
+    `rows` (the usual case for elementwise work, `RuntimeRows`) its kernels take the row
     count at run time: a batch of up to `chunk` rows is one launch on exact row views of the
     inputs and the result, a bigger one a launch per `chunk` rows plus one for the tail.
     Otherwise (a matmul, a reduction over other axes... reads the rows) whole chunks run as
@@ -634,7 +685,7 @@ class _Dynamic:
     __slots__ = ("entry", "batched", "chunk", "rows")
 
     def __init__(self, entry: _Entry, batched: tuple[int, ...], chunk: int,
-                 rows: _RuntimeRows | None = None) -> None:  # fmt: skip
+                 rows: RuntimeRows | None = None) -> None:  # fmt: skip
         self.entry = entry
         self.batched = batched
         self.chunk = chunk
@@ -800,8 +851,11 @@ def _argnums(v, what: str) -> tuple[int, ...]:
 def jit(fn: Callable | None = None, *, static_argnums=(), donate=(), dynamic=None, chunk=None):
     """Stage `fn`: trace and compile once per input signature, then replay (see the module
     docstring for what the signature holds). Usable as `lm.jit(fn)`, `@lm.jit` and
-    `@lm.jit(static_argnums=(1,))`. `donate` names arguments the caller will not use again
-    (checked: not static); their buffers are not reused yet (outputs get fresh buffers).
+    `@lm.jit(static_argnums=(1,))`. `donate` names arguments the caller will not use again:
+    their tensors are dead after the call (any use raises DonatedError), and an output of the
+    same shape and dtype that one elementwise kernel writes at the very index it reads the
+    donated input is written into the donated buffer, when nothing else still sees it (another
+    handle, a view, a numpy result, a pending op: then a fresh buffer).
 
     `dynamic=0`: the leading dim of the inputs sharing the first tensor input's leading size
     is a symbolic batch from the first call: one program, traced at `chunk` rows (default:
@@ -813,124 +867,3 @@ def jit(fn: Callable | None = None, *, static_argnums=(), donate=(), dynamic=Non
     if fn is None:
         return lambda f: Jitted(f, static_argnums, donate, dynamic, chunk)
     return Jitted(fn, static_argnums, donate, dynamic, chunk)
-
-
-# ----------------------------------------------------------------------------- dynamic batch
-
-
-class NotBatched(Exception):
-    """The traced graph mixes rows of the batch dimension (a reduction or a view across it, a
-    contraction over it...): the function cannot run chunk by chunk."""
-
-
-_ROW_LOCAL_VIEWS = frozenset({"permute", "reshape", "slice", "expand"})
-
-
-def batch_axes(roots: list[gn.Node], batched: dict[int, int], size: int) -> dict[int, int]:
-    """For each node of the graph behind `roots`, the axis that carries the batch rows (absent:
-    the node does not depend on the batch), proving that row i of every output depends only on
-    row i of the batched inputs: the condition for running the one program compiled at batch
-    `size` on chunks of any batch. `batched`: id(leaf node) -> its batch axis. Raises
-    NotBatched naming the first node that mixes rows (its op and the user's line).
-
-    Conservative: an op not known to be row-local (window, pad, concat over the batch, custom
-    kernels, convolutions) refuses, and the caller retraces per size instead."""
-    axes = dict(batched)
-    for n in gn.toposort(roots):
-        if id(n) in axes or not n.srcs:
-            continue
-        src_axes = [axes.get(id(s)) for s in n.srcs]
-        if all(a is None for a in src_axes):
-            continue
-        op = n.op
-        where = f"{op} {n.shape} at {n.loc}"
-        if op in ELEMENTWISE or op == "cast" or op == "where":
-            out = None
-            for s, a in zip(n.srcs, src_axes):
-                if a is not None:
-                    b = a + len(n.shape) - len(s.shape)
-                    if out is not None and out != b:
-                        raise NotBatched(f"{where}: operands carry the batch on different axes")
-                    out = b
-            for s, a in zip(n.srcs, src_axes):
-                if a is None and not _uniform_at(s, out - (len(n.shape) - len(s.shape))):
-                    raise NotBatched(f"{where}: an operand that is not batched has "
-                                     f"{size} rows along the batch axis")  # fmt: skip
-            axes[id(n)] = out
-            continue
-        (a,) = src_axes if len(src_axes) == 1 else (None,)
-        s = n.srcs[0]
-        if op == "reduce":
-            if a in n.arg[1]:
-                raise NotBatched(f"{where}: reduces over the batch axis")
-            axes[id(n)] = a - sum(1 for r in n.arg[1] if r < a)
-        elif op == "permute":
-            axes[id(n)] = tuple(n.arg).index(a)
-        elif op == "slice":
-            if tuple(n.arg[a]) != (0, size, 1):
-                raise NotBatched(f"{where}: slices the batch axis")
-            axes[id(n)] = a
-        elif op == "expand":
-            b = a + len(n.shape) - len(s.shape)
-            if n.shape[b] != size:
-                raise NotBatched(f"{where}: broadcasts the batch axis")
-            axes[id(n)] = b
-        elif op == "reshape":
-            axes[id(n)] = _reshaped_axis(s.shape, n.shape, a, where)
-        elif op == "complex_join" and a != len(s.shape) - 1:
-            axes[id(n)] = a
-        elif op == "matmul" and len(n.srcs) == 2:
-            axes[id(n)] = _matmul_axis(n, src_axes, where)
-        else:
-            raise NotBatched(f"{where}: not known to keep batch rows apart")
-    return axes
-
-
-def _uniform_at(node: gn.Node, axis: int) -> bool:
-    """Whether a node that does not depend on the batch is the same along `axis` (absent, size
-    1, or broadcast there by an expand): it then meets every batch row alike."""
-    if axis < 0 or node.shape[axis] == 1:
-        return True
-    if node.op == "expand":
-        s = node.srcs[0]
-        k = axis - (len(node.shape) - len(s.shape))
-        return k < 0 or s.shape[k] == 1
-    return False
-
-
-def _reshaped_axis(src: tuple, dst: tuple, a: int, where: str) -> int:
-    """The batch axis after a reshape that keeps it a whole axis of its own (row-major: the
-    elements before it and the axis itself span the same prefix)."""
-    before = 1
-    for d in src[:a]:
-        before *= d
-    acc = 1
-    for b, d in enumerate(dst):
-        if acc == before and d == src[a]:
-            return b
-        acc *= d
-    raise NotBatched(f"{where}: reshapes the batch axis together with others")
-
-
-def _matmul_axis(n: gn.Node, src_axes: list, where: str) -> int:
-    """(..., M, K) @ (..., K, N): the batch may be in M, N or the stacked leading axes, never
-    in the contracted K."""
-    out_nd = len(n.shape)
-    found = None
-    for side, (s, a) in enumerate(zip(n.srcs, src_axes)):
-        if a is None:
-            continue
-        nd = len(s.shape)
-        if nd < 2 or a == (nd - 1 if side == 0 else nd - 2):
-            raise NotBatched(f"{where}: contracts over the batch axis")
-        if a >= nd - 2:
-            b = out_nd - 2 if side == 0 else out_nd - 1
-        else:
-            b = a + out_nd - nd
-        if found is not None and found != b:
-            raise NotBatched(f"{where}: operands carry the batch on different axes")
-        found = b
-    for s, a in zip(n.srcs, src_axes):
-        if a is None and found < out_nd - 2 and not _uniform_at(s, found - (out_nd - len(s.shape))):
-            raise NotBatched(f"{where}: a stacked operand that is not batched")
-    return found

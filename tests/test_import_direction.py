@@ -141,6 +141,7 @@ def layer(mod: str) -> str | None:
         "lazymath.support",
         "lazymath.nn",
         "lazymath.staging",
+        "lazymath.staging_batch",  # lm.jit's dynamic-batch analysis (staging runs it)
     ):
         return "api"
     if mod == "lazymath.tensor":

@@ -24,6 +24,8 @@ def nodes_of(tensors) -> list[gn.Node]:
         except AttributeError:
             n = None
         if type(n) is not gn.Node:
+            if n is not None:  # a dead handle (a tensor donated to lm.jit) raises its own error
+                n.realized  # noqa: B018
             raise TypeError(f"realize() takes lazymath Tensors, got {type(t).__name__}")
         if n.realized is None and id(n) not in seen:
             seen.add(id(n))

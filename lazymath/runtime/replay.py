@@ -295,6 +295,10 @@ class BoundReplay:
         return cls(prog, used, tuple(tuple(by_input[k]) for k in used), tuple(fixed_slots),
                    tuple(out_slots), tuple(calls))  # fmt: skip
 
+    def holds(self, a: np.ndarray) -> bool:
+        """Whether an idle context keeps `a` as its last output (for reuse once dropped)."""
+        return any(x is a for c in self._ctxs for x in c[0].outs)
+
     def with_blocks(self, blocks: int) -> BoundReplay:
         """The same binding launching each kernel on at most `blocks` host blocks (its own
         contexts): a dynamic-shape program's small batch, whose kernels were mapped to host

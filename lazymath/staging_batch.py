@@ -1,0 +1,252 @@
+"""lm.jit's dynamic batch, the parts that read the graph and the program (staging.py runs them).
+
+`batch_axes` proves on the traced graph that row i of every output depends only on row i of
+the batched inputs (the condition for running one program on any batch); `RuntimeRows`
+rebuilds the traced program's batch kernels as `DynamicElementwiseKernel`s that take the row
+count at run time (the tiling word), after proving per kernel argument that row i touches only
+row i of a batched buffer. Why a module of its own: staging.py is the call path (signature,
+replay, donation); this is the analysis behind one kind of signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from . import engine
+from .graph import node as gn
+from .graph.ops import ELEMENTWISE
+from .runtime.replay import BoundReplay, Slot
+
+
+class NotBatched(Exception):
+    """The traced graph mixes rows of the batch dimension (a reduction or a view across it, a
+    contraction over it...): the function cannot run chunk by chunk."""
+
+
+_ROW_LOCAL_VIEWS = frozenset({"permute", "reshape", "slice", "expand"})
+
+
+def batch_axes(roots: list[gn.Node], batched: dict[int, int], size: int) -> dict[int, int]:
+    """For each node of the graph behind `roots`, the axis that carries the batch rows (absent:
+    the node does not depend on the batch), proving that row i of every output depends only on
+    row i of the batched inputs: the condition for running the one program compiled at batch
+    `size` on chunks of any batch. `batched`: id(leaf node) -> its batch axis. Raises
+    NotBatched naming the first node that mixes rows (its op and the user's line).
+
+    Conservative: an op not known to be row-local (window, pad, concat over the batch, custom
+    kernels, convolutions) refuses, and the caller retraces per size instead."""
+    axes = dict(batched)
+    for n in gn.toposort(roots):
+        if id(n) in axes or not n.srcs:
+            continue
+        src_axes = [axes.get(id(s)) for s in n.srcs]
+        if all(a is None for a in src_axes):
+            continue
+        op = n.op
+        where = f"{op} {n.shape} at {n.loc}"
+        if op in ELEMENTWISE or op == "cast" or op == "where":
+            out = None
+            for s, a in zip(n.srcs, src_axes):
+                if a is not None:
+                    b = a + len(n.shape) - len(s.shape)
+                    if out is not None and out != b:
+                        raise NotBatched(f"{where}: operands carry the batch on different axes")
+                    out = b
+            for s, a in zip(n.srcs, src_axes):
+                if a is None and not _uniform_at(s, out - (len(n.shape) - len(s.shape))):
+                    raise NotBatched(f"{where}: an operand that is not batched has "
+                                     f"{size} rows along the batch axis")  # fmt: skip
+            axes[id(n)] = out
+            continue
+        (a,) = src_axes if len(src_axes) == 1 else (None,)
+        s = n.srcs[0]
+        if op == "reduce":
+            if a in n.arg[1]:
+                raise NotBatched(f"{where}: reduces over the batch axis")
+            axes[id(n)] = a - sum(1 for r in n.arg[1] if r < a)
+        elif op == "permute":
+            axes[id(n)] = tuple(n.arg).index(a)
+        elif op == "slice":
+            if tuple(n.arg[a]) != (0, size, 1):
+                raise NotBatched(f"{where}: slices the batch axis")
+            axes[id(n)] = a
+        elif op == "expand":
+            b = a + len(n.shape) - len(s.shape)
+            if n.shape[b] != size:
+                raise NotBatched(f"{where}: broadcasts the batch axis")
+            axes[id(n)] = b
+        elif op == "reshape":
+            axes[id(n)] = _reshaped_axis(s.shape, n.shape, a, where)
+        elif op == "complex_join" and a != len(s.shape) - 1:
+            axes[id(n)] = a
+        elif op == "matmul" and len(n.srcs) == 2:
+            axes[id(n)] = _matmul_axis(n, src_axes, where)
+        else:
+            raise NotBatched(f"{where}: not known to keep batch rows apart")
+    return axes
+
+
+def _uniform_at(node: gn.Node, axis: int) -> bool:
+    """Whether a node that does not depend on the batch is the same along `axis` (absent, size
+    1, or broadcast there by an expand): it then meets every batch row alike."""
+    if axis < 0 or node.shape[axis] == 1:
+        return True
+    if node.op == "expand":
+        s = node.srcs[0]
+        k = axis - (len(node.shape) - len(s.shape))
+        return k < 0 or s.shape[k] == 1
+    return False
+
+
+def _reshaped_axis(src: tuple, dst: tuple, a: int, where: str) -> int:
+    """The batch axis after a reshape that keeps it a whole axis of its own (row-major: the
+    elements before it and the axis itself span the same prefix)."""
+    before = 1
+    for d in src[:a]:
+        before *= d
+    acc = 1
+    for b, d in enumerate(dst):
+        if acc == before and d == src[a]:
+            return b
+        acc *= d
+    raise NotBatched(f"{where}: reshapes the batch axis together with others")
+
+
+def _matmul_axis(n: gn.Node, src_axes: list, where: str) -> int:
+    """(..., M, K) @ (..., K, N): the batch may be in M, N or the stacked leading axes, never
+    in the contracted K."""
+    out_nd = len(n.shape)
+    found = None
+    for side, (s, a) in enumerate(zip(n.srcs, src_axes)):
+        if a is None:
+            continue
+        nd = len(s.shape)
+        if nd < 2 or a == (nd - 1 if side == 0 else nd - 2):
+            raise NotBatched(f"{where}: contracts over the batch axis")
+        if a >= nd - 2:
+            b = out_nd - 2 if side == 0 else out_nd - 1
+        else:
+            b = a + out_nd - nd
+        if found is not None and found != b:
+            raise NotBatched(f"{where}: operands carry the batch on different axes")
+        found = b
+    for s, a in zip(n.srcs, src_axes):
+        if a is None and found < out_nd - 2 and not _uniform_at(s, found - (out_nd - len(s.shape))):
+            raise NotBatched(f"{where}: a stacked operand that is not batched")
+    return found
+
+
+class RuntimeRows:
+    """The traced program with its row count a run-time kernel argument: every kernel that
+    touches batch rows rebuilt as a `DynamicElementwiseKernel` (its loops, block range and
+    tail tile bound by the row count it reads from one more GM argument, the tiling word),
+    so one launch serves any 1..chunk rows without padding, and no kernel touches a row past
+    the count (inputs and outputs are exact row views).
+
+    `make` proves, per kernel argument, that row i of the kernel's iteration space reads or
+    writes only row i of a batched buffer (its leading stride is the buffer's row size and the
+    rest of the view stays inside one row) and that buffers without the batch are the same for
+    every row (stride 0); a kernel of another kind (matmul, reduce, rows...) that touches a
+    batched buffer raises NotBatched, and the caller keeps the host-chunked path."""
+
+    __slots__ = ("prog", "leaf_src", "fixed", "bound", "single", "small", "tiling_input")
+
+    def __init__(self, prog, leaf_src, fixed, small: int, tiling_input: int) -> None:
+        self.prog = prog
+        self.leaf_src = leaf_src
+        self.fixed = fixed
+        self.small = small  # batches below this many rows launch one host block per kernel
+        self.tiling_input = tiling_input  # the call-input position of the tiling word
+        self.bound = BoundReplay.make(prog, leaf_src, fixed)
+        # small batches launch one host block: a thread hand-off costs more than the work
+        self.single = None if self.bound is None else self.bound.with_blocks(1)
+
+    @classmethod
+    def make(cls, entry, shapes: dict, chunk: int, n_inputs: int) -> RuntimeRows:
+        # in the function: `import lazymath` must not load the backend (+~100 ms, the ISA),
+        # and a traced program has loaded it by the time a dynamic batch gets here
+        from .backend.compile import SMALL_VECTOR_WORK, compile_kernels
+        from .backend.kernel_ir import DynamicElementwiseKernel, ElementwiseKernel
+
+        prog = entry.prog
+        slots = prog.slots
+        rows_of: dict[int, int] = {}  # slot id -> elements per batch row, for batched slots
+        for j, s in enumerate(slots):
+            if s.kind == "leaf":
+                k = entry.leaf_src[s.index]
+                if k in shapes:
+                    rows_of[j] = math.prod(shapes[k][1:])
+            elif s.kind == "out":
+                rows_of[j] = math.prod(s.shape[1:])
+        kernels = []
+        dyn_items = []
+        for sk, ck, slot_ids in prog.kernels:
+            ir = getattr(ck, "ir", None)
+            touched = [j for j in slot_ids if j in rows_of]
+            if not touched:
+                kernels.append((sk, ck, list(slot_ids)))
+                continue
+            if type(ir) is not ElementwiseKernel or not ir.shape or ir.shape[0] != chunk:
+                raise NotBatched(f"kernel {ck.name} ({getattr(ir, 'kind', '?')}) reads batch "
+                                 "rows and is not elementwise over them")  # fmt: skip
+            views = (*ir.inputs, *ir.outputs)
+            for pos, (v, j) in enumerate(zip(views, slot_ids)):
+                if slots[j].kind == "alias":
+                    raise NotBatched(f"kernel {ck.name} writes through an alias")
+                is_out = pos >= len(ir.inputs)
+                if is_out and j not in rows_of:  # an intermediate: batched if it has the rows
+                    if slots[j].kind != "arena" or not slots[j].shape or \
+                            slots[j].shape[0] != chunk:  # fmt: skip
+                        raise NotBatched(f"kernel {ck.name} writes {slots[j].kind} slot {j} "
+                                         "without the batch rows")  # fmt: skip
+                    rows_of[j] = math.prod(slots[j].shape[1:])
+                if j in rows_of:
+                    if not _row_local(v, rows_of[j]):
+                        raise NotBatched(f"kernel {ck.name} argument {pos} does not address "
+                                         "one buffer row per batch row")  # fmt: skip
+                elif v.strides[0] != 0:
+                    raise NotBatched(f"kernel {ck.name} argument {pos} differs between rows "
+                                     "and does not carry the batch")  # fmt: skip
+            dyn = DynamicElementwiseKernel(ir.shape, ir.inputs, ir.outputs, ir.expr, ir.results)
+            dyn_items.append((len(kernels), dyn, ck.name, math.prod(ir.shape[1:])))
+            kernels.append((sk, ck, list(slot_ids)))
+        if not dyn_items:
+            raise NotBatched("no kernel reads the batch rows")
+        backend = kernels[dyn_items[0][0]][1].backend  # the traced program's (llvm, interp)
+        compiled = compile_kernels([(ir, name) for _i, ir, name, _w in dyn_items],
+                                   engine.device_spec(), backend)  # fmt: skip
+        tiling_slot = len(slots)
+        n_leaves = len(entry.leaf_src)
+        for (i, _ir, _name, _w), ck in zip(dyn_items, compiled):
+            sk, old, slot_ids = kernels[i]
+            ck.source_loc = getattr(old, "source_loc", None)
+            kernels[i] = (sk, ck, [*slot_ids, tiling_slot])
+        rt_prog = dataclasses.replace(
+            prog,
+            kernels=kernels,
+            slots=[*slots, Slot("leaf", n_leaves)],
+            hits=0,
+            _events=None,
+            _launches=None,
+            _replay=None,
+            _contexts=[],
+            label=prog.label + " (run-time rows)",
+        )
+        leaf_src = [*entry.leaf_src, n_inputs]
+        fixed = [*entry.fixed, None]
+        small = SMALL_VECTOR_WORK // max(1, max(w for *_x, w in dyn_items))
+        return cls(rt_prog, leaf_src, fixed, small, n_inputs)
+
+
+def _row_local(v, row: int) -> bool:
+    """Whether element (i, ...) of view `v` always lies in row i of a buffer of `row`
+    elements per row (the leading stride is one row, the other axes stay inside it)."""
+    if not v.shape or v.strides[0] != row:
+        return False
+    lo = hi = v.offset
+    for n, st in zip(v.shape[1:], v.strides[1:]):
+        if n > 1:
+            lo += min(0, (n - 1) * st)
+            hi += max(0, (n - 1) * st)
+    return 0 <= lo and hi < max(row, 1)
