@@ -347,7 +347,7 @@ def _config() -> dict:
 
     import numpy as np
 
-    from .backend import host
+    from .backend import gemm, host
 
     versions = {"lazymath": __version__, "python": platform.python_version(),
                 "numpy": np.__version__, "llvmlite": _version_of("llvmlite")}  # fmt: skip
@@ -358,7 +358,7 @@ def _config() -> dict:
     except Exception as e:  # noqa: BLE001 - reported, not raised
         versions["LLVM"] = f"unavailable ({e})"
     try:
-        target = host.describe()
+        target = host.describe() + f"\n  gemm: {gemm.host_gemm(host.target()).describe()}"
     except Exception as e:  # a bad LAZYMATH_TARGET_CPU: show why, keep the rest
         target = f"host target: error: {e}"
     dev = rt_api._CURRENT

@@ -91,22 +91,6 @@ KNOWN_CYCLES: dict[frozenset, str] = {
         "vmath's composites are emitted through the templates' helpers and the templates call "
         "vmath; one of them should own the emitter"
     ),
-    frozenset({"lazymath.backend.gemm", "lazymath.backend.host", "lazymath.backend.jit",
-               "lazymath.backend.vmlib"}): (
-        "the JIT links the vector-math library, which is compiled through the JIT; the host "
-        "target description and the GEMM microkernels read each other and the JIT"
-    ),
-    frozenset({"lazymath.backend.autotune", "lazymath.backend.compile"}): (
-        "compile asks autotune for a GEMM choice, autotune compiles candidates"
-    ),
-    frozenset({"lazymath.backend.autotune", "lazymath.backend.compile", "lazymath.backend.gemm",
-               "lazymath.backend.host", "lazymath.backend.jit", "lazymath.backend.uklib",
-               "lazymath.backend.vmlib", "lazymath.backend.workers"}): (
-        "issue 20: the compile workers build their LLVM state from the JIT's target, the "
-        "vector-math library is compiled on the workers and tiered with compile's counter, "
-        "compile links kernels to the library; joins the two cycles above; the GEMM "
-        "microkernel library (uklib) is generated from gemm's shapes and linked by the JIT"
-    ),
     frozenset({"lazymath.distributed.api", "lazymath.distributed.cluster",
                "lazymath.distributed.execute", "lazymath.distributed.explain",
                "lazymath.distributed.plan", "lazymath.distributed.worker"}): (

@@ -21,13 +21,14 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import numpy as np
 
 from lazymath import settings
-from lazymath.backend import gemm, kernel_cache
+from lazymath.backend import gemm, host, jit, kernel_cache
+from lazymath.backend.kernel_ir import view_extent
 from lazymath.graph import dft
 
 ROUNDS = 5  # timings per candidate (the best counts), interleaved with the other candidates
@@ -62,9 +63,7 @@ def forced() -> Iterator[None]:
 def record_key(*parts) -> str:
     """The disk key of a measured choice: `parts` (the signature) with the host key (effective
     target) and the backend source version, like a kernel's."""
-    from lazymath.backend.jit import host_key
-
-    return kernel_cache.disk_key(repr(("autotune", *parts)), host_key())
+    return kernel_cache.disk_key(repr(("autotune", *parts)), jit.host_key())
 
 
 def _key(ir, spec) -> str:
@@ -177,9 +176,11 @@ def _origin(times: dict[str, float]) -> str:
     return "measured: " + ", ".join(parts)
 
 
-def choice(ir, spec) -> gemm.GemmPlan:
+def choice(ir, spec, build: Callable) -> gemm.GemmPlan:
     """The host GEMM plan for matmul kernel `ir` on `spec`: a stored or fresh measurement when
-    autotuning is on (or a record exists), else the model's."""
+    autotuning is on (or a record exists), else the model's. `build(ir, spec)` compiles one
+    candidate (under `gemm.plan_override`) to a CompiledKernel: the compile driver passes its
+    own, since it asks this module for the plan (autotune does not import it back)."""
     key = _key(ir, spec)
     with _lock:
         plan = _memory.get(key)
@@ -187,7 +188,7 @@ def choice(ir, spec) -> gemm.GemmPlan:
             return plan
         plan = _read(key)
         if plan is None and enabled():
-            plan = _measure(ir, spec, key)
+            plan = _measure(ir, spec, key, build)
         if plan is None:
             return gemm.model_plan()
         _memory[key] = plan
@@ -207,8 +208,6 @@ def explain(ir, spec) -> str:
 
 
 def _inputs(kernel) -> list[np.ndarray]:
-    from lazymath.backend.compile import view_extent
-
     rng = np.random.default_rng(0)
     out = []
     for v in kernel._args:
@@ -220,20 +219,17 @@ def _inputs(kernel) -> list[np.ndarray]:
     return out
 
 
-def _measure(ir, spec, key: str) -> gemm.GemmPlan:
+def _measure(ir, spec, key: str, build: Callable) -> gemm.GemmPlan:
     """Compile every candidate, time them interleaved (ROUNDS rounds, each candidate once per
     round, at least MIN_S of work per timing; best of the rounds) and store and return the
     fastest. Timings are CPU time of the calling thread, which runs the block: on a shared
     machine wall time mostly measures the scheduler, and interleaving lets a change of load
     (caches, a busy sibling hyperthread) hit every candidate."""
-    from lazymath.backend import compile as C
-    from lazymath.backend import host
-
     plans = gemm.candidate_plans(host.target())
     runs = []
     for plan in plans:
         with gemm.plan_override(plan):
-            kernel = C._compile_llvm(ir, spec, "autotune", C.vmath_calls(ir))
+            kernel = build(ir, spec)
         arrays = _inputs(kernel)  # kept alive with the argv (which holds bare pointers)
         argv = kernel.make_argv(arrays)
         n = kernel.blocks

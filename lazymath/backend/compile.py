@@ -25,15 +25,33 @@ import math
 import os
 import sys
 import threading
-import time
 import weakref
 
 import numpy as np
 
 from lazymath import settings
 from lazymath._threads import block_pool, launch_blocks, num_threads
-from lazymath.backend import isa, kernel_cache
-from lazymath.backend.kernel_ir import ArgView, kernel_args
+from lazymath.backend import (
+    cost,
+    elfload,
+    gemm,
+    host,
+    interp,
+    isa,
+    isa_codec,
+    isolate,
+    jit,
+    kernel_cache,
+    lower_llvm,
+    tiering,
+    vmath,
+    vmlib,
+    workers,
+)
+from lazymath.backend.kernel_ir import kernel_args, view_extent
+from lazymath.backend.templates.common import CALLS
+from lazymath.backend.tiering import TIER_STATS, wait_tiering  # noqa: F401 - wait_tiering: public
+from lazymath.runtime.device import get_spec
 
 TEMPLATES: dict[str, str] = {
     "elementwise": "lazymath.backend.templates.elementwise",
@@ -111,12 +129,7 @@ def _vector_elems(ir) -> int:
 
 def _after_fork_in_child() -> None:
     """The compiler's locks may be held in a forked child (the block pool resets itself,
-    lazymath/_threads.py). Background tier-ups of the parent never finish in the child: its
-    kernels keep their tier-0 code, and the child's exit does not wait for them."""
-    global _tiering, _tiering_cv, _watchdog
-    _tiering = 0
-    _tiering_cv = threading.Condition()
-    _watchdog = _Watchdog()  # the parent's deadlines are the parent's
+    lazymath/_threads.py; the parent's background tier-ups, tiering.py)."""
     kernel_cache._lock = threading.RLock()
     interp = sys.modules.get("lazymath.backend.interp")
     if interp is not None:
@@ -130,21 +143,11 @@ if hasattr(os, "register_at_fork"):
 def replace_family_code(family: list, addr: int, symbol: str, tier: int) -> None:
     """`CompiledKernel.replace_code` for every live kernel of `family`; with none alive the
     new function is dropped at once and its code released (unmapped)."""
-    from lazymath.backend import jit
-
     cf = jit.held_cfunc(addr, symbol)
     for ref in list(family):
         k = ref()
         if k is not None:
             k._addr, k._cfunc, k.tier = addr, cf, tier
-
-
-def view_extent(v: ArgView) -> int:
-    """Elements a flat buffer needs so every element of view `v` is in bounds."""
-    if any(s == 0 for s in v.shape):
-        return 0
-    hi = v.offset + sum((n - 1) * s for n, s in zip(v.shape, v.strides) if s > 0)
-    return hi + 1
 
 
 class CompiledKernel:
@@ -171,8 +174,6 @@ class CompiledKernel:
         self.tier = 2  # 0: quickly compiled code an optimized version replaces (tiering)
         self._family = [weakref.ref(self)]  # copies sharing this code (see `renamed`)
         if addr is not None:
-            from lazymath.backend import jit
-
             self._cfunc = jit.held_cfunc(addr, code_symbol or symbol)
 
     # ----------------------------------------------------------------- reports
@@ -186,10 +187,10 @@ class CompiledKernel:
         if self.backend != "llvm":
             return None
         if self._llvm_ir is None:
-            from lazymath.backend.lower_llvm import lower_program
-
             _register_template(self.ir.kind)
-            self._llvm_ir = str(lower_program(self.program, self.spec, symbol=self.symbol))
+            self._llvm_ir = str(
+                lower_llvm.lower_program(self.program, self.spec, symbol=self.symbol)
+            )
         return self._llvm_ir
 
     @property
@@ -198,19 +199,15 @@ class CompiledKernel:
         if self.backend != "llvm":
             return None
         if self._asm is None:
-            from lazymath.backend.jit import get_jit
-
-            self._asm = get_jit().assembly(self.llvm_ir)
+            self._asm = jit.get_jit().assembly(self.llvm_ir)
         return self._asm
 
     @property
     def cost(self):
         """Simulated NPU cycles per pipe (`cost.KernelCost`)."""
         if self._cost is None:
-            from lazymath.backend.cost import estimate
-
             _register_template(self.ir.kind)
-            self._cost = estimate(self.program, self.spec)
+            self._cost = cost.estimate(self.program, self.spec)
         return self._cost
 
     @property
@@ -222,7 +219,9 @@ class CompiledKernel:
         if self.backend != "llvm":
             return None
         if self.__dict__.get("_roof", False) is False:
-            from lazymath.backend import host, roofline
+            # loaded here, not with the compiler: a report's module (16 ms of a first realize
+            # without bytecode files, as the benchmarks and CI run)
+            from lazymath.backend import roofline
 
             try:
                 roofs = roofline.host_roofs(host.target())
@@ -290,8 +289,6 @@ class CompiledKernel:
         if self._cfunc is not None:
             self._cfunc(block_idx, block_num, argv)
             return
-        from lazymath.backend import interp
-
         interp.run(self.program, self._interp_arrays(argv), block_idx, block_num)
 
     def _interp_arrays(self, argv) -> list[np.ndarray]:
@@ -340,8 +337,6 @@ def build_program(ir, spec, name: str, calls: bool | None = None) -> isa.Program
         raise NotImplementedError(f"no kernel template for kind {ir.kind!r}") from None
     if calls is None:
         calls = vmath_calls(ir)
-    from lazymath.backend.templates.common import CALLS
-
     token = CALLS.set(bool(calls))
     try:
         program = importlib.import_module(modname).build(ir, spec, name)
@@ -352,8 +347,6 @@ def build_program(ir, spec, name: str, calls: bool | None = None) -> isa.Program
 
 def vmath_calls(ir) -> bool:
     """Does the kernel call the vector math library (`vmath.call_plan`: the rule and reason)?"""
-    from lazymath.backend import vmlib
-
     return vmlib.call_plan(ir)[0]
 
 
@@ -375,15 +368,11 @@ def compile_kernels(items, spec, backend: str | None = None, tiered: bool = Fals
     `origins`, if given, receives one word per item saying where its code came from:
     "memory" (kernel cache in memory, or the same kernel earlier in `items`), "disk" (disk
     cache), "compiled", or "compiled (tier 0)" (quick code, optimized in the background)."""
-    from lazymath.backend import workers
-
     with workers.responsive():  # the workers get the GIL back quickly between their LLVM calls
         return _compile_kernels(items, spec, backend, tiered, origins)
 
 
 def _compile_kernels(items, spec, backend, tiered, origins) -> list[CompiledKernel]:
-    from lazymath.runtime.device import get_spec
-
     spec = get_spec(spec)
     backend = backend or default_backend()
     if backend not in BACKENDS:
@@ -398,9 +387,7 @@ def _compile_kernels(items, spec, backend, tiered, origins) -> list[CompiledKern
         calls = vmath_calls(ir)
         sig = (ir.kind, ir, spec.key(), backend, calls) + _math_key()
         if backend == "llvm":  # native code is per host target (LAZYMATH_TARGET_CPU)
-            from lazymath.backend.host import requested
-
-            sig += (requested(),)
+            sig += (host.requested(),)
         hit = kernel_cache.memory_get(sig)
         if hit is not None:
             out[idx] = hit if hit.name == name else hit.renamed(name)
@@ -455,8 +442,6 @@ def _is_tiny(ir) -> bool:
 def _load_program(blob: bytes | None, name: str) -> isa.Program:
     """The ISA program stored with a cached kernel, renamed to `name` (`isa_codec`: builds
     only lazymath's ISA values, never runs code)."""
-    from lazymath.backend import isa_codec
-
     if not blob:
         raise ValueError("cache entry has no program")
     program = isa_codec.decode(blob)
@@ -469,8 +454,6 @@ def _host_mapping(ir) -> tuple:
     """Host code generation choices beyond the target (the GEMM plan of a matmul)."""
     if ir.kind != "matmul":
         return ()
-    from lazymath.backend import gemm
-
     return (
         gemm.host_gemm().key
         + (() if gemm.K_STEP_MERGE else ("k-steps",))
@@ -481,8 +464,6 @@ def _host_mapping(ir) -> tuple:
 
 def _disk_key(ir, spec, calls: bool | None = None) -> tuple[str, bool]:
     """(disk-cache key, quick pipeline?) -- computed without LLVM (see jit.host_key)."""
-    from lazymath.backend.jit import host_key
-
     if calls is None:
         calls = vmath_calls(ir)
     quick = _is_tiny(ir)
@@ -497,13 +478,11 @@ def _disk_key(ir, spec, calls: bool | None = None) -> tuple[str, bool]:
         )
         + _math_key()
     )
-    return kernel_cache.disk_key(sig, host_key()), quick
+    return kernel_cache.disk_key(sig, jit.host_key()), quick
 
 
 def _math_key() -> tuple:
     """LAZYMATH_HOST_MATH changes the vector math sequences in the program (cache keys)."""
-    from lazymath.backend import vmath
-
     return ("hostmath",) if vmath.host_math_enabled() else ()
 
 
@@ -511,8 +490,6 @@ def _load_llvm(ir, spec, name: str, key: str) -> CompiledKernel | None:
     """The kernel from its disk-cache file, or None (no file, or a file that cannot be used:
     counted as rejected and deleted, never executed). Needs neither the template nor LLVM:
     the program is stored with the object code, which `jit.load_cached` maps with elfload."""
-    from lazymath.backend import elfload, jit
-
     cached = kernel_cache.disk_load(key)
     if cached is None:
         return None
@@ -538,41 +515,36 @@ def _load_llvm(ir, spec, name: str, key: str) -> CompiledKernel | None:
 def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
     """A disk-cache hit (a CompiledKernel: no LLVM), or a `_Job`: the template ran, the
     program is lowered to LLVM IR and the compile workers are optimizing it."""
-    from lazymath.backend import workers
-
     if ir.kind == "matmul":  # lowered with its host GEMM plan (`autotune.choice`)
-        from lazymath.backend import autotune, gemm
+        # autotune and uklib (the GEMM microkernel library) load with the first matmul, not
+        # with the compiler: 13 ms of parsing that an elementwise first realize would pay
+        from lazymath.backend import autotune
 
         if not gemm.overridden():
-            with gemm.plan_override(autotune.choice(ir, spec)):
+            with gemm.plan_override(autotune.choice(ir, spec, _autotune_candidate)):
                 return _start_llvm(ir, spec, name, calls, tiered)
     key, quick = _disk_key(ir, spec, calls)
     kernel = _load_llvm(ir, spec, name, key)
     if kernel is not None:
         return kernel
-    from lazymath.backend import isolate
-    from lazymath.backend.lower_llvm import lower_program
-
     program = build_program(ir, spec, name, calls)
     how = isolate.mode()
     isolated = how == "always" or (how == "auto" and isolate.crashed_before(key))
-    uk_lib = tiered and ir.kind == "matmul" and tiered_setting()
+    uk_lib = tiered and ir.kind == "matmul" and tiering.tiered_setting()
+    if uk_lib:
+        from lazymath.backend import uklib  # see above: a matmul's
     early = _main_ukernels_to_request(program) if uk_lib and not isolated else []
     workers.warm()  # the workers load LLVM while the lowering runs here
     for s in early:  # the longest compile of a cold matmul: it runs while the kernel is lowered
-        from lazymath.backend import uklib
-
         uklib.request(s)
     if calls:
-        from lazymath.backend import vmlib
-
         vmlib.request(vmlib.symbols_of(program))  # load or compile the library meanwhile
     symbol = f"lm_{ir.kind}_{key[:24]}"
     uk_symbols: list[str] = []
     if uk_lib:
         text0 = _lower_with_uk_library(program, spec, symbol, uk_symbols, request=not isolated)
     else:
-        text0 = str(lower_program(program, spec, symbol=symbol))
+        text0 = str(lower_llvm.lower_program(program, spec, symbol=symbol))
     job = _Job(ir, spec, name, key, program, symbol, text0, 1 if quick else 3)
     # the workers mark the key while LLVM runs on it (`isolate.compiling`): a process that
     # dies in LLVM leaves the mark, and the next process compiles that kernel in a child
@@ -582,8 +554,6 @@ def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
                                    marker=isolate.tier0_marker(key),
                                    **_tier0_options(ir, bool(uk_symbols)))  # fmt: skip
     if uk_symbols:  # microkernels declared as `uklib` calls (requested while lowering)
-        from lazymath.backend import uklib
-
         if job.tier0 is not None:
             job.uk_symbols = uk_symbols
         job.text = uklib.inline(text0, uk_symbols)  # the kernel whole (optimized code)
@@ -602,11 +572,10 @@ def _lower_with_uk_library(program, spec, symbol: str, uk_symbols: list,
     With `request`, each microkernel is requested (`uklib.request`) the moment the lowering
     meets it: its compile runs on a worker while the rest of the kernel is lowered and
     printed here (the main microkernel is the longest compile of a cold matmul)."""
-    from lazymath.backend import gemm, uklib
-    from lazymath.backend.lower_llvm import lower_program
+    from lazymath.backend import uklib  # a matmul's (see _start_llvm)
 
     if not uklib.ENABLED:
-        return str(lower_program(program, spec, symbol=symbol))
+        return str(lower_llvm.lower_program(program, spec, symbol=symbol))
 
     def met(s: str) -> None:
         uk_symbols.append(s)
@@ -615,7 +584,7 @@ def _lower_with_uk_library(program, spec, symbol: str, uk_symbols: list,
 
     token = gemm.UK_LIBRARY.set(met)
     try:
-        return str(lower_program(program, spec, symbol=symbol))
+        return str(lower_llvm.lower_program(program, spec, symbol=symbol))
     finally:
         gemm.UK_LIBRARY.reset(token)
 
@@ -624,13 +593,12 @@ def _main_ukernels_to_request(program) -> list[str]:
     """The GEMM microkernels a tier-0 matmul program's lowering will call (predicted,
     `lower_llvm.predicted_calls`: lower_cube.main_ukernels) that are not loaded or compiling
     yet: their compiles start before the lowering (which meets them ~70% of the way through)."""
-    from lazymath.backend import uklib
-    from lazymath.backend.lower_llvm import predicted_calls
+    from lazymath.backend import uklib  # a matmul's (see _start_llvm)
 
     if not uklib.ENABLED:
         return []
     try:
-        names = predicted_calls(program)
+        names = lower_llvm.predicted_calls(program)
     except Exception:  # noqa: BLE001 - only a head start: the lowering requests what it meets
         return []
     return [s for s in names if uklib.parse(s) and not uklib.requested(s)]
@@ -643,13 +611,16 @@ def _compile_llvm(ir, spec, name: str, calls: bool = False) -> CompiledKernel:
     return k.finish() if isinstance(k, _Job) else k
 
 
+def _autotune_candidate(ir, spec) -> CompiledKernel:
+    """One candidate GEMM plan's kernel for `autotune.choice` (run under its plan_override)."""
+    return _compile_llvm(ir, spec, "autotune", vmath_calls(ir))
+
+
 def _link_library(program) -> None:
     """Load the vector math library functions `program` calls before its code is linked
     (outside the loader's lock: a library compile must not wait for it)."""
     for instr, _ in isa.walk(program.body):
         if type(instr).__name__ == "VMathCall":
-            from lazymath.backend import vmlib
-
             for s in vmlib.symbols_of(program):
                 vmlib.address(s)
             return
@@ -659,19 +630,11 @@ def _renamed_ir(text: str, symbol: str, new: str) -> str:
     return text.replace(f'@"{symbol}"', f'@"{new}"')
 
 
-TIER_STATS = {"tiered": 0, "tiered_up": 0}  # kernels started on tier 0 / replaced since
 TIER_IR_CHARS = 24_000  # LLVM IR text above which a kernel starts on its quick tier-0 code
 # ... unless its arrays are so large that tier-0 code costs more: at 1M float32 the tier-0 code
 # of sin+exp+log ran ~4x slower than O3 (benchmarks/elementwise.py "three": 23.9 vs 5.5 ms) for
 # as long as the background compile took, so only kernels up to 64K elements start on tier 0
 TIER_MAX_ELEMENTS = 1 << 16
-
-
-def tiered_setting() -> bool:
-    """LAZYMATH_TIERED=0 turns tiered compilation off (every kernel waits for its final code)."""
-    from lazymath import settings
-
-    return settings.TIERED.get()
 
 
 def _work_elements(ir) -> int:
@@ -707,7 +670,7 @@ def _tier_first(ir, text: str) -> bool:
     that the slower tier-0 code costs less than the compile it saves. Never for a kernel
     whose result may depend on the optimizer: float reductions carry `reassoc` (the
     vectorizer splits the sum into lanes); everything else is IEEE, the same at every level."""
-    if not tiered_setting() or len(text) <= TIER_IR_CHARS:
+    if not tiering.tiered_setting() or len(text) <= TIER_IR_CHARS:
         return False
     if "reassoc" in text:  # float reductions: O3 vectorizes (reorders) the sum, tier 0 not
         return False
@@ -731,17 +694,14 @@ class _Job:
     def finish(self) -> CompiledKernel:
         """Wait for the code, link it in, store it; a tiered kernel starts on tier 0 and its
         final code is compiled in the background (`_tier_up`)."""
-        from lazymath.backend import jit, workers
-        from lazymath.backend.isolate import CompilerCrashed
-
         _link_library(self.program)
         if self.tier0 is not None:
             try:
                 obj0 = _result(self.tier0, self, 0)
-            except CompilerCrashed:  # LLVM killed the compile server twice (it warned)
+            except isolate.CompilerCrashed:  # LLVM killed the compile server twice (it warned)
                 return self._interpreted()
             if self.uk_symbols:
-                from lazymath.backend import uklib
+                from lazymath.backend import uklib  # a matmul's (see _start_llvm)
 
                 for s in self.uk_symbols:  # waited for here, outside the loader's lock
                     uklib.address(s)
@@ -751,12 +711,12 @@ class _Job:
                                     self.symbol, self.text, code_symbol=self.symbol0)  # fmt: skip
             kernel.tier = 0
             TIER_STATS["tiered"] += 1
-            _tiering_started()
+            tiering.started()
             fut = workers.submit(self.text, self.module, self.level, marker=self.key,
                                  background=True)  # fmt: skip
             # the callback holds the kernel's family weakly: a kernel evicted (and collected)
             # before its optimized code is ready gets none mapped; the code still goes to disk
-            watch_background(
+            tiering.watch_background(
                 fut,
                 lambda: workers.submit(
                     self.text,
@@ -772,7 +732,7 @@ class _Job:
             return kernel
         try:
             obj = _result(self.final, self)
-        except CompilerCrashed:
+        except isolate.CompilerCrashed:
             return self._interpreted()
         addr, _ = jit.load_cached(obj, self.symbol, self.module, hold=True)
         kernel_cache.count("compiled")
@@ -789,8 +749,6 @@ class _Job:
         """Compile in a child process (`isolate`): LAZYMATH_COMPILE_ISOLATE=1, or a previous
         process died in LLVM on this kernel. The child's object is linked like a disk-cache
         hit; if LLVM fails there even with the vectorizers off, the interpreter runs it."""
-        from lazymath.backend import isolate, jit
-
         why = ("LAZYMATH_COMPILE_ISOLATE=1" if how == "always"
                else "a previous process died compiling it")  # fmt: skip
         obj = isolate.compile_in_child(self.text, self.module, self.level, why,
@@ -808,8 +766,6 @@ class _Job:
     def _store(self, obj: bytes | None) -> None:
         if obj is None:
             return
-        from lazymath.backend import isa_codec
-
         try:
             blob = isa_codec.encode_checked(self.program)
         except isa_codec.CodecError as e:  # not storable: this kernel stays memory-only
@@ -824,8 +780,6 @@ class _Job:
         arithmetic at every level: results do not change. The tier-0 code is released when
         its function object goes (`jit.held_cfunc`); if every copy is gone already (evicted),
         the optimized code is only stored, never mapped."""
-        from lazymath.backend import jit
-
         try:
             obj = fut.result()
             self._store(obj)
@@ -840,7 +794,7 @@ class _Job:
                           f"({type(e).__name__}: {e}); it keeps its quickly compiled code",
                           RuntimeWarning, stacklevel=1)  # fmt: skip
         finally:
-            _tiering_done()
+            tiering.finished()
 
 
 def _result(fut, job: _Job, level: int | None = None) -> bytes:
@@ -850,10 +804,7 @@ def _result(fut, job: _Job, level: int | None = None) -> bytes:
     a new thread) and the kernel is compiled again with the vectorizers off, with a warning."""
     from concurrent.futures import TimeoutError as FutTimeout
 
-    from lazymath.backend import isolate, workers
-    from lazymath.backend.jit import _compile_timeout
-
-    timeout = _compile_timeout()
+    timeout = jit._compile_timeout()
     try:
         return fut.result(timeout=isolate.watchdog_timeout(timeout))
     except FutTimeout:
@@ -883,134 +834,3 @@ def _result(fut, job: _Job, level: int | None = None) -> bytes:
             f"lazymath: LLVM did not finish compiling kernel {job.name} within {timeout:g} s, "
             "even with the vectorizers off (LAZYMATH_COMPILE_TIMEOUT)"
         ) from None
-
-
-class _Watchdog:
-    """One daemon thread that fires callbacks at deadlines (the background compiles' watchdog:
-    a timer thread per tier-up would be one thread per kernel)."""
-
-    def __init__(self) -> None:
-        self.cv = threading.Condition()
-        self.heap: list = []
-        self.seq = 0
-        self.thread: threading.Thread | None = None
-
-    def at(self, delay: float, fn) -> None:
-        import heapq
-
-        with self.cv:
-            self.seq += 1
-            heapq.heappush(self.heap, (time.monotonic() + delay, self.seq, fn))
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._loop, name="lazymath-watchdog",
-                                               daemon=True)  # fmt: skip
-                self.thread.start()
-            self.cv.notify()
-
-    def _loop(self) -> None:
-        import heapq
-
-        while True:
-            with self.cv:
-                while not self.heap or self.heap[0][0] > time.monotonic():
-                    wait = self.heap[0][0] - time.monotonic() if self.heap else None
-                    self.cv.wait(wait)
-                _, _, fn = heapq.heappop(self.heap)
-            try:
-                fn()
-            except Exception:  # noqa: BLE001,S110 - a watchdog callback must not kill the thread
-                pass
-
-
-_watchdog = _Watchdog()
-
-
-def watch_background(fut, retry, on_done, what: str) -> None:
-    """The watchdog of a background compile (a kernel's tier-up, a vector math library
-    function's optimized code): `on_done(future)` runs exactly once, with `fut` when it
-    finishes within LAZYMATH_COMPILE_TIMEOUT seconds; otherwise the stuck worker is abandoned
-    (the pool gets a new thread, see `_result`), `retry()` submits the compile again with the
-    vectorizers off, and on_done gets that one -- or, if it times out too, a future holding
-    the error (the caller keeps the quick code it has). A compile that finishes after its
-    deadline is ignored."""
-    from concurrent.futures import Future
-
-    from lazymath.backend import workers
-    from lazymath.backend.jit import _compile_timeout
-
-    lock = threading.Lock()
-    done = [False]
-
-    def deliver(f) -> None:
-        with lock:
-            if done[0]:
-                return
-            done[0] = True
-        on_done(f)
-
-    from lazymath.backend.isolate import watchdog_timeout
-
-    timeout = _compile_timeout()
-    wait = watchdog_timeout(timeout)  # server mode: the server kills a hung compile itself
-
-    def expired(stage: int, job) -> None:
-        if done[0]:
-            return
-        if not job.running() and not job.done():  # still queued (background jobs wait for
-            _watchdog.at(wait, lambda: expired(stage, job))  # foreground ones): no hang
-            return
-        import warnings
-
-        workers.abandon(job)
-        if stage == 0:
-            warnings.warn(f"lazymath: LLVM did not finish optimizing {what} in the background "
-                          f"within {timeout:g} s (a known LLVM loop-vectorizer hang); compiling "
-                          "it again with the vectorizers off. The stuck compiler thread keeps "
-                          "one core busy until the process exits.", RuntimeWarning,
-                          stacklevel=1)  # fmt: skip
-            again = retry()
-            again.add_done_callback(deliver)
-            _watchdog.at(wait, lambda: expired(1, again))
-            return
-        failed: Future = Future()
-        failed.set_exception(RuntimeError(
-            f"LLVM did not finish compiling {what} within {timeout:g} s, even with the "
-            "vectorizers off (LAZYMATH_COMPILE_TIMEOUT)"))  # fmt: skip
-        deliver(failed)
-
-    fut.add_done_callback(deliver)
-    if not done[0]:
-        _watchdog.at(wait, lambda: expired(0, fut))
-
-
-_tiering = 0
-_tiering_cv = threading.Condition()
-
-
-_atexit_registered = False
-
-
-def _tiering_started() -> None:
-    global _tiering, _atexit_registered
-    with _tiering_cv:
-        _tiering += 1
-        if not _atexit_registered:
-            import atexit
-
-            atexit.register(wait_tiering, 30.0)
-            _atexit_registered = True
-
-
-def _tiering_done() -> None:
-    global _tiering
-    with _tiering_cv:
-        _tiering -= 1
-        _tiering_cv.notify_all()
-
-
-def wait_tiering(timeout: float | None = None) -> bool:
-    """Wait until every background tier-up has finished (True) or `timeout` passed (False).
-    Benchmarks and tests use it; the process also waits (up to 30 s) at exit so the optimized
-    code reaches the disk cache."""
-    with _tiering_cv:
-        return _tiering_cv.wait_for(lambda: _tiering == 0, timeout)

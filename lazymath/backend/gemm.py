@@ -47,6 +47,8 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from lazymath import settings
+from lazymath.backend import host, jit
 from lazymath.backend.bfloat16 import bf16_to_f32, f32_to_bf16
 
 MR = 6  # microkernel rows (broadcast A scalars)
@@ -210,8 +212,6 @@ def _register_ws_key() -> ctypes.c_uint:
     that lives as long as the process (kernels hold its address; a module reload reuses it),
     resolves it for cached objects loaded without LLVM and registers it with LLVM whenever LLVM
     is loaded, so this module does not load LLVM (``llvmlite.binding``) itself."""
-    from lazymath.backend import jit
-
     addr = jit.runtime_symbol(WS_KEY_SYMBOL)
     if not addr:
         raise OSError("no per-thread GEMM workspace key")
@@ -377,8 +377,6 @@ def _l1_panel(l1d: int, nr: int) -> int:
 def model_plan(target=None) -> GemmPlan:
     """The model's plan for `target` (default: the effective host target)."""
     if target is None:
-        from lazymath.backend import host
-
         target = host.target()
     return candidate_plans(target)[0]
 
@@ -440,6 +438,19 @@ def _vfma(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value, fused: bool) -
 # the microkernel as the external library function ``lazymath_uk_<shape>[.<cpu>]`` and passes its
 # symbol to the callable instead of defining it in the module (a tier-0 matmul kernel links the
 # library's code; its optimized version gets the definition pasted back in, `uklib.inline`).
+UK_PREFIX = "lazymath_uk_"  # the symbols of the microkernel library (backend/uklib.py)
+
+
+def uk_symbol(name: str, target: str | None = None) -> str:
+    """The library symbol of `get_ukernel`'s internal function name ``lm_ukernel_<shape>`` for
+    a host target (default: the one in force). Named here, where the kernels that call it are
+    generated; uklib, which compiles and resolves the library, reads the name back."""
+    if target is None:
+        target = (settings.TARGET_CPU.get() or "").strip()
+        target = "" if target in ("native", "host") else target
+    return UK_PREFIX + name.removeprefix("lm_ukernel_") + (f".{target}" if target else "")
+
+
 UK_LIBRARY: ContextVar[Callable[[str], None] | None] = ContextVar("UK_LIBRARY", default=None)
 UK_FNTYPE = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, I64, I64, I64, I32, PTR, PTR])
 
@@ -483,9 +494,7 @@ def get_ukernel(mod: ir.Module, uk: Microkernel = Microkernel(), pf_lines: int =
     name += "_nd" if nd else ""
     library = UK_LIBRARY.get() if symbol is None else None
     if library is not None:
-        from lazymath.backend import uklib
-
-        name = uklib.symbol_of(name)
+        name = uk_symbol(name)
     elif symbol is not None:
         name = symbol  # the library's own definition (external linkage)
     if name in mod.globals:
@@ -759,8 +768,6 @@ def bf16_dot_available(target=None) -> bool:
     """Whether bfloat16 Mmads use vdpbf16ps on `target` (default: the effective host target,
     so LAZYMATH_TARGET_CPU=znver3/haswell forces the float32 FMA path)."""
     if target is None:
-        from lazymath.backend import host
-
         target = host.target()
     return bool(target.bf16) and target.vector_regs >= 32 and BF16_DOT
 
@@ -944,8 +951,6 @@ def bf16_k_panel(nr: int, target=None) -> int:
     reuse it read it from L1 (a whole 512-deep Mmad's 64 KiB micro-panel streamed from L2:
     584 GFLOPS at 2048 on this Zen 5 host)."""
     if target is None:
-        from lazymath.backend import host
-
         target = host.target()
     return max(C0, min(1024, (2 * target.l1d // 3) // (2 * nr) // C0 * C0))
 

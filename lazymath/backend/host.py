@@ -276,13 +276,7 @@ class HostTarget:
             f"  caches per core: L1d {self.l1d >> 10} KiB, L2 {self.l2 >> 10} KiB, "
             f"L3 {self.l3 >> 10} KiB; {self.cores} cores",
         ]
-        try:
-            from lazymath.backend import gemm
-
-            lines.append(f"  gemm: {gemm.host_gemm(self).describe()}")
-        except (ImportError, AttributeError):
-            pass
-        return "\n".join(lines)
+        return "\n".join(lines)  # lm.config adds the GEMM plan (gemm sits above the target)
 
 
 _lock = threading.Lock()

@@ -41,11 +41,12 @@ import platform
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 
 import llvmlite  # the package only: its version, no LLVM shared library
 
 from lazymath import settings
-from lazymath.backend import cancel, elfload
+from lazymath.backend import cancel, elfload, host
 
 KERNEL_CFUNC = ctypes.CFUNCTYPE(
     None, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)
@@ -102,8 +103,6 @@ def _llvm_build() -> tuple:
 def host_key(name: str | None = None) -> tuple:
     """What native code depends on besides the kernel (no llvmlite.binding import), for the
     target in force or the LAZYMATH_TARGET_CPU value `name`."""
-    from lazymath.backend import host
-
     if name is None:
         name = host.requested()
     key = _host_keys.get(name)
@@ -168,20 +167,25 @@ RUNTIME_SYMBOLS = {WS_KEY_SYMBOL: _make_ws_key,
                    **{n: (lambda n=n: _libgcc_symbol(n)) for n in HALF_LIBCALLS}}  # fmt: skip
 _runtime: dict[str, int] = {}
 _runtime_lock = threading.Lock()
+# Libraries compiled through this JIT that kernels link against, by symbol prefix: vmlib
+# (``lazymath_vm*``, the vector math functions and their pointer cells) and uklib
+# (``lazymath_uk_*``, the GEMM microkernels of tier-0 matmul kernels) register their resolver
+# when imported (the compile driver imports both), so the JIT does not import its own clients.
+LIBRARIES: dict[str, Callable[[str], int | None]] = {}
+
+
+def register_library(prefix: str, resolve: Callable[[str], int | None]) -> None:
+    """Route the symbols starting with `prefix` to `resolve` (None: not one of its symbols)."""
+    LIBRARIES[prefix] = resolve
 
 
 def runtime_symbol(name: str) -> int | None:
-    """Address of a process-local symbol kernels reference (None if `name` is not one): the one
-    LLVM knows if it is loaded and has it, else ours (created on first use). Functions of the
-    vector math runtime library and their pointer cells (``lazymath_vm*``) come from `vmlib`."""
-    if name.startswith("lazymath_vm"):
-        from lazymath.backend import vmlib
-
-        return vmlib.resolve(name)
-    if name.startswith("lazymath_uk_"):  # GEMM microkernels of tier-0 matmul kernels
-        from lazymath.backend import uklib
-
-        return uklib.resolve(name)
+    """Address of a process-local symbol kernels reference (None if `name` is not one): a
+    registered library's (`LIBRARIES`), the one LLVM knows if it is loaded and has it, else
+    ours (created on first use)."""
+    for prefix, resolve in LIBRARIES.items():
+        if name.startswith(prefix):
+            return resolve(name)
     with _runtime_lock:
         addr = _runtime.get(name)
         if addr:
@@ -347,8 +351,6 @@ class Jit:
     """The process-wide MCJIT engine of one host target (use `get_jit()`)."""
 
     def __init__(self, target=None) -> None:
-        from lazymath.backend import host
-
         llvm = _binding()
         self.target = target or host.target()
         _publish_runtime_symbols()
@@ -575,8 +577,6 @@ def get_jit(name: str | None = None) -> Jit:
     """The engine generating code for the effective host target (one per target: tests switch
     LAZYMATH_TARGET_CPU to run the AVX2 path on an AVX-512 host in one process); `name` picks
     a target (a LAZYMATH_TARGET_CPU value) instead of the one in effect."""
-    from lazymath.backend import host
-
     if name is None:
         name = host.requested()
     jit = _JITS.get(name)

@@ -296,6 +296,14 @@ class AicpuKernel:
 KernelIR = ElementwiseKernel | ReduceKernel | MatmulKernel | RowKernel | CustomKernel | AicpuKernel
 
 
+def view_extent(v: ArgView) -> int:
+    """Elements a flat buffer needs so every element of view `v` is in bounds."""
+    if any(s == 0 for s in v.shape):
+        return 0
+    hi = v.offset + sum((n - 1) * s for n, s in zip(v.shape, v.strides) if s > 0)
+    return hi + 1
+
+
 def kernel_args(k: KernelIR) -> tuple[ArgView, ...]:
     """GM arguments in calling order: inputs (then epilogue inputs), then outputs.
 

@@ -28,11 +28,11 @@ import os
 import re
 import threading
 
-from lazymath import settings
-from lazymath.backend import kernel_cache
+from lazymath.backend import elfload, gemm, jit, kernel_cache, workers
+from lazymath.backend.gemm import C0, LINE
 from lazymath.backend.vmlib import for_target, publish  # one name table, one target switch
 
-PREFIX = "lazymath_uk_"
+PREFIX = gemm.UK_PREFIX
 _NAME = re.compile(r"(\d+)x(\d+)v(\d+)(m?)_pf(\d+)(?:_u(\d+))?(_nd)?")
 _TARGET = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -42,15 +42,6 @@ _stats = {"compiled": 0, "disk_hits": 0}
 
 
 ENABLED = True  # False: tier-0 matmul kernels keep their microkernels inside (tests compare)
-
-
-def symbol_of(name: str, target: str | None = None) -> str:
-    """The library symbol of `gemm.get_ukernel`'s internal function name ``lm_ukernel_<shape>``
-    for a host target (default: the one in force)."""
-    if target is None:
-        target = (settings.TARGET_CPU.get() or "").strip()
-        target = "" if target in ("native", "host") else target
-    return PREFIX + name.removeprefix("lm_ukernel_") + (f".{target}" if target else "")
 
 
 def parse(symbol: str) -> tuple[tuple, str] | None:
@@ -72,8 +63,6 @@ def library_ir(symbol: str) -> str:
     produce -- the first call of a new matmul waits for it)."""
     from llvmlite import ir
 
-    from lazymath.backend import gemm
-
     parsed = parse(symbol)
     if parsed is None:
         raise ValueError(f"not a GEMM microkernel library symbol: {symbol!r}")
@@ -85,7 +74,7 @@ def library_ir(symbol: str) -> str:
         made = gemm.get_ukernel(ir.Module(), uk, pf, nr, rows, nd=nd).name
     finally:
         gemm.UK_LIBRARY.reset(token)
-    if made != symbol_of(symbol[len(PREFIX) :].partition(".")[0], target) or rows > gemm.MR:
+    if made != gemm.uk_symbol(symbol[len(PREFIX) :].partition(".")[0], target) or rows > gemm.MR:
         raise ValueError(f"{symbol!r} is not a microkernel this gemm generates ({made!r})")
     return _ukernel_text(symbol, rows, nr, vw, fma, pf, unroll or gemm.C0, nd)
 
@@ -94,8 +83,6 @@ def _ukernel_text(symbol: str, mr: int, nr: int, vw: int, fma: bool, pf_lines: i
                   unroll: int, nd: bool = False) -> str:  # fmt: skip
     """`gemm.get_ukernel` as LLVM IR text (see its doc for the arguments and the loops; `nd`:
     A row-major in place, `%astr` its row stride)."""
-    from lazymath.backend.gemm import C0, LINE
-
     nf, nj = nr // C0, C0 // vw
     vt = f"<{vw} x float>"
     al = min(4 * vw, 32)
@@ -244,10 +231,8 @@ class _Fn:
     """One library function in this process: its code's address once ready."""
 
     def __init__(self, symbol: str, target: str) -> None:
-        from lazymath.backend.jit import host_key
-
         self.symbol, self.target = symbol, target
-        self.key = kernel_cache.disk_key(repr(("uklib", symbol)), host_key(target))
+        self.key = kernel_cache.disk_key(repr(("uklib", symbol)), jit.host_key(target))
         self.module = f"lmuk_{self.key[:24]}"
         self.addr = 0
         self.text: str | None = None  # its IR (for `inline`)
@@ -307,8 +292,6 @@ def text(symbol: str) -> str:
 
 
 def _compile_here(fn: _Fn) -> None:
-    from lazymath.backend import workers
-
     fn.text = text(fn.symbol)
     fut = workers.submit(fn.text, fn.module, 0)  # code generation only (see the module doc)
     fut.add_done_callback(lambda f: _linked(fn, f))
@@ -316,8 +299,6 @@ def _compile_here(fn: _Fn) -> None:
 
 def _linked(fn: _Fn, fut) -> None:
     """The compile finished (on a worker thread): link the code, store it on disk."""
-    from lazymath.backend import jit
-
     try:
         obj = fut.result()
         addr, _how = jit.load_cached(obj, fn.symbol, fn.module)
@@ -334,8 +315,6 @@ def _linked(fn: _Fn, fut) -> None:
 
 def _load(fn: _Fn) -> bool:
     """The function from its disk-cache file (False: no usable file)."""
-    from lazymath.backend import elfload, jit
-
     cached = kernel_cache.disk_load(fn.key)
     if cached is None:
         return False
@@ -371,6 +350,9 @@ def resolve(name: str) -> int | None:
     if parse(name) is None:
         return None
     return address(name)
+
+
+jit.register_library(PREFIX, resolve)
 
 
 def _declared_name(line: str) -> str:

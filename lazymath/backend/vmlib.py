@@ -27,7 +27,7 @@ import threading
 from concurrent.futures import Future
 
 from lazymath import settings
-from lazymath.backend import isa, kernel_cache
+from lazymath.backend import elfload, host, isa, jit, kernel_cache, tiering, workers
 
 PREFIX = "lazymath_vm_"
 CELL_PREFIX = "lazymath_vmp_"
@@ -246,9 +246,7 @@ def _array_constant(t, st, vals):
 
 
 def _disk_key(op: str, dtype: str, target: str) -> str:
-    from lazymath.backend.jit import host_key
-
-    return kernel_cache.disk_key(repr(("vmlib", op, dtype)), host_key(target))
+    return kernel_cache.disk_key(repr(("vmlib", op, dtype)), jit.host_key(target))
 
 
 class _Fn:
@@ -268,8 +266,6 @@ class _Fn:
     def link(self, obj: bytes | None, tier: int, symbol: str, module: str,
              addr: int = 0) -> None:  # fmt: skip
         """Load `obj` (or take `addr`) and point the cell at it, unless better code is in."""
-        from lazymath.backend import jit
-
         if obj is not None:
             addr, _how = jit.load_cached(obj, symbol, module)
         with _cell_lock:
@@ -301,6 +297,9 @@ def resolve(name: str) -> int | None:
     if parse_symbol(name) is None:
         return None
     return address(name)
+
+
+jit.register_library("lazymath_vm", resolve)  # PREFIX and CELL_PREFIX
 
 
 def address(symbol: str) -> int | None:
@@ -356,8 +355,6 @@ def for_target(target: str | None, work, *args) -> None:
     function of another target than the one in force (requested by a kernel of that target
     being linked, e.g. its tier-up finishing after a switch) is generated for its own; vmlib
     and uklib both compile through here."""
-    from lazymath.backend import host
-
     if host.requested() == target:
         work(*args)
         return
@@ -366,28 +363,23 @@ def for_target(target: str | None, work, *args) -> None:
 
 
 def _compile_here(fn: _Fn) -> None:
-    from lazymath.backend import compile as bc
-    from lazymath.backend import workers
-
     text = library_ir(fn.op, fn.dtype)
-    if bc.tiered_setting():
+    if tiering.tiered_setting():
         sym0 = f"{fn.symbol}_t0"
         quick = workers.submit(text.replace(f'@"{fn.symbol}"', f'@"{sym0}"'),
                                f"{fn.module}_t0", 0, codegen=0)  # fmt: skip
         quick.add_done_callback(lambda f: _linked(fn, f, 0, sym0, f"{fn.module}_t0"))
-    bc._tiering_started()
-    final = workers.submit(text, fn.module, 3, background=bc.tiered_setting())
-    bc.watch_background(final, lambda: workers.submit(text, fn.module, 3, vectorize=False,
-                                                      background=bc.tiered_setting()),
-                        lambda f: _linked(fn, f, 2, fn.symbol, fn.module),
-                        f"vector math library function {fn.symbol}")  # fmt: skip
+    tiering.started()
+    final = workers.submit(text, fn.module, 3, background=tiering.tiered_setting())
+    tiering.watch_background(final, lambda: workers.submit(text, fn.module, 3, vectorize=False,
+                                                          background=tiering.tiered_setting()),
+                             lambda f: _linked(fn, f, 2, fn.symbol, fn.module),
+                             f"vector math library function {fn.symbol}")  # fmt: skip
 
 
 def _linked(fn: _Fn, fut: Future, tier: int, symbol: str, module: str) -> None:
     """A compile finished (on a worker thread): link the code, point the cell at it; the
     optimized code also goes to the disk cache."""
-    from lazymath.backend import compile as bc
-
     try:
         obj = fut.result()
         fn.link(obj, tier, symbol, module)
@@ -407,13 +399,11 @@ def _linked(fn: _Fn, fut: Future, tier: int, symbol: str, module: str) -> None:
                           stacklevel=1)  # fmt: skip
     finally:
         if tier == 2:
-            bc._tiering_done()
+            tiering.finished()
 
 
 def _load(fn: _Fn) -> int | None:
     """The function from its disk-cache file, or None (no usable file)."""
-    from lazymath.backend import elfload, jit
-
     cached = kernel_cache.disk_load(fn.key)
     if cached is None:
         return None

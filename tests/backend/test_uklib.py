@@ -102,9 +102,9 @@ def test_symbols_parse_and_carry_the_target(monkeypatch):
     for bad in ("lazymath_uk_6x64", "lazymath_vm_sin_float32", "lazymath_uk_6x64v16_pf1.a b"):
         assert uklib.parse(bad) is None
     monkeypatch.setenv("LAZYMATH_TARGET_CPU", "x86-64")
-    assert uklib.symbol_of("lm_ukernel_6x16v4_pf1") == "lazymath_uk_6x16v4_pf1.x86-64"
+    assert gemm.uk_symbol("lm_ukernel_6x16v4_pf1") == "lazymath_uk_6x16v4_pf1.x86-64"
     monkeypatch.setenv("LAZYMATH_TARGET_CPU", "native")
-    assert uklib.symbol_of("lm_ukernel_6x16v4_pf1") == "lazymath_uk_6x16v4_pf1"
+    assert gemm.uk_symbol("lm_ukernel_6x16v4_pf1") == "lazymath_uk_6x16v4_pf1"
     with pytest.raises(ValueError):  # a shape gemm does not generate this way
         uklib.library_ir("lazymath_uk_6x64v16_pf1")
 
