@@ -468,8 +468,10 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None, out=None) -> 
     if not hit:
         # background compiles (tier-ups) wait while this realize compiles and runs its first
         # call (at most backend.workers.HOLD_MAX s): on a small host they would take its cores
-        from .backend.workers import hold_background
+        from .backend.workers import hold_background, prestart
 
+        if backend == "llvm":  # the compile server boots while this graph is fused, lowered
+            prestart()
         with hold_background():
             _run_miss(outputs, leaves, order, spec, backend, key, full_key, t0, fold, out)
         return

@@ -287,16 +287,17 @@ SCALAR_ARGS = Setting(
     "folded. `0`: every Python scalar folds into the kernel as a constant",
 )  # fmt: skip
 COMPILE_ISOLATE = Setting(
-    "LAZYMATH_COMPILE_ISOLATE", "choice", "auto",
-    "`auto` (default): a kernel whose compile killed an earlier process (an LLVM abort) is "
-    "compiled in a child process (vectorizers on, then off, else the interpreter runs it); `1` "
-    "compiles every kernel in a child process; `server`: every compile runs in persistent "
-    "compile-server processes (one per compile thread), so even a fresh process's first LLVM "
-    "abort costs a restarted server and a retry; `0` never",
+    "LAZYMATH_COMPILE_ISOLATE", "choice", "server",
+    "`server` (default): every compile runs in one persistent compile-server process, started "
+    "at the first compile, so even a fresh process's first LLVM abort costs a restarted server "
+    "and a retry (in-process as `auto` where no server can start); `auto`: compiles in-process, "
+    "and a kernel whose compile killed an earlier process (an LLVM abort) is compiled in a "
+    "child process (vectorizers on, then off, else the interpreter runs it); `1` compiles every "
+    "kernel in a child process; `0` in-process, never isolated",
     choices={"auto": "auto", "1": "always", "true": "always", "on": "always", "yes": "always",
              "always": "always", "0": "off", "false": "off", "off": "off", "no": "off",
              "never": "off", "server": "server", "servers": "server"},
-    shown=("auto", "1", "server", "0"),
+    shown=("server", "auto", "1", "0"),
 )  # fmt: skip
 TEST_COMPILE_FAULT = Setting(
     "LAZYMATH_TEST_COMPILE_FAULT", "choice", "",

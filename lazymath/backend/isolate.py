@@ -2,7 +2,12 @@
 
 LLVM reports internal errors with abort() (assertions, "VPlan cost model and legacy cost model
 disagreed", ...) and can loop forever on rare inputs; neither can be caught in the process that
-runs it. So:
+runs it. So, by default (``server``), every compile runs in a persistent compile-server process
+(below): an abort there, even on the very first compile of a fresh process, costs a restarted
+server and a retry with the vectorizers off, never the user's process.
+
+The in-process compile (``auto``, and server mode where no server can start) has a first-crash
+window, closed for the next process:
 
 - Every in-process compile leaves a marker ``.<key>.compiling`` (holding the pid) in the kernel
   cache directory while LLVM runs, and removes it afterwards. A marker whose process is gone
@@ -16,9 +21,9 @@ runs it. So:
 - A kernel compiled in a child is stored in the disk cache as usual, and the marker removed:
   later processes load it without compiling.
 
-``LAZYMATH_COMPILE_ISOLATE``: ``auto`` (default: a child after a crash), ``1`` (always a child),
-``server`` (every compile in a persistent compile-server process, see below: no first-crash
-window), ``0`` (never; a crash in LLVM ends the process as before).
+``LAZYMATH_COMPILE_ISOLATE``: ``server`` (default: every compile in the compile server),
+``auto`` (in-process; a child after a crash), ``1`` (always a child), ``0`` (never; a crash in
+LLVM ends the process).
 """
 
 from __future__ import annotations
@@ -27,20 +32,24 @@ import atexit
 import json
 import os
 import signal
+import struct
+import subprocess
 import sys
+import tempfile
 import threading
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
+from lazymath import settings
 from lazymath.backend import kernel_cache
 
 
 def mode() -> str:
-    """ "auto", "always" or "off" (LAZYMATH_COMPILE_ISOLATE)."""
-    from lazymath import settings
-
-    return settings.COMPILE_ISOLATE.get()
+    """ "server", "auto", "always" or "off" (LAZYMATH_COMPILE_ISOLATE); "auto" in server mode
+    when no compile server can run in this process (`ServerUnavailable`)."""
+    m = settings.COMPILE_ISOLATE.get()
+    return "auto" if m == "server" and _unavailable else m
 
 
 def _marker(key: str) -> Path | None:
@@ -136,8 +145,6 @@ def compile_in_child(text: str, module_name: str, level: int, why: str,
     """Object code for `text` compiled in a child process (`workers.child_main`: vectorizers
     on, then off, each within `timeout` seconds); None if both attempts failed (the caller
     falls back to the interpreter). `why` is said in the warnings."""
-    import subprocess  # here: the import costs every process's first compile ~3 ms
-
     if mode() != "always":
         _warn(f"compiling kernel {module_name} in a separate process: {why}")
     first = ""
@@ -179,23 +186,40 @@ def compile_in_child(text: str, module_name: str, level: int, why: str,
     return None
 
 
-# ----------------------------------------------------------------------------- compile servers
+# ----------------------------------------------------------------------------- the compile server
 #
-# `LAZYMATH_COMPILE_ISOLATE=server`: every LLVM compile of the workers runs in a persistent
-# compile-server process (one per compile thread, started on its first job and kept), so even
-# the first LLVM abort of a fresh process costs a restarted server and a retry, never the
-# user's process. A server compiles with the same `workers.Compiler` (IR text in, object code
-# out) and never touches the disk cache; the parent links the object like a disk-cache hit.
+# Server mode (the default): every LLVM compile of the workers runs in one persistent
+# compile-server process per user process, so even the first LLVM abort of a fresh process
+# costs a restarted server and a retry, never the user's process. The server compiles with
+# the same `workers.Compiler` (IR text in, object code out) on as many threads as the parent
+# has compiles in flight (each thread its own LLVM context, as in the parent), and never
+# touches the disk cache; the parent links the object like a disk-cache hit.
 #
-# A hung compile (LLVM looping) is a process here, so it can be killed: a request that gets no
-# answer within LAZYMATH_COMPILE_TIMEOUT seconds kills its server, which is restarted and the
-# kernel compiled again with the vectorizers off (the in-process path can only abandon a stuck
-# thread, which keeps its core until exit).
+# Lazy and asynchronous: the server is started by the first compile's `workers.warm` (the
+# first disk-cache miss), before that kernel is lowered, and boots (Python, llvmlite, its
+# target machine: ~80 ms on a 2-core Zen 4) while the parent lowers; a process that never
+# compiles never starts one. One process, not one per compile thread: n boots at once on a
+# small machine took the cores the parent's lowering needed (+190 ms on the first realize).
 #
-# The server boots without `lazymath/__init__` (`_BOOT`: a bare package object, then only
-# settings, backend.jit, backend.host, backend.workers): no numpy, no ml_dtypes, no tensor
-# layer. Measured on Zen 5: ~0.05 s of imports and set-up after the interpreter starts, where
-# `import lazymath` first took ~0.6 s -- the cost that kept this mode opt-in.
+# Requests are multiplexed over one pipe pair: u64 id + u64 length + JSON in; u64 id, a
+# status byte (b"O" object code, b"E" a compile error) and u64 length + payload out. A
+# reader thread in the parent hands each answer to the compile thread waiting for it.
+#
+# A hung compile (LLVM looping) is a process here, so it can be killed: a request without an
+# answer within LAZYMATH_COMPILE_TIMEOUT seconds kills the server, which is restarted and that
+# kernel compiled again with the vectorizers off; the other kernels it was compiling are
+# simply asked again. When LLVM kills the server, every kernel it was compiling is compiled
+# again with the vectorizers off (which of them aborted cannot be told; the innocent ones
+# lose nothing but vectorization, and only in a process where LLVM crashed).
+#
+# The server boots with `python -S` and the parent's sys.path, without `lazymath/__init__`
+# (`_BOOT`: a bare package object, then only settings, backend.jit, backend.host,
+# backend.workers): no site, no numpy, no ml_dtypes, no tensor layer. It ignores SIGINT: a
+# Ctrl-C in a terminal goes to the whole process group and must interrupt the user's code,
+# not kill its compiler (a server dying of SIGINT anyway is restarted without blame).
+#
+# If no server can be started (no `sys.executable`, llvmlite not importable without site,
+# ...), the process compiles in-process as in `auto` mode, with one warning.
 
 
 class CompilerCrashed(RuntimeError):
@@ -203,92 +227,180 @@ class CompilerCrashed(RuntimeError):
     the caller runs that kernel on the interpreter."""
 
 
+class ServerUnavailable(RuntimeError):
+    """No compile server could be started or booted: this process compiles in-process."""
+
+
 class _Died(Exception):
+    """The server died (`rc`: its exit status; None: killed here for not answering in time)
+    with this request in flight."""
+
     def __init__(self, rc: int | None, tail: str) -> None:
         super().__init__(rc, tail)
         self.rc, self.tail = rc, tail
 
 
-_HEAD = 9  # response: 1 status byte (b"O" object code, b"E" a compile error) + u64 length
+class _Lost(Exception):
+    """The server went away for a reason that is not this request's (it was killed for
+    another kernel's hang, or died of SIGINT): ask again unchanged."""
+
+
 _READY = b"R"  # the server's first byte: booted, its compiler for the target built
+_ANSWER = struct.Struct("<QcQ")  # request id, status, payload length
 BOOT_TIMEOUT = 60.0  # seconds a server may take to boot (a loaded 2-core CI machine: ~1 s)
 
-# `python -c _BOOT <lazymath package dir> <target>`: the server imports only what it compiles
-# with (see above); `lazymath` is a bare package object over the same directory
+# `python -S -c _BOOT <lazymath package dir> <target> <sys.path as JSON>`: the server imports
+# only what it compiles with (see above); `lazymath` is a bare package over the same directory
 _BOOT = (
-    "import sys, types; p = types.ModuleType('lazymath'); p.__path__ = [sys.argv[1]]; "
+    "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "import json, sys, types; sys.path[:] = json.loads(sys.argv[3]); "
+    "p = types.ModuleType('lazymath'); p.__path__ = [sys.argv[1]]; "
     "sys.modules['lazymath'] = p; from lazymath.backend.workers import server_main; "
     "server_main(sys.argv[2])"
 )
 
 
+class _Slot:
+    """One request's answer, filled in by the reader thread."""
+
+    __slots__ = ("done", "status", "payload", "error")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.status = b""
+        self.payload = b""
+        self.error: Exception | None = None
+
+
 class _Server:
-    """One compile-server process and the pipes to it (owned by one thread of one process)."""
+    """The compile-server process, its pipes and the reader thread that dispatches answers."""
 
     def __init__(self, target: str = "") -> None:
-        import subprocess
-        import tempfile
-
         self.pid = os.getpid()
         self.err = tempfile.TemporaryFile()  # its stderr: LLVM's last words if it dies
         pkg = str(Path(__file__).resolve().parents[1])
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, pkg, target],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, bufsize=0,
-            env={**os.environ, "LAZYMATH_CACHE": "0"},
-        )  # fmt: skip
-        self.ready = False
+        paths = json.dumps([p for p in sys.path if isinstance(p, str)])
+        if not sys.executable:
+            raise ServerUnavailable("sys.executable is not set (an embedded interpreter)")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-S", "-c", _BOOT, pkg, target, paths],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, bufsize=0,
+                env={**os.environ, "LAZYMATH_CACHE": "0"},
+            )  # fmt: skip
+        except OSError as e:
+            self.err.close()
+            raise ServerUnavailable(f"cannot start it: {e}") from None
+        self.ready = threading.Event()  # set once it booted, or died (then `dead` is set)
+        self.booted = False
+        self.dead: _Died | None = None
+        self.killed_for: int | None = None  # the request whose hang made us kill it
+        self.lock = threading.Lock()  # pending, next_id, dead, killed_for
+        self.write_lock = threading.Lock()
+        self.pending: dict[int, _Slot] = {}
+        self.next_id = 0
+        self.reader = threading.Thread(target=self._read, name="lazymath-compile-server",
+                                       daemon=True)  # fmt: skip
+        self.reader.start()
         with _servers_lock:
             _servers.append(self)
 
-    def request(self, req: dict, timeout: float) -> bytes:
-        """The object code for `req`; RuntimeError for a compile error the server reported
-        (bad IR: what an in-process compile would raise); `_Died` if the server died, or if
-        it gave no answer within `timeout` seconds (then it is killed: rc None)."""
-        import struct
-        import time
-
-        data = json.dumps(req).encode()
+    def _read(self) -> None:
         fd = self.proc.stdout.fileno()
         try:
-            if not self.ready:
-                if _read_exact(fd, 1, time.monotonic() + max(BOOT_TIMEOUT, timeout)) != _READY:
-                    raise ValueError("compile server: bad greeting")
-                self.ready = True
-            _write_all(self.proc.stdin, struct.pack("<Q", len(data)) + data)
-            deadline = time.monotonic() + timeout if timeout > 0 else None
-            head = _read_exact(fd, _HEAD, deadline)
-            payload = _read_exact(fd, struct.unpack("<Q", head[1:])[0], deadline)
-        except TimeoutError:
-            self.close()
-            raise _Died(None, "") from None
+            if _read_exact(fd, 1) != _READY:
+                raise ValueError("compile server: bad greeting")
+            self.booted = True
+            self.ready.set()
+            while True:
+                rid, status, n = _ANSWER.unpack(_read_exact(fd, _ANSWER.size))
+                payload = _read_exact(fd, n)
+                with self.lock:
+                    slot = self.pending.pop(rid, None)
+                if slot is not None:
+                    slot.status, slot.payload = status, payload
+                    slot.done.set()
+        except (OSError, EOFError, ValueError, struct.error):
+            pass
+        try:
+            self.proc.wait(timeout=5)  # it is dying: its status and last words
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        with self.lock:
+            self.dead = _Died(self.proc.returncode, self._tail())
+            pending, self.pending = self.pending, {}
+            killed_for = self.killed_for
+        blameless = killed_for is not None or self.proc.returncode == -signal.SIGINT
+        for slot in pending.values():
+            slot.error = _Lost() if blameless else self.dead
+            slot.done.set()
+        self.ready.set()
+        self._close_files()
+
+    def request(self, req: dict, timeout: float) -> bytes:
+        """The object code for `req`; RuntimeError for a compile error the server reported
+        (bad IR: what an in-process compile would raise); `_Died` if the server died with it
+        in flight, or gave no answer within `timeout` seconds (then it is killed: rc None);
+        `_Lost` if it went away for another reason; ServerUnavailable if it never booted."""
+        if not self.ready.wait(BOOT_TIMEOUT):
+            self.kill()
+            raise ServerUnavailable(f"it did not boot within {BOOT_TIMEOUT:g} s")
+        if not self.booted:
+            d = self.dead
+            if d is not None and d.rc == -signal.SIGINT:  # Ctrl-C before it ignored SIGINT
+                raise _Lost()
+            raise ServerUnavailable(f"it {_describe(d.rc if d else None)} while booting"
+                                    + (f": {d.tail}" if d and d.tail else ""))  # fmt: skip
+        data = json.dumps(req).encode()
+        slot = _Slot()
+        with self.lock:
+            if self.dead is not None:
+                raise _Lost()
+            rid = self.next_id
+            self.next_id += 1
+            self.pending[rid] = slot
+        try:
+            with self.write_lock:
+                _write_all(self.proc.stdin, struct.pack("<QQ", rid, len(data)) + data)
         except (OSError, EOFError, ValueError):
-            try:
-                self.proc.wait(timeout=5)  # it is dying: its status and last words
-            except Exception:  # noqa: BLE001,S110 - killed below
-                pass
-            tail = self._tail()
-            self.close()
-            raise _Died(self.proc.returncode, tail) from None
-        if head[:1] == b"O":
-            return payload
-        raise RuntimeError(payload.decode(errors="replace"))
+            pass  # it died: the reader fails the slot
+        try:
+            if not slot.done.wait(timeout if timeout > 0 else None):
+                with self.lock:
+                    hung = self.pending.pop(rid, None) is not None
+                    if hung and self.dead is None:
+                        self.killed_for = rid
+                if hung:
+                    self.kill()
+                    raise _Died(None, "")
+                slot.done.wait()  # answered (or failed) just now
+        finally:
+            with self.lock:
+                self.pending.pop(rid, None)
+        if slot.error is not None:
+            raise slot.error
+        if slot.status == b"O":
+            return slot.payload
+        raise RuntimeError(slot.payload.decode(errors="replace"))
 
     def _tail(self) -> str:
         try:
             self.err.seek(0)
             lines = self.err.read().decode(errors="replace").strip().splitlines()
-        except OSError:
+        except (OSError, ValueError):
             return ""
         return lines[-1][:300] if lines else ""
 
-    def close(self) -> None:
+    def kill(self) -> None:
+        """Kill the process; the reader thread sees its pipe close and fails what is pending."""
         if self.proc.poll() is None:
-            self.proc.kill()
-        try:
-            self.proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001,S110 - a zombie at worst
-            pass
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+
+    def _close_files(self) -> None:
         for f in (self.proc.stdin, self.proc.stdout, self.err):
             try:
                 f.close()
@@ -297,6 +409,15 @@ class _Server:
         with _servers_lock:
             if self in _servers:
                 _servers.remove(self)
+
+    def close(self) -> None:
+        """Stop the server (at exit): its stdin closes, so it exits even if the kill raced."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self.kill()
+        self.reader.join(timeout=5)
 
 
 def _write_all(f, data: bytes) -> None:
@@ -309,18 +430,10 @@ def _write_all(f, data: bytes) -> None:
         view = view[n:]
 
 
-def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
-    """`n` bytes from pipe `fd`; TimeoutError past `deadline` (time.monotonic), EOFError if
-    the writer closed it (the server died)."""
-    import select
-    import time
-
+def _read_exact(fd: int, n: int) -> bytes:
+    """`n` bytes from pipe `fd`; EOFError if the writer closed it (the server died)."""
     buf = bytearray()
     while len(buf) < n:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise TimeoutError
         chunk = os.read(fd, n - len(buf))
         if not chunk:
             raise EOFError("compile server closed its pipe")
@@ -328,40 +441,74 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
     return bytes(buf)
 
 
-_servers: list[_Server] = []
+_servers: list[_Server] = []  # live servers of this process (at most one; a forked parent's)
 _servers_lock = threading.Lock()
-_local = threading.local()
+_current: _Server | None = None
+_unavailable = ""  # why no server can run in this process ("" while one can)
 
 
 def _server(target: str = "") -> _Server:
-    s = getattr(_local, "server", None)
-    if s is None or s.pid != os.getpid():  # none yet, or a forked parent's (not ours to use)
-        s = _local.server = _Server(target)
+    """This process's compile server, started now if there is none (or it died)."""
+    global _current
+    with _servers_lock:
+        s = _current
+    if s is not None and s.pid == os.getpid() and s.dead is None:
+        return s
+    with _start_lock:
+        s = _current
+        if s is None or s.pid != os.getpid() or s.dead is not None:
+            s = _current = _Server(target)  # (appends itself to _servers under its lock)
     return s
 
 
+_start_lock = threading.Lock()
+
+
 def start_server(target: str | None = None) -> None:
-    """Start this thread's compile server now, booting in the background (a compile thread
-    does at its start: the boot overlaps the caller's lowering)."""
-    _server(target or "")
+    """Start this process's compile server now, booting in the background (`workers.warm`
+    calls it at the first compile: the boot overlaps the lowering of the kernel)."""
+    if _unavailable:
+        return
+    try:
+        _server(target or "")
+    except ServerUnavailable as e:
+        _give_up(str(e))
+
+
+def _give_up(why: str) -> None:
+    global _unavailable
+    if not _unavailable:
+        _unavailable = why or "unknown"
+        _warn(f"no compile server ({_unavailable}); compiling in this process, where an LLVM "
+              "abort ends it (LAZYMATH_COMPILE_ISOLATE=auto)")  # fmt: skip
 
 
 def server_compile(req: dict) -> bytes:
-    """Object code of `req` (workers' job: text, module, level, vectorize, target, codegen,
-    cleanup) from this thread's compile server. If LLVM kills the server, or it gives no
-    answer within LAZYMATH_COMPILE_TIMEOUT seconds (it is killed), it is restarted and the
-    kernel compiled again with the vectorizers off (a RuntimeWarning says so); if that fails
-    too, `CompilerCrashed`."""
-    from lazymath import settings
-
+    """Object code of `req` (workers' job: text, module, level, vectorize, target, kw) from
+    the compile server. If LLVM kills the server, or it gives no answer within
+    LAZYMATH_COMPILE_TIMEOUT seconds (it is killed), it is restarted and the kernel compiled
+    again with the vectorizers off (a RuntimeWarning says so); if that fails too,
+    `CompilerCrashed`. ServerUnavailable if no server can run here (the caller compiles
+    in-process)."""
     name = req["module"]
     timeout = settings.COMPILE_TIMEOUT.get()
-    for attempt in range(2):
-        srv = _server(req.get("target") or "")
+    attempt = lost = 0
+    while True:
+        if _unavailable:
+            raise ServerUnavailable(_unavailable)
         try:
+            srv = _server(req.get("target") or "")
             return srv.request(req if attempt == 0 else {**req, "vectorize": False}, timeout)
+        except ServerUnavailable as e:
+            _give_up(str(e))
+            raise
+        except _Lost:
+            lost += 1
+            if lost > 8:  # the server keeps going away under us: not this kernel's doing
+                _give_up("it keeps exiting")
+                raise ServerUnavailable(_unavailable) from None
+            continue
         except _Died as d:
-            _local.server = None
             if d.rc is None:
                 what = (f"LLVM did not finish compiling kernel {name} within {timeout:g} s "
                         "(LAZYMATH_COMPILE_TIMEOUT) in the compile server, which was "
@@ -369,13 +516,13 @@ def server_compile(req: dict) -> bytes:
             else:
                 what = f"LLVM {_describe(d.rc)} compiling kernel {name} in the compile server" + (
                     f": {d.tail}" if d.tail else "")  # fmt: skip
-            if attempt == 0:
+            if attempt == 0 and req.get("vectorize", True):
                 _warn(f"{what}; restarting it and compiling again with the vectorizers off")
-            else:
-                _warn(f"{what}, even with the vectorizers off; this kernel runs on the numpy "
-                      "interpreter (correct, slow)")  # fmt: skip
-                raise CompilerCrashed(what) from None
-    raise AssertionError("unreachable")
+                attempt = 1
+                continue
+            _warn(f"{what}, even with the vectorizers off; this kernel runs on the numpy "
+                  "interpreter (correct, slow)")  # fmt: skip
+            raise CompilerCrashed(what) from None
 
 
 def watchdog_timeout(timeout: float) -> float:
@@ -393,4 +540,15 @@ def _close_servers() -> None:
             s.close()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has no reader thread and must not use the parent's server (its pipes
+    are shared with the parent): it starts its own on its first compile."""
+    global _current, _servers_lock, _start_lock
+    _current = None
+    _servers_lock = threading.Lock()
+    _start_lock = threading.Lock()
+
+
 atexit.register(_close_servers)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

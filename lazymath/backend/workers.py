@@ -36,7 +36,11 @@ never results.
 from __future__ import annotations
 
 import collections
+import json
 import os
+import queue
+import struct
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -189,16 +193,9 @@ def n_workers() -> int:
 def _loop(target: str | None, compiler: Compiler | None = None) -> None:
     if compiler is not None:  # built by `warm` on the thread that started this one
         _local.compilers = {target: compiler}
-    elif target is not None:
+    elif target is not None and not _in_server_mode():
         try:
             _compiler(target)  # load LLVM, build this thread's compiler before the first job
-        except Exception:  # noqa: BLE001,S110 - the first job reports it
-            pass
-    from lazymath.backend import isolate
-
-    if isolate.mode() == "server":  # its boot (~0.15 s: Python, LLVM) overlaps the lowering
-        try:
-            isolate.start_server(target)
         except Exception:  # noqa: BLE001,S110 - the first job reports it
             pass
     jobs = _queue
@@ -234,6 +231,8 @@ def _start_threads(target: str | None = None, build: bool = False) -> None:
 def warm() -> None:
     """Start the workers now, each loading LLVM and building its compiler for the target in
     effect (a kernel is about to be compiled: that work overlaps the lowering)."""
+    prestart()
+    server = _in_server_mode()  # (False if no server could start)
     if len(_threads) < n_workers() + _abandoned:
         from lazymath.backend.jit import get_jit
 
@@ -241,9 +240,31 @@ def warm() -> None:
         # LLVM's import, the engine's setup and the workers' compilers (an LLVM context and
         # target machine each, ~1 ms) here, uncontended: on a worker they would run beside
         # this thread's lowering and wait for the GIL at each of their calls (the workers'
-        # own set-up took up to 25 ms there, delaying the first compile that much)
+        # own set-up took up to 25 ms there, delaying the first compile that much). In
+        # server mode the workers only wait for the server: no compilers here.
         get_jit(target)
-        _start_threads(target, build=True)
+        _start_threads(target, build=not server)
+
+
+def prestart() -> None:
+    """Start the compile server (server mode; once per process) if it is not running: at a
+    program-cache miss on the llvm backend (`engine.run_compiled`) and at the first kernel
+    compile (`warm`), so that its boot (~80 ms: Python, llvmlite, a target machine) runs on
+    another core while the graph is fused and lowered (~60 ms for the first realize of a
+    process) instead of after it. A miss whose kernels all come from the disk cache then
+    boots a server it does not use (once per process)."""
+    if _in_server_mode():
+        from lazymath.backend import isolate
+
+        isolate.start_server(_requested())
+
+
+def _in_server_mode() -> bool:
+    """Whether compiles go to the compile server (`isolate`; imported only here, lazily: the
+    server process itself imports this module without the kernel cache)."""
+    from lazymath.backend import isolate
+
+    return isolate.mode() == "server"
 
 
 def abandon(fut: Future | None = None) -> None:
@@ -262,19 +283,25 @@ class Compiler:
     """One thread's LLVM state: context, target machine, pass builders (levels 0, 1, 3)."""
 
     def __init__(self, target: str | None = None) -> None:
-        from lazymath.backend.jit import _binding, get_jit
+        from lazymath.backend import host
+        from lazymath.backend.jit import _binding
 
         llvm = _binding()
-        jit = get_jit(target)  # initializes the native target; its CPU name and features
+        # the host target's CPU name and features, as the Jit of `target` has them; not the
+        # Jit itself: its MCJIT engine and runtime symbols (~20 ms) are of no use to a
+        # compile, and the compile server builds a Compiler before its first answer
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        ht = host.target(target)
         self.target_name = target
-        self.cpu_name = jit.cpu_name
+        self.cpu_name = ht.llvm_cpu
+        self.cpu_features = ht.llvm_features()
         self.context = llvm.create_context()
-        target = llvm.Target.from_default_triple()
-        self.tm = target.create_target_machine(
-            cpu=jit.cpu_name, features=jit.cpu_features, opt=3, jit=True
+        self.tm = llvm.Target.from_default_triple().create_target_machine(
+            cpu=self.cpu_name, features=self.cpu_features, opt=3, jit=True
         )
-        self.triple = jit.triple
-        self.data_layout = jit.data_layout
+        self.triple = llvm.get_process_triple()
+        self.data_layout = str(self.tm.target_data)
         self.pbs: dict = {}
         self.fast_tm = None  # code generation at -O0 (`compile(..., codegen=0)`), made on use
         self.cleanup_mpm = None  # SROA + InstCombine + SimplifyCFG (`compile(..., cleanup=True)`)
@@ -302,12 +329,11 @@ class Compiler:
         if codegen >= 3:
             return self.tm
         if self.fast_tm is None:
-            from lazymath.backend.jit import _binding, get_jit
+            from lazymath.backend.jit import _binding
 
-            jit = get_jit(self.target_name)
             target = _binding().Target.from_default_triple()
             self.fast_tm = target.create_target_machine(
-                cpu=jit.cpu_name, features=jit.cpu_features, opt=0, jit=True
+                cpu=self.cpu_name, features=self.cpu_features, opt=0, jit=True
             )
         return self.fast_tm
 
@@ -401,60 +427,80 @@ def _work(ir_text: str, module_name: str, level: int, vectorize: bool = True,
         kw["cleanup"] = True
     from lazymath.backend import isolate
 
-    if isolate.mode() == "server":  # LLVM runs in this thread's compile-server process
+    if isolate.mode() == "server":  # LLVM runs in the compile-server process
         req = {"text": ir_text, "module": module_name, "level": level, "vectorize": vectorize,
                "target": target if target is not None else _requested(), "kw": kw}  # fmt: skip
-        return isolate.server_compile(req)
+        try:
+            return isolate.server_compile(req)
+        except isolate.ServerUnavailable:  # (it warned) in-process from now on, as in auto
+            pass
     if marker is None:
         return _compiler(target).compile(ir_text, module_name, level, vectorize, **kw)
-    from lazymath.backend import isolate
-
     with isolate.compiling(marker):  # a process dying in LLVM here leaves the mark
         return _compiler(target).compile(ir_text, module_name, level, vectorize, **kw)
 
 
 def server_main(target: str = "") -> None:
-    """A persistent compile server (`isolate.server_compile`): builds its compiler for
-    `target` (the parent's LAZYMATH_TARGET_CPU value; "" the one in effect) and says so with
-    one byte (isolate._READY), then reads requests (u64 length + JSON) on stdin and writes
-    replies (status byte + u64 length + object code or error text) on stdout, until stdin
-    closes. Compiles on this thread's `Compiler` for the request's target, like a worker
-    thread of the parent would. Booted by isolate._BOOT: only settings and the backend's
+    """The compile server (`isolate`): builds its compiler for `target` (the parent's
+    LAZYMATH_TARGET_CPU value; "" the one in effect) and says so with one byte
+    (isolate._READY), then reads requests (u64 id + u64 length + JSON) on stdin and answers
+    each (u64 id, status byte, u64 length, object code or error text) on stdout as it
+    finishes, until stdin closes. Requests compile on threads, one per request in flight (the
+    parent has at most one per compile thread), each with its own `Compiler` like a worker
+    thread of the parent. Booted by isolate._BOOT: only settings and the backend's
     jit/host/workers modules are imported here (no numpy, no tensor layer)."""
-    import json
-    import struct
-    import sys
-
     from lazymath import settings
 
     fault = settings.TEST_COMPILE_FAULT.get()  # tests: simulate LLVM failing
     inp, out = sys.stdin.buffer, sys.stdout.buffer
+    first = None
     try:
-        _compiler(target or None)  # LLVM loaded, target machine built: before the first job
+        first = Compiler(target)  # LLVM loaded, target machine built: before any job
     except Exception:  # noqa: BLE001,S110 - the first request reports it
         pass
     out.write(b"R")  # isolate._READY (isolate itself imports the kernel cache: not here)
     out.flush()
-    while True:
-        head = inp.read(8)
-        if len(head) < 8:
-            return
-        (n,) = struct.unpack("<Q", head)
-        req = json.loads(inp.read(n))
-        if fault == "abort" or (fault == "abort-vectorized" and req["vectorize"]):
-            os.abort()
-        if fault == "hang" or (fault == "hang-vectorized" and req["vectorize"]):
-            import time
+    jobs: queue.SimpleQueue = queue.SimpleQueue()
+    out_lock = threading.Lock()
+    idle_lock = threading.Lock()
+    idle = [0]
 
-            time.sleep(3600)
-        try:
-            obj = _compiler(req["target"]).compile(req["text"], req["module"], int(req["level"]),
-                                                   bool(req["vectorize"]), **req["kw"])  # fmt: skip
-            status, payload = b"O", obj
-        except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
-            status, payload = b"E", f"{type(e).__name__}: {e}".encode()
-        out.write(status + struct.pack("<Q", len(payload)) + payload)
-        out.flush()
+    def serve(compiler: Compiler | None) -> None:
+        if compiler is not None:
+            _local.compilers = {target: compiler}
+        while True:
+            rid, req = jobs.get()
+            if fault == "abort" or (fault == "abort-vectorized" and req["vectorize"]):
+                os.abort()
+            if fault == "hang" or (fault == "hang-vectorized" and req["vectorize"]):
+                time.sleep(3600)
+            try:
+                obj = _compiler(req["target"]).compile(
+                    req["text"], req["module"], int(req["level"]), bool(req["vectorize"]),
+                    **req["kw"])  # fmt: skip
+                status, payload = b"O", obj
+            except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
+                status, payload = b"E", f"{type(e).__name__}: {e}".encode()
+            with out_lock:
+                out.write(struct.pack("<Qc", rid, status) + struct.pack("<Q", len(payload)))
+                out.write(payload)
+                out.flush()
+            with idle_lock:
+                idle[0] += 1
+
+    while True:
+        head = inp.read(16)
+        if len(head) < 16:
+            os._exit(0)  # the parent closed the pipe (or exited): threads may be in LLVM
+        rid, n = struct.unpack("<QQ", head)
+        jobs.put((rid, json.loads(inp.read(n))))
+        with idle_lock:
+            spawn = idle[0] == 0
+            if not spawn:
+                idle[0] -= 1
+        if spawn:  # every thread is busy: one more (the parent bounds how many are in flight)
+            threading.Thread(target=serve, args=(first,), daemon=True).start()
+            first = None
 
 
 def submit(ir_text: str, module_name: str, level: int = 3, vectorize: bool = True,

@@ -48,6 +48,9 @@ def _run(cache: Path, scale: float, **env) -> subprocess.CompletedProcess:
     e = {**os.environ, "LAZYMATH_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT),
          "LAZYMATH_BACKEND": "llvm", **env}  # fmt: skip
     e.pop("LAZYMATH_CACHE", None)
+    for k in ("LAZYMATH_COMPILE_ISOLATE", "LAZYMATH_TEST_COMPILE_FAULT"):
+        if k not in env:
+            e.pop(k, None)  # the default, whatever the test run's environment says
     return subprocess.run([sys.executable, "-c", _SCRIPT, str(scale)], env=e,
                           capture_output=True, timeout=300)  # fmt: skip
 
@@ -58,11 +61,14 @@ def _out(p: subprocess.CompletedProcess) -> dict:
 
 
 def test_a_crash_in_llvm_is_survived_by_the_next_process(tmp_path):
+    """LAZYMATH_COMPILE_ISOLATE=auto (in-process compiles): the first crash ends the process,
+    its marker sends the next process's compile of that kernel to a child."""
     cache = tmp_path / "kc"
-    first = _run(cache, 2.0, CRASH_IN_PROCESS="1")
+    first = _run(cache, 2.0, CRASH_IN_PROCESS="1", LAZYMATH_COMPILE_ISOLATE="auto")
     assert first.returncode == -signal.SIGABRT
     assert list(cache.glob(".*.compiling")), "the crashed compile left its marker"
-    second = _out(_run(cache, 2.0, LAZYMATH_TEST_COMPILE_FAULT="abort-vectorized"))
+    second = _out(_run(cache, 2.0, LAZYMATH_TEST_COMPILE_FAULT="abort-vectorized",
+                       LAZYMATH_COMPILE_ISOLATE="auto"))  # fmt: skip
     w = "\n".join(second["warnings"])
     assert second["ok"] and second["compiled"] == 1 and second["disk_writes"] == 1
     assert "a previous process died compiling it" in w
@@ -155,9 +161,92 @@ def test_compile_server_boots_without_the_tensor_layer():
         "import json; print(json.dumps(sorted(m for m in sys.modules if m.startswith(('lazymath', "
         "'numpy', 'ml_dtypes')))))",
     )
-    p = subprocess.run([sys.executable, "-c", code, str(ROOT / "lazymath"), ""],
-                       capture_output=True, timeout=120)  # fmt: skip
+    p = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT / "lazymath"), "",
+                        json.dumps(sys.path)], capture_output=True, timeout=120)  # fmt: skip
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     mods = json.loads(p.stdout.decode())
     assert "lazymath.tensor" not in mods and not any(m.startswith("numpy") for m in mods), mods
     assert "lazymath.backend.workers" in mods
+    assert "site" not in mods  # (-S: the parent's sys.path instead)
+
+
+def test_the_default_survives_an_abort_on_a_fresh_process_first_compile(tmp_path):
+    """Issue 37's criterion with no setting at all: the server is the default, so LLVM
+    aborting on the very first compile of a fresh process (simulated in the server while the
+    vectorizers are on) costs a restart and a retry; the process lives, the result is right."""
+    out = _out(_run(tmp_path / "kc", 2.0, LAZYMATH_TEST_COMPILE_FAULT="abort-vectorized"))
+    w = "\n".join(out["warnings"])
+    assert out["ok"] and out["compiled"] == 1 and out["disk_writes"] == 1
+    assert "died of SIGABRT" in w and "in the compile server" in w
+    assert "interpreter" not in w
+
+
+_MANY = r"""
+import json, os, signal, sys, threading, warnings
+import numpy as np
+warnings.simplefilter("always")
+import lazymath as lm
+from lazymath.backend import isolate, kernel_cache
+rng = np.random.default_rng(0)
+x = rng.standard_normal((33, 17)).astype(np.float32)
+w = rng.standard_normal((17, 9)).astype(np.float32)
+out = {"ok": True, "pids": []}
+with warnings.catch_warnings(record=True) as caught:
+    for step in range(3):
+        a, b = lm.asarray(x), lm.asarray(w)
+        h = lm.softmax(lm.tanh(a @ b + step), axis=-1)
+        s = lm.sum(lm.exp(a) * (step + 2), axis=0)
+        lm.realize(h, s)
+        z = np.tanh(x @ w + step)
+        e = np.exp(z - z.max(-1, keepdims=True))
+        out["ok"] &= bool(np.allclose(h.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-4,
+                                      atol=1e-6))
+        out["ok"] &= bool(np.allclose(s.numpy(), (np.exp(x) * (step + 2)).sum(0), rtol=1e-4))
+        out["pids"].append(isolate._current.proc.pid)
+        out["threads"] = sum(t.name.startswith("lazymath-compile-") for t in threading.enumerate())
+        out["servers"] = len(isolate._servers)
+        if step == 0:  # Ctrl-C in a terminal: the whole process group gets SIGINT
+            os.kill(out["pids"][-1], signal.SIGINT)
+        if step == 1:  # a server gone between compiles: the next compile starts a new one
+            os.kill(out["pids"][-1], signal.SIGKILL)
+            isolate._current.reader.join(5)
+        lm.clear_cache()
+print(json.dumps({**out, "compiled": kernel_cache.cache_info()["compiled"],
+                  "warnings": [str(m.message) for m in caught
+                               if issubclass(m.category, RuntimeWarning)]}))
+"""
+
+
+def test_one_server_per_process_serves_every_compile_thread(tmp_path):
+    """Two compile threads, several kernels per realize: one server process for all of them
+    (not one per thread), compiling them concurrently; it ignores SIGINT (a terminal's
+    Ctrl-C goes to the whole process group); killed between compiles, it is replaced
+    silently at the next compile."""
+    e = {**os.environ, "LAZYMATH_CACHE_DIR": str(tmp_path / "kc"), "PYTHONPATH": str(ROOT),
+         "LAZYMATH_BACKEND": "llvm", "LAZYMATH_COMPILE_THREADS": "2"}  # fmt: skip
+    for k in ("LAZYMATH_COMPILE_ISOLATE", "LAZYMATH_TEST_COMPILE_FAULT", "LAZYMATH_CACHE"):
+        e.pop(k, None)
+    out = _out(subprocess.run([sys.executable, "-c", _MANY], env=e, capture_output=True,
+                              timeout=300))  # fmt: skip
+    assert out["ok"] and not out["warnings"], out
+    assert out["servers"] == 1 and out["threads"] >= 2
+    assert out["pids"][0] == out["pids"][1] != out["pids"][2]  # SIGINT ignored; KILL replaced
+    assert out["compiled"] >= 6
+
+
+def test_no_server_possible_compiles_in_process_with_one_warning(tmp_path):
+    """Where no server can start (here: sys.executable points nowhere) the process compiles
+    in-process as with LAZYMATH_COMPILE_ISOLATE=auto, and says so once."""
+    script = _SCRIPT.replace(
+        "import lazymath as lm\n", "import lazymath as lm\nsys.executable = '/nonexistent/python'\n"
+    )
+    e = {**os.environ, "LAZYMATH_CACHE_DIR": str(tmp_path / "kc"), "PYTHONPATH": str(ROOT),
+         "LAZYMATH_BACKEND": "llvm"}  # fmt: skip
+    for k in ("LAZYMATH_COMPILE_ISOLATE", "LAZYMATH_TEST_COMPILE_FAULT", "LAZYMATH_CACHE"):
+        e.pop(k, None)
+    out = _out(subprocess.run([sys.executable, "-c", script, "2.0"], env=e,
+                              capture_output=True, timeout=300))  # fmt: skip
+    assert out["ok"] and out["compiled"] == 1 and out["disk_writes"] == 1
+    assert len(out["warnings"]) == 1, out["warnings"]
+    assert "no compile server" in out["warnings"][0]
+    assert "compiling in this process" in out["warnings"][0]

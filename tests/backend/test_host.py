@@ -174,6 +174,7 @@ def test_compile_workers_generate_code_for_the_target_in_effect_at_submission(mo
         return orig(self, ir_text, name, level, vectorize, **kw)
 
     monkeypatch.setattr(workers.Compiler, "compile", spy)
+    monkeypatch.setenv("LAZYMATH_COMPILE_ISOLATE", "auto")  # the spy sees in-process compiles
     monkeypatch.delenv("LAZYMATH_TARGET_CPU", raising=False)
     assert workers.submit(text, "wt_native", 0).result(120)
     monkeypatch.setenv("LAZYMATH_TARGET_CPU", "haswell")

@@ -158,7 +158,10 @@ def test_a_hung_llvm_optimization_is_abandoned_and_retried(tmp_path, where):
     env = dict(os.environ, PYTHONPATH=root, LAZYMATH_BACKEND="llvm", LAZYMATH_CACHE="0",
                LAZYMATH_CACHE_DIR=str(tmp_path),
                # the tier-up's retry is a whole O3 compile: room for it on a loaded machine
-               LAZYMATH_COMPILE_TIMEOUT="8" if where == "tier_up" else "2")  # fmt: skip
+               LAZYMATH_COMPILE_TIMEOUT="8" if where == "tier_up" else "2",
+               # the in-process watchdog (the compile server kills a hang instead: see
+               # test_compile_isolation)
+               LAZYMATH_COMPILE_ISOLATE="auto")  # fmt: skip
     env.pop("LAZYMATH_DEBUG", None)
     child = {"mcjit": _CHILD, "workers": _CHILD_WORKERS, "tier_up": _CHILD_TIER_UP}[where]
     out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True,
