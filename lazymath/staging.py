@@ -152,11 +152,15 @@ class Jitted:
         # masked signature (batched inputs' leading dims removed) -> _Dynamic, or None when
         # the function was found not to keep batch rows apart (then: a program per size)
         self._dyn: dict = {}
+        # flat calls of a dynamic batch: batched positions -> {masked fast key -> _Dynamic}
+        self._dyn_fast: dict = {}
         self.fn = fn
         self.static_argnums = _argnums(static_argnums, "static_argnums")
         self.donate = _argnums(donate, "donate")
         if set(self.static_argnums) & set(self.donate):
             raise ValueError("lm.jit: an argument cannot be both static and donated")
+        if self.donate:
+            self.__class__ = _Donating
         self._entries: dict = {}
         # calls whose arguments are all realized tensors (no kwargs, no static arguments) look
         # their entry up here first: key = settings state, device, each input's layout
@@ -203,16 +207,11 @@ class Jitted:
                 target, settings.SCALAR_ARGS.get(), settings.HOST_MATH.get())  # fmt: skip
 
     # -- calls
-    def __call__(self, *args, **kwargs):
-        if self.donate:
-            return self._call_donating(args, kwargs)
-        return self._call(args, kwargs)
-
     def _call_donating(self, args, kwargs):
         """A call with donated arguments: their buffers may become outputs (`_replay`), and
         their tensors are dead afterwards (any use raises DonatedError)."""
         donated = self._donated_tensors(args)
-        out = self._call(args, kwargs)
+        out = Jitted.__call__(self, *args, **kwargs)
         if donated:
             out_leaves: list = []
             _flatten(out, out_leaves, [])
@@ -254,7 +253,9 @@ class Jitted:
             pos += len(leaves)
         return out
 
-    def _call(self, args, kwargs):
+    def __call__(self, *args, **kwargs):
+        # the replay's fast path: every statement here is paid per call (donating functions
+        # are a `_Donating`, whose __call__ wraps this one, so no flag is tested here)
         fast_key = None
         if self._flat and not kwargs:
             # the fast key: no pytree walk, no settings parsing, no device lookup
@@ -271,6 +272,12 @@ class Jitted:
                 entry = self._fast.get(fast_key)
                 if entry is not None:
                     return self._replay(entry, args)
+                for batched, table in self._dyn_fast.items():  # a dynamic batch seen before
+                    dyn = table.get(_masked_key(args, batched))
+                    if dyn is not None:
+                        size = args[batched[0]]._node.realized.shape[0]
+                        if all(args[k]._node.realized.shape[0] == size for k in batched):
+                            return dyn.run(list(args), size)
         leaves, struct = self._split(args, kwargs)
         sig = self._signature(leaves, struct)
         entry = self._entries.get(sig)
@@ -349,6 +356,11 @@ class Jitted:
             dyn = self._dyn[dkey] = self._dynamic_trace(args, kwargs, leaves, sig, batched, size)
         if dyn is None:
             return _NO
+        if self._flat and not kwargs and len(leaves) == len(args):  # all args tensors: fast key
+            table = self._dyn_fast.setdefault(batched, {})
+            if len(table) > 64:
+                table.clear()  # settings changed often: old states are dead keys
+            table[_masked_key(args, batched)] = dyn
         return dyn.run(leaves, size)
 
     def _dynamic_trace(self, args, kwargs, leaves, sig, batched, size):
@@ -399,6 +411,7 @@ class Jitted:
             return _wrap(entry, leaves, _run_donating(entry, leaves))
         if bound is not None and _prof._ACTIVE is None:
             results = bound([t._node for t in leaves], _rt_api._CURRENT or _rt_api.current_device())
+            return _wrap(entry, leaves, results, True)
         else:
             data = [leaves[k]._node.realized if k >= 0 else f
                     for k, f in zip(entry.leaf_src, entry.fixed)]  # fmt: skip
@@ -544,6 +557,14 @@ class Jitted:
         return len(self._entries)
 
 
+class _Donating(Jitted):
+    """A staged function with donated arguments (`lm.jit(..., donate=...)`): its calls go
+    through `_call_donating` (find the donated tensors, call, kill them)."""
+
+    def __call__(self, *args, **kwargs):
+        return self._call_donating(args, kwargs)
+
+
 class DonatedError(RuntimeError):
     """A tensor donated to a staged function (`lm.jit(..., donate=...)`) was used again."""
 
@@ -658,6 +679,19 @@ def _run_donating(entry: _Entry, leaves: list) -> list:
 _NO = object()  # "not handled here": _dynamic_call's answer when the call is not a batch
 
 
+def _masked_key(args, batched: tuple[int, ...]) -> tuple:
+    """The fast key of a flat call (all arguments realized tensors) with the batched inputs'
+    leading dim left out: one key for every batch size."""
+    key = [_settings_state(), _rt_api._CURRENT, batched]
+    for k, a in enumerate(args):
+        r = a._node.realized
+        if k in batched:
+            key += (r.shape[1:], r.dtype, r.strides[1:], a._device)
+        else:
+            key += (r.shape, r.dtype, r.strides, a._device)
+    return tuple(key)
+
+
 def _rows(a: np.ndarray, start: int, n: int) -> np.ndarray:
     """Rows [start, start + n) of `a` as a C-contiguous array of exactly n rows; missing rows
     repeat the last real one (edge padding: padded rows compute on real data, so an integer
@@ -736,8 +770,10 @@ class _Dynamic:
         dev = _rt_api._CURRENT or _rt_api.current_device()
         profiled = _prof._ACTIVE is not None
         batched = self.batched
-        for start in range(0, size, chunk):
-            n = min(chunk, size - start)
+        # a native launch serves up to `capacity` rows; Program.run's outputs have `chunk`
+        step = chunk if profiled or rt.bound is None else rt.capacity
+        for start in range(0, size, step):
+            n = min(step, size - start)
             ins = list(arrays)
             for k in batched:
                 ins[k] = arrays[k][start : start + n]
@@ -753,8 +789,9 @@ class _Dynamic:
         return _wrap(entry, leaves, full)
 
 
-def _wrap(entry: _Entry, leaves, results: list):
-    """The call's outputs (fn's pytree) over the program's result arrays."""
+def _wrap(entry: _Entry, leaves, results: list, readonly: bool = False):
+    """The call's outputs (fn's pytree) over the program's result arrays (`readonly`: they
+    are already, as BoundReplay makes them: no flags object per output)."""
     outs = []
     for k, j, loc, device, conv in entry.outs:
         if k >= 0:
@@ -763,7 +800,7 @@ def _wrap(entry: _Entry, leaves, results: list):
         a = results[j]
         if conv is not None:
             a = np.asarray(a, dtype=conv[1]).reshape(conv[0])
-        if a.flags.writeable:
+        if not readonly and a.flags.writeable:
             a.flags.writeable = False
         # Tensor(node, device) without the __init__ call: this is every replay's cost
         node = _buffer_node(a, loc)

@@ -18,6 +18,8 @@ from .graph import node as gn
 from .graph.ops import ELEMENTWISE
 from .runtime.replay import BoundReplay, Slot
 
+MAX_ROWS = 1 << 20  # rows per launch of a run-time-rows kernel at most (its get_value bound)
+
 
 class NotBatched(Exception):
     """The traced graph mixes rows of the batch dimension (a reduction or a view across it, a
@@ -150,14 +152,14 @@ class RuntimeRows:
     every row (stride 0); a kernel of another kind (matmul, reduce, rows...) that touches a
     batched buffer raises NotBatched, and the caller keeps the host-chunked path."""
 
-    __slots__ = ("prog", "leaf_src", "fixed", "bound", "single", "small", "tiling_input")
+    __slots__ = ("prog", "leaf_src", "fixed", "bound", "single", "small", "capacity")
 
-    def __init__(self, prog, leaf_src, fixed, small: int, tiling_input: int) -> None:
+    def __init__(self, prog, leaf_src, fixed, small: int, capacity: int) -> None:
         self.prog = prog
         self.leaf_src = leaf_src
         self.fixed = fixed
         self.small = small  # batches below this many rows launch one host block per kernel
-        self.tiling_input = tiling_input  # the call-input position of the tiling word
+        self.capacity = capacity  # rows one native launch serves (the kernels' bound)
         self.bound = BoundReplay.make(prog, leaf_src, fixed)
         # small batches launch one host block: a thread hand-off costs more than the work
         self.single = None if self.bound is None else self.bound.with_blocks(1)
@@ -208,11 +210,22 @@ class RuntimeRows:
                 elif v.strides[0] != 0:
                     raise NotBatched(f"kernel {ck.name} argument {pos} differs between rows "
                                      "and does not carry the batch")  # fmt: skip
-            dyn = DynamicElementwiseKernel(ir.shape, ir.inputs, ir.outputs, ir.expr, ir.results)
-            dyn_items.append((len(kernels), dyn, ck.name, math.prod(ir.shape[1:])))
+            dyn_items.append((len(kernels), ir, ck.name, math.prod(ir.shape[1:])))
             kernels.append((sk, ck, list(slot_ids)))
         if not dyn_items:
             raise NotBatched("no kernel reads the batch rows")
+        # Rows per launch: with no batched intermediate in the arena (sized for `chunk` rows)
+        # the kernels serve far more than the traced chunk, so a big batch is one launch too
+        row_work = max(1, max(w for *_x, w in dyn_items))
+        arena = any(slots[j].kind == "arena" for j in rows_of)
+        capacity = chunk if arena else max(chunk, min(MAX_ROWS, (1 << 31) // row_work))
+        for i, (ki, ir, name, w) in enumerate(dyn_items):
+            views = [dataclasses.replace(v, shape=(capacity, *v.shape[1:]))
+                     for v in (*ir.inputs, *ir.outputs)]  # fmt: skip
+            n_in = len(ir.inputs)
+            dyn = DynamicElementwiseKernel((capacity, *ir.shape[1:]), tuple(views[:n_in]),
+                                           tuple(views[n_in:]), ir.expr, ir.results)  # fmt: skip
+            dyn_items[i] = (ki, dyn, name, w)
         backend = kernels[dyn_items[0][0]][1].backend  # the traced program's (llvm, interp)
         compiled = compile_kernels([(ir, name) for _i, ir, name, _w in dyn_items],
                                    engine.device_spec(), backend)  # fmt: skip
@@ -235,8 +248,7 @@ class RuntimeRows:
         )
         leaf_src = [*entry.leaf_src, n_inputs]
         fixed = [*entry.fixed, None]
-        small = SMALL_VECTOR_WORK // max(1, max(w for *_x, w in dyn_items))
-        return cls(rt_prog, leaf_src, fixed, small, n_inputs)
+        return cls(rt_prog, leaf_src, fixed, SMALL_VECTOR_WORK // row_work, capacity)
 
 
 def _row_local(v, row: int) -> bool:
