@@ -5,6 +5,8 @@
   engine cannot be imported yet is skipped with the import error as the reason, so the suite
   passes on a partial checkout and starts covering llvm/interp as soon as `lazymath.engine` lands.
 - `reference`: forces the numpy reference executor (laziness tests count its calls).
+- `preset`: runs a test once per device preset (ascend910, ascend910b) on device 0, restoring
+  ascend910 afterwards; `@pytest.mark.parametrize("preset", [...], indirect=True)` picks others.
 - `check`: compare a lazymath tensor with numpy's answer (dtype, shape, values; NaN-aware) using
   per-dtype tolerances.
 - LAZYMATH_CACHE_DIR points at a per-session temporary directory (autouse), so tests never read
@@ -95,6 +97,16 @@ def backend(request, monkeypatch) -> str:
             pytest.skip(f"backend {name!r} unavailable: the compiled path does not import ({why})")
     monkeypatch.setenv("LAZYMATH_BACKEND", name)
     return name
+
+
+@pytest.fixture(params=["ascend910", "ascend910b"])
+def preset(request) -> str:
+    """Device 0 set to each preset in turn (kernels, tiling and costs differ between them)."""
+    import lazymath as lm
+
+    lm.init_device(0, spec=request.param)
+    yield request.param
+    lm.init_device(0, spec="ascend910")
 
 
 @pytest.fixture

@@ -785,13 +785,6 @@ def _desc_order(a, ax):
     return (a.shape[ax] - 1 - np.flip(idx, ax)).astype(np.int64)
 
 
-@pytest.fixture
-def preset(request):
-    lm.init_device(0, spec=request.param)
-    yield request.param
-    lm.init_device(0, spec="ascend910")
-
-
 @pytest.mark.parametrize(
     "dtype,preset",
     [(d, "ascend910") for d in ("float32", "int32", "float16", "int64", "int8", "bool")]

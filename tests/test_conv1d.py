@@ -71,13 +71,6 @@ def test_conv1d_against_torch(backend, check, data, dtype):
             raise AssertionError(f"{label}: {e}") from None
 
 
-@pytest.fixture(params=["ascend910", "ascend910b"])
-def preset(request):
-    lm.init_device(0, spec=request.param)
-    yield request.param
-    lm.init_device(0, spec="ascend910")
-
-
 def test_conv1d_layouts_and_epilogue(backend, preset, check, data):
     """Strided/flipped/transposed inputs, and relu(conv1d(x, w, b)) * s (one Cube kernel on the
     910; on the 910B one MIX kernel: the AIVs run the epilogue the split Cube core cannot)."""

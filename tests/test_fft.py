@@ -207,13 +207,6 @@ def small_plans(monkeypatch):
     dft.plan.cache_clear()
 
 
-@pytest.fixture(params=["ascend910", "ascend910b"])
-def preset(request):
-    lm.init_device(0, spec=request.param)
-    yield request.param
-    lm.init_device(0, spec="ascend910")
-
-
 def test_fft_plans_chosen_and_explained(small_plans):
     """The plan is a rule on the input (no execution): lengths, factors, and the reason in
     lm.explain; complex128 and over-large prime factors stay on the AI CPU."""

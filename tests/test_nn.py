@@ -38,13 +38,6 @@ def close(got, want, dtype="float32"):
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOL[dtype])
 
 
-@pytest.fixture(params=["ascend910", "ascend910b"])
-def preset(request):
-    lm.init_device(0, spec=request.param)
-    yield request.param
-    lm.init_device(0, spec="ascend910")
-
-
 # ----------------------------------------------------------------------------- activations
 
 ACT_SHAPES = [(0,), (1,), (7, 13), (3, 1, 17)]

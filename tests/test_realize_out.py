@@ -11,13 +11,6 @@ from lazymath import settings
 RNG = np.random.default_rng(3434)
 
 
-@pytest.fixture(params=["ascend910", "ascend910b"])
-def preset(request):
-    lm.init_device(0, spec=request.param)
-    yield request.param
-    lm.init_device(0, spec="ascend910")
-
-
 @pytest.fixture(params=["llvm", "interp"])
 def backend(request):
     with settings.override(LAZYMATH_BACKEND=request.param):

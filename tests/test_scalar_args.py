@@ -15,13 +15,6 @@ def _kernels_built() -> int:
     return info["compiled"] + info["disk_hits"]
 
 
-@pytest.fixture(params=["ascend910", "ascend910b"])
-def preset(request):
-    lm.init_device(0, spec=request.param)
-    yield request.param
-    lm.init_device(0, spec="ascend910")
-
-
 @pytest.mark.parametrize("backend", ["llvm", "interp"])
 def test_300_scalars_compile_once_by_default(backend, preset):
     """300 distinct floats through `*`/`+`, lm.multiply, lm.clip and lm.where: one program

@@ -46,13 +46,6 @@ def target(request, monkeypatch):
     lm.clear_cache()
 
 
-@pytest.fixture(params=["ascend910", "ascend910b"])
-def preset(request):
-    lm.init_device(0, spec=request.param)
-    yield request.param
-    lm.init_device(0, spec="ascend910")
-
-
 def _softmax_ref(x: np.ndarray) -> np.ndarray:
     x = x.astype(np.float64)
     e = np.exp(x - x.max(axis=-1, keepdims=True))

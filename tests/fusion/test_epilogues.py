@@ -37,13 +37,6 @@ def _lm(act, x, w, b, res):
     return ACTS[act][0](lm.nn.linear(lm.tensor(x), lm.tensor(w), lm.tensor(b))) + lm.tensor(res)
 
 
-@pytest.fixture(params=["ascend910", "ascend910b"])
-def preset(request):
-    lm.init_device(0, spec=request.param)
-    yield request.param
-    lm.init_device(0, spec="ascend910")
-
-
 @pytest.mark.parametrize("act", list(ACTS))
 @pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
 def test_bias_activation_residual_is_one_kernel(act, spec):

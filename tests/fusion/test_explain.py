@@ -46,7 +46,9 @@ def test_units_are_explained(spec):
     f = lm.tensor(np.ones((32, 48), np.float32))
     text = lm.explain(i @ i, d + 1, lm.relu(f @ f.T), lm.pad(f, ((1, 1), (0, 0))), spec=spec)
     why = _section(text, "why each kernel runs where it does")
-    assert "AI CPU: an int32 matmul: lazymath's Cube kernels take float16, bfloat16 or float32" in why
+    assert (
+        "AI CPU: an int32 matmul: lazymath's Cube kernels take float16, bfloat16 or float32" in why
+    )
     assert "cast to float32 to use the Cube" in why
     assert "AI CPU: float64 is not an AI Core dtype" in why
     assert "AI CPU: pad has no AI Core kernel template yet" in why

@@ -343,13 +343,6 @@ def test_a_pool_shut_down_and_used_again_runs_every_block(lane):
         pool.shutdown()
 
 
-@pytest.fixture(params=["ascend910", "ascend910b"])
-def preset(request):
-    lm.init_device(0, spec=request.param)
-    yield request.param
-    lm.init_device(0, spec="ascend910")
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_realized_results_are_the_same_through_the_lane(preset, dtype, monkeypatch):
     """A cached multi-block matmul (the replay fast path), a matmul with an epilogue and a
