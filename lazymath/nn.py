@@ -431,8 +431,10 @@ def _mask_operand(mask: Tensor, lead: tuple, L: int, S: int, fn: str) -> tuple:
 def _fused_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool,
                      attn_mask=None, kind: str = "attention",
                      fn: str = "scaled_dot_product_attention") -> Tensor:  # fmt: skip
-    """One `custom` node running a built-in fused attention kernel (its inputs are read
-    dense from GM: a strided view, e.g. heads split by a permute, is copied first)."""
+    """One `custom` node running a built-in fused attention kernel. q, k and v are read in
+    place through their views (heads split from one qkv buffer by a slice and a permute, k/v
+    broadcast over heads) when the last dimension is dense and no stride is negative, else
+    copied dense first (`Attention.strided_input`)."""
     from .backend.templates import attention  # registers the kernel definitions
     from .graph import custom
     from .graph import node as gn

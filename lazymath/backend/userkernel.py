@@ -25,7 +25,7 @@ import numpy as np
 
 from lazymath.backend import interp, isa, lower_cube, races  # noqa: F401  (registers the Cube lowerings)
 from lazymath.backend import isa_cube as cube
-from lazymath.backend.kernel_ir import CustomKernel
+from lazymath.backend.kernel_ir import ArgView, CustomKernel, contiguous_view
 from lazymath.backend.templates import common as C
 from lazymath.backend.templates.common import ExprEmitter, TilePool
 from lazymath.graph import custom
@@ -58,16 +58,26 @@ def check_dtype(dtype, what: str) -> str:
 class GlobalTensor:
     """A GM argument of a user kernel: dense, C order. ``t[off]`` (or ``t + off``) is the element
     at flat offset `off`, what movers take as their GM side; `shape`, `dtype`, `size`, `nbytes`
-    describe it (static: the kernel is specialized to its shapes)."""
+    describe it (static: the kernel is specialized to its shapes).
 
-    __slots__ = ("buf", "shape", "dtype", "size", "name")
+    `strides` and `offset` (elements) say where element (i, j, ...) is: ``t[t.offset +
+    i * t.strides[0] + ...]``. They are C order and 0 for every user kernel; a built-in kernel
+    that declares ``strided_inputs`` (the fused attention) may get a strided view of another
+    kernel's buffer instead (heads split by a permute, q/k/v slices of one qkv matmul), read in
+    place rather than copied dense first."""
 
-    def __init__(self, buf: isa.Buffer, shape: tuple[int, ...]):
+    __slots__ = ("buf", "shape", "dtype", "size", "name", "strides", "offset")
+
+    def __init__(self, buf: isa.Buffer, shape: tuple[int, ...],
+                 strides: tuple[int, ...] | None = None, offset: int = 0):  # fmt: skip
         self.buf = buf
         self.shape = tuple(shape)
         self.dtype = np.dtype(buf.dtype)
         self.size = math.prod(self.shape)
         self.name = buf.name
+        self.strides = (contiguous_view(self.dtype.name, self.shape).strides if strides is None
+                        else tuple(strides))  # fmt: skip
+        self.offset = offset
 
     @property
     def nbytes(self) -> int:
@@ -498,6 +508,21 @@ class KernelBuilder(isa.Builder):
 RACE_CHECK_MAX_ELEMENTS = 1 << 22  # GM elements up to which a build steps block 0 (~ms)
 
 
+def _extent(v: ArgView) -> int:
+    """Elements a flat buffer needs for every element of view `v` (a strided input's last
+    element may lie past its element count)."""
+    if 0 in v.shape:
+        return 0
+    return v.offset + sum((n - 1) * st for n, st in zip(v.shape, v.strides) if st > 0) + 1
+
+
+def strided_array(flat: np.ndarray, v: ArgView) -> np.ndarray:
+    """View `v` (element strides, offset) of the flat array `flat` of a GM argument, in place."""
+    size = flat.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(flat[v.offset :], v.shape,
+                                           tuple(st * size for st in v.strides))  # fmt: skip
+
+
 def dry_run(prog: isa.Program, ir: CustomKernel) -> None:
     """Step block 0 of `prog` through the interpreter on zero-filled arguments: a pipe race
     (`races.RaceError`), an unpaired flag (`interp.FlagError`) or an out-of-bounds access
@@ -507,7 +532,7 @@ def dry_run(prog: isa.Program, ir: CustomKernel) -> None:
     views = (*ir.inputs, *ir.outputs)
     if sum(math.prod(v.shape) for v in views) > RACE_CHECK_MAX_ELEMENTS:
         return
-    arrays = [np.zeros(math.prod(v.shape), v.dtype) for v in views]
+    arrays = [np.zeros(max(math.prod(v.shape), _extent(v)), v.dtype) for v in views]
     if prog.workspace:  # the GM workspace argument, raw bytes as a launch binds it
         arrays.append(np.zeros(prog.workspace, np.uint8))
     try:
@@ -530,7 +555,7 @@ def build_program(name: str, unit: str, fn, tiling, ir: CustomKernel, spec,
     names = [f"in{i}" for i in range(n_in)] + [f"out{j}" for j in range(len(ir.outputs))]
     views = (*ir.inputs, *ir.outputs)
     args = C.gm_args(views, names)
-    gts = [GlobalTensor(b, v.shape) for b, v in zip(args, views)]
+    gts = [GlobalTensor(b, v.shape, v.strides, v.offset) for b, v in zip(args, views)]
     tiles: dict = {}
     if tiling is not None:
         try:

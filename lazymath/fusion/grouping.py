@@ -207,7 +207,10 @@ class Planner:
                     why = n.arg[4] if n.op == "fft" else n.arg[0]
                     self.log.append(LogEntry("fft", (describe(n),), why, n))
             if n.op == "custom":  # a user kernel reads dense inputs from GM
-                for s in n.srcs:
+                defn = custom.get(n.arg[0])
+                for i, s in enumerate(n.srcs):
+                    if _strided_ok(defn, i):  # read in place through its views (`build`)
+                        s = _peel_views(s)
                     if id(s) in self.pos and id(s) not in M and _dense_leaf(s) is None:
                         M.add(id(s))
                         self.log.append(LogEntry("materialize", (describe(s), describe(n)),
@@ -1144,8 +1147,21 @@ class Planner:
         n = g.core
         key, params = n.arg[0], n.arg[1]
         defn = custom.get(key)
-        views_in = []
-        for s in n.srcs:
+        views_in, nodes_in = [], []
+        views_of = {id(x) for x in g.member_nodes if x.op in VIEW_OPS}
+        for i, s in enumerate(n.srcs):
+            if _strided_ok(defn, i):
+                # the views between s and a buffer compose into one strided operand, read in
+                # place (the heads of one qkv matmul: no dense copy of q, k and v first)
+                b = ExprBuilder(s.shape, views_of, copied=self.copied)
+                v = b.value(s)
+                if b.ops[v].op == "load" and defn.strided_input(i, b.inputs[0]):
+                    views_in.append(b.inputs[0])
+                    nodes_in.append(b.input_nodes[0])
+                    continue
+                raise NeedMaterialize(s, f"user kernel {defn.name} reads its input {i} through "
+                                      "a view only with a dense last dimension and no negative "
+                                      "stride")  # fmt: skip
             b = ExprBuilder(s.shape, set(), copied=self.copied)
             v = b.value(s)
             ok = b.ops[v].op == "load" and b.inputs[0].contiguous and b.inputs[0].offset == 0
@@ -1153,6 +1169,7 @@ class Planner:
                 raise NeedMaterialize(s, f"user kernel {defn.name} reads dense inputs "
                                       "(C order, offset 0)")  # fmt: skip
             views_in.append(contiguous_view(s.dtype.name, s.shape))
+            nodes_in.append(_dense_leaf(s) or s)
         epilogue, result = (), -1
         if len(n.arg) > 2:  # several outputs: every sibling node is written
             g.outputs = list(defn.output_nodes(n))
@@ -1173,7 +1190,7 @@ class Planner:
         g.ir = CustomKernel(key, defn.name, defn.unit, tuple(views_in),
                             tuple(contiguous_view(o.dtype.name, o.shape) for o in outs),
                             params, epilogue, result)  # fmt: skip
-        g.inputs = [_dense_leaf(s) or s for s in n.srcs]
+        g.inputs = nodes_in
 
     def _merge_custom_siblings(self, groups: list[Group]) -> list[Group]:
         """The outputs of one call of a multi-output user kernel are one kernel."""
@@ -1316,6 +1333,13 @@ def _products(groups: list[Group]) -> dict[int, Group]:
         if g.core is not None:
             produced[id(g.core)] = g
     return produced
+
+
+def _strided_ok(defn, i: int) -> bool:
+    """Whether user kernel `defn` may read its input `i` through a strided view (a built-in
+    kernel that lists it in `strided_inputs`, and checks each view with `strided_input`);
+    every other user kernel reads dense inputs."""
+    return i in getattr(defn, "strided_inputs", ())
 
 
 def _peel_views(n: Node) -> Node:

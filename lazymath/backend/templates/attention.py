@@ -47,9 +47,38 @@ def _r16(x: int) -> int:
     return -(-x // 16) * 16
 
 
+def _base(t, b):
+    """Flat GM offset of row 0 of batch item `b` (the flattened batch index, a scalar
+    expression) of input `t` (..., R, C), and its row stride. A dense input gives b * R * C
+    and C; a strided view (`Attention.strided_inputs`: q/k/v heads split by a permute of one
+    qkv buffer) its own strides and offset, batch dimensions that merge taken as one."""
+    *lead, R, C = t.shape
+    rs = t.strides[-2] if R > 1 else C
+    dims: list[list[int]] = []  # [size, stride], outermost first, mergeable runs joined
+    for n, st in zip(lead, t.strides[:-2]):
+        if n == 1:
+            continue
+        if dims and dims[-1][1] == n * st:
+            dims[-1] = [dims[-1][0] * n, st]
+        else:
+            dims.append([n, st])
+    off = None
+    inner = 1
+    for i, (n, st) in enumerate(reversed(dims)):
+        idx = b if len(dims) == 1 else (b // inner if i == len(dims) - 1 else (b // inner) % n
+                                        if inner > 1 else b % n)  # fmt: skip
+        term = idx * st
+        off = term if off is None else off + term
+        inner *= n
+    if t.offset:
+        off = t.offset if off is None else off + t.offset
+    return (0 if off is None else off), rs
+
+
 def _kernel(k, q, kk, v, out, *, scale, causal, tq, tk):
-    """q (..., L, D), kk (..., S, D), v (..., S, Dv), out (..., L, Dv), dense, all float32;
-    the batch dimensions (equal) are flattened into BH."""
+    """q (..., L, D), kk (..., S, D), v (..., S, Dv), out (..., L, Dv), all float32; the batch
+    dimensions (equal) are flattened into BH. out is dense; q, kk and v may be strided views
+    with a dense last dimension (`_base` addresses their rows)."""
     *lead, L, D = q.shape
     bh = math.prod(lead)
     S, Dv = kk.shape[-2], v.shape[-1]
@@ -70,7 +99,10 @@ def _kernel(k, q, kk, v, out, *, scale, causal, tq, tk):
         q0 = k.let((it % nq) * tq, "q0")
         qv = k.let(isa.imin(tq, L - q0), "qv")
         k.pipe_barrier()
-        k.load_nz(q_l1, q[b * (L * D) + q0 * D], qv, D, (D, 1), tq)
+        qb, qrs = _base(q, b)
+        kb, krs = _base(kk, b)
+        vb, vrs = _base(v, b)
+        k.load_nz(q_l1, q[qb + q0 * qrs], qv, D, (qrs, 1), tq)
         k.pipe_barrier()
         k.load_l0(q_l0, q_l1, tq, dp, tq, tq)
         k.vdup(m_ub, -math.inf, tq)
@@ -82,7 +114,7 @@ def _kernel(k, q, kk, v, out, *, scale, causal, tq, tk):
         with k.loop(0, kv_end, tk) as k0:
             kvn = k.let(isa.imin(tk, kv_end - k0), "kvn")
             k.pipe_barrier()
-            k.load_nz(k_l1, kk[b * (S * D) + k0 * D], D, kvn, (1, D), dp)  # K^T: (D, kvn)
+            k.load_nz(k_l1, kk[kb + k0 * krs], D, kvn, (1, krs), dp)  # K^T: (D, kvn)
             k.pipe_barrier()
             k.load_l0(b_l0, k_l1, dp, tk, dp, dp)
             k.pipe_barrier()
@@ -124,7 +156,7 @@ def _kernel(k, q, kk, v, out, *, scale, causal, tq, tk):
             k.vcopy(m_ub, mn, qv)
             k.pipe_barrier()
             k.load_nz(p_l1, s_ub, qv, kvn, (tk, 1), tq)  # P: UB -> L1 (A operand)
-            k.load_nz(v_l1, v[b * (S * Dv) + k0 * Dv], kvn, Dv, (Dv, 1), tk)
+            k.load_nz(v_l1, v[vb + k0 * vrs], kvn, Dv, (vrs, 1), tk)
             k.pipe_barrier()
             k.load_l0(p_l0, p_l1, tq, tk, tq, tq)
             k.load_l0(b_l0, v_l1, tk, dvp, tk, tk)
@@ -204,7 +236,10 @@ def _kernel_mix(k, q, kk, v, *rest, scale, causal, masked, mdiv, mmod, tq, tk, a
         kv_end = k.let(isa.imin(S, q0 + qv), "kv_end") if causal else S
         nkv = k.let((kv_end + (tk - 1)) // tk, "nkv")
         k.pipe_barrier("AIC")
-        k.load_nz(q_l1, q[b * (L * D) + q0 * D], qv, D, (D, 1), tq)
+        qb, qrs = _base(q, b)
+        kb, krs = _base(kk, b)
+        vb, vrs = _base(v, b)
+        k.load_nz(q_l1, q[qb + q0 * qrs], qv, D, (qrs, 1), tq)
         k.pipe_barrier("AIC")
         k.load_l0(q_l0, q_l1, tq, dp, tq, tq)
         with k.loop(0, aivs, name=V):
@@ -219,7 +254,7 @@ def _kernel_mix(k, q, kk, v, *rest, scale, causal, masked, mdiv, mmod, tq, tk, a
                 k0 = k.let(j * tk, "k0")
                 kvn = k.let(isa.imin(tk, kv_end - k0), "kvn")
                 k.pipe_barrier("AIC")
-                k.load_nz(k_l1, kk[b * (S * D) + k0 * D], D, kvn, (1, D), dp)  # K^T (D, kvn)
+                k.load_nz(k_l1, kk[kb + k0 * krs], D, kvn, (1, krs), dp)  # K^T (D, kvn)
                 k.pipe_barrier("AIC")
                 k.load_l0(b_l0, k_l1, dp, tk, dp, dp)
                 k.pipe_barrier("AIC")
@@ -240,7 +275,7 @@ def _kernel_mix(k, q, kk, v, *rest, scale, causal, masked, mdiv, mmod, tq, tk, a
                 k.cross_wait("AIC", "MTE2", e1 + _P_READY)
                 k.pipe_barrier("AIC")
                 k.load_nz(p_l1, ws_p[slot_s + e1 * (tq * tk)], qv, kvn1, (tk, 1), tq)
-                k.load_nz(v_l1, v[b * (S * Dv) + k1 * Dv], kvn1, Dv, (Dv, 1), tk)
+                k.load_nz(v_l1, v[vb + k1 * vrs], kvn1, Dv, (vrs, 1), tk)
                 k.pipe_barrier("AIC")
                 k.load_l0(p_l0, p_l1, tq, tk, tq, tq)
                 k.load_l0(b_l0, v_l1, tk, dvp, tk, tk)
@@ -389,6 +424,21 @@ class Attention:
     def __init__(self, key: str):
         self.key = key
 
+    strided_inputs = (0, 1, 2)  # q, k, v: see `strided_input`
+
+    def strided_input(self, i: int, view) -> bool:
+        """Whether input `i` may be read in place through `view` (an ArgView of another
+        kernel's buffer) instead of a dense copy: q, k and v whose last dimension is dense
+        (stride 1) and whose other strides are >= 0 (rows > 0), as `_base` addresses them, so
+        the heads split from one qkv matmul by a view and a permute are not copied first.
+        The MIX form's mask stays dense."""
+        if i > 2:
+            return False
+        *_, R, C = view.shape
+        st = view.strides
+        return ((C == 1 or st[-1] == 1) and all(x >= 0 for x in st)
+                and (R == 1 or st[-2] > 0))  # fmt: skip
+
     def build(self, ir, spec, name: str):
         if not spec.coupled:
             raise ValueError(
@@ -409,8 +459,7 @@ class Attention:
         return reference(*srcs[:3], p["scale"], p["causal"]).astype(dtype).reshape(shape)
 
     def reference_run(self, ir, arrays) -> None:
-        srcs = [a.reshape(-1)[: math.prod(v.shape)].reshape(v.shape)
-                for a, v in zip(arrays, ir.inputs)]  # fmt: skip
+        srcs = [userkernel.strided_array(a.reshape(-1), v) for a, v in zip(arrays, ir.inputs)]
         v = ir.outputs[0]
         out = self.evaluate(srcs, (self.key, ir.params), np.dtype(v.dtype), v.shape)
         arrays[len(ir.inputs)].reshape(-1)[: math.prod(v.shape)] = out.reshape(-1)
