@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from lazymath.backend import cost, interp, isa
+from lazymath.backend.tiles import TileBuilder, TilePool
 
 __all__ = [
     "COMPOSITE_OPS",
@@ -1909,8 +1910,6 @@ def call_footprint(op: str, dtype: str, tile: int, arity: int) -> tuple[tuple, t
     hit = _FOOTPRINT.get(key)
     if hit is not None:
         return hit
-    from lazymath.backend.templates.common import TileBuilder, TilePool
-
     pool = TilePool(tile)
     tb = TileBuilder(pool)
     tb.shared_consts = {}

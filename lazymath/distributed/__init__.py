@@ -10,8 +10,8 @@
 
 Owns the planner (`plan.py`: placements, split rules, collectives), the Dask task graph
 (`execute.py`), what runs on a worker (`worker.py`), which cluster (`cluster.py`), the
-explanation (`explain.py`) and the multi-device simulation (`simulate.py`). Needs the optional
-extra `lazymath[distributed]` (dask and distributed).
+explanation (`Plan.explain` in `plan.py`; `dot.py` the picture) and the multi-device simulation
+(`simulate.py`). Needs the optional extra `lazymath[distributed]` (dask and distributed).
 """
 
 from .api import (
@@ -24,10 +24,10 @@ from .api import (
     shard,
     shards,
     to_dask,
+    to_dot,
     worker_stats,
 )
 from .cluster import SCHEDULER_ENV, close, get_client
-from .explain import to_dot
 from .plan import Plan, PlanError
 from .simulate import placeholder, scaling, scaling_table, simulate
 from .worker import ShardError

@@ -20,7 +20,8 @@ from .._threads import available_cpus
 from ..graph import node as gn
 from ..realize import commit, install_sharded_hook, sharded_hook
 from ..tensor import Tensor
-from . import cluster
+from . import cluster, dot
+from . import worker as W
 from .execute import Graph, live
 from .plan import Plan, bounds, make_plan
 
@@ -83,8 +84,6 @@ class Source:
                 g.dsk[(nm, i)] = _take(self.data, self.axis, lo, hi)
                 keys.append((nm, i))
         elif self.kind == "npy":
-            from . import worker as W
-
             for i, (lo, hi) in enumerate(spans):
                 g.dsk[(nm, i)] = (W.load_npy, self.data, self.axis, lo, hi)
                 keys.append((nm, i))
@@ -250,6 +249,12 @@ def explain(*tensors) -> str:
     return str(plan(*tensors))
 
 
+def to_dot(x) -> str:
+    """Graphviz DOT of a plan, or of the plan of a tensor or a list of tensors."""
+    p = x if isinstance(x, Plan) else plan(*(x if isinstance(x, (list, tuple)) else [x]))
+    return dot.to_dot(p)
+
+
 def compute(*tensors, client=None, sync: bool = True):
     """Realize `tensors` on the cluster. Split results stay on the workers (the tensor now
     stands for its shards' futures: `is_sharded(t)`, `.numpy()` gathers, further ops run on the
@@ -395,8 +400,6 @@ def worker_stats(client=None) -> list[dict]:
     worker process), `programs_built` and `program_hits` (its program cache), `programs_run`
     (shard/tail tasks it ran), `combines`, `slices`, `cache_dir`, `pid`, `memory_limit`,
     `spilled_keys` and `spilled_bytes` (results Dask moved to disk)."""
-    from . import worker as W
-
     client = cluster.get_client(client)
     out = client.run(W.stats)
     return [{"worker": addr, **s} for addr, s in sorted(out.items())]
@@ -434,9 +437,7 @@ class _Hooks:
     def dot(self, roots):
         if not self.reads_shards(roots):
             return None
-        from .explain import to_dot
-
-        return to_dot(make_plan(list(roots), SOURCES))
+        return dot.to_dot(make_plan(list(roots), SOURCES))
 
     def schedule(self, roots):
         if not self.reads_shards(roots):

@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..api import schedule
 from ..graph import node as gn
 from ..graph.ops import ELEMENTWISE
+from ..tensor import Tensor
 
 REDUCIBLE = ("sum", "prod", "max", "min")  # partial results combine with the same op
 
@@ -435,8 +437,6 @@ class Plan:
         return d.id in self._live
 
     def explain(self) -> str:
-        from .explain import explain_plan
-
         return explain_plan(self)
 
     def __str__(self) -> str:
@@ -606,3 +606,99 @@ def rebuild(prog: Program, inputs) -> list[gn.Node]:
             _, op, dtype, shape, arg, srcs, loc = e
             made.append(gn.make(op, np.dtype(dtype), shape, tuple(made[s] for s in srcs), arg, loc))
     return [made[j] for j in prog.outputs]
+
+
+# ----------------------------------------------------------------------------- as text
+
+
+def _label(d: DNode) -> str:
+    n = d.node
+    what = {
+        "shard": "sharded input",
+        "leaf": "input",
+        "local": "input (sliced per shard)",
+        "allreduce": f"allreduce({d.arg})",
+        "allgather": "allgather",
+        "scatter": "scatter",
+        "op": n.op if n is not None else "?",
+    }.get(d.kind, d.kind)
+    shape = "x".join(map(str, n.shape)) if n is not None and n.shape else "scalar"
+    dtype = n.dtype.name if n is not None else ""
+    return f"{what} {dtype}[{shape}] {d.place}"
+
+
+def stage_schedule(st: Stage, i: int = 0, spec=None):
+    """The lazymath schedule of shard `i`'s program (compiled on placeholder inputs of the
+    shard's shapes: nothing runs)."""
+    prog = st.programs[min(i, len(st.programs) - 1)]
+    inputs = []
+    for x in st.inputs:
+        shape = shard_shape(x, i) if st.sharded else x.node.shape
+        inputs.append(np.empty(shape, x.node.dtype))
+    outs = [n for n in rebuild(prog, inputs) if n.realized is None]
+    if not outs:
+        return None
+    return schedule(*[Tensor(n) for n in outs], spec=spec)
+
+
+def tree_depth(n: int) -> int:
+    depth = 0
+    while n > 1:
+        n = (n + 1) // 2
+        depth += 1
+    return depth
+
+
+def explain_plan(plan: Plan) -> str:
+    p = plan
+    colls = p.collectives
+    lines = [
+        f"distributed plan: {p.n} shard{'s' if p.n != 1 else ''}, {len(p.stages)} stage"
+        f"{'s' if len(p.stages) != 1 else ''}, {len(colls)} collective"
+        f"{'s' if len(colls) != 1 else ''}"
+    ]
+    by_level: dict[int, list] = {}
+    for st in p.stages:
+        by_level.setdefault(st.level, []).append(("stage", st))
+    for c in colls:
+        by_level.setdefault(c.level, []).insert(0, ("coll", c))
+    for level in sorted(by_level):
+        for kind, x in by_level[level]:
+            if kind == "coll":
+                lines.append(_coll_line(x, p.n))
+                continue
+            st: Stage = x
+            distinct = len({id(pr) for pr in st.programs})
+            tasks = len(st.programs)
+            same = (
+                "the same program on every shard"
+                if distinct == 1
+                else f"{distinct} distinct programs (uneven shards)"
+            )
+            head = (f"program {st.name}: {tasks} task{'s' if tasks != 1 else ''}"
+                    + (f", {same}" if st.sharded else " (replicated values, once)"))  # fmt: skip
+            lines.append(head)
+            for x_in in st.inputs:
+                lines.append(f"  in   {_label(x_in)}")
+            for x_out in st.outputs:
+                lines.append(f"  out  {_label(x_out)}")
+            try:
+                sched = stage_schedule(st)
+            except Exception as e:  # explain must not fail because a kernel cannot compile
+                sched = f"(schedule unavailable: {type(e).__name__}: {e})"
+            if sched is not None:
+                text = str(sched)
+                lines.extend("    " + t for t in text.splitlines())
+    outs = ", ".join(_label(d) for d in p.roots)
+    lines.append(f"results: {outs}")
+    return "\n".join(lines)
+
+
+def _coll_line(c: DNode, n: int) -> str:
+    nbytes = c.node.nbytes if c.node is not None else 0
+    if c.kind == "allreduce":
+        return (f"collective allreduce({c.arg}) over {n} shards: binary tree of {max(n - 1, 0)} "
+                f"combine tasks, depth {tree_depth(n)}, {nbytes} bytes per partial")  # fmt: skip
+    if c.kind == "allgather":
+        return f"collective allgather over {n} shards: {nbytes} bytes gathered"
+    return f"collective scatter to {n} shards: {nbytes} bytes sliced"

@@ -18,8 +18,7 @@ from ..backend.compile import compile_kernel
 from ..runtime.multidevice import MultiDeviceTimeline, compose, get_link
 from ..tensor import cos, relu, sin, tensor
 from .api import Source, Tensor, _sharded_leaf, _split_sizes
-from .explain import stage_schedule
-from .plan import Plan, Stage, shard_shape
+from .plan import Plan, Stage, shard_shape, stage_schedule
 
 _cost_memo: dict = {}
 

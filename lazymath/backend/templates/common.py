@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lazymath.backend import isa
+from lazymath.backend import isa, vmath
 from lazymath.backend.kernel_ir import ArgView, Expr, SOp
+from lazymath.backend.tiles import TileBuilder, TilePool
 from lazymath.graph.ops import COMPARISONS, ELEMENTWISE, Composite, Native
 
 # Set by backend.compile while it builds a kernel that calls the vector math library for its
@@ -148,57 +149,6 @@ def gm_args(views: tuple[ArgView, ...], names: list[str]) -> tuple[isa.Buffer, .
 
 
 # ============================================================================= emitter
-
-
-class TileBuilder(isa.Builder):
-    """A Builder whose scratch buffers come from a recycling pool (see `TilePool`)."""
-
-    def __init__(self, pool: TilePool):
-        super().__init__(tile=pool.tile, prefix="tmp")
-        self.pool = pool
-        self.borrowed: list[isa.Ref] = []
-        self.shared_consts: dict | None = None  # see ExprEmitter.vm_consts
-
-    def scratch(self, dtype, size=None, scope="UB", prefix=None):
-        if scope != "UB" or (size is not None and size > self.pool.tile):
-            return super().scratch(dtype, size, scope, prefix)
-        r = self.pool.get(dtype, size)
-        self.borrowed.append(r)
-        return r
-
-
-class TilePool:
-    """Free lists of UB buffers per (dtype, size); the default size is the tile."""
-
-    def __init__(self, tile: int, prefix: str = "t"):
-        self.tile = tile
-        self.prefix = prefix
-        self.free: dict[tuple, list[isa.Ref]] = {}
-        self.buffers: list[isa.Buffer] = []
-        self._by_name: dict[str, isa.Buffer] = {}  # owns() in O(1): kernels have many tiles
-
-    def get(self, dtype: str, size: int | None = None) -> isa.Ref:
-        size = self.tile if size is None else int(size)
-        lst = self.free.setdefault((dtype, size), [])
-        if lst:
-            return lst.pop()
-        tag = "" if size == self.tile else f"_{size}"
-        buf = isa.Buffer(f"{self.prefix}{len(self.buffers)}_{dtype}{tag}", "UB", dtype, size)
-        self.buffers.append(buf)
-        self._by_name[buf.name] = buf
-        return isa.Ref(buf, 0)
-
-    def put(self, ref: isa.Ref) -> None:
-        if self.owns(ref):
-            self.free.setdefault((ref.buf.dtype, ref.buf.size), []).append(ref)
-
-    def owns(self, ref: isa.Ref) -> bool:
-        mine = self._by_name.get(ref.buf.name)
-        return mine is not None and (mine is ref.buf or mine == ref.buf)
-
-    @property
-    def bytes_per_elem(self) -> int:
-        return sum(itemsize(b.dtype) for b in self.buffers)
 
 
 @dataclass
@@ -445,11 +395,7 @@ class ExprEmitter:
 
     def _composite(self, name: str, dst: isa.Ref, srcs: tuple, dt: str) -> bool:
         """Ask the vector math library (vmath) to expand `name`; False if it cannot."""
-        try:
-            from lazymath.backend import vmath
-        except ImportError:
-            vmath = None
-        fn = getattr(vmath, "emit_composite", None) if vmath is not None else None
+        fn = vmath.emit_composite
         # the runtime library holds what an NPU runs: host-only trig (LAZYMATH_HOST_MATH) inlines
         host_only = fn is not None and name in ("sin", "cos", "tan") and vmath.host_math_enabled()
         if (
