@@ -14,6 +14,8 @@ is no error: nothing to limit lazymath with then)."""
 
 from __future__ import annotations
 
+from lazymath._version import __version__
+
 
 def register() -> bool:
     """Register the controller with threadpoolctl; False when threadpoolctl is missing or too
@@ -46,8 +48,6 @@ def register() -> bool:
             _threads.set_num_threads(max(1, int(num_threads)))
 
         def get_version(self) -> str:
-            from lazymath._version import __version__
-
             return __version__
 
     threadpoolctl.register(LazymathController)

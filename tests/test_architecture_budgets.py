@@ -28,8 +28,9 @@ _spec.loader.exec_module(am)
 # resolvers, autotune's build callback) and its imports hoisted; compile keeps 6 for modules
 # only a matmul or a report loads (autotune, uklib, roofline). Others land nested imports too:
 # room of 6. 100 on main c420603 + the templates.common/vmath (backend/tiles.py) and
-# lazymath.distributed cycles broken. Issue 36 goal: <= 20.
-NESTED_IMPORT_CEILING = 106
+# lazymath.distributed cycles broken; 91 after hoisting graph.dft/walk, _tpctl, vmath, interp
+# and lower_llvm's free ones. Issue 36 goal: <= 20.
+NESTED_IMPORT_CEILING = 97
 
 # Modules allowed over am.LINE_BUDGET today, each with its ceiling (main 9caf5d3 size rounded up
 # to the next 50). A module not listed must stay within am.LINE_BUDGET.

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from lazymath.backend import cancel, isa
+from lazymath.backend.races import Tracker
 from lazymath.dtypes import DtypeSet, is_bf16
 from lazymath.graph import ops
 
@@ -76,8 +77,6 @@ class Machine:
         self.aivs = isa.mix_aivs(program) if program.unit == "mix" else 1
         self.race = None  # races.Tracker when the program synchronises with flags
         if any(isinstance(i, _FLAGS) for i in program.instructions()):
-            from lazymath.backend.races import Tracker
-
             self.race = Tracker(program)
 
     def int(self, e: isa.IntExpr) -> int:

@@ -435,15 +435,8 @@ class LowerCtx:
         """Scalar function for a native transcendental (vexp / vln) in `dtype` (f32/f64)."""
         key = ("native", op, dtype)
         if key not in self._fns:
-            fn = None
-            try:
-                from lazymath.backend import vmath  # owned by the vector-math library
-
-                define = getattr(vmath, "define_native", None)
-                if define is not None:
-                    fn = define(self.module, op, dtype)
-            except ImportError:
-                fn = None
+            define = getattr(vmath, "define_native", None)  # owned by the vector-math library
+            fn = define(self.module, op, dtype) if define is not None else None
             if fn is None:
                 fn = _fallback_native(self, op, dtype)
             self._fns[key] = fn

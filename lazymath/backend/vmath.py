@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from lazymath import settings
 from lazymath.backend import cost, interp, isa
 from lazymath.backend.tiles import TileBuilder, TilePool
 
@@ -1203,8 +1204,6 @@ def _trig_table(host_math: bool) -> dict:
 def host_math_enabled() -> bool:
     """LAZYMATH_HOST_MATH: float32/float16 sin, cos and tan reduce in float64 (a faster
     host-only lowering, not what an NPU can run). Default: float32 instructions only."""
-    from lazymath import settings
-
     return settings.HOST_MATH.get()
 
 
@@ -1869,9 +1868,7 @@ def call_symbol(op: str, dtype: str, target: str | None = None) -> str:
     LAZYMATH_TARGET_CPU): void f(ptr dst, ptr src0, ptr src1, i64 n). Native code has no
     suffix; a forced target's is ``.<cpu>`` (a process that switches targets links each
     target's kernels to that target's library code)."""
-    if target is None:  # == host.requested() (importing host here would close a cycle)
-        from lazymath import settings
-
+    if target is None:  # == host.requested(), read here: vmath sits below the host target
         target = (settings.TARGET_CPU.get() or "").strip()
         target = "" if target in ("native", "host") else target
     return f"lazymath_vm_{op}_{dtype}" + (f".{target}" if target else "")

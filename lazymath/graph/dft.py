@@ -55,6 +55,8 @@ import weakref
 
 import numpy as np
 
+from lazymath import settings
+
 DIRECT_MAX = 128  # a length up to this is one DFT matmul (8n^2 flops per row)
 FACTOR_MAX = 128  # four-step: the short DFT n1 is at most this
 PRIME_DIRECT_MAX = 2048  # lengths with no factor <= FACTOR_MAX: direct up to this, else aicpu
@@ -378,8 +380,6 @@ GEN = 0  # bumped when MEMO is cleared: a memoized join (fast_join) of an older 
 def fast_key(kind: str, x, n, ax: int, norm, packed: bool) -> tuple:
     """The key of a transform's memoized join in the tensor layer's per-input memo: everything
     besides the input node that the plan and its graph depend on."""
-    from lazymath import settings
-
     return ("join", kind, n, ax, norm, x._device, packed, RFFT_FUSED, settings.TARGET_CPU.get())
 
 
@@ -392,8 +392,6 @@ def fast_join(memo, kind: str, x, n, axis, norm, packed: bool, forced) -> tuple 
     one 4096-point fft at least as fast as numpy's). None whenever the plan may differ:
     autotuning on, a forced plan (FORCE, or `forced` while candidates are timed), MEMO cleared
     since (GEN), another axis form or argument the slow path must validate."""
-    from lazymath import settings
-
     entries = memo.get(x._node) if x._node.realized is not None else None
     if not entries or type(axis) is not int or not -x.ndim <= axis < x.ndim:
         return None

@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from . import node as gn
+from . import reference
 
 
 def nodes_of(tensors) -> list[gn.Node]:
@@ -153,8 +154,6 @@ def _fold_view(n: gn.Node) -> bool:
     base = m.realized
     if m.op == "const" or base.ndim == 0 or base.size == 0 or _size(n.shape) == 0:
         return False
-    from . import reference
-
     a = base
     for v in reversed(chain):
         a = reference.fold(v, [a])
