@@ -32,7 +32,7 @@ from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_b
 
 from .. import api as _api
 from .. import settings
-from . import _aten
+from . import _aten, _replay
 from . import _lm as lm
 from ._aten import LOWERINGS, PYTHON_TARGETS, Unsupported, lowering_for, np_dtype
 
@@ -126,6 +126,17 @@ def _op_name(target) -> str:
     )
 
 
+def _specs(args: list) -> list:
+    """(shape, dtype, is_parameter) of each tensor argument, other values as they are: what
+    `explain` traces again on zeros."""
+    return [
+        (tuple(a.shape), a.dtype, isinstance(a, torch.nn.Parameter))
+        if isinstance(a, torch.Tensor)
+        else a
+        for a in args
+    ]
+
+
 def _concrete(shape) -> bool:
     return all(isinstance(s, int) for s in shape)
 
@@ -140,6 +151,7 @@ def _zeros_like_spec(v):
 
 
 _PARAM_VIEW_OPS = (aten.t.default, aten.transpose.int, aten.permute.default)
+_MISSING = object()
 
 
 class CompiledGraph:
@@ -148,7 +160,11 @@ class CompiledGraph:
 
     The node plan (lowering or break) is decided when the graph is compiled from its ops and
     FakeTensor dtypes, and refined at the first call that meets a case a lowering refuses;
-    either way the decision is kept (`breaks`), so every later call runs the same segments."""
+    either way the decision is kept (`breaks`), so every later call runs the same segments.
+
+    From the second call on, a graph without breaks is replayed (`_replay`): traced once per
+    replay signature into a stored program by lm.jit, then launched on the new buffers
+    without running a lowering (lazymath/torch/_replay.py says what the signature holds)."""
 
     def __init__(self, gm: torch.fx.GraphModule, kind: str, index: int):
         self.gm = gm
@@ -187,6 +203,13 @@ class CompiledGraph:
                 if m not in seen:
                     seen.add(m)
                     self._last_use.setdefault(n, []).append(m)
+        self._placeholders = {
+            n: i for i, n in enumerate(n for n in self.nodes if n.op == "placeholder")
+        }
+        self._stored: dict = {}  # replay signature -> _replay.Stored, or None (not replayed)
+        self.replays = 0  # calls served by a stored program (no lowering ran)
+        self.traces = 0  # replay signatures traced
+        self.replay_off: str | None = None  # why no call of this graph is replayed
         for n in self.nodes:
             if n.op != "call_function" or n.target in PYTHON_TARGETS:
                 continue
@@ -217,15 +240,14 @@ class CompiledGraph:
         """Run the graph on `args` (AOTAutograd's boxed convention: a list, cleared here so
         the inputs can die as early as torch expects)."""
         args = list(args)
-        self._last_inputs = [
-            (tuple(a.shape), a.dtype, isinstance(a, torch.nn.Parameter))
-            if isinstance(a, torch.Tensor)
-            else a
-            for a in args
-        ]
         self.calls += 1
         if self.eager is None:
             try:
+                if self.calls > 1 and not self.breaks and self.replay_off is None:
+                    out = self._replay(args)
+                    if out is not None:
+                        return out
+                self._last_inputs = _specs(args)
                 return self._run(args, None)
             except _LazymathFailed as e:
                 self.eager = str(e)
@@ -235,6 +257,155 @@ class CompiledGraph:
                           file=sys.stderr)  # fmt: skip
         out = self.gm(*args)
         return list(out) if isinstance(out, (list, tuple)) else [out]
+
+    # -- the replay path (see lazymath/torch/_replay.py)
+    def _replay(self, args: list) -> list | None:
+        """This call's outputs from the stored program of its replay signature (traced now if
+        the signature is new); None when the signature is not replayed (the per-call path
+        runs instead)."""
+        key = _replay.signature(args)
+        rec = self._stored.get(key, _MISSING)
+        if rec is _MISSING:
+            return self._record(key, args)
+        if rec is None:
+            return None
+        leaves = [a for a in args if isinstance(a, torch.Tensor)]
+        for n, i in rec.views:
+            v = self._param_view(n, args[i], self._consts, self._view_lowering(n, args[i]))
+            if v is None:
+                return None
+            leaves.append(v)
+        self._last_inputs = rec.specs
+        self.replays += 1
+        if rec.bound is not None and _replay.bound_ok():
+            arrays = [_replay.np_view(v) if isinstance(v, torch.Tensor) else v.numpy()
+                      for v in leaves]  # fmt: skip
+            return rec.run(arrays, leaves)
+        outs = rec.jitted(*[_to_lm(a) if isinstance(a, torch.Tensor) else a for a in args],
+                          *leaves[len(leaves) - len(rec.views):])  # fmt: skip
+        return rec.wrap(self._realized(outs), leaves)
+
+    @staticmethod
+    def _realized(outs: list) -> list:
+        """lm.jit's outputs, realized (a call that found a folded 0-d input changed runs the
+        traced function eagerly: lazy results)."""
+        pending = [t for t in outs if not t.is_realized]
+        if pending:
+            try:
+                lm.realize(*pending)
+            except Exception as e:  # noqa: BLE001  (-> the whole graph in torch eager)
+                raise _LazymathFailed(f"{type(e).__name__}: {e}") from e
+        return outs
+
+    def _view_lowering(self, n: torch.fx.Node, src) -> Callable:
+        """The lazy value of parameter view `n` of the parameter `src` (when it is not kept)."""
+
+        def lower():
+            a = torch.fx.node.map_arg(n.args, lambda m: _to_lm(src))
+            return self._lower(n, a, dict(n.kwargs))
+
+        return lower
+
+    def _record(self, key: tuple, args: list) -> list | None:
+        """Trace this call's replay signature with lm.jit: store its program and return the
+        call's outputs, or store None (this signature is not replayed; why at
+        LAZYMATH_DEBUG=1) and return None."""
+        self._stored[key] = None
+        self.traces += 1
+        views = [(n, self._placeholders[src]) for n, src in self._param_views.items()
+                 if isinstance(args[self._placeholders[src]], torch.nn.Parameter)]  # fmt: skip
+        n_args = len(args)
+        view_at = {n: n_args + i for i, (n, _i) in enumerate(views)}
+        template: list = []
+        tensor_at: list[int] = []
+        constants: list = []  # the arrays of get_attr constants (captured by the trace)
+        last_use = self._last_use
+
+        def traced(*vals):
+            env: dict = {}
+            lm_of: dict = {}
+            keep: list = []
+
+            def as_lm(v):
+                if isinstance(v, torch.Tensor):  # a get_attr constant: captured by the trace
+                    got = lm_of.get(id(v))
+                    if got is None:
+                        got = lm_of[id(v)] = _to_lm(v)
+                        keep.append(v)
+                        constants.append(got.numpy())
+                    return got
+                return v
+
+            it = iter(vals[:n_args])
+            prev = None
+            for n in self.nodes:
+                # dead values dropped as in `_run`: a lazy value still referenced at the
+                # realize becomes a program output with its own buffer
+                for m in last_use.get(prev, ()):
+                    env.pop(m, None)
+                prev = n
+                a = kw = None
+                if n.op == "placeholder":
+                    env[n] = next(it)
+                elif n.op == "get_attr":
+                    env[n] = getattr(self.gm, n.target)
+                elif n.op == "call_function":
+                    if n in view_at:
+                        env[n] = vals[view_at[n]]
+                        continue
+                    a = torch.fx.node.map_arg(n.args, lambda m: env[m])
+                    kw = torch.fx.node.map_arg(n.kwargs, lambda m: env[m])
+                    if n.target is operator.getitem or n.target in PYTHON_TARGETS:
+                        env[n] = n.target(*a, **kw)
+                    else:
+                        env[n] = self._lower(n, _map(a, as_lm), _map(kw, as_lm))
+                elif n.op == "output":
+                    result = torch.fx.node.map_arg(n.args[0], lambda m: env[m])
+                    env.clear()
+                    if not isinstance(result, (list, tuple)) or any(
+                        isinstance(v, (list, tuple, dict)) for v in result
+                    ):
+                        raise _replay.NotReplayed("the graph's output is not a flat list")
+                    template.clear()
+                    tensor_at.clear()
+                    outs = []
+                    for i, v in enumerate(result):
+                        v = as_lm(v)
+                        if isinstance(v, lm.Tensor):
+                            tensor_at.append(i)
+                            template.append(None)
+                            outs.append(v)
+                        else:
+                            template.append(v)
+                    return outs
+            raise _replay.NotReplayed("the FX graph has no output node")
+
+        name = f"torch {self.kind} graph {self.index}"
+        try:
+            view_vals = []
+            for n, i in views:
+                v = self._param_view(n, args[i], self._consts, self._view_lowering(n, args[i]))
+                if v is None:
+                    raise _replay.NotReplayed(f"parameter view {n.name} is not a tensor")
+                view_vals.append(v)
+            jitted = _replay.make_jitted(traced, name)
+            lm_args = [_to_lm(a) if isinstance(a, torch.Tensor) else a for a in args]
+            outs = self._realized(jitted(*lm_args, *view_vals))
+            rec = _replay.Stored(jitted, template, tensor_at, constants)
+        except _LazymathFailed:
+            raise
+        except Exception as e:  # noqa: BLE001  (any failure: the per-call path decides)
+            if _debug() >= 1:
+                print(f"[lazymath.torch] {name}: this signature is not replayed, each call "
+                      f"lowers the graph again ({type(e).__name__}: {e})",
+                      file=sys.stderr)  # fmt: skip
+            return None
+        rec.views = views
+        rec.specs = _specs(args)
+        self._stored[key] = rec
+        self._last_inputs = rec.specs
+        leaves = [a for a in args if isinstance(a, torch.Tensor)] + view_vals
+        return rec.wrap(outs, leaves)
 
     def _param_view(self, n: torch.fx.Node, src, consts: dict, lower: Callable):
         """The realized value of `n` = t/transpose/permute of the parameter `src`, kept across
@@ -402,6 +573,13 @@ class CompiledGraph:
             return "\n".join(lines)
         for name, why in self.breaks.items():
             lines.append(f"  graph break: node {name} = {why} -> torch eager")
+        if self.breaks:
+            lines.append("  replay: off (a graph with breaks lowers its nodes on every call)")
+        else:
+            stored = sum(1 for r in self._stored.values() if r is not None)
+            off = self.traces - stored
+            lines.append(f"  replay: {self.replays} call(s) replayed from {stored} stored "
+                         f"program(s); {off} signature(s) not replayed")  # fmt: skip
         if self._last_inputs is not None:
             args = [_zeros_like_spec(v) for v in self._last_inputs]
             sink: list = []
