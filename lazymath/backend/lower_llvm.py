@@ -903,15 +903,22 @@ def convert(ctx: LowerCtx, src_dt: str, dst_dt: str, x: ir.Value, mode: str) -> 
 
 
 def _cvtt(ctx: LowerCtx, x: ir.Value, t: ir.IntType) -> ir.Value:
-    """cvttss2si: truncate toward zero; NaN or out of range gives the minimum integer."""
+    """cvttss2si: truncate toward zero; NaN or out of range gives the minimum integer.
+
+    A bad lane is replaced by 0.0 before a plain `fptosi` (defined for every lane then) and
+    its result by the minimum afterwards: LLVM vectorizes this to one vcvttps2dq and a blend.
+    `llvm.fptosi.sat` (same values) is scalarized by the x86 backend in vector loops: the
+    znver4 listing of exp(sin(x)*0.5+1)*x had 64 vcvttss2si and 128 vucomiss + cmov in one
+    loop of the sin (its large-argument path); after this change 5 vcvttss2si (scalar
+    remainders) and 10 vcvttps2dq."""
     b = ctx.builder
     ft = x.type
     w = t.width
-    sat = b.call(ctx.intrinsic(f"llvm.fptosi.sat.{_suffix(t)}.{_suffix(ft)}", t, [ft]), [x])
     bad = b.or_(b.fcmp_unordered("uno", x, x),
                 b.or_(b.fcmp_ordered(">=", x, ir.Constant(ft, 2.0 ** (w - 1))),
                       b.fcmp_ordered("<", x, ir.Constant(ft, -(2.0 ** (w - 1))))))  # fmt: skip
-    return b.select(bad, ir.Constant(t, -(1 << (w - 1))), sat)
+    v = b.fptosi(b.select(bad, ir.Constant(ft, 0.0), x), t)
+    return b.select(bad, ir.Constant(t, -(1 << (w - 1))), v)
 
 
 def _f64_to_f32_odd(ctx: LowerCtx, d: ir.Value) -> ir.Value:

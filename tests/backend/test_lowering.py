@@ -256,6 +256,26 @@ def test_vconv(src, dst):
         np.testing.assert_array_equal(got_i[-1], got_n[-1])
 
 
+@pytest.mark.parametrize("src,dst", [("float32", "int32"), ("float64", "int32"),
+                                     ("float32", "int64"), ("float64", "int64")])  # fmt: skip
+def test_vconv_float_to_int_range_edges(src, dst):
+    """x86 truncation at the edges of the integer range: exactly -2^(w-1) converts, 2^(w-1),
+    anything beyond and NaN give the minimum integer -- in the vectorized body and the tail."""
+    w = np.dtype(dst).itemsize * 8
+    lim = 2.0 ** (w - 1)
+    below = float(np.nextafter(np.array(lim, src), np.array(0, src)))
+    edges = [lim, -lim, below, -below, float(np.nextafter(np.array(-lim, src),
+             np.array(-np.inf, src))), 1e30, -1e30, np.nan, np.inf, -np.inf, 0.5, -0.5, -1.5,
+             2.9, -0.0]  # fmt: skip
+    x = np.resize(np.array(edges, src), N)
+    prog = Case((src,), dst).program(lambda b, d, s: b.vconv(d, s, N))
+    got_i, got_n = run_both(prog, [x, np.zeros(N, dst)])
+    mn = np.iinfo(dst).min
+    want = np.array([mn if not (-lim <= v < lim) else int(v) for v in x.tolist()], dst)
+    np.testing.assert_array_equal(got_n[-1], want)
+    np.testing.assert_array_equal(got_i[-1], want)
+
+
 def test_vconv_double_to_half_rounds_once():
     x = np.array([1 + 2**-11 + 2**-40] * N, np.float64)  # just above a half-way point
     arrays = [x, np.zeros(N, np.float16)]
