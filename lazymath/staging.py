@@ -26,6 +26,7 @@ captured as constants at the trace (a rebound global is not seen until the next 
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import sys
 import time
@@ -593,11 +594,13 @@ class _DonatedNode:
 
     def __init__(self, fn: str, shape, dtype) -> None:
         self.tensors = 0
-        self._what = f"a {dtype} tensor of shape {shape} donated to lm.jit function {fn}"
+        self._what = (fn, shape, dtype)  # the message is built when raised (per call: cheap)
 
     def __getattr__(self, name: str):
-        raise DonatedError(f"{self._what} cannot be used after that call: its buffer may hold "
-                           "the call's outputs (pass a copy, or do not donate it)")  # fmt: skip
+        fn, shape, dtype = object.__getattribute__(self, "_what")
+        raise DonatedError(f"a {dtype} tensor of shape {shape} donated to lm.jit function {fn} "
+                           "cannot be used after that call: its buffer may hold the call's "
+                           "outputs (pass a copy, or do not donate it)")  # fmt: skip
 
 
 def _flatten_tensors(tree, out: list) -> None:
@@ -788,17 +791,29 @@ class _Dynamic:
         batched = self.batched
         # a native launch serves up to `capacity` rows; Program.run's outputs have `chunk`
         step = chunk if profiled or rt.bound is None else rt.capacity
+        native = rt.bound is not None and not profiled
+        if native:  # addresses: each base once, row views at offsets (no dict per view)
+            base = [a.__array_interface__["data"][0] for a in arrays]
+            rows = [a.strides[0] if a.ndim else 0 for a in arrays]
+            obase = [f.__array_interface__["data"][0] for f in full]
+            orows = [f.strides[0] for f in full]
+            word = ctypes.c_int64(0)  # the tiling word: the kernels' row count
+            base.append(ctypes.addressof(word))
         for start in range(0, size, step):
             n = min(step, size - start)
+            if native:
+                word.value = n
+                addrs = list(base)
+                for k in batched:
+                    addrs[k] += start * rows[k]
+                outs = [b + start * r for b, r in zip(obase, orows)]
+                (rt.bound if n >= rt.small else rt.single).run_addresses(addrs, outs, dev)
+                continue
             ins = list(arrays)
             for k in batched:
                 ins[k] = arrays[k][start : start + n]
             ins.append(np.array([n], np.int64))  # the tiling word: the kernels' row count
             outs = [f[start : start + n] for f in full]
-            bound = rt.bound if n >= rt.small else rt.single
-            if bound is not None and not profiled:
-                bound.run_into(ins, outs, dev)
-                continue
             data = [ins[k] if k >= 0 else f for k, f in zip(rt.leaf_src, rt.fixed)]
             for o, r in zip(outs, prog.run(data, True)):
                 o[...] = r[:n]

@@ -373,6 +373,37 @@ class BoundReplay:
                 self._ctxs.append(c)
         return outs
 
+    def run_addresses(self, addrs: list[int], out_addrs: list[int], dev) -> None:
+        """`run_into` from raw data addresses (per call input, per output): a caller that
+        knows them (row views of one buffer, at an offset from its base) saves one
+        `__array_interface__` dict per array per launch. The caller keeps the memory alive."""
+        try:
+            c = self._ctxs.pop()
+        except IndexError:
+            c = self._context(dev)
+        ctx, in_patch, in_addr, out_patch = c
+        try:
+            for j, k in enumerate(self._used):
+                addr = addrs[k]
+                if in_addr[j] != addr:
+                    in_addr[j] = addr
+                    for argv, pos in in_patch[j]:
+                        argv[pos] = addr
+            last = ctx.outs
+            for k, addr in enumerate(out_addrs):
+                last[k] = None
+                for argv, pos in out_patch[k]:
+                    argv[pos] = addr
+            pool = dev.block_pool
+            for (ck, blocks), argv in zip(self._calls, ctx.argvs):
+                if blocks <= 1:
+                    ck._cfunc(0, 1, argv)
+                else:
+                    pool.run_native(ck._cfunc, argv, blocks)
+        finally:
+            if self._keep:
+                self._ctxs.append(c)
+
     def run_into(self, arrays: list[np.ndarray], out: list[np.ndarray], dev) -> None:
         """Run on `arrays` (per call input, C-contiguous where the program was traced so)
         writing the outputs into `out` (C-contiguous arrays of the output slots' shapes and
