@@ -3,6 +3,7 @@
     python benchmarks/torch_backend.py                          # fwd and fwd+bwd, fp32 and fp16
     python benchmarks/torch_backend.py --modes fwd --dtypes float32
     python benchmarks/torch_backend.py --quick                  # CI smoke: tiny block, 1 rep
+    python benchmarks/torch_backend.py --model mlp --modes fwd --dtypes float32   # batch 1
     python -m benchmarks --only torch_backend                   # the same through the runner
 
 The model is issue 32's: a pre-norm decoder block (LayerNorm, fused QKV Linear, causal
@@ -20,6 +21,11 @@ d=768, 12 heads, batch 4, sequence 512. Per dtype and mode ("fwd": forward under
   first call: what the peer keeps between calls (pooled buffers, code) plus what a call
   allocates.
 Ratios are peer / lazymath (> 1: lazymath is faster or smaller). Timings are never asserted.
+
+`--model mlp` times a small MLP (Linear 64->256, ReLU, Linear 256->256, GELU, Linear 256->10)
+at `--batch` (default 1) instead: the per-call overhead case, where the backend's Python per
+call (Dynamo's guards, AOTAutograd's wrapper, lazymath's replay) is most of the time. Each
+steady sample is the mean of 200 calls; no peak-memory processes.
 """
 
 from __future__ import annotations
@@ -69,6 +75,25 @@ class GPTBlock(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
         return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class MLP(nn.Module):
+    """The per-call overhead case: three small Linear layers, ReLU and GELU."""
+
+    def __init__(self, d_in: int = 64, hidden: int = 256, d_out: int = 10):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                                 nn.GELU(), nn.Linear(hidden, d_out))  # fmt: skip
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def _make(model: str, dtype: torch.dtype, batch: int, seq: int, d: int, heads: int):
+    """A fresh model of kind `model` in `dtype` (same seed-independent shapes) and its input."""
+    if model == "mlp":
+        return MLP().to(dtype), (batch, 64)
+    return GPTBlock(d, heads).to(dtype), (batch, seq, d)
 
 
 def _status_kb(field: str) -> int:
@@ -142,17 +167,20 @@ def _step(model, x, mode: str):
 
 
 def bench(dtype: torch.dtype, mode: str, batch: int, seq: int, d: int, heads: int,
-          reps: int, peers: tuple[str, ...], peak: bool = True) -> dict:  # fmt: skip
+          reps: int, peers: tuple[str, ...], peak: bool = True, model_kind: str = "gpt",
+          ) -> dict:  # fmt: skip
     """Cold, steady and (with `peak`, one fresh process per peer) peak memory of every peer
     on one (dtype, mode)."""
     use_preset(dtype)
     torch.manual_seed(0)
-    base = GPTBlock(d, heads).to(dtype)
-    x = torch.randn(batch, seq, d, dtype=dtype)
+    base, xshape = _make(model_kind, dtype, batch, seq, d, heads)
+    x = torch.randn(*xshape, dtype=dtype)
+    calls = 200 if model_kind == "mlp" else 1  # calls per steady sample (their mean)
+    peak = peak and model_kind == "gpt"
     runs, cold = {}, {}
     for peer in peers:
         torch._dynamo.reset()
-        model = GPTBlock(d, heads).to(dtype)
+        model, _ = _make(model_kind, dtype, batch, seq, d, heads)
         model.load_state_dict(base.state_dict())
         if peer == "lazymath":
             m = lt.compile(model)
@@ -173,12 +201,15 @@ def bench(dtype: torch.dtype, mode: str, batch: int, seq: int, d: int, heads: in
         for p in peers:
             runs[p]()  # one untimed call after the other peers ran
             for _ in range(max(1, -(-reps // rounds))):
+                fn = runs[p]
                 t0 = time.perf_counter()
-                runs[p]()
-                times[p].append(time.perf_counter() - t0)
+                for _ in range(calls):
+                    fn()
+                times[p].append((time.perf_counter() - t0) / calls)
     shape = (batch, seq, d, heads)
     mem = {p: peak_bytes(p, dtype, mode, shape) if peak else 0 for p in peers}
     return {
+        "model": model_kind,
         "dtype": str(dtype).removeprefix("torch."),
         "mode": mode,
         "steady": {p: statistics.median(v) for p, v in times.items()},
@@ -188,16 +219,16 @@ def bench(dtype: torch.dtype, mode: str, batch: int, seq: int, d: int, heads: in
 
 
 def table(results: list[dict]) -> str:
-    head = (f"{'case':18} {'peer':9} {'steady ms':>10} {'x lm':>6} {'cold s':>8} {'x lm':>6} "
+    head = (f"{'case':22} {'peer':9} {'steady ms':>10} {'x lm':>6} {'cold s':>8} {'x lm':>6} "
             f"{'peak MB':>8} {'x lm':>6}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in results:
         lm_s, lm_c, lm_p = (r[k]["lazymath"] for k in ("steady", "cold", "peak"))
         for i, p in enumerate(r["steady"]):
-            case = f"{r['mode']} {r['dtype']}" if i == 0 else ""
+            case = f"{r['model']} {r['mode']} {r['dtype']}" if i == 0 else ""
             s, c, m = r["steady"][p], r["cold"][p], r["peak"][p]
             mr = m / max(lm_p, 1)
-            lines.append(f"{case:18} {p:9} {s * 1e3:>10.1f} {s / lm_s:>6.2f} {c:>8.2f} "
+            lines.append(f"{case:22} {p:9} {s * 1e3:>10.4g} {s / lm_s:>6.2f} {c:>8.2f} "
                          f"{c / lm_c:>6.2f} {m / 2**20:>8.1f} {mr:>6.2f}")  # fmt: skip
     return "\n".join(lines)
 
@@ -207,7 +238,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--modes", default="fwd,fwd+bwd", help="comma-separated: fwd, fwd+bwd")
     ap.add_argument("--dtypes", default="float32,float16", help="comma-separated torch dtypes")
     ap.add_argument("--peers", default=",".join(PEERS), help=f"subset of {','.join(PEERS)}")
-    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument(
+        "--model",
+        default="gpt",
+        choices=("gpt", "mlp"),
+        help="gpt: issue 32's block; mlp: the small per-call overhead case",
+    )
+    ap.add_argument("--batch", type=int, default=None, help="default 4 (gpt), 1 (mlp)")
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--d", type=int, default=768)
     ap.add_argument("--heads", type=int, default=12)
@@ -216,6 +253,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--no-peak", action="store_true", help="skip the peak-memory processes")
     ap.add_argument("--peak-child", default="", help=argparse.SUPPRESS)  # internal: one peak
     args = ap.parse_args(argv)
+    if args.batch is None:
+        args.batch = 1 if args.model == "mlp" else 4
     if args.peak_child:
         dt = getattr(torch, args.dtypes.split(",")[0])
         print(peak_child(args.peak_child, dt, args.modes.split(",")[0],
@@ -239,8 +278,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for mode in modes:
             print(f"{mode} {dt} ...", file=sys.stderr, flush=True)
             results.append(bench(dt, mode, args.batch, args.seq, args.d, args.heads, args.reps,
-                                 peers, peak=not args.no_peak))  # fmt: skip
-    print(f"GPT block batch {args.batch}, seq {args.seq}, d {args.d}, {args.heads} heads; "
+                                 peers, peak=not args.no_peak, model_kind=args.model))  # fmt: skip
+    what = (f"GPT block batch {args.batch}, seq {args.seq}, d {args.d}, {args.heads} heads"
+            if args.model == "gpt" else f"MLP 64-256-256-10 batch {args.batch}")  # fmt: skip
+    print(f"{what}; "
           f"torch {torch.__version__}, {torch.get_num_threads()} torch threads; "
           "x lm = peer / lazymath (> 1: lazymath faster / smaller)")  # fmt: skip
     print(table(results))
