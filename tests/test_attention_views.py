@@ -22,13 +22,6 @@ F = torch.nn.functional
 RNG = np.random.default_rng(3232)
 
 
-@pytest.fixture(params=["ascend910", "ascend910b"])
-def spec(request):
-    lm.init_device(0, spec=request.param)
-    yield request.param
-    lm.init_device(0, spec="ascend910")
-
-
 @pytest.fixture
 def compiled(backend):
     if backend == "reference":
@@ -52,7 +45,7 @@ def kernels(out) -> list[str]:
     return [k.name for k in lm.schedule(out).kernels]
 
 
-def test_heads_of_a_qkv_matmul_are_read_in_place(spec):
+def test_heads_of_a_qkv_matmul_are_read_in_place(preset):
     """x @ w + b, split into heads by views: the matmul's kernel(s) and the attention kernel,
     no copy; the attention reads the matmul's output with row stride 3C and offsets 0, C, 2C."""
     B, T, H, D = 2, 17, 3, 24
@@ -64,7 +57,7 @@ def test_heads_of_a_qkv_matmul_are_read_in_place(spec):
                                              is_causal=True)  # fmt: skip
     sched = lm.schedule(out)
     # (the split 910B adds the bias in a Vector kernel: its Cube core keeps FixPipe ops only)
-    want = ["matmul", "custom"] if spec == "ascend910" else ["matmul", "elementwise", "custom"]
+    want = ["matmul", "custom"] if preset == "ascend910" else ["matmul", "elementwise", "custom"]
     assert [k.kind for k in sched.kernels] == want, kernels(out)
     assert not any(k.ops == ["copy"] for k in sched.kernels)
     att = sched.kernels[-1].ir
@@ -73,7 +66,7 @@ def test_heads_of_a_qkv_matmul_are_read_in_place(spec):
     assert all(a.strides == (T * 3 * C, D, 3 * C, 1) for a in att.inputs)
 
 
-def test_unaddressable_views_are_copied(spec):
+def test_unaddressable_views_are_copied(preset):
     """A flipped sequence (negative row stride) or a transposed last dimension is made dense
     first (a copy kernel, or the plan's contiguous copy of a user array); the attention kernel
     only ever gets views with a dense last dimension and no negative stride."""
@@ -88,7 +81,7 @@ def test_unaddressable_views_are_copied(spec):
         assert all(min(a.strides) >= 0 and a.strides[-1] == 1 for a in att.inputs), att.inputs
 
 
-def test_realized_strided_inputs_need_no_kernel_but_attention(spec):
+def test_realized_strided_inputs_need_no_kernel_but_attention(preset):
     """Views of a user array (a slice at an offset, heads by a permute, k and v broadcast over
     the heads with stride 0) are read where they are: the program is the attention alone."""
     base = lm.asarray(RNG.standard_normal((2, 20, 3 * 48)).astype(np.float32))
@@ -107,7 +100,7 @@ CASES = [  # B, T, H, D, causal
 
 
 @pytest.mark.parametrize("B, T, H, D, causal", CASES)
-def test_strided_attention_values(compiled, spec, B, T, H, D, causal):
+def test_strided_attention_values(compiled, preset, B, T, H, D, causal):
     """Through views of a realized qkv array with a leading offset, and of a pending matmul
     output, against torch on the same numbers."""
     C = H * D
@@ -130,7 +123,7 @@ def test_strided_attention_values(compiled, spec, B, T, H, D, causal):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_broadcast_and_flipped_values(compiled, spec):
+def test_broadcast_and_flipped_values(compiled, preset):
     """k/v broadcast over heads (stride 0) and a flipped k (copied) against torch."""
     q = RNG.standard_normal((2, 3, 11, 16)).astype(np.float32)
     kv = RNG.standard_normal((2, 1, 11, 16)).astype(np.float32)

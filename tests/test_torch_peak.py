@@ -16,7 +16,6 @@ import torch
 import torch._dynamo
 from torch import nn
 
-import lazymath as lm
 import lazymath.torch as lt
 
 F = nn.functional
@@ -67,28 +66,28 @@ def _copies(sched) -> list[str]:
     return [k.name for k in sched.kernels if k.ops == ["copy"]]
 
 
-@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
-def test_gpt_block_forward_plan_is_below_eager_peak(spec):
+def test_gpt_block_forward_plan_is_below_eager_peak(preset):
     """One program output (the block's result), one copy kernel (attention's (B, H, T, D)
     result transposed for the projection's (B*T, C) operand: eager copies there too), and a
     planned peak below a lower bound of eager's: during the tanh GELU eager holds the fc
     output, GELU's result (4*B*T*d each) and the residual stream (B*T*d)."""
-    lm.init_device(spec=spec)
-    try:
-        B, T, d = 2, 64, 768
-        m = GPTBlock(d, 12).eval()
-        x = torch.randn(B, T, d)
-        c = lt.compile(m)
-        with torch.no_grad():
-            torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-4)
-        (sched,) = _schedules(c)
-        assert len(sched.outputs) == 1
-        assert len(_copies(sched)) <= 1, _copies(sched)
-        assert len(sched.kernels) <= 14, [k.name for k in sched.kernels]
-        eager_floor = 9 * B * T * d * 4
-        assert 0 < sched.memory.planned_peak_bytes <= eager_floor
-    finally:
-        lm.init_device(spec="ascend910")
+    B, T, d = 2, 64, 768
+    m = GPTBlock(d, 12).eval()
+    x = torch.randn(B, T, d)
+    c = lt.compile(m)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-4)
+    (sched,) = _schedules(c)
+    assert len(sched.outputs) == 1
+    assert len(_copies(sched)) <= 1, _copies(sched)
+    # (the split 910B adds biases in Vector kernels: its Cube core keeps FixPipe ops only)
+    names = [k.name for k in sched.kernels]
+    assert len(names) <= (11 if preset == "ascend910" else 14), names
+    # q, k and v are read from the qkv buffer in place (tests/test_attention_views.py)
+    (att,) = [k for k in sched.kernels if k.kind == "custom"]
+    assert len({id(n) for n in att.group.inputs}) == 1
+    eager_floor = 9 * B * T * d * 4
+    assert 0 < sched.memory.planned_peak_bytes <= eager_floor
 
 
 def test_values_dead_at_a_graph_break_are_not_realized():
