@@ -365,3 +365,45 @@ def test_casts_and_matmul_on_every_target(target_cpu, b910, monkeypatch):
     t = host.target()
     assert gemm.bf16_dot_available() == (t.bf16 and t.vector_regs >= 32)
     assert bool(built) == gemm.bf16_dot_available()
+
+
+@pytest.mark.parametrize("view", ["contiguous", "odd_row_stride", "reversed_rows", "k_tail"])
+def test_dot_product_mmad_reads_whole_a_panels_in_place(b910, monkeypatch, tmp_path, view):
+    """On an AVX512_BF16 host the vdpbf16ps Mmad reads a whole bfloat16 A panel row-major in
+    GM (the `_nd` dot-product microkernels: no float32 widening, no per-Mmad narrowing), also
+    at an odd row stride (2-byte aligned pair loads) and a negative one; a panel that is not
+    whole (K not a multiple of 16) is packed as before. Values equal the packed lowering
+    (gemm.ND_A off) and float32 matmul rounded once (a float32 reference: same products, sums
+    in another order)."""
+    from lazymath.backend import gemm
+
+    if not gemm.bf16_dot_available():
+        pytest.skip("host without AVX512_BF16: the float32 FMA mapping (tested above)")
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path))
+    k = 29 if view == "k_tail" else 160
+    big = _rand((131, k + 1), 8)
+    a = {"odd_row_stride": big[:, :k], "reversed_rows": big[::-1, :k]}.get(view, big[:, :k])
+    if view in ("contiguous", "k_tail"):
+        a = np.ascontiguousarray(a)
+    b = _rand((k, 83), 9)
+    built = []
+    orig = gemm.get_ukernel_bf16
+
+    def spy(*args, **kw):
+        built.append(kw.get("nd", args[4] if len(args) > 4 else False))
+        return orig(*args, **kw)
+
+    monkeypatch.setattr(gemm, "get_ukernel_bf16", spy)
+    got = {}
+    for nd in (True, False):
+        monkeypatch.setattr(gemm, "ND_A", nd)
+        lm.clear_cache()
+        got[nd] = (lm.asarray(a) @ lm.asarray(b)).numpy()
+    lm.clear_cache()
+    assert any(built) == (view != "k_tail")
+    f = np.float32
+    want = (a.astype(f) @ b.astype(f)).astype(BF16)
+    _same_bits(got[True], got[False])
+    np.testing.assert_allclose(_f64(got[True]), _f64(want),
+                               atol=ULP * float(np.abs(_f64(want)).max()))  # fmt: skip

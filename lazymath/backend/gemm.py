@@ -814,7 +814,8 @@ def emit_narrow_b_pairs(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, b_rows: i
             b.store(both, gep(b, dst, b.add(col, b.mul(p, c64(2 * C0))), I16), align=4)
 
 
-def get_ukernel_bf16(mod: ir.Module, mr: int, nr: int, pf_lines: int = 1) -> ir.Function:
+def get_ukernel_bf16(mod: ir.Module, mr: int, nr: int, pf_lines: int = 1,
+                     nd: bool = False) -> ir.Function:  # fmt: skip
     """``ukernel(a, b, c, nfc, a_fc, b_fc, c_fc, accumulate, pf_b, pf_c)`` as `get_ukernel`'s
     (same arguments, element offsets in i16 for a and b), C(mr x nr) (+)= A B with vdpbf16ps:
     per K pair, nr/16 B vectors (32 bfloat16: 16 columns x 2 k, one cache line each), mr 32-bit
@@ -822,8 +823,13 @@ def get_ukernel_bf16(mod: ir.Module, mr: int, nr: int, pf_lines: int = 1) -> ir.
     K fractal column are unrolled (half the float32 kernel's k steps per column). Products of
     bfloat16 are exact in float32; each instruction adds the pair's two products in turn,
     flushing denormal inputs and results to zero (Intel SDM), so a sum may differ from the
-    float32 FMA kernel's in its last bits, never by more than rounding order allows."""
-    name = f"lm_ukernel_bf16_{mr}x{nr}_pf{pf_lines}"
+    float32 FMA kernel's in its last bits, never by more than rounding order allows.
+
+    `nd`: A is the bfloat16 operand row-major in GM (read in place, lower_cube.nd_panels):
+    `a_fc` is then its row stride in elements and a K fractal column is 16 elements further
+    along the row; a row's K pairs are adjacent either way (one 32-bit broadcast, 2-byte
+    aligned: the row stride may be odd)."""
+    name = f"lm_ukernel_bf16_{mr}x{nr}_pf{pf_lines}" + ("_nd" if nd else "")
     if name in mod.globals:
         return mod.globals[name]
     nf = nr // C0
@@ -888,14 +894,18 @@ def get_ukernel_bf16(mod: ir.Module, mr: int, nr: int, pf_lines: int = 1) -> ir.
         bv = [b.bitcast(vload(b, gep(b, fcb[f], p * 2 * C0, I16), V16I, 64), V32BF)
               for f in range(nf)]  # fmt: skip
         for r in range(mr):
-            s = b.load(gep(b, pa, r * C0 + 2 * p, I16), typ=I32, align=4)
+            if nd:
+                pr = gep(b, pa, b.add(b.mul(astride, c64(r)), c64(2 * p)), I16)
+                s = b.load(pr, typ=I32, align=2)
+            else:
+                s = b.load(gep(b, pa, r * C0 + 2 * p, I16), typ=I32, align=4)
             v = b.bitcast(splat(b, s, 16), V32BF)
             for f in range(nf):
                 i = r * nf + f
                 cur[i] = b.call(dp, [cur[i], v, bv[f]])
     blk = b.block
     kv.add_incoming(b.add(kv, c64(1)), blk)
-    pa.add_incoming(gep(b, pa, astride, I16), blk)
+    pa.add_incoming(gep(b, pa, c64(C0) if nd else astride, I16), blk)
     pb.add_incoming(gep(b, pb, C0 * C0, I16), blk)
     ppf.add_incoming(gep(b, ppf, C0 * C0, I16), blk)
     for ph, v in zip(accs, cur):
@@ -910,14 +920,20 @@ def get_ukernel_bf16(mod: ir.Module, mr: int, nr: int, pf_lines: int = 1) -> ir.
 
 def emit_mmad_bf16(b: ir.IRBuilder, c: ir.Value, c_rows: int, a: ir.Value, a_rows: int,
                    bmat: ir.Value, b_rows: int, m: Val, n: Val, k: Val, accumulate: Val,
-                   a16: ir.Value, b16: ir.Value, plan: GemmPlan | None = None) -> None:  # fmt: skip
+                   a16: ir.Value, b16: ir.Value, plan: GemmPlan | None = None,
+                   a_nd: Val | None = None) -> None:  # fmt: skip
     """`emit_mmad` for a bfloat16 Mmad with vdpbf16ps: narrow the float32 NZ panels A
     (a_rows x k) and B (k x n) into the scratch `a16` / `b16` (i16; as many elements as the
     float32 buffers the panels live in, which bound a_rows * k and k * n), then the same loop nest
     as `emit_mmad` (B micro-panels of the plan's nr columns outer, MR-row A micro-panels inner,
     narrower edge widths, a tail microkernel for the rows past the last whole MR) over the
     dot-product microkernels. One K pass (the plan's host K panel is for float32 panels; a
-    bfloat16 B micro-panel of the Mmad's K is half the bytes)."""
+    bfloat16 B micro-panel of the Mmad's K is half the bytes).
+
+    `a_nd` (row stride in elements): `a` is then the bfloat16 A operand row-major in GM, read
+    in place by the `_nd` microkernels with no narrowing (lower_cube proves the panel whole):
+    narrowing a 128 x 512 float32 A panel for every Mmad cost 16 of 101 ms of the 2048^3
+    kernel on one Zen 4 core."""
     plan = plan or host_gemm()
     nr = plan.uk.nr if plan.uk.vw == 16 else 64
     n_ir = -(-(m if isinstance(m, int) else a_rows) // MR)
@@ -927,22 +943,29 @@ def emit_mmad_bf16(b: ir.IRBuilder, c: ir.Value, c_rows: int, a: ir.Value, a_row
     )
     nfc = ceil_div(b, k, C0)
     ncb = ceil_div(b, n, C0)
-    emit_narrow_a(b, a16, a, imul(b, nfc, a_rows * C0))
+    if a_nd is None:
+        emit_narrow_a(b, a16, a, imul(b, nfc, a_rows * C0))
+        afc, arow, akc = c64(a_rows * C0), c64(C0), c64(a_rows * C0)
+    else:
+        a16 = a
+        afc = arow = as_i64(a_nd)  # row stride; a K fractal column is C0 along the row
+        akc = c64(C0)
     emit_narrow_b_pairs(b, b16, bmat, b_rows, nfc, ncb)
     full_rows = min(a_rows, c_rows) // MR
     tail_rows = min(a_rows, c_rows) % MR
-    bfc, cfc, afc = c64(b_rows * C0), c64(c_rows * C0), c64(a_rows * C0)
+    bfc, cfc = c64(b_rows * C0), c64(c_rows * C0)
     kcf = bf16_k_panel(nr) // C0
+    nd = a_nd is not None
     if isinstance(nfc, int) and nfc <= kcf:
         _bf16_panel(b, c, a16, b16, b_rows, m, acc, nfc, ncb, nr, q, full_rows, tail_rows, bfc,
-                    cfc, afc)  # fmt: skip
+                    cfc, afc, arow, nd)  # fmt: skip
         return
     with for_range(b, 0, nfc, kcf, name="kb") as kb:
         nk = imin(b, c64(kcf), b.sub(as_i64(nfc), kb))
         acc_k = b.select(b.icmp_signed(">", kb, c64(0)), ir.Constant(I32, 1), acc)
-        _bf16_panel(b, c, gep(b, a16, b.mul(kb, afc), I16), gep(b, b16, b.mul(kb, c64(C0 * C0)),
+        _bf16_panel(b, c, gep(b, a16, b.mul(kb, akc), I16), gep(b, b16, b.mul(kb, c64(C0 * C0)),
                     I16), b_rows, m, acc_k, nk, ncb, nr, q, full_rows, tail_rows, bfc, cfc,
-                    afc)  # fmt: skip
+                    afc, arow, nd)  # fmt: skip
 
 
 def bf16_k_panel(nr: int, target=None) -> int:
@@ -956,12 +979,13 @@ def bf16_k_panel(nr: int, target=None) -> int:
 
 
 def _bf16_panel(b, c, a16, b16, b_rows, m, acc, nfc, ncb, nr, q, full_rows, tail_rows, bfc,
-                cfc, afc) -> None:  # fmt: skip
-    """One host K panel of `emit_mmad_bf16`: B micro-panels outer, A micro-panels inner."""
+                cfc, afc, arow, nd) -> None:  # fmt: skip
+    """One host K panel of `emit_mmad_bf16`: B micro-panels outer, A micro-panels inner
+    (`arow`: A's row step in elements, C0 in NZ, the row stride in place)."""
     nf = nr // C0
 
     def run(fc0: ir.Value, width: int) -> None:
-        ukf = get_ukernel_bf16(b.module, MR, width, q)
+        ukf = get_ukernel_bf16(b.module, MR, width, q, nd)
         pb = gep(b, b16, b.mul(fc0, bfc), I16)
         pb_next = gep(b, pb, (width // C0) * b_rows * C0, I16)
         pc_col = gep(b, c, b.mul(fc0, cfc))
@@ -971,13 +995,15 @@ def _bf16_panel(b, c, a16, b16, b_rows, m, acc, nfc, ncb, nr, q, full_rows, tail
             pc = gep(b, pc_col, off)
             line = b.and_(b.mul(ir_, c64(q)), c64(C0 // 2 - 1))
             pf_b = gep(b, pb_next, b.mul(line, c64(2 * C0)), I16)
-            b.call(ukf, [gep(b, a16, off, I16), pb, pc, as_i64(nfc), afc, bfc, cfc, acc, pf_b,
+            pa = gep(b, a16, b.mul(b.mul(ir_, c64(MR)), arow), I16)
+            b.call(ukf, [pa, pb, pc, as_i64(nfc), afc, bfc, cfc, acc, pf_b,
                          gep(b, pc, MR * C0)])  # fmt: skip
         if tail_rows:
-            uk_tail = get_ukernel_bf16(b.module, tail_rows, width, q)
+            uk_tail = get_ukernel_bf16(b.module, tail_rows, width, q, nd)
             with b.if_then(b.icmp_signed(">", as_i64(groups), c64(full_rows))):
                 off = full_rows * MR * C0
-                b.call(uk_tail, [gep(b, a16, off, I16), pb, gep(b, pc_col, off), as_i64(nfc),
+                pa = gep(b, a16, b.mul(c64(full_rows * MR), arow), I16)
+                b.call(uk_tail, [pa, pb, gep(b, pc_col, off), as_i64(nfc),
                                  afc, bfc, cfc, acc, pb_next, gep(b, pc_col, off)])  # fmt: skip
 
     full = ncb // nf if isinstance(ncb, int) else b.sdiv(ncb, c64(nf))

@@ -224,7 +224,10 @@ class Buffer:
     def nbytes(self) -> int:
         import numpy as np
 
-        return self.size * np.dtype(self.dtype).itemsize
+        # bfloat16 by name: np.dtype("bfloat16") exists only once ml_dtypes is imported, and a
+        # program (its capacity check, its listing) must not depend on who imported what
+        item = 2 if self.dtype == "bfloat16" else np.dtype(self.dtype).itemsize
+        return self.size * item
 
     def __str__(self) -> str:
         return self.name

@@ -168,7 +168,9 @@ def _state(ctx: lower_llvm.LowerCtx) -> _CubeState:
         st.memo_ok = memo_sources_read_only(ctx.program)
         st.ranges = var_ranges(ctx.program)
         st.nd_ok = nd_panels(ctx.program, st.alias_ok) if gemm.ND_A else frozenset()
-        if gemm.ND_PACK:  # (bfloat16 panels stay NZ for the dot-product Mmad, `_mmad`)
+        if gemm.ND_A and gemm.bf16_dot_available():  # bfloat16 A read in place (vdpbf16ps)
+            st.nd_ok |= nd_panels(ctx.program, st.alias_ok, ("bfloat16",))
+        if gemm.ND_PACK:
             narrow = ("float16",) if gemm.bf16_dot_available() else ("float16", "bfloat16")
             st.nd_ok |= nd_panels(ctx.program, st.alias_ok, narrow)
         ctx._cube_state = st
@@ -608,7 +610,10 @@ def _load_nz(ctx: lower_llvm.LowerCtx, i: cube.LoadNz) -> None:
             at = ctx.int(i.dst.off)
             whole = True
             ptr, stride = src, sr
-            widen = i.src.buf.dtype != "float32"  # packed row-major (float16): see ND_PACK
+            # packed row-major (float16; bfloat16 without vdpbf16ps): see ND_PACK; the dot
+            # product microkernels read a bfloat16 A in place (gemm.emit_mmad_bf16's a_nd)
+            in_place = ("float32", "bfloat16") if gemm.bf16_dot_available() else ("float32",)
+            widen = i.src.buf.dtype not in in_place
             if widen:
                 ptr, stride = st.nd_shadow(i)
             if conds:  # decided at run time: packed into the L1 shadow when not whole
@@ -683,13 +688,14 @@ def _mmad(ctx: lower_llvm.LowerCtx, i: cube.Mmad) -> None:
     a_rows = st.alias_rows.get(i.a.buf.name, i.a_rows)
     b_rows = st.alias_rows.get(i.b.buf.name, i.b_rows)
     b = ctx.builder
-    if i.in_dtype == "bfloat16" and gemm.bf16_dot_available():  # vdpbf16ps (NZ panels only)
-        gemm.emit_mmad_bf16(b, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, st.ptr(i.b), b_rows,
-                            _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv,
-                            st.bf16_scratch("a"), st.bf16_scratch("b"))  # fmt: skip
-        return
 
     def mmad(a_nd: int | None = None) -> None:
+        if i.in_dtype == "bfloat16" and gemm.bf16_dot_available():  # vdpbf16ps (NZ B)
+            gemm.emit_mmad_bf16(b, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, st.ptr(i.b),
+                                b_rows, _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv,
+                                st.bf16_scratch("a"), st.bf16_scratch("b"),
+                                a_nd=a_nd)  # fmt: skip
+            return
         gemm.emit_mmad(b, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, st.ptr(i.b), b_rows,
                        _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv,
                        a_nd=a_nd)  # fmt: skip
