@@ -455,6 +455,54 @@ UK_LIBRARY: ContextVar[Callable[[str], None] | None] = ContextVar("UK_LIBRARY", 
 UK_FNTYPE = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, I64, I64, I64, I32, PTR, PTR])
 
 
+def _prefetch_c(b: ir.IRBuilder, pfc, cstride, nf: int, mr: int) -> None:
+    """Prefetch (for writing) the rows of the C tile the next call accumulates into."""
+    for f in range(nf):
+        pc = pfc if f == 0 else gep(b, pfc, b.mul(cstride, c64(f)))
+        for r in range(mr):
+            prefetch(b, gep(b, pc, r * C0), 3)
+
+
+def _k_loop(b: ir.IRBuilder, fn, nfc, ptrs: tuple, init: list, vt) -> tuple:
+    """Open the loop over the `nfc` K fractal columns and position in its body: (head block,
+    end block, phis (column, A, B, B-prefetch pointers) started at 0 and `ptrs`, accumulator
+    phis started at `init`). The caller adds the latch's incoming values and branches back."""
+    pre = b.block
+    head, body, end = (fn.append_basic_block(f"k.{n}") for n in ("head", "body", "end"))
+    b.branch(head)
+    b.position_at_end(head)
+    kv = b.phi(I64, name="fc")
+    phis = [kv] + [b.phi(PTR, name=n) for n in ("pa", "pb", "ppf")]
+    for ph, v in zip(phis, (c64(0),) + tuple(ptrs), strict=True):
+        ph.add_incoming(v, pre)
+    accs = [b.phi(vt, name=f"c{i}") for i in range(len(init))]
+    for ph, v in zip(accs, init, strict=True):
+        ph.add_incoming(v, pre)
+    b.cbranch(b.icmp_signed("<", kv, nfc), body, end)
+    b.position_at_end(body)
+    return head, end, tuple(phis), accs
+
+
+def _acc_init(b: ir.IRBuilder, fn, accf, addresses, vt, align: int) -> list:
+    """The accumulators' first values: zero, or (accf != 0: accumulate into L0C) the C tile's
+    vectors at `addresses()` (a callable: its address arithmetic belongs in the load block)."""
+    zero = ir.Constant(vt, [0.0] * vt.count)
+    entry, ld, go = b.block, fn.append_basic_block("load"), fn.append_basic_block("go")
+    b.cbranch(b.icmp_signed("!=", accf, ir.Constant(I32, 0)), ld, go)
+    b.position_at_end(ld)
+    loaded = [vload(b, p, vt, align) for p in addresses()]
+    ld_end = b.block
+    b.branch(go)
+    b.position_at_end(go)
+    init = []
+    for i, v in enumerate(loaded):
+        p = b.phi(vt, name=f"c{i}.init")
+        p.add_incoming(zero, entry)
+        p.add_incoming(v, ld_end)
+        init.append(p)
+    return init
+
+
 def get_ukernel(mod: ir.Module, uk: Microkernel = Microkernel(), pf_lines: int = 1,
                 nr: int | None = None, rows: int | None = None,
                 symbol: str | None = None, nd: bool = False) -> ir.Function:  # fmt: skip
@@ -512,55 +560,17 @@ def get_ukernel(mod: ir.Module, uk: Microkernel = Microkernel(), pf_lines: int =
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     # nd: A row-major in place, `astride` its row stride (row r at r * astride, k at + k)
     arow = [c64(0)] + [b.mul(astride, c64(r)) for r in range(1, mr)] if nd else []
-    zero = ir.Constant(vt, [0.0] * vw)
     align = min(4 * vw, 32)
 
     def c_at(r: int, f: int, j: int) -> ir.Value:
         base = c if f == 0 else gep(b, c, b.mul(cstride, c64(f)))
         return gep(b, base, r * C0 + j * vw)
 
-    for f in range(nf):
-        for r in range(mr):
-            pc = pfc if f == 0 else gep(b, pfc, b.mul(cstride, c64(f)))
-            prefetch(b, gep(b, pc, r * C0), 3)
+    _prefetch_c(b, pfc, cstride, nf, mr)
     slots = [(r, f, j) for r in range(mr) for f in range(nf) for j in range(nj)]
-    # initial accumulators: zero or loaded from L0C
-    do_load = b.icmp_signed("!=", accf, ir.Constant(I32, 0))
-    entry = b.block
-    ld = fn.append_basic_block("load")
-    go = fn.append_basic_block("go")
-    b.cbranch(do_load, ld, go)
-    b.position_at_end(ld)
-    loaded = [vload(b, c_at(r, f, j), vt, align) for r, f, j in slots]
-    ld_end = b.block
-    b.branch(go)
-    b.position_at_end(go)
-    init = []
-    for i, v in enumerate(loaded):
-        p = b.phi(vt, name=f"c{i}.init")
-        p.add_incoming(zero, entry)
-        p.add_incoming(v, ld_end)
-        init.append(p)
+    init = _acc_init(b, fn, accf, lambda: [c_at(*s) for s in slots], vt, align)
     # k loop over fractal columns
-    pre = b.block
-    head = fn.append_basic_block("k.head")
-    body = fn.append_basic_block("k.body")
-    end = fn.append_basic_block("k.end")
-    b.branch(head)
-    b.position_at_end(head)
-    kv = b.phi(I64, name="fc")
-    pa = b.phi(fp, name="pa")
-    pb = b.phi(fp, name="pb")
-    ppf = b.phi(fp, name="ppf")
-    accs = [b.phi(vt, name=f"c{i}") for i in range(len(slots))]
-    kv.add_incoming(c64(0), pre)
-    pa.add_incoming(a, pre)
-    pb.add_incoming(bp, pre)
-    ppf.add_incoming(pfb, pre)
-    for p, v in zip(accs, init):
-        p.add_incoming(v, pre)
-    b.cbranch(b.icmp_signed("<", kv, nfc), body, end)
-    b.position_at_end(body)
+    head, end, (kv, pa, pb, ppf), accs = _k_loop(b, fn, nfc, (a, bp, pfb), init, vt)
     fcp = [ppf] + [gep(b, ppf, b.mul(bstride, c64(f))) for f in range(1, nf)]
     for kk in range(min(pf_lines, C0)):
         for f in range(nf):
@@ -840,50 +850,15 @@ def get_ukernel_bf16(mod: ir.Module, mr: int, nr: int, pf_lines: int = 1,
     a, bp, c, nfc, astride, bstride, cstride, accf, pfb, pfc = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     dp = get_intrinsic(mod, "llvm.x86.avx512bf16.dpbf16ps.512", V16F, [V16F, V32BF, V32BF])
-    zero = ir.Constant(V16F, [0.0] * 16)
 
     def c_at(r: int, f: int) -> ir.Value:
         base = c if f == 0 else gep(b, c, b.mul(cstride, c64(f)))
         return gep(b, base, r * C0)
 
-    for f in range(nf):
-        for r in range(mr):
-            pc = pfc if f == 0 else gep(b, pfc, b.mul(cstride, c64(f)))
-            prefetch(b, gep(b, pc, r * C0), 3)
+    _prefetch_c(b, pfc, cstride, nf, mr)
     slots = [(r, f) for r in range(mr) for f in range(nf)]
-    do_load = b.icmp_signed("!=", accf, ir.Constant(I32, 0))
-    entry = b.block
-    ld = fn.append_basic_block("load")
-    go = fn.append_basic_block("go")
-    b.cbranch(do_load, ld, go)
-    b.position_at_end(ld)
-    loaded = [vload(b, c_at(r, f), V16F, 32) for r, f in slots]
-    ld_end = b.block
-    b.branch(go)
-    b.position_at_end(go)
-    init = []
-    for i, v in enumerate(loaded):
-        p = b.phi(V16F, name=f"c{i}.init")
-        p.add_incoming(zero, entry)
-        p.add_incoming(v, ld_end)
-        init.append(p)
-    pre = b.block
-    head = fn.append_basic_block("k.head")
-    body = fn.append_basic_block("k.body")
-    end = fn.append_basic_block("k.end")
-    b.branch(head)
-    b.position_at_end(head)
-    kv = b.phi(I64, name="fc")
-    pa = b.phi(PTR, name="pa")
-    pb = b.phi(PTR, name="pb")
-    ppf = b.phi(PTR, name="ppf")
-    accs = [b.phi(V16F, name=f"c{i}") for i in range(len(slots))]
-    for ph, v in ((kv, c64(0)), (pa, a), (pb, bp), (ppf, pfb)):
-        ph.add_incoming(v, pre)
-    for ph, v in zip(accs, init):
-        ph.add_incoming(v, pre)
-    b.cbranch(b.icmp_signed("<", kv, nfc), body, end)
-    b.position_at_end(body)
+    init = _acc_init(b, fn, accf, lambda: [c_at(*s) for s in slots], V16F, 32)
+    head, end, (kv, pa, pb, ppf), accs = _k_loop(b, fn, nfc, (a, bp, pfb), init, V16F)
     fcp = [ppf] + [gep(b, ppf, b.mul(bstride, c64(f)), I16) for f in range(1, nf)]
     for kk in range(min(pf_lines, C0 // 2)):
         for f in range(nf):

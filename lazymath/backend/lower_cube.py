@@ -693,8 +693,7 @@ def _mmad(ctx: lower_llvm.LowerCtx, i: cube.Mmad) -> None:
         if i.in_dtype == "bfloat16" and gemm.bf16_dot_available():  # vdpbf16ps (NZ B)
             gemm.emit_mmad_bf16(b, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, st.ptr(i.b),
                                 b_rows, _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv,
-                                st.bf16_scratch("a"), st.bf16_scratch("b"),
-                                a_nd=a_nd)  # fmt: skip
+                                st.bf16_scratch("a"), st.bf16_scratch("b"), a_nd=a_nd)  # fmt: skip
             return
         gemm.emit_mmad(b, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, st.ptr(i.b), b_rows,
                        _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv,
