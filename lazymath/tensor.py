@@ -2131,6 +2131,11 @@ def expand_dims(x: Tensor, axis) -> Tensor:
     result)."""
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     nd = x.ndim + len(axes)
+    for a in axes:  # the standard raises IndexError here; numpy's AxisError is also a ValueError
+        if isinstance(a, (int, np.integer)) and not -nd <= a < nd:
+            raise np.exceptions.AxisError(
+                f"expand_dims: axis {a} is out of bounds for the {nd}-d result (x has {x.ndim})"
+            )
     norm = _axes(axes, nd, "expand_dims")
     shape, it = [], iter(x.shape)
     for i in range(nd):

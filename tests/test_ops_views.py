@@ -273,3 +273,16 @@ def test_indexing_errors_at_call():
         t[::0]
     with pytest.raises(IndexError):
         lm.tensor(np.float32(1))[0]
+
+
+def test_expand_dims_out_of_range_axis_is_an_index_error():
+    """The Array API standard raises IndexError for an axis outside [-ndim-1, ndim] (found by
+    array-api-tests' test_expand_dims: lazymath raised ValueError); numpy's AxisError is both."""
+    x = lm.asarray(np.zeros((2, 3), np.float32))
+    for bad in (3, -4, 7):
+        with pytest.raises(IndexError, match="expand_dims: axis"):
+            lm.expand_dims(x, axis=bad)
+        with pytest.raises(ValueError):
+            lm.expand_dims(x, axis=bad)
+    for ok in (2, -3, 0):
+        assert lm.expand_dims(x, axis=ok).shape == np.expand_dims(np.zeros((2, 3)), ok).shape
