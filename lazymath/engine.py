@@ -374,7 +374,9 @@ class _RealizeThread:
             with self._cv:
                 while not self._jobs:
                     self._cv.wait()
-                fn, box, done = self._jobs.pop(0)
+                job = self._jobs.pop(0)
+                job[3].append(True)  # picked: the caller that gives up must wait for it
+            fn, box, done, _ = job
             try:
                 box.append((True, fn()))
             except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
@@ -383,23 +385,41 @@ class _RealizeThread:
 
     def run(self, fn):
         """fn() on the realize thread; Ctrl-C while it runs raises the cancel flag that native
-        tile loops poll, waits for fn to return and re-raises the KeyboardInterrupt."""
+        tile loops poll, waits for fn to return and re-raises the KeyboardInterrupt.
+
+        The job is queued inside the try: a Ctrl-C that lands between queueing it and the
+        wait (the realize thread may have started it already: the test's SIGINT is sent from
+        inside fn) used to escape before the cancel was raised, leaving the kernels running
+        for hours on the realize thread and the block pool, so the next realize waited for
+        the pool forever. Now a job still queued is withdrawn, one already started is
+        cancelled and waited for; further Ctrl-Cs during that wait (kernels stop within a
+        tile) do not cut it short."""
         box: list = []
         done = threading.Event()
-        with self._cv:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="lazymath-realize",
-                                                daemon=True)  # fmt: skip
-                self._thread.start()
-            self._jobs.append((fn, box, done))
-            self._cv.notify()
+        job = (fn, box, done, [])
         try:
+            with self._cv:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._loop, name="lazymath-realize",
+                                                    daemon=True)  # fmt: skip
+                    self._thread.start()
+                self._jobs.append(job)
+                self._cv.notify()
             while not done.wait(0.05):
                 pass
         except BaseException:
-            _cancel.request()
-            done.wait()
-            _cancel.clear()
+            with self._cv:
+                self._jobs[:] = [j for j in self._jobs if j is not job]  # not started: withdrawn
+                started = bool(job[3])
+            if started:
+                _cancel.request()
+                while True:
+                    try:
+                        done.wait()
+                        break
+                    except KeyboardInterrupt:  # pressed again: the kernels are stopping
+                        continue
+                _cancel.clear()
             raise
         ok, result = box[0]
         if not ok:

@@ -369,3 +369,57 @@ def test_scalar_args_leave_lazymath_composites_folded():
         off, soft = inputs(mean), inputs(lm.softmax)
     assert inputs(mean) == [n + 1 for n in off]  # only the user's `* 2.0`
     assert inputs(lm.softmax) == soft
+
+
+class _InterruptAfterQueueing:
+    """A Condition whose notify() is followed by a KeyboardInterrupt: Ctrl-C landing right
+    after the realize thread's job was queued, before the caller's interruptible wait."""
+
+    def __init__(self, cv) -> None:
+        self.cv = cv  # the realize thread's own (it waits on it)
+
+    def __enter__(self):
+        return self.cv.__enter__()
+
+    def __exit__(self, *exc):
+        return self.cv.__exit__(*exc)
+
+    def wait(self, *a):
+        return self.cv.wait(*a)
+
+    def notify(self) -> None:
+        self.cv.notify()
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_right_after_queueing_does_not_leave_the_job_running():
+    """A Ctrl-C between queueing a long program on the realize thread and waiting for it
+    escaped before the cancel flag was raised: the kernels ran on (for hours, holding the
+    block pool, so the next realize hung). Now the job is withdrawn if it has not started,
+    or cancelled and waited for; either way nothing runs after the KeyboardInterrupt."""
+    import time
+
+    from lazymath import engine
+    from lazymath.backend import cancel
+
+    rt = engine._RealizeThread()
+    state: list = []
+
+    def long_job():  # polls the cancel flag like a tile loop; 20 s at most
+        state.append("started")
+        end = time.monotonic() + 20
+        while not cancel.CANCEL.value and time.monotonic() < end:
+            time.sleep(0.001)
+        state.append("stopped")
+
+    assert rt.run(lambda: 7) == 7  # the thread exists: the next job may start at once
+    rt._cv = _InterruptAfterQueueing(rt._cv)
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        rt.run(long_job)
+    assert time.monotonic() - t0 < 10
+    time.sleep(0.3)  # a job left queued would have started by now
+    assert state in ([], ["started", "stopped"]), state  # withdrawn, or cancelled and joined
+    assert not cancel.CANCEL.value
+    rt._cv = rt._cv.cv
+    assert rt.run(lambda: 8) == 8  # still serves
