@@ -31,15 +31,16 @@ def median_time(fn, reps: int, warmup: int = 2) -> float:
 
 
 def host_roof(*tensors, refresh: bool = False):
-    """The host roofline of the graph of `tensors` (lazymath/backend/roofline.py): a function
+    """The host roofline of the graph of `tensors` (lazymath/backend/host/roofline.py): a function
     of the measured seconds returning one line -- the sum of its kernels' roofs (the tighter
     of each kernel's memory and compute bounds at its host block count), which roof each
     kernel is under, and the fraction of the summed roof the measured time reaches.
     `refresh` measures the host again first (keeping the best of old and new per quantity:
     run under /work/bin/lmbench this moves the cached probe toward the machine's capability)."""
     import lazymath as lm
-    from lazymath.backend import host, roofline
     from lazymath.backend.compile import build_program, host_blocks
+    from lazymath.backend.host import roofline
+    from lazymath.backend.native import host
 
     roofs = roofline.host_roofs(host.target(), refresh=refresh)
     sched = lm.schedule(*tensors)

@@ -48,7 +48,8 @@ def _child(framework: str, case: str, n: int) -> dict:
     if framework == "lazymath":
         import lazymath as lm
         from lazymath.backend import compile as bc
-        from lazymath.backend import kernel_cache, vmlib
+        from lazymath.backend.host import vmlib
+        from lazymath.backend.native import kernel_cache
 
         t0 = time.perf_counter()
         if case == "custom_op":

@@ -4,7 +4,7 @@ Run as
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/elementwise.py
 Every case runs all peers in this one process, interleaved, and prints medians and the ratio
 peer/lazymath (> 1 means lazymath is faster); the three-output and chain cases also print
-lazymath's host roofline (backend/roofline.py) and the fraction of it the median reaches.
+lazymath's host roofline (backend/host/roofline.py) and the fraction of it the median reaches.
 Machines here are shared: trust ratios, not absolute times, and read the load average printed
 before and after.
 

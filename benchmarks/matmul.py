@@ -169,7 +169,7 @@ def bench_bf16(sizes, rounds: int) -> None:
     torch = _torch()
     jx = _jax()
     lm.init_device(0, spec="ascend910b")
-    from lazymath.backend import gemm
+    from lazymath.backend.host import gemm
 
     path = "vdpbf16ps" if gemm.bf16_dot_available() else "float32 FMAs on widened panels"
     print(f"bfloat16: lazymath Mmad host mapping = {path}")
@@ -277,7 +277,7 @@ def bench_single_thread(sizes, rounds: int) -> None:
 def _matmul_kernel(n: int, dt: str):
     """The compiled square matmul kernel the realize path uses, and its argv over fresh arrays."""
     from lazymath.backend.compile import compile_kernel
-    from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
+    from lazymath.backend.npu.kernel_ir import ArgView, MatmulKernel, SOp
     from lazymath.runtime.device import get_spec
 
     v = ArgView(dt, (n, n), (n, 1))
@@ -426,7 +426,7 @@ def main() -> None:
     print(f"threads: {os.cpu_count()} host cores; rounds={rounds} (medians); warm-up "
           f"{WARM_S * 1e3:.0f} ms per segment; torch: {'yes' if _torch() else 'not installed'}; "
           f"{_load()}")  # fmt: skip
-    from lazymath.backend import host
+    from lazymath.backend.native import host
 
     print(f"{_blas()}; jax: {'yes' if _jax() else 'not installed'}")
     print(host.describe())

@@ -320,7 +320,7 @@ def machine() -> dict:
     except OSError:
         info["cpu"] = platform.processor() or platform.machine()
     try:
-        from lazymath.backend import host
+        from lazymath.backend.native import host
 
         info["host_target"] = host.describe().splitlines()[0]
     except Exception as e:  # noqa: BLE001

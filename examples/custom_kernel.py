@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from a checkout
 
 import lazymath as lm  # noqa: E402
-from lazymath.backend.isa import imin  # noqa: E402
+from lazymath.backend.npu.isa import imin  # noqa: E402
 from lazymath.lowlevel import ceil_div, pipe_timeline  # noqa: E402
 
 C = 1.5957691216057308  # 2 * sqrt(2 / pi): gelu(x) ~ x * sigmoid(C * (x + 0.044715 x^3))

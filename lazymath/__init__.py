@@ -8,15 +8,15 @@ The public names are `__all__` (tests/test_namespace.py pins `dir(lazymath)`); t
 compile entry points, viz and the subpackages load on first use so `import lazymath` stays cheap.
 """
 
-from . import _dccache
+from lazymath import _dccache
 
 _dccache.install()  # dataclass methods compiled once, kept beside the bytecode (first-call time)
 
-from . import dtypes
-from ._version import __version__
-from .array_api import *  # noqa: F403  (exactly array_api.__all__)
-from .array_api import __all__ as _array_api_all
-from .dtypes import (
+from lazymath import dtypes
+from lazymath._version import __version__
+from lazymath.array_api import *  # noqa: F403  (exactly array_api.__all__)
+from lazymath.array_api import __all__ as _array_api_all
+from lazymath.dtypes import (
     bool_,
     complex64,
     complex128,
@@ -32,9 +32,9 @@ from .dtypes import (
     uint32,
     uint64,
 )
-from .realize import realize
-from .tensor import *  # noqa: F403  (exactly tensor.__all__)
-from .tensor import __all__ as _tensor_all
+from lazymath.realize import realize
+from lazymath.tensor import *  # noqa: F403  (exactly tensor.__all__)
+from lazymath.tensor import __all__ as _tensor_all
 
 # name -> the module that defines it, imported on first access
 _LAZY = {
@@ -60,7 +60,7 @@ _CONSTANTS = ("e", "inf", "nan", "pi", "newaxis")
 __all__ = [*_tensor_all, *_array_api_all, *_DTYPES, *_CONSTANTS, "dtypes", "realize", *_LAZY]
 
 
-from ._tpctl import register as _register_threadpoolctl  # noqa: E402
+from lazymath._tpctl import register as _register_threadpoolctl  # noqa: E402
 
 _register_threadpoolctl()  # threadpool_limits(n) limits lazymath's block pool (lazymath/_tpctl.py)
 

@@ -5,23 +5,23 @@ from __future__ import annotations
 
 import sys
 
-from . import engine, settings
-from ._version import __version__
-from .backend import autotune as tuning
-from .backend import roofline
-from .backend.compile import build_program, host_blocks
-from .backend.cost import estimate
-from .backend.kernel_cache import cache_info as kernel_cache_info
-from .backend.kernel_cache import clear_cache as clear_kernels
-from .fusion.grouping import aicpu_reason
-from .fusion.schedule import Schedule, ridge_point
-from .graph import custom
-from .graph.walk import nodes_of, plan_outputs
-from .realize import schedule_of
-from .runtime import api as rt_api
-from .runtime.timeline import SimKernel, explain_overlap, simulate
-from .tensor import Tensor, tensor
-from .units import fmt_bytes as _fmt_bytes
+from lazymath import engine, settings
+from lazymath._version import __version__
+from lazymath.backend import autotune as tuning
+from lazymath.backend.compile import build_program, host_blocks
+from lazymath.backend.host import roofline
+from lazymath.backend.native.kernel_cache import cache_info as kernel_cache_info
+from lazymath.backend.native.kernel_cache import clear_cache as clear_kernels
+from lazymath.backend.npu.cost import estimate
+from lazymath.fusion.grouping import aicpu_reason
+from lazymath.fusion.schedule import Schedule, ridge_point
+from lazymath.graph import custom
+from lazymath.graph.walk import nodes_of, plan_outputs
+from lazymath.realize import schedule_of
+from lazymath.runtime import api as rt_api
+from lazymath.runtime.timeline import SimKernel, explain_overlap, simulate
+from lazymath.tensor import Tensor, tensor
+from lazymath.units import fmt_bytes as _fmt_bytes
 
 __all__ = [
     "schedule",
@@ -175,7 +175,8 @@ def _kernel_costs(sched):
 
 def _host_roofs():
     """This host's roofline parameters (None if they cannot be had: explain never fails)."""
-    from .backend import host, roofline
+    from lazymath.backend.host import roofline
+    from lazymath.backend.native import host
 
     try:
         return roofline.host_roofs(host.target())
@@ -347,7 +348,8 @@ def _config() -> dict:
 
     import numpy as np
 
-    from .backend import gemm, host
+    from lazymath.backend.host import gemm
+    from lazymath.backend.native import host
 
     versions = {"lazymath": __version__, "python": platform.python_version(),
                 "numpy": np.__version__, "llvmlite": _version_of("llvmlite")}  # fmt: skip

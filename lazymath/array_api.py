@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import dtypes as dt
-from . import tensor as T
-from .tensor import Tensor, _current_device
+from lazymath import dtypes as dt
+from lazymath import tensor as T
+from lazymath.tensor import Tensor, _current_device
 
 __array_api_version__ = "2024.12"
 
@@ -366,7 +366,7 @@ def _cumulative(name: str, x, axis, dtype, include_initial: bool) -> Tensor:
 def _sorting():
     """The Vector kernels of scans, sorts and searches (loaded on first use: they build
     `lm.kernel` objects)."""
-    from . import sorting
+    from lazymath import sorting
 
     return sorting
 

@@ -14,8 +14,8 @@ import os
 import sys
 import time
 
-from .backend.jit import get_jit
-from .units import fmt_bytes
+from lazymath.backend.native.jit import get_jit
+from lazymath.units import fmt_bytes
 
 # structure (ops and edges, no shapes/dtypes/constants) -> the last full signature seen with it
 _SKELETONS: dict = {}

@@ -25,13 +25,13 @@ import math
 
 import numpy as np
 
-from . import runtime as rt
-from .backend import isa
-from .backend.compile import compile_kernel
-from .backend.cost import estimate
-from .backend.ir_reference import eval_expr
-from .backend.kernel_ir import CustomKernel, contiguous_view
-from .backend.userkernel import (
+from lazymath import runtime as rt
+from lazymath.backend.compile import compile_kernel
+from lazymath.backend.npu import isa
+from lazymath.backend.npu.cost import estimate
+from lazymath.backend.npu.ir_reference import eval_expr
+from lazymath.backend.npu.kernel_ir import CustomKernel, contiguous_view
+from lazymath.backend.npu.userkernel import (
     UNITS,
     GlobalTensor,
     KernelBuilder,
@@ -40,12 +40,12 @@ from .backend.userkernel import (
     build_program,
     check_dtype,
 )
-from .graph import custom
-from .graph import node as gn
-from .runtime import api, current_device, init_device, set_device
-from .runtime.device import get_spec
-from .runtime.stream import Event, Stream
-from .tensor import Tensor, tensor
+from lazymath.graph import custom
+from lazymath.graph import node as gn
+from lazymath.runtime import api, current_device, init_device, set_device
+from lazymath.runtime.device import get_spec
+from lazymath.runtime.stream import Event, Stream
+from lazymath.tensor import Tensor, tensor
 
 __all__ = [
     "kernel",

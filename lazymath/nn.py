@@ -27,8 +27,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import dtypes as dt
-from .tensor import (
+from lazymath import dtypes as dt
+from lazymath.tensor import (
     Tensor,
     arange,
     broadcast_shapes,
@@ -48,10 +48,10 @@ from .tensor import (
     where,
     zeros,
 )
-from .tensor import (
+from lazymath.tensor import (
     max as rowmax,
 )
-from .tensor import (
+from lazymath.tensor import (
     sum as rowsum,
 )
 
@@ -203,7 +203,7 @@ def embedding(input, weight, padding_idx: int | None = None) -> Tensor:
     n = w.shape[0]
     if padding_idx is not None and not -n <= padding_idx < n:
         raise ValueError(f"lm.nn.embedding: padding_idx {padding_idx} out of range for {n} rows")
-    from .array_api import take
+    from lazymath.array_api import take
 
     host = np.asarray(idx)
     if host.size and (host.min() < 0 or host.max() >= n):
@@ -374,7 +374,7 @@ def scaled_dot_product_attention(
 
 
 def _fused_kind(q: Tensor, k: Tensor, v: Tensor, attn_mask) -> str | None:
-    """Which fused attention kernel (backend/templates/attention.py) runs this call, or None
+    """Which fused attention kernel (backend/npu/templates/attention.py) runs this call, or None
     for the composition: on the split 910B the MIX kernel ("attention_mix": float32, float16
     or bfloat16, masks in the kernel); on the coupled 910 the one-core kernel ("attention":
     float32, no mask). q, k, v of one dtype with equal batch dimensions (>= 1), non-empty;
@@ -385,7 +385,7 @@ def _fused_kind(q: Tensor, k: Tensor, v: Tensor, attn_mask) -> str | None:
         return None
     if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]) or 0 in (*q.shape, *k.shape, *v.shape):
         return None
-    from .tensor import _current_device
+    from lazymath.tensor import _current_device
 
     spec = getattr(_current_device(), "spec", None)
     if spec is None:
@@ -435,10 +435,10 @@ def _fused_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
     place through their views (heads split from one qkv buffer by a slice and a permute, k/v
     broadcast over heads) when the last dimension is dense and no stride is negative, else
     copied dense first (`Attention.strided_input`)."""
-    from .backend.templates import attention  # registers the kernel definitions
-    from .graph import custom
-    from .graph import node as gn
-    from .tensor import _wrap
+    from lazymath.backend.npu.templates import attention  # registers the kernel definitions
+    from lazymath.graph import custom
+    from lazymath.graph import node as gn
+    from lazymath.tensor import _wrap
 
     srcs = [q._node, k._node, v._node]
     params: tuple = (("causal", causal), ("scale", float(scale)))

@@ -13,10 +13,10 @@ import time
 
 import numpy as np
 
-from . import settings
-from .graph import node as gn
-from .graph import reference
-from .graph.walk import commit, live_outputs, nodes_of
+from lazymath import settings
+from lazymath.graph import node as gn
+from lazymath.graph import reference
+from lazymath.graph.walk import commit, live_outputs, nodes_of
 
 __all__ = ["realize", "schedule_of", "commit", "sharded_hook", "install_sharded_hook"]
 
@@ -124,17 +124,17 @@ def _check_reference_memory(outputs: list) -> None:
     fusion, no buffer reuse), so its peak is the sum of the non-view results: refuse before
     evaluating anything when that exceeds the device's memory or this host's (like the
     compiled path's plan check), naming the largest tensor and the user's line."""
-    from .graph.node import toposort
-    from .graph.ops import VIEWS
+    from lazymath.graph.node import toposort
+    from lazymath.graph.ops import VIEWS
 
     pending = [n for n in toposort(outputs)
                if n.realized is None and n.op not in VIEWS]  # fmt: skip
     need = sum(n.nbytes for n in pending)
     if not pending:
         return
-    from .engine import _host_memory_bytes
-    from .runtime import current_device
-    from .units import fmt_bytes
+    from lazymath.engine import _host_memory_bytes
+    from lazymath.runtime import current_device
+    from lazymath.units import fmt_bytes
 
     spec = current_device().spec
     for cap, what in ((spec.hbm_bytes, f"the {fmt_bytes(spec.hbm_bytes)} of device memory of the "
@@ -159,7 +159,7 @@ def schedule_of(roots: list, spec=None):
         plan = SHARDED.schedule(roots)
         if plan is not None:
             return plan
-    from .engine import schedule_of as fused_schedule
+    from lazymath.engine import schedule_of as fused_schedule
 
     return fused_schedule(roots, spec)
 
@@ -171,7 +171,7 @@ def _run_compiled():
     """engine.run_compiled, imported on first use (the engine pulls in the runtime)."""
     global _RUN_COMPILED
     if _RUN_COMPILED is None:
-        from .engine import run_compiled
+        from lazymath.engine import run_compiled
 
         _RUN_COMPILED = run_compiled
     return _RUN_COMPILED

@@ -265,7 +265,7 @@ TARGET_CPU = Setting(
     "generate native code for this LLVM CPU (`haswell`, `znver3`, `skylake-avx512`, "
     "`x86-64-v3`, ...) instead of the host's: an AVX-512 machine runs its AVX2 path; a CPU whose "
     "features the host lacks is refused (the error names them). "
-    "`lazymath.backend.host.describe()` prints the target in force",
+    "`lazymath.backend.native.host.describe()` prints the target in force",
 )  # fmt: skip
 AUTOTUNE = Setting(
     "LAZYMATH_AUTOTUNE", "bool", False,

@@ -28,9 +28,9 @@ import math
 
 import numpy as np
 
-from . import dtypes as dt
-from .backend.isa import imin
-from .lowlevel import ceil_div, kernel
+from lazymath import dtypes as dt
+from lazymath.backend.npu.isa import imin
+from lazymath.lowlevel import ceil_div, kernel
 
 SORT_MAX = 4096  # the longest row the bitonic kernel holds in UB (float32/int64 + tables)
 SEARCH_MAX = 8192  # the longest sorted table searchsorted keeps in UB

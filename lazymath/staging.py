@@ -35,15 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from . import engine, settings
-from .graph import node as gn
-from .graph.walk import no_view_folding, plan_outputs
-from .realize import watch_realizes
-from .runtime import api as _rt_api
-from .runtime import profiler as _prof
-from .runtime.replay import BoundReplay
-from .staging_batch import NotBatched, RuntimeRows, batch_axes
-from .tensor import Tensor, asarray
+from lazymath import engine, settings
+from lazymath.graph import node as gn
+from lazymath.graph.walk import no_view_folding, plan_outputs
+from lazymath.realize import watch_realizes
+from lazymath.runtime import api as _rt_api
+from lazymath.runtime import profiler as _prof
+from lazymath.runtime.replay import BoundReplay
+from lazymath.staging_batch import NotBatched, RuntimeRows, batch_axes
+from lazymath.tensor import Tensor, asarray
 
 __all__ = ["jit", "Jitted", "Lowered", "DonatedError", "NotBatched", "batch_axes"]
 
@@ -202,7 +202,7 @@ class Jitted:
     def _signature(self, leaves, struct) -> tuple:
         pending = [t for t in leaves if t._node.realized is None]
         if pending:  # inputs computed lazily by the caller: realize them (one program)
-            from .realize import realize
+            from lazymath.realize import realize
 
             realize(*pending)
         spec = engine.device_spec()
@@ -483,14 +483,14 @@ class Jitted:
             self._debug("not replayed: fn reads values of its inputs (control flow, .numpy(), "
                         "or a host op such as lm.take); every call runs fn")  # fmt: skip
             if roots:
-                from .realize import realize
+                from lazymath.realize import realize
 
                 realize(*out_leaves)
         elif roots and _BACKEND.get() != "reference":
             with no_view_folding():  # the program's leaves must be the traced inputs
                 entry = self._compile(roots, in_pos, out_leaves, out_struct, fresh)
         else:
-            from .realize import realize
+            from lazymath.realize import realize
 
             realize(*out_leaves)
         self._last_sig = sig
@@ -878,7 +878,7 @@ class Lowered:
         self.outputs = outputs
 
     def schedule(self):
-        from .api import schedule
+        from lazymath.api import schedule
 
         return schedule(*self.outputs)
 
@@ -893,7 +893,7 @@ class Lowered:
         return "\n".join(parts)
 
     def explain(self):
-        from .api import explain
+        from lazymath.api import explain
 
         return explain(*self.outputs)
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from . import engine
-from .graph import node as gn
-from .graph.ops import ELEMENTWISE
-from .runtime.replay import BoundReplay, Slot
+from lazymath import engine
+from lazymath.graph import node as gn
+from lazymath.graph.ops import ELEMENTWISE
+from lazymath.runtime.replay import BoundReplay, Slot
 
 MAX_ROWS = 1 << 20  # rows per launch of a run-time-rows kernel at most (its get_value bound)
 
@@ -168,8 +168,8 @@ class RuntimeRows:
     def make(cls, entry, shapes: dict, chunk: int, n_inputs: int) -> RuntimeRows:
         # in the function: `import lazymath` must not load the backend (+~100 ms, the ISA),
         # and a traced program has loaded it by the time a dynamic batch gets here
-        from .backend.compile import SMALL_VECTOR_WORK, compile_kernels
-        from .backend.kernel_ir import DynamicElementwiseKernel, ElementwiseKernel
+        from lazymath.backend.compile import SMALL_VECTOR_WORK, compile_kernels
+        from lazymath.backend.npu.kernel_ir import DynamicElementwiseKernel, ElementwiseKernel
 
         prog = entry.prog
         slots = prog.slots

@@ -16,9 +16,9 @@ import sys
 
 import numpy as np
 
-from . import dtypes as dt
-from .api import schedule
-from .graph.ops import Kind, Op
+from lazymath import dtypes as dt
+from lazymath.api import schedule
+from lazymath.graph.ops import Kind, Op
 
 # op name -> public function, where the binding's name differs from the graph op's
 PUBLIC = {

@@ -19,12 +19,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import dtypes as dt
-from . import settings
-from .graph import dft
-from .graph import node as gn
-from .graph.ops import ELEMENTWISE, VIEWS, Op, ufunc_dtypes
-from .realize import realize as _realize
+from lazymath import dtypes as dt
+from lazymath import settings
+from lazymath.graph import dft
+from lazymath.graph import node as gn
+from lazymath.graph.ops import ELEMENTWISE, VIEWS, Op, ufunc_dtypes
+from lazymath.realize import realize as _realize
 
 # ----------------------------------------------------------------------------- Tensor
 
@@ -112,8 +112,8 @@ class Tensor:
         Graphviz, so Jupyter falls back to the other displays)."""
         if self.is_realized:
             return None
-        from .viz import dot_binary, visualize
-        from .viz.render import render, svg_inline
+        from lazymath.viz import dot_binary, visualize
+        from lazymath.viz.render import render, svg_inline
 
         if dot_binary() is None:
             return None
@@ -159,7 +159,7 @@ class Tensor:
         one buffer across steps); see `lazymath.realize.realize_into` for when it is written
         directly and the errors."""
         if out is not None:
-            from .realize import realize_into
+            from lazymath.realize import realize_into
 
             realize_into(self, out)
             return self
@@ -240,7 +240,7 @@ class Tensor:
             raise BufferError(f"__dlpack__: cannot export to device {dl_device}; only (1, 0)")
         a = self.numpy()
         if dt.is_bf16(a.dtype):  # numpy's exporter has no bfloat16: lazymath's own capsule
-            from . import _dlpack
+            from lazymath import _dlpack
 
             versioned = max_version is not None and tuple(max_version)[0] >= 1
             if copy or (not versioned and copy is None):  # legacy: cannot say read-only
@@ -604,7 +604,7 @@ class Tensor:
         """`lm.visualize(self, ...)`: this tensor's graph (`stage="graph"`) or its fused
         kernels (`"kernels"`); writes `filename` (.dot, .svg/.png/.pdf via Graphviz, .html for
         the report) and returns its path, or returns the DOT source when `filename` is None."""
-        from .viz import visualize
+        from lazymath.viz import visualize
 
         return visualize(self, filename=filename, stage=stage)
 
@@ -632,7 +632,7 @@ def _host_view(node: gn.Node) -> np.ndarray | None:
         node = node.srcs[0]
     if not chain:
         return None  # realized: the caller's numpy() is already free
-    from .graph import reference
+    from lazymath.graph import reference
 
     a = node.realized
     for v in reversed(chain):
@@ -654,7 +654,7 @@ def _note_sync(what: str, t: Tensor) -> None:
 
 def _current_device():
     try:
-        from .runtime import current_device
+        from lazymath.runtime import current_device
     except ImportError:  # runtime not importable yet (partial checkout): one implicit device
         return "npu:0"
     return current_device()
@@ -1138,7 +1138,7 @@ class _Random:
     def _draw(who: str, shape, seed, dtype, fill) -> Tensor:
         import time
 
-        from .units import fmt_bytes as _fmt_bytes
+        from lazymath.units import fmt_bytes as _fmt_bytes
 
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
@@ -1397,7 +1397,7 @@ def _elementwise_general(op: str, operands: Sequence, arg=None) -> Tensor:
             all_const = False
         nodes.append(n)
     if all_const:  # constant folding: every operand a (broadcast) constant -> one constant
-        from .graph.reference import fold
+        from lazymath.graph.reference import fold
 
         consts = [_peel_const(n) for n in nodes]
         probe = gn.make(op, out_dtype, (), consts, arg)
@@ -1993,7 +1993,7 @@ def _const_operand(node):
         if x.realized is not None or not (x.op in ELEMENTWISE or x.op in VIEWS):
             return node
         stack.extend(x.srcs)
-    from .graph import reference
+    from lazymath.graph import reference
 
     return gn.buffer_node(np.ascontiguousarray(reference.run([node])[id(node)]))
 
@@ -2494,7 +2494,7 @@ def _conv1d_impl(out_dtype, size: int, cpg: int, cout: int, groups: int, stride:
     = 1 = C_out/groups) is one Vector kernel (K multiply-adds, the padding in its loads); any
     other float16/float32 one (dense, grouped, strided, dilated, padded) is an implicit GEMM on the
     Cube: one matmul whose B operand, an `im2col` node of x, is built by the GM -> L1 packing
-    (no im2col buffer, no padded copy: backend/im2col.py)."""
+    (no im2col buffer, no padded copy: backend/host/im2col.py)."""
     if out_dtype not in (dt.float16, dt.float32) or size == 0:
         return None
     if cpg == 1 and cout == groups and groups > 1:
@@ -2524,11 +2524,11 @@ def _conv1d_cube(x, w, b, dtype, stride, pads, dilation, lout) -> Tensor:
 
 
 def _conv1d_depthwise(x, w, b, dtype, stride, pads, dilation, lout) -> Tensor:
-    """Depthwise, stride 1: one Vector kernel (backend/templates/conv1d.py) over the rows
+    """Depthwise, stride 1: one Vector kernel (backend/npu/templates/conv1d.py) over the rows
     (n, c) of x read in place, the zero padding in the bounds of its loads; elementwise
     consumers fuse into its epilogue slot."""
-    from . import engine  # noqa: F401  (the driver registers the built-in kernels)
-    from .graph import custom
+    from lazymath import engine  # noqa: F401  (the driver registers the built-in kernels)
+    from lazymath.graph import custom
 
     n, c, _ = x.shape
     k = w.shape[2]
@@ -2624,7 +2624,7 @@ def _fft_plan(kind: str, x: Tensor, double: bool, n: int, empty: bool, rows: int
     hit = dft.MEMO.get(sig)  # this process's answer (no disk read per call; lm.precompile's
     if hit is not None and kind not in dft.FORCE and (hit[3] or not settings.AUTOTUNE.get()):
         return hit[:3]  # autotune=True clears it)
-    from . import engine
+    from lazymath import engine
 
     host = engine.host_fft_rates()
     impl, fs, why = dft.plan(kind, double, n, empty, rows, ub, host)
@@ -2640,7 +2640,7 @@ def _fft_plan(kind: str, x: Tensor, double: bool, n: int, empty: bool, rows: int
 def _fft_tuned(kind: str, x: Tensor, n: int, rows: int, ub, spec, impl, fs, why):
     """(impl, fs, why, measured): the measured plan (a stored record or a fresh measurement),
     else the model's (impl, fs, why)."""
-    from . import engine
+    from lazymath import engine
 
     cands = dft.candidates(kind, n, ub)
     if len(cands) < 2:
@@ -2894,11 +2894,11 @@ def _fft_window(x: Tensor, ax: int, n: int) -> tuple | None:
 
 def _stockham_rows(p: Tensor, n: int, sign: int, scale: float, real: bool, length: int,
                    window: Tensor | None = None, shape: tuple | None = None) -> Tensor:  # fmt: skip
-    """The Vector Stockham FFT (backend/templates/fft.py) of each row of `p` ((..., n, 2)
+    """The Vector Stockham FFT (backend/npu/templates/fft.py) of each row of `p` ((..., n, 2)
     pairs, or (..., n) real): one Vector kernel; the first `length` frequencies, (b, length, 2)
     pairs, complex64 in C order."""
-    from . import engine  # noqa: F401  (the driver registers the built-in kernels)
-    from .graph import custom
+    from lazymath import engine  # noqa: F401  (the driver registers the built-in kernels)
+    from lazymath.graph import custom
 
     lead = p.shape[:-1] if real else p.shape[:-2]
     b = math.prod(lead)
@@ -2921,8 +2921,8 @@ def _sixstep_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool,
     transposes): pass 1, rows (b, t2): the length-n1 DFT over t1, times w_n^(t2 k1), written
     [b, t2, k1]; pass 2, rows (b, k1): the length-n2 DFT over t2, written at k1 + n1 k2.
     Result (b, n, 2) pairs, complex64 in C order."""
-    from . import engine  # noqa: F401  (the driver registers the built-in kernels)
-    from .graph import custom
+    from lazymath import engine  # noqa: F401  (the driver registers the built-in kernels)
+    from lazymath.graph import custom
 
     n1, n2 = fs
     n = n1 * n2
@@ -2962,7 +2962,7 @@ def _sixstep_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool,
 def _fft_abs(x: Tensor) -> Tensor | None:
     """|fft(...)| as one Vector Stockham kernel that writes the magnitudes (float32), when `x`
     is the pending, uncropped result of one; None otherwise."""
-    from .graph import custom
+    from lazymath.graph import custom
 
     j = x._node
     if j.realized is not None or j.arg[1] != j.shape[-1]:
@@ -2987,14 +2987,14 @@ def _rfft_packed(p: Tensor, n: int, scale: float) -> Tensor:
     """rfft of real rows (..., n), n even: the rows read as n / 2 complex points (a free
     reshape), their complex FFT (Stockham or six-step), then one Vector kernel combining
     Z[k] and Z[n/2 - k] into the n / 2 + 1 kept frequencies. Result (b, n // 2 + 1, 2)."""
-    from .graph import custom
+    from lazymath.graph import custom
 
     h = n // 2
     b = math.prod(p.shape[:-1])
     z = reshape(p, (b, h, 2))
     impl, fs = dft.vector_plan(h, p._device.spec.ub_bytes)
     if impl == "stockham" and dft.RFFT_FUSED:  # one kernel: the combine on the UB-resident Z
-        from . import engine  # noqa: F401  (the driver registers the built-in kernels)
+        from lazymath import engine  # noqa: F401  (the driver registers the built-in kernels)
 
         tables = (
             _fft_table(p, dft.stockham_tables, h, -1, 0),
@@ -3026,8 +3026,8 @@ def _irfft_packed(x: Tensor, nout: int, ax: int, norm, out_dtype, real: bool,
     spectrum Z of z_m = x_2m + i x_2m+1 from the h + 1 frequencies, and the inverse Vector FFT
     of Z (Stockham or six-step, scaled by the norm factor) is z: (b, h, 2) float32 pairs, the
     real result (b, nout) in C order."""
-    from . import engine  # noqa: F401  (the driver registers the built-in kernels)
-    from .graph import custom
+    from lazymath import engine  # noqa: F401  (the driver registers the built-in kernels)
+    from lazymath.graph import custom
 
     h = nout // 2
     m = h + 1

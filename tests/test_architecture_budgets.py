@@ -27,7 +27,7 @@ _spec.loader.exec_module(am)
 # 0a57e85; 167 -> 104 when the backend's 8-module cycle was broken (tiering.py, jit's library
 # resolvers, autotune's build callback) and its imports hoisted; compile keeps 6 for modules
 # only a matmul or a report loads (autotune, uklib, roofline). Others land nested imports too:
-# room of 6. 100 on main c420603 + the templates.common/vmath (backend/tiles.py) and
+# room of 6. 100 on main c420603 + the templates.common/vmath (backend/npu/tiles.py) and
 # lazymath.distributed cycles broken; 91 after hoisting graph.dft/walk, _tpctl, vmath, interp
 # and lower_llvm's free ones. Issue 36 goal: <= 20.
 NESTED_IMPORT_CEILING = 97
@@ -36,20 +36,20 @@ NESTED_IMPORT_CEILING = 97
 # to the next 50). A module not listed must stay within am.LINE_BUDGET.
 SIZE_CEILINGS: dict[str, int] = {
     "lazymath.tensor": 3250,  # 3213 (3182 on 9caf5d3): Tensor class + every numpy-like function
-    "lazymath.backend.vmath": 2000,  # 1949
-    "lazymath.backend.lower_llvm": 1750,  # 1744
+    "lazymath.backend.npu.vmath": 2000,  # 1949
+    "lazymath.backend.host.lower_llvm": 1750,  # 1744
     "lazymath.fusion.grouping": 1450,  # 1404
-    "lazymath.backend.isa": 1400,  # 1372
+    "lazymath.backend.npu.isa": 1400,  # 1372
     "lazymath.array_api": 1250,  # 1235
-    "lazymath.backend.gemm": 1250,  # 1234
-    "lazymath.backend.lower_cube": 1200,  # 1196
-    "lazymath.backend.templates.rows": 1100,  # 1057
+    "lazymath.backend.host.gemm": 1250,  # 1234
+    "lazymath.backend.host.lower_cube": 1200,  # 1196
+    "lazymath.backend.npu.templates.rows": 1100,  # 1057
 }
 
 # Environment access outside lazymath.settings, each with why it is not a settings read.
 ENV_ACCESS_OUTSIDE_SETTINGS: dict[str, str] = {
-    "lazymath.backend.isolate": "forwards the whole environment to a compile child process",
-    "lazymath.backend.kernel_cache": "XDG_CACHE_HOME, the platform's cache root (not a LAZYMATH_*)",
+    "lazymath.backend.native.isolate": "forwards the whole environment to a compile child process",
+    "lazymath.backend.native.kernel_cache": "XDG_CACHE_HOME, the platform's cache root (not a LAZYMATH_*)",
     "lazymath.distributed.cluster": "writes the cache base for the Dask workers it spawns",
     "lazymath.distributed.worker": "writes a worker's own LAZYMATH_CACHE_DIR before settings read it",
     "lazymath.testing.fuzz": "sets LAZYMATH_BACKEND around a replay and restores it",
@@ -139,7 +139,7 @@ def test_import_lazymath_does_not_load_the_compiler() -> None:
     alone took ~0.45 s of a 0.47 s `import lazymath`; it loads with the first bfloat16."""
     code = (
         "import sys, lazymath\n"
-        "bad = [m for m in ('llvmlite', 'lazymath.backend.jit', 'lazymath.backend.compile',"
+        "bad = [m for m in ('llvmlite', 'lazymath.backend.native.jit', 'lazymath.backend.compile',"
         " 'ml_dtypes') if m in sys.modules]\n"
         "print(','.join(bad))\n"
     )

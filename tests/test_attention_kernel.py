@@ -1,4 +1,4 @@
-"""The fused attention kernels (backend/templates/attention.py, issue 33): one Cube kernel on the
+"""The fused attention kernels (backend/npu/templates/attention.py, issue 33): one Cube kernel on the
 coupled 910 whose scores never reach GM; one MIX kernel (AIC + AIVs, cross-core flags) on the split
 910B, see tests/test_attention_mix.py.
 
@@ -16,7 +16,7 @@ import pytest
 
 import lazymath as lm
 from lazymath import nn
-from lazymath.backend.templates import attention
+from lazymath.backend.npu.templates import attention
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -92,8 +92,8 @@ def test_planned_memory_does_not_grow_with_t_squared(monkeypatch):
 def test_cycle_model_skips_causal_tiles():
     """Causal attention loads about half of the K/V tiles: the modelled time and Cube cycles
     are well under the full attention's (T = 1024, tiles of 128 keys)."""
-    from lazymath.backend import cost
     from lazymath.backend.compile import build_program
+    from lazymath.backend.npu import cost
 
     def estimate(causal):
         q = lm.tensor(np.zeros((1, 4, 1024, 64), np.float32))

@@ -1,4 +1,4 @@
-"""The split 910B's fused attention: one MIX kernel (backend/templates/attention.py `_kernel_mix`,
+"""The split 910B's fused attention: one MIX kernel (backend/npu/templates/attention.py `_kernel_mix`,
 issue 33). The AIC computes Q K^T and P V on the Cube, the two AIVs run the online softmax, and
 they hand tiles over through a GM workspace joined by cross-core flags.
 
@@ -17,9 +17,9 @@ import pytest
 
 import lazymath as lm
 from lazymath import nn
-from lazymath.backend import cost, isa
 from lazymath.backend.compile import build_program
-from lazymath.backend.templates import attention
+from lazymath.backend.npu import cost, isa
+from lazymath.backend.npu.templates import attention
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -237,7 +237,7 @@ def test_bf16_attention_without_avx512_bf16(target, monkeypatch, tmp_path):
     widened panels) agree with this host's native mapping (vdpbf16ps where it has it) and
     with torch: both paths accumulate exact bf16 products in float32, so they differ only by
     summation order (and the rare P element that rounds the other way to bf16)."""
-    from lazymath.backend import host
+    from lazymath.backend.native import host
 
     try:
         host.make_target(target)
@@ -255,7 +255,7 @@ def test_bf16_attention_without_avx512_bf16(target, monkeypatch, tmp_path):
     monkeypatch.setenv(host.ENV_TARGET, target)
     monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path))
     forced = run()
-    from lazymath.backend import gemm
+    from lazymath.backend.host import gemm
 
     assert not gemm.bf16_dot_available()  # the converted-FMA path ran
     monkeypatch.delenv(host.ENV_TARGET)

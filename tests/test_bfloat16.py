@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import lazymath as lm
-from lazymath.backend import host
+from lazymath.backend.native import host
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 ULP = 2.0**-7  # bfloat16's relative spacing at 1.0 (7 stored mantissa bits)
@@ -337,7 +337,7 @@ def test_casts_and_matmul_on_every_target(target_cpu, b910, monkeypatch):
     widened panels elsewhere (haswell, znver3, x86-64); edges in every dimension, a batch and a
     transposed B."""
     monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
-    from lazymath.backend import gemm
+    from lazymath.backend.host import gemm
 
     built = []
     orig = gemm.get_ukernel_bf16
@@ -375,7 +375,7 @@ def test_dot_product_mmad_reads_whole_a_panels_in_place(b910, monkeypatch, tmp_p
     whole (K not a multiple of 16) is packed as before. Values equal the packed lowering
     (gemm.ND_A off) and float32 matmul rounded once (a float32 reference: same products, sums
     in another order)."""
-    from lazymath.backend import gemm
+    from lazymath.backend.host import gemm
 
     if not gemm.bf16_dot_available():
         pytest.skip("host without AVX512_BF16: the float32 FMA mapping (tested above)")

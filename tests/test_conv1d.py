@@ -131,7 +131,8 @@ def test_conv1d_epilogue_on_910b_is_one_mix_kernel():
     AIV): FixPipe writes each L0C tile to a GM workspace slot, cross-core flags hand it to the
     Vector cores, which add the bias, apply relu and the scale and write the result (counted
     and compiled, not run). A relu-only epilogue stays on FixPipe (a Cube kernel)."""
-    from lazymath.backend import compile_kernel, isa
+    from lazymath.backend import compile_kernel
+    from lazymath.backend.npu import isa
 
     x = lm.tensor(np.ones((4, 16, 64), np.float32))
     w = lm.tensor(np.ones((8, 16, 5), np.float32))

@@ -726,7 +726,7 @@ def test_repeated_transform_still_raises_on_bad_arguments():
 
 
 def test_repeated_transform_follows_the_target_setting(monkeypatch):
-    from lazymath.backend import host
+    from lazymath.backend.native import host
 
     forced = host.executable_targets()[1:]
     if not forced:

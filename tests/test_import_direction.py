@@ -9,7 +9,7 @@ The layers and what each may import, as data (a module may always import its own
              kernel blocks: the backend's direct kernel call, the runtime's streams and the
              engine's replay all use it)                              -> nothing
     graph    nodes, the op registry, the numpy reference             -> base
-    ir       backend/kernel_ir.py: the kernel IR that fusion produces and the backend consumes
+    ir       backend/npu/kernel_ir.py: the kernel IR that fusion produces and the backend consumes
                                                                       -> base, graph
     fusion   grouping, memory plan, streams, schedule                 -> base, graph, ir
     backend  ISA, templates, lowering, JIT, kernel cache, interpreter -> base, graph, ir
@@ -67,19 +67,19 @@ ALLOWED = {
 }
 # Deliberate exceptions to ALLOWED, each with its reason: (importer, imported) -> why.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("lazymath.fusion.schedule", "lazymath.backend.vmlib"): (
+    ("lazymath.fusion.schedule", "lazymath.backend.host.vmlib"): (
         "the schedule's printout shows the vector-math call plan, which the backend decides; "
         "it belongs in the compiled stage's report (stage objects, issue 12, not done yet)"
     ),
     **dict.fromkeys(
         [
             ("lazymath.fusion.schedule", f"lazymath.backend.{m}")
-            for m in ("compile", "host", "autotune")
+            for m in ("compile", "native.host", "autotune")
         ],
         "the schedule's printout reports the host GEMM choice (issue 11), a backend decision; "
         "it belongs in the compiled stage's report",
     ),
-    ("lazymath.fusion.grouping", "lazymath.backend.templates.rows"): (
+    ("lazymath.fusion.grouping", "lazymath.backend.npu.templates.rows"): (
         "row-resident grouping (issue 15) asks the rows template whether a row fits on chip; "
         "that rule belongs with the kernel IR or the device spec"
     ),
@@ -104,7 +104,7 @@ def layer(mod: str) -> str | None:
         "lazymath.runtime.device",
     ):
         return "base"
-    if mod == "lazymath.backend.kernel_ir":
+    if mod == "lazymath.backend.npu.kernel_ir":
         return "ir"
     if mod in ("lazymath.realize", "lazymath.engine", "lazymath.debug"):
         return "driver"
@@ -288,3 +288,50 @@ def test_no_private_names_across_packages():
                 if private and _package(target) != _package(m):
                     bad.append(f"{m}:{node.lineno} imports {target}.{a.name}")
     assert not bad, "\n".join(bad)
+
+
+# The backend's three rooms and the driver on top (docs/architecture.md): a room imports only
+# the rooms listed for it. npu is the device-only program (no LLVM), native is NPU-agnostic
+# machinery (it polls npu.cancel, nothing else of npu), host maps the one onto the other.
+ROOMS_ALLOWED = {
+    "npu": set(),
+    "native": {"npu"},
+    "host": {"npu", "native"},
+    "driver": {"npu", "native", "host"},
+}
+NATIVE_FROM_NPU = {"lazymath.backend.npu", "lazymath.backend.npu.cancel"}
+
+
+def room(mod: str) -> str | None:
+    """The backend room of `mod`, None outside lazymath.backend."""
+    parts = mod.split(".")
+    if parts[:2] != ["lazymath", "backend"]:
+        return None
+    if len(parts) >= 3 and parts[2] in ("npu", "native", "host"):
+        return parts[2]
+    return "driver"  # backend/__init__, compile, autotune
+
+
+def test_backend_rooms_import_one_way():
+    bad = []
+    for m, es in EDGES.items():
+        rm = room(m)
+        if rm is None:
+            continue
+        for t, ln in es:
+            rt = room(t)
+            if rt is None or rt == rm:
+                continue
+            if t == "lazymath.backend":  # the package itself (lazy entry points): only its name
+                continue
+            if rt not in ROOMS_ALLOWED[rm]:
+                bad.append(f"{m}:{ln} ({rm}) imports {t} ({rt})")
+            elif rm == "native" and rt == "npu" and t not in NATIVE_FROM_NPU:
+                bad.append(f"{m}:{ln} (native) imports {t}: native may use only npu.cancel")
+    assert not bad, "imports against the backend's rooms:\n" + "\n".join(bad)
+
+
+def test_backend_has_only_its_rooms_and_the_driver():
+    """Every backend module sits in a room; the top holds only the compile driver."""
+    top = {m for m in MODULES if m.startswith("lazymath.backend") and room(m) == "driver"}
+    assert top == {"lazymath.backend", "lazymath.backend.compile", "lazymath.backend.autotune"}

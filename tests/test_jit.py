@@ -5,9 +5,9 @@ import pytest
 
 import lazymath as lm
 from lazymath import engine, settings
-from lazymath.backend import cost, isa_codec
 from lazymath.backend.compile import compile_kernel
-from lazymath.backend.kernel_ir import (
+from lazymath.backend.npu import cost, isa_codec
+from lazymath.backend.npu.kernel_ir import (
     ArgView,
     DynamicElementwiseKernel,
     ElementwiseKernel,

@@ -119,7 +119,7 @@ def test_flip_of_small_rows_compiles(shape, dtype, spec, monkeypatch):
 
 
 def test_caches_are_bounded_and_evicted_code_is_freed(tmp_path, monkeypatch):
-    from lazymath.backend import jit, kernel_cache
+    from lazymath.backend.native import jit, kernel_cache
 
     monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
     monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path / "kc"))

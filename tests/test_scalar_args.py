@@ -6,7 +6,7 @@ import pytest
 
 import lazymath as lm
 from lazymath import engine, settings
-from lazymath.backend import kernel_cache
+from lazymath.backend.native import kernel_cache
 
 
 def _kernels_built() -> int:

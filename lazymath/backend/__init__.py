@@ -1,9 +1,16 @@
 """Layer 4: the NPU instruction set and everything that consumes it.
 
-Owns: the ISA (`isa`, Cube part in `isa_cube`), kernel templates that turn fused kernel IR into
-ISA programs (`templates/`), the three consumers of a program -- LLVM lowering (`lower_llvm`,
-compiled by the MCJIT engine in `jit`), the numpy interpreter (`interp`) and the cycle cost
-model (`cost`) -- and the kernel cache (`kernel_cache`, memory + disk).
+Three rooms, imports one way (npu <- native <- host <- the driver here):
+
+- `npu/`: the device-only NPU program -- the ISA, kernel templates, the interpreter, the
+  cycle cost model, the race checker; no LLVM.
+- `native/`: native code -- host CPU description, MCJIT, ELF loader, kernel cache, compile
+  workers; knows no ISA instruction.
+- `host/`: the host mapping -- LLVM lowering of the ISA, GEMM microkernels, vector math and
+  microkernel libraries, the host roofline.
+
+On top, the compile driver (`compile`: fused kernel IR -> program -> compiled kernel) and the
+GEMM autotuner it calls (`autotune`, which needs the compiler and the cache).
 
 Public entry points (loaded lazily so importing the ISA stays cheap):
     compile_kernel(ir, spec, backend="llvm", name=None) -> CompiledKernel
@@ -17,11 +24,11 @@ _LAZY = {
     "compile_kernel": ("compile", "compile_kernel"),
     "CompiledKernel": ("compile", "CompiledKernel"),
     "build_program": ("compile", "build_program"),
-    "cache_info": ("kernel_cache", "cache_info"),
-    "clear_cache": ("kernel_cache", "clear_cache"),
-    "KernelCost": ("cost", "KernelCost"),
-    "estimate_cost": ("cost", "estimate"),
-    "BufferOverflowError": ("isa", "BufferOverflowError"),
+    "cache_info": ("native.kernel_cache", "cache_info"),
+    "clear_cache": ("native.kernel_cache", "clear_cache"),
+    "KernelCost": ("npu.cost", "KernelCost"),
+    "estimate_cost": ("npu.cost", "estimate"),
+    "BufferOverflowError": ("npu.isa", "BufferOverflowError"),
 }
 
 __all__ = list(_LAZY)

@@ -27,8 +27,9 @@ from dataclasses import replace
 import numpy as np
 
 from lazymath import settings
-from lazymath.backend import gemm, host, jit, kernel_cache
-from lazymath.backend.kernel_ir import view_extent
+from lazymath.backend.host import gemm
+from lazymath.backend.native import host, jit, kernel_cache
+from lazymath.backend.npu.kernel_ir import view_extent
 from lazymath.graph import dft
 
 ROUNDS = 5  # timings per candidate (the best counts), interleaved with the other candidates

@@ -31,34 +31,20 @@ import numpy as np
 
 from lazymath import settings
 from lazymath._threads import block_pool, launch_blocks, num_threads
-from lazymath.backend import (
-    cost,
-    elfload,
-    gemm,
-    host,
-    interp,
-    isa,
-    isa_codec,
-    isolate,
-    jit,
-    kernel_cache,
-    lower_llvm,
-    tiering,
-    vmath,
-    vmlib,
-    workers,
-)
-from lazymath.backend.kernel_ir import kernel_args, view_extent
-from lazymath.backend.templates.common import CALLS
-from lazymath.backend.tiering import TIER_STATS, wait_tiering  # noqa: F401 - wait_tiering: public
+from lazymath.backend.host import gemm, lower_cube, lower_llvm, vmlib  # noqa: F401  lower_cube: the Cube lowerings
+from lazymath.backend.native import elfload, host, isolate, jit, kernel_cache, tiering, workers
+from lazymath.backend.native.tiering import TIER_STATS, wait_tiering  # noqa: F401 - wait_tiering: public
+from lazymath.backend.npu import cost, interp, isa, isa_codec, vmath
+from lazymath.backend.npu.kernel_ir import kernel_args, view_extent
+from lazymath.backend.npu.templates.common import CALLS
 from lazymath.runtime.device import get_spec
 
 TEMPLATES: dict[str, str] = {
-    "elementwise": "lazymath.backend.templates.elementwise",
-    "reduce": "lazymath.backend.templates.reduce",
-    "matmul": "lazymath.backend.templates.matmul",
-    "rows": "lazymath.backend.templates.rows",
-    "custom": "lazymath.backend.userkernel",  # user kernels (`lazymath.kernel`)
+    "elementwise": "lazymath.backend.npu.templates.elementwise",
+    "reduce": "lazymath.backend.npu.templates.reduce",
+    "matmul": "lazymath.backend.npu.templates.matmul",
+    "rows": "lazymath.backend.npu.templates.rows",
+    "custom": "lazymath.backend.npu.userkernel",  # user kernels (`lazymath.kernel`)
 }
 BACKENDS = ("llvm", "interp")
 
@@ -131,7 +117,7 @@ def _after_fork_in_child() -> None:
     """The compiler's locks may be held in a forked child (the block pool resets itself,
     lazymath/_threads.py; the parent's background tier-ups, tiering.py)."""
     kernel_cache._lock = threading.RLock()
-    interp = sys.modules.get("lazymath.backend.interp")
+    interp = sys.modules.get("lazymath.backend.npu.interp")
     if interp is not None:
         interp._ATOMIC = threading.Lock()
 
@@ -221,7 +207,7 @@ class CompiledKernel:
         if self.__dict__.get("_roof", False) is False:
             # loaded here, not with the compiler: a report's module (16 ms of a first realize
             # without bytecode files, as the benchmarks and CI run)
-            from lazymath.backend import roofline
+            from lazymath.backend.host import roofline
 
             try:
                 roofs = roofline.host_roofs(host.target())
@@ -532,7 +518,7 @@ def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
     isolated = how == "always" or (how == "auto" and isolate.crashed_before(key))
     uk_lib = tiered and ir.kind == "matmul" and tiering.tiered_setting()
     if uk_lib:
-        from lazymath.backend import uklib  # see above: a matmul's
+        from lazymath.backend.host import uklib  # see above: a matmul's
     early = _main_ukernels_to_request(program) if uk_lib and not isolated else []
     workers.warm()  # the workers load LLVM while the lowering runs here
     for s in early:  # the longest compile of a cold matmul: it runs while the kernel is lowered
@@ -572,7 +558,7 @@ def _lower_with_uk_library(program, spec, symbol: str, uk_symbols: list,
     With `request`, each microkernel is requested (`uklib.request`) the moment the lowering
     meets it: its compile runs on a worker while the rest of the kernel is lowered and
     printed here (the main microkernel is the longest compile of a cold matmul)."""
-    from lazymath.backend import uklib  # a matmul's (see _start_llvm)
+    from lazymath.backend.host import uklib  # a matmul's (see _start_llvm)
 
     if not uklib.ENABLED:
         return str(lower_llvm.lower_program(program, spec, symbol=symbol))
@@ -593,7 +579,7 @@ def _main_ukernels_to_request(program) -> list[str]:
     """The GEMM microkernels a tier-0 matmul program's lowering will call (predicted,
     `lower_llvm.predicted_calls`: lower_cube.main_ukernels) that are not loaded or compiling
     yet: their compiles start before the lowering (which meets them ~70% of the way through)."""
-    from lazymath.backend import uklib  # a matmul's (see _start_llvm)
+    from lazymath.backend.host import uklib  # a matmul's (see _start_llvm)
 
     if not uklib.ENABLED:
         return []
@@ -701,7 +687,7 @@ class _Job:
             except isolate.CompilerCrashed:  # LLVM killed the compile server twice (it warned)
                 return self._interpreted()
             if self.uk_symbols:
-                from lazymath.backend import uklib  # a matmul's (see _start_llvm)
+                from lazymath.backend.host import uklib  # a matmul's (see _start_llvm)
 
                 for s in self.uk_symbols:  # waited for here, outside the loader's lock
                     uklib.address(s)

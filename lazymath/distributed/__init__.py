@@ -14,7 +14,7 @@ explanation (`Plan.explain` in `plan.py`; `dot.py` the picture) and the multi-de
 (`simulate.py`). Needs the optional extra `lazymath[distributed]` (dask and distributed).
 """
 
-from .api import (
+from lazymath.distributed.api import (
     Source,
     compute,
     explain,
@@ -27,10 +27,10 @@ from .api import (
     to_dot,
     worker_stats,
 )
-from .cluster import SCHEDULER_ENV, close, get_client
-from .plan import Plan, PlanError
-from .simulate import placeholder, scaling, scaling_table, simulate
-from .worker import ShardError
+from lazymath.distributed.cluster import SCHEDULER_ENV, close, get_client
+from lazymath.distributed.plan import Plan, PlanError
+from lazymath.distributed.simulate import placeholder, scaling, scaling_table, simulate
+from lazymath.distributed.worker import ShardError
 
 __all__ = [
     "SCHEDULER_ENV",

@@ -16,14 +16,14 @@ import weakref
 
 import numpy as np
 
-from .._threads import available_cpus
-from ..graph import node as gn
-from ..realize import commit, install_sharded_hook, sharded_hook
-from ..tensor import Tensor
-from . import cluster, dot
-from . import worker as W
-from .execute import Graph, live
-from .plan import Plan, bounds, make_plan
+from lazymath._threads import available_cpus
+from lazymath.distributed import cluster, dot
+from lazymath.distributed import worker as W
+from lazymath.distributed.execute import Graph, live
+from lazymath.distributed.plan import Plan, bounds, make_plan
+from lazymath.graph import node as gn
+from lazymath.realize import commit, install_sharded_hook, sharded_hook
+from lazymath.tensor import Tensor
 
 # graph node of a sharded leaf -> its Source
 SOURCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

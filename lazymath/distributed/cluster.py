@@ -12,10 +12,10 @@ import atexit
 import logging
 import os
 
-from .. import settings
-from .._threads import available_cpus
-from ..backend.kernel_cache import cache_dir
-from . import worker as W
+from lazymath import settings
+from lazymath._threads import available_cpus
+from lazymath.backend.native.kernel_cache import cache_dir
+from lazymath.distributed import worker as W
 
 SCHEDULER_ENV = "LAZYMATH_DASK_SCHEDULER"
 CACHE_BASE_ENV = "LAZYMATH_DASK_CACHE_BASE"  # set on workers: the cache dir before the split

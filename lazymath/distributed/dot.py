@@ -4,7 +4,7 @@ as `lm.schedule` prints it) lives with the plan in plan.py."""
 
 from __future__ import annotations
 
-from .plan import DNode, Plan, _label
+from lazymath.distributed.plan import DNode, Plan, _label
 
 
 def to_dot(plan: Plan) -> str:

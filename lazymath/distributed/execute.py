@@ -8,8 +8,8 @@ import pickle
 import uuid
 import weakref
 
-from . import worker as W
-from .plan import DNode, Plan, bounds
+from lazymath.distributed import worker as W
+from lazymath.distributed.plan import DNode, Plan, bounds
 
 # A replicated leaf (a plain lazymath tensor read by a sharded graph, e.g. the weights of
 # `x @ w`) of at least this many bytes is scattered to the cluster instead of riding in the task

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..api import schedule
-from ..graph import node as gn
-from ..graph.ops import ELEMENTWISE
-from ..tensor import Tensor
+from lazymath.api import schedule
+from lazymath.graph import node as gn
+from lazymath.graph.ops import ELEMENTWISE
+from lazymath.tensor import Tensor
 
 REDUCIBLE = ("sum", "prod", "max", "min")  # partial results combine with the same op
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend.compile import compile_kernel
-from ..runtime.multidevice import MultiDeviceTimeline, compose, get_link
-from ..tensor import cos, relu, sin, tensor
-from .api import Source, Tensor, _sharded_leaf, _split_sizes
-from .plan import Plan, Stage, shard_shape, stage_schedule
+from lazymath.backend.compile import compile_kernel
+from lazymath.distributed.api import Source, Tensor, _sharded_leaf, _split_sizes
+from lazymath.distributed.plan import Plan, Stage, shard_shape, stage_schedule
+from lazymath.runtime.multidevice import MultiDeviceTimeline, compose, get_link
+from lazymath.tensor import cos, relu, sin, tensor
 
 _cost_memo: dict = {}
 
@@ -35,7 +35,7 @@ def placeholder(shape, dtype="float32", axis: int = 0, n: int = 1):
 def program_seconds(st: Stage, i: int = 0, spec=None) -> float:
     """Simulated seconds of shard `i`'s program of `st` on one device (`spec`, default the
     current device): its kernels' costs (backend cost model) on the runtime's timeline."""
-    from ..runtime import SimKernel, simulate
+    from lazymath.runtime import SimKernel, simulate
 
     prog = st.programs[min(i, len(st.programs) - 1)]
     shapes = tuple(
@@ -97,7 +97,7 @@ def _distinct(st: Stage) -> list[int]:
 def simulate(*tensors, link=None, spec=None, broadcast_inputs: bool = True):
     """MultiDeviceTimeline of `tensors` (graphs over sharded tensors or placeholders) on as
     many NPUs as they have shards."""
-    from .api import plan
+    from lazymath.distributed.api import plan
 
     return simulate_plan(plan(*tensors), link, spec, broadcast_inputs)
 

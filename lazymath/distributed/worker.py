@@ -13,11 +13,11 @@ import os
 
 import numpy as np
 
-from ..api import cache_info
-from ..realize import realize
-from ..runtime.stream import DeviceError, KernelLaunchError
-from ..tensor import Tensor
-from .plan import Program, rebuild
+from lazymath.api import cache_info
+from lazymath.distributed.plan import Program, rebuild
+from lazymath.realize import realize
+from lazymath.runtime.stream import DeviceError, KernelLaunchError
+from lazymath.tensor import Tensor
 
 # per worker process: tasks run by kind
 COUNTS = {"programs_run": 0, "combines": 0, "slices": 0}
@@ -59,7 +59,7 @@ def _shard_error(e: BaseException, prog: Program, shard: int, handles) -> ShardE
     loc = getattr(e, "source_loc", "") or ""
     if not kernel:  # which kernels the program has (fusion only: nothing runs)
         try:
-            from ..api import schedule
+            from lazymath.api import schedule
 
             ks = schedule(*handles).kernels
         except Exception:

@@ -6,13 +6,13 @@ stream assignment in `streams`, the printable result in `schedule`.
 
 from __future__ import annotations
 
-from ..graph.node import Node
-from ..graph.ops import ELEMENTWISE, VIEWS
-from .grouping import plan
-from .memory import plan_memory
-from .rules import FIXPIPE_OPS
-from .schedule import Schedule, ScheduledKernel, kernel_cost_class, ridge_point
-from .streams import KernelDeps, assign_streams
+from lazymath.fusion.grouping import plan
+from lazymath.fusion.memory import plan_memory
+from lazymath.fusion.rules import FIXPIPE_OPS
+from lazymath.fusion.schedule import Schedule, ScheduledKernel, kernel_cost_class, ridge_point
+from lazymath.fusion.streams import KernelDeps, assign_streams
+from lazymath.graph.node import Node
+from lazymath.graph.ops import ELEMENTWISE, VIEWS
 
 __all__ = ["Schedule", "ScheduledKernel", "make_schedule"]
 

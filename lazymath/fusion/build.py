@@ -12,10 +12,10 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
-from ..backend.kernel_ir import AicpuKernel, AicpuStep, ArgView, SOp, contiguous_view
-from ..graph.node import Node
-from ..graph.ops import ELEMENTWISE
-from . import rules, views
+from lazymath.backend.npu.kernel_ir import AicpuKernel, AicpuStep, ArgView, SOp, contiguous_view
+from lazymath.fusion import rules, views
+from lazymath.graph.node import Node
+from lazymath.graph.ops import ELEMENTWISE
 
 # Runtime scalars folded back into kernels. A 0-d leaf buffer (a Python scalar from user code,
 # see tensor._scalar_arg) is a kernel input by default, so a new value reuses the kernel; some

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..backend.kernel_ir import (
+from lazymath.backend.npu.kernel_ir import (
     ROW_REDUCE_OPS,
     CustomKernel,
     ElementwiseKernel,
@@ -28,12 +28,9 @@ from ..backend.kernel_ir import (
     contiguous_view,
     im2col_operand,
 )
-from ..dtypes import AICORE, is_bf16
-from ..graph import custom, dft
-from ..graph.node import Node, make, toposort
-from ..graph.ops import ELEMENTWISE, kind
-from . import rules
-from .build import (
+from lazymath.dtypes import AICORE, is_bf16
+from lazymath.fusion import rules
+from lazymath.fusion.build import (
     CapExceeded,
     ExprBuilder,
     NeedMaterialize,
@@ -42,7 +39,10 @@ from .build import (
     folded_leaf,
     is_identity_load,
 )
-from .views import VIEW_OPS
+from lazymath.fusion.views import VIEW_OPS
+from lazymath.graph import custom, dft
+from lazymath.graph.node import Node, make, toposort
+from lazymath.graph.ops import ELEMENTWISE, kind
 
 
 @dataclass(frozen=True)
@@ -1214,7 +1214,7 @@ class Planner:
         return out
 
     def _build_rows(self, g: Group, internal: set[int]) -> None:
-        from ..backend.templates import rows as rows_template
+        from lazymath.backend.npu.templates import rows as rows_template
 
         reg = self.region_of[id(g.roots[0])]
         S, A, first = self.regions[reg]

@@ -7,7 +7,7 @@ fuse?".
 
 from __future__ import annotations
 
-from ..graph.ops import ELEMENTWISE
+from lazymath.graph.ops import ELEMENTWISE
 
 # (producer kind, consumer kind): (fuses?, reason when it does not)
 FUSE: dict[tuple[str, str], tuple[bool, str]] = {

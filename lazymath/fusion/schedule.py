@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lazymath.backend import host
 from lazymath.backend.compile import default_backend
-from lazymath.backend.vmlib import call_plan
-
-from ..backend.kernel_ir import (
+from lazymath.backend.host.vmlib import call_plan
+from lazymath.backend.native import host
+from lazymath.backend.npu.kernel_ir import (
     AicpuKernel,
     ArgView,
     CustomKernel,
@@ -27,10 +26,10 @@ from ..backend.kernel_ir import (
     ReduceKernel,
     RowKernel,
 )
-from ..graph.custom import get
-from ..graph.ops import ELEMENTWISE
-from ..units import fmt_bytes
-from .memory import MemoryPlan
+from lazymath.fusion.memory import MemoryPlan
+from lazymath.graph.custom import get
+from lazymath.graph.ops import ELEMENTWISE
+from lazymath.units import fmt_bytes
 
 
 def view_bytes(v: ArgView) -> int:
@@ -248,7 +247,7 @@ class Schedule:
 
     def vmath_plan(self) -> list[tuple[str, str]]:
         """(kernel name, reason) for every kernel with vmath composites: inlined into the
-        kernel, or calls into the vector math runtime library (`backend.vmlib.call_plan`)."""
+        kernel, or calls into the vector math runtime library (`backend.host.vmlib.call_plan`)."""
         out = []
         for sk in self.kernels:
             ir = sk.ir

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph.node import Node
-from ..graph.ops import VIEWS
+from lazymath.graph.node import Node
+from lazymath.graph.ops import VIEWS
 
 VIEW_OPS = VIEWS  # reshape, permute, expand, slice: the op records of kind view
 

@@ -2,7 +2,7 @@
 (`ops`), the numpy reference executor (`reference`) and the structural signature used as the
 program-cache key (`signature`)."""
 
-from .node import Node, buffer_node, const_node, make, toposort
+from lazymath.graph.node import Node, buffer_node, const_node, make, toposort
 
 __all__ = ["Node", "buffer_node", "const_node", "make", "to_networkx", "toposort"]
 

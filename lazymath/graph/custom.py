@@ -12,7 +12,7 @@ from __future__ import annotations
 
 _KERNELS: dict[str, object] = {}
 # name -> key of the kernels lazymath itself writes with the builder (the Vector FFT,
-# backend/templates/fft.py), registered when the backend imports them
+# backend/npu/templates/fft.py), registered when the backend imports them
 BUILTIN: dict[str, str] = {}
 
 

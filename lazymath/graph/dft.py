@@ -15,7 +15,7 @@ end is one memcpy. Implementations:
              step 3 [Re F, -Im F] (n2, 2 n2) @ those rows: (k2, (k1, plane')), complex64 in
              C order. 8n(n1 + n2) flops per row.
   stockham   powers of two from STOCKHAM_MIN to STOCKHAM_MAX whose stages fit in UB: one
-             Vector kernel (backend/templates/fft.py), every radix-4/2 stage of a row in UB.
+             Vector kernel (backend/npu/templates/fft.py), every radix-4/2 stage of a row in UB.
   six-step   powers of two above STOCKHAM_MAX: two passes of the Vector Stockham kernel over
              strided columns (n1 columns of n2, times the twiddles, then n2 of n1).
   packed     rfft of n even with n/2 a Stockham/six-step length: the real rows read as n/2

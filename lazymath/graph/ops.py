@@ -11,7 +11,7 @@ What derives from the records (nothing restates the vocabulary):
   `kind()` and the dtype rule `ufunc_dtypes()`;
 - the tensor bindings (`lazymath.add`, `lazymath.exp`, ...) for simple unary and binary ops;
 - the fusion rule sets (`fusion.rules.FIXPIPE_OPS`, `EXPENSIVE_OPS`) and `fusion.views.VIEW_OPS`;
-- the kernel IR's scalar vocabulary (`backend.kernel_ir.SCALAR_OPS`, `REDUCE_OPS`);
+- the kernel IR's scalar vocabulary (`backend.npu.kernel_ir.SCALAR_OPS`, `REDUCE_OPS`);
 - the lowering tables of the Vector templates, the reduce template and the Cube epilogue: the
   record names its lowering as data (`Native("vexp")`, `Composite("sin")`, `AiCpu()`) and the
   backend resolves it (graph/ never imports backend/); vmath's list of composites is checked
@@ -39,8 +39,8 @@ How to add an elementwise op (exp2 was added this way):
    record; tests/graph/test_op_registry.py fails while it is missing);
 3. its row in tests/test_ops_elementwise.py's UNARY table (oracle and input domain; a test
    fails while it is missing; binary ops are tested from the registry directly);
-4. if the lowering is new: a `Native` instruction needs its entry in `backend/isa.py` and the
-   lowering/interpreter/cost tables; a `Composite` its expansion in `backend/vmath.py` and, for
+4. if the lowering is new: a `Native` instruction needs its entry in `backend/npu/isa.py` and the
+   lowering/interpreter/cost tables; a `Composite` its expansion in `backend/npu/vmath.py` and, for
    the dtypes vmath leaves to the host, a case in `lower_llvm._vhostmath`, `interp._HOST` and
    `lower_cube._float_special` (the matmul epilogue). Fusion, the kernel IR and the Vector
    templates need nothing: they read the record.
@@ -54,8 +54,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import dtypes as _dtypes
-from ..dtypes import float64 as _F64
+from lazymath import dtypes as _dtypes
+from lazymath.dtypes import float64 as _F64
 
 # ============================================================================ record parts
 
@@ -412,7 +412,7 @@ class Op(str, enum.Enum):
     # x (N, C, L) -> (N, C*K, L_out) (groups 1) or (N, G, C/G*K, L_out): element (c*K + j, l) is
     # x[c, l*stride + j*dilation - pad_left], 0 outside x; arg = (K, stride, dilation, pad_left,
     # groups). Only a matmul's B operand: the Cube's GM -> L1 packing computes it (implicit GEMM,
-    # lazymath/backend/im2col.py); materialized on its own it is an AI CPU kernel.
+    # lazymath/backend/host/im2col.py); materialized on its own it is an AI CPU kernel.
     IM2COL = OpInfo("im2col", 1, Kind.IM2COL, None, None, FREE, Cube())
     # arg = (kind, n, axis, norm, why this implementation)
     FFT = OpInfo("fft", 1, Kind.FFT, None, None, CHEAP, AiCpu())

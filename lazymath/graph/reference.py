@@ -14,9 +14,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..dtypes import is_bf16
-from .node import Node, toposort
-from .ops import ELEMENTWISE
+from lazymath.dtypes import is_bf16
+from lazymath.graph.node import Node, toposort
+from lazymath.graph.ops import ELEMENTWISE
 
 # Counts evaluate() calls; tests use it to prove that building a graph computes nothing.
 CALLS = {"nodes": 0}
@@ -174,7 +174,7 @@ def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
             p = np.ascontiguousarray(p[..., : node.shape[-1], :])
             return p.view(node.dtype).reshape(node.shape)
         if op == "custom":  # a user kernel: its numpy reference (or its program, interpreted)
-            from .custom import get
+            from lazymath.graph.custom import get
 
             return get(arg[0]).evaluate(srcs, arg, node.dtype, node.shape)
     raise NotImplementedError(f"reference executor has no rule for op {op!r}")

@@ -12,8 +12,8 @@ import threading
 
 import numpy as np
 
-from . import node as gn
-from . import reference
+from lazymath.graph import node as gn
+from lazymath.graph import reference
 
 
 def nodes_of(tensors) -> list[gn.Node]:

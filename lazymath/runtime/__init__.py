@@ -7,7 +7,7 @@ worker threads (`stream`), the device, copies and launches (`api`), the simulate
 backend; kernels and costs are duck-typed.
 """
 
-from .api import (
+from lazymath.runtime.api import (
     Device,
     Launch,
     create_event,
@@ -28,11 +28,11 @@ from .api import (
     set_device,
     synchronize,
 )
-from .device import ASCEND910, ASCEND910B, PRESETS, DeviceSpec, get_spec
-from .pool import DeviceBuffer, MemoryPool, MemoryStats
-from .profiler import KernelRecord, Profiler, profile
-from .stream import DeviceError, Event, KernelLaunchError, Stream, elapsed_time
-from .timeline import SimKernel, Timeline, simulate
+from lazymath.runtime.device import ASCEND910, ASCEND910B, PRESETS, DeviceSpec, get_spec
+from lazymath.runtime.pool import DeviceBuffer, MemoryPool, MemoryStats
+from lazymath.runtime.profiler import KernelRecord, Profiler, profile
+from lazymath.runtime.stream import DeviceError, Event, KernelLaunchError, Stream, elapsed_time
+from lazymath.runtime.timeline import SimKernel, Timeline, simulate
 
 __all__ = [
     "ASCEND910",

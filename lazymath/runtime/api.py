@@ -24,13 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import settings
-from .._threads import SERIAL, Threads, block_pool
-from . import profiler as _prof
-from . import stream as _stream_module
-from .device import DeviceSpec, get_spec
-from .pool import DeviceBuffer, MemoryPool, MemoryStats
-from .stream import _CALL, _KERNEL, Event, Stream, raise_pending
+from lazymath import settings
+from lazymath._threads import SERIAL, Threads, block_pool
+from lazymath.runtime import profiler as _prof
+from lazymath.runtime import stream as _stream_module
+from lazymath.runtime.device import DeviceSpec, get_spec
+from lazymath.runtime.pool import DeviceBuffer, MemoryPool, MemoryStats
+from lazymath.runtime.stream import _CALL, _KERNEL, Event, Stream, raise_pending
 
 _SCHEDULERS = settings.SCHEDULER.choices  # accepted names -> "threads" or "sync"
 

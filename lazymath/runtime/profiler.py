@@ -25,8 +25,8 @@ import threading
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 
-from .device import ASCEND910
-from .timeline import PIPES, SimKernel, Timeline, explain_overlap, simulate_ops
+from lazymath.runtime.device import ASCEND910
+from lazymath.runtime.timeline import PIPES, SimKernel, Timeline, explain_overlap, simulate_ops
 
 _ACTIVE: Profiler | None = None  # read by the runtime on every enqueue
 _EPS_US = 0.001  # width of event marker slices in the trace (1 ns)

@@ -30,11 +30,11 @@ from time import perf_counter
 
 import numpy as np
 
-from .._threads import launch_blocks
-from . import api as _api
-from . import profiler as _prof
-from .api import Launch
-from .pool import aligned
+from lazymath._threads import launch_blocks
+from lazymath.runtime import api as _api
+from lazymath.runtime import profiler as _prof
+from lazymath.runtime.api import Launch
+from lazymath.runtime.pool import aligned
 
 
 @dataclass

@@ -32,12 +32,12 @@ from collections import deque
 from time import perf_counter_ns
 from typing import TYPE_CHECKING
 
-from .._threads import launch_blocks
-from . import profiler as _prof
+from lazymath._threads import launch_blocks
+from lazymath.runtime import profiler as _prof
 
 if TYPE_CHECKING:
-    from .._threads import BlockPool
-    from .api import Device
+    from lazymath._threads import BlockPool
+    from lazymath.runtime.api import Device
 
 # The current device's default stream, for `Event.record()` without a stream. runtime/api.py
 # owns the current device and sets this when it loads (api imports this module, so this module

@@ -30,11 +30,11 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
 
-from .. import api as _api
-from .. import settings
-from . import _aten, _replay
-from . import _lm as lm
-from ._aten import LOWERINGS, PYTHON_TARGETS, Unsupported, lowering_for, np_dtype
+from lazymath import api as _api
+from lazymath import settings
+from lazymath.torch import _aten, _replay
+from lazymath.torch import _lm as lm
+from lazymath.torch._aten import LOWERINGS, PYTHON_TARGETS, Unsupported, lowering_for, np_dtype
 
 __all__ = ["backend", "compile", "explain", "DECOMPOSITIONS", "CompiledGraph", "LOWERINGS"]
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .. import nn as lnn
-from . import _lm as lm
+from lazymath import nn as lnn
+from lazymath.torch import _lm as lm
 
 aten = torch.ops.aten
 prims = torch.ops.prims

@@ -5,11 +5,11 @@ tests/test_import_direction.py), so this module gathers the same public names fr
 that define them: the tensor functions, the Array API extras, realize and explain.
 """
 
-from ..api import explain
-from ..array_api import *  # noqa: F403  (the Array API extras: any, all, tril, take, ...)
-from ..dtypes import bfloat16
-from ..realize import realize
-from ..tensor import *  # noqa: F403  (the tensor functions: add, matmul, softmax, ...)
-from ..tensor import Tensor
+from lazymath.api import explain
+from lazymath.array_api import *  # noqa: F403  (the Array API extras: any, all, tril, take, ...)
+from lazymath.dtypes import bfloat16
+from lazymath.realize import realize
+from lazymath.tensor import *  # noqa: F403  (the tensor functions: add, matmul, softmax, ...)
+from lazymath.tensor import Tensor
 
 __all__ = ["Tensor", "bfloat16", "explain", "realize"]

@@ -32,12 +32,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from .. import settings
-from ..runtime import api as _rt_api
-from ..runtime import profiler as _prof
-from ..staging import Jitted
-from . import _lm as lm
-from ._aten import TORCH_TO_NP
+from lazymath import settings
+from lazymath.runtime import api as _rt_api
+from lazymath.runtime import profiler as _prof
+from lazymath.staging import Jitted
+from lazymath.torch import _lm as lm
+from lazymath.torch._aten import TORCH_TO_NP
 
 __all__ = ["NotReplayed", "Stored", "signature", "np_view"]
 

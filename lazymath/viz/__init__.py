@@ -16,13 +16,20 @@ from __future__ import annotations
 
 import os
 
-from ..graph.walk import nodes_of
-from ..realize import schedule_of, sharded_hook
-from .collapse import CHAIN_MIN, MAX_NODES, collapse
-from .dot import to_dot
-from .html import write_report
-from .model import VGraph, from_graph, from_schedule, tensor_nodes
-from .render import FORMATS, GraphvizNotFoundError, check_folder, dot_binary, install_hint, write
+from lazymath.graph.walk import nodes_of
+from lazymath.realize import schedule_of, sharded_hook
+from lazymath.viz.collapse import CHAIN_MIN, MAX_NODES, collapse
+from lazymath.viz.dot import to_dot
+from lazymath.viz.html import write_report
+from lazymath.viz.model import VGraph, from_graph, from_schedule, tensor_nodes
+from lazymath.viz.render import (
+    FORMATS,
+    GraphvizNotFoundError,
+    check_folder,
+    dot_binary,
+    install_hint,
+    write,
+)
 
 STAGES = ("graph", "kernels")
 TEXT_SUFFIXES = (".dot", ".gv")

@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 from html import escape
 
-from ..units import fmt_bytes as _fmt_bytes
-from .style import BUFFER_COLORS, EVENT_COLOR, PIPE_COLORS, REALIZE_COLOR, unit_color
+from lazymath.units import fmt_bytes as _fmt_bytes
+from lazymath.viz.style import BUFFER_COLORS, EVENT_COLOR, PIPE_COLORS, REALIZE_COLOR, unit_color
 
 LABEL_W = 150  # px for row labels
 ROW_H = 22

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable
 
-from .model import VEdge, VGraph, VNode
+from lazymath.viz.model import VEdge, VGraph, VNode
 
 CHAIN_MIN = 5  # shortest chain that collapses
 MAX_NODES = 400  # above this, collapse more aggressively (dot slows down past a few hundred)

@@ -8,8 +8,8 @@ settings: edge labels become virtual nodes in dot's layout and dominate its run 
 
 from __future__ import annotations
 
-from .model import VEdge, VGraph, VNode
-from .style import EDGE_ATTRS, ROLE_ATTRS, unit_border, unit_color
+from lazymath.viz.model import VEdge, VGraph, VNode
+from lazymath.viz.style import EDGE_ATTRS, ROLE_ATTRS, unit_border, unit_color
 
 LARGE = 150  # nodes: above this, no edge labels and the fast layout settings
 FONT = "Helvetica"

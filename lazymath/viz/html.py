@@ -24,17 +24,17 @@ import json
 import os
 from html import escape
 
-from .._version import __version__
-from ..graph.walk import nodes_of
-from ..realize import realize as run
-from ..realize import schedule_of
-from ..runtime import profiler as rprof
-from .charts import Lifetime, gantt, memory_chart, timeline_bars
-from .collapse import collapse
-from .dot import to_dot
-from .model import VGraph, fmt_bytes, fmt_value, from_graph, from_schedule, tensor_nodes
-from .render import GraphvizNotFoundError, dot_binary, install_hint, render, svg_inline
-from .style import EDGE_ATTRS, PIPE_COLORS, ROLE_ATTRS, UNIT_COLORS, unit_color
+from lazymath._version import __version__
+from lazymath.graph.walk import nodes_of
+from lazymath.realize import realize as run
+from lazymath.realize import schedule_of
+from lazymath.runtime import profiler as rprof
+from lazymath.viz.charts import Lifetime, gantt, memory_chart, timeline_bars
+from lazymath.viz.collapse import collapse
+from lazymath.viz.dot import to_dot
+from lazymath.viz.model import VGraph, fmt_bytes, fmt_value, from_graph, from_schedule, tensor_nodes
+from lazymath.viz.render import GraphvizNotFoundError, dot_binary, install_hint, render, svg_inline
+from lazymath.viz.style import EDGE_ATTRS, PIPE_COLORS, ROLE_ATTRS, UNIT_COLORS, unit_color
 
 EXPANDED_MAX = 400  # also embed the uncollapsed kernel picture when it has at most this many
 

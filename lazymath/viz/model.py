@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..graph.custom import UnknownKernelError, get
-from ..graph.node import Node, toposort
-from ..graph.ops import kind
-from ..units import fmt_bytes
+from lazymath.graph.custom import UnknownKernelError, get
+from lazymath.graph.node import Node, toposort
+from lazymath.graph.ops import kind
+from lazymath.units import fmt_bytes
 
 # kinds of graph node that fold into a chain of cheap per-element work
 CHAINABLE_KINDS = frozenset({"elementwise", "view"})

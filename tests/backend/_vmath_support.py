@@ -16,7 +16,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
-from lazymath.backend import isa, vmath
+from lazymath.backend.npu import isa, vmath
 
 _ENGINE = None
 _CACHE: dict = {}

@@ -16,7 +16,8 @@ import textwrap
 import numpy as np
 
 import lazymath as lm
-from lazymath.backend import autotune, gemm
+from lazymath.backend import autotune
+from lazymath.backend.host import gemm
 
 SCRIPT = textwrap.dedent(
     """

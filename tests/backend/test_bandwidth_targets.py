@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import lazymath as lm
-from lazymath.backend import host, jit
+from lazymath.backend.native import host, jit
 
 
 def _targets() -> list[str]:

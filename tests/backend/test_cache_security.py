@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 
 from lazymath.backend import compile as bc
-from lazymath.backend import isa, isa_codec, kernel_cache
 from lazymath.backend.compile import build_program, compile_kernel
-from lazymath.backend.kernel_ir import ElementwiseKernel, SOp, contiguous_view
+from lazymath.backend.native import kernel_cache
+from lazymath.backend.npu import isa, isa_codec
+from lazymath.backend.npu.kernel_ir import ElementwiseKernel, SOp, contiguous_view
 from lazymath.runtime.device import get_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,7 @@ def _ir(n: int = N) -> ElementwiseKernel:
 
 @pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
 def test_codec_round_trips_real_programs(spec):
-    from lazymath.backend.kernel_ir import ReduceKernel
+    from lazymath.backend.npu.kernel_ir import ReduceKernel
 
     n = 777
     v = contiguous_view("float32", (n,))
@@ -105,9 +106,9 @@ _CHILD = textwrap.dedent(
     import json, sys, warnings
     import numpy as np
     warnings.simplefilter("always")
-    from lazymath.backend import kernel_cache
+    from lazymath.backend.native import kernel_cache
     from lazymath.backend.compile import compile_kernel
-    from lazymath.backend.kernel_ir import ElementwiseKernel, SOp, contiguous_view
+    from lazymath.backend.npu.kernel_ir import ElementwiseKernel, SOp, contiguous_view
     from lazymath.runtime.device import get_spec
     n = int(sys.argv[1])
     v = contiguous_view("float32", (n,))

@@ -29,7 +29,7 @@ import json, os, sys, warnings
 import numpy as np
 warnings.simplefilter("always")
 import lazymath as lm
-from lazymath.backend import kernel_cache, workers
+from lazymath.backend.native import kernel_cache, workers
 if os.environ.get("CRASH_IN_PROCESS"):  # LLVM aborting in a compile worker
     def compile(self, ir_text, module_name, level, vectorize=True):
         os.abort()
@@ -114,7 +114,7 @@ def test_compile_server_that_always_aborts_falls_back_to_the_interpreter(tmp_pat
 
 
 def test_compile_server_mode_without_faults_compiles_and_reuses_its_server(tmp_path):
-    script = _SCRIPT.replace("print(json.dumps({", "from lazymath.backend import isolate\n"
+    script = _SCRIPT.replace("print(json.dumps({", "from lazymath.backend.native import isolate\n"
                              "y = (lm.tanh(lm.tensor(x)) + 1.0).numpy()\n"
                              "ok = ok and bool(np.allclose(y, np.tanh(x) + 1, rtol=1e-5, atol=1e-6))\n"
                              "print(json.dumps({'servers': len(isolate._servers), ")  # fmt: skip
@@ -152,9 +152,9 @@ def test_compile_server_that_always_hangs_falls_back_to_the_interpreter(tmp_path
 
 
 def test_compile_server_boots_without_the_tensor_layer():
-    """The server imports only settings and backend.jit/host/workers (isolate._BOOT): no
+    """The server imports only settings and backend.native.jit/host/workers (isolate._BOOT): no
     numpy, no lazymath/__init__ -- its boot was ~0.6 s of `import lazymath` before."""
-    from lazymath.backend import isolate
+    from lazymath.backend.native import isolate
 
     code = isolate._BOOT.replace(
         "server_main(sys.argv[2])",
@@ -166,7 +166,7 @@ def test_compile_server_boots_without_the_tensor_layer():
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     mods = json.loads(p.stdout.decode())
     assert "lazymath.tensor" not in mods and not any(m.startswith("numpy") for m in mods), mods
-    assert "lazymath.backend.workers" in mods
+    assert "lazymath.backend.native.workers" in mods
     assert "site" not in mods  # (-S: the parent's sys.path instead)
 
 
@@ -186,7 +186,7 @@ import json, os, signal, sys, threading, warnings
 import numpy as np
 warnings.simplefilter("always")
 import lazymath as lm
-from lazymath.backend import isolate, kernel_cache
+from lazymath.backend.native import isolate, kernel_cache
 rng = np.random.default_rng(0)
 x = rng.standard_normal((33, 17)).astype(np.float32)
 w = rng.standard_normal((17, 9)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""Parallel and tiered compilation (backend/compile.py, backend/workers.py).
+"""Parallel and tiered compilation (backend/compile.py, backend/native/workers.py).
 
 Tiered: a kernel slow to optimize starts on tier-0 code (no IR optimization) and the optimized
 code replaces it in the background; results never change (IEEE arithmetic at every level).
@@ -17,8 +17,8 @@ import pytest
 
 import lazymath as lm
 from lazymath.backend import compile as bc
-from lazymath.backend import kernel_cache, workers
-from lazymath.backend.kernel_ir import ElementwiseKernel, ReduceKernel, SOp, contiguous_view
+from lazymath.backend.native import kernel_cache, workers
+from lazymath.backend.npu.kernel_ir import ElementwiseKernel, ReduceKernel, SOp, contiguous_view
 
 
 @pytest.fixture(autouse=True)
@@ -176,7 +176,9 @@ _CHILD = r"""
 import json, sys
 import numpy as np
 import lazymath as lm
-from lazymath.backend import compile as bc, kernel_cache, vmlib
+from lazymath.backend import compile as bc
+from lazymath.backend.native import kernel_cache
+from lazymath.backend.host import vmlib
 bc.TIER_IR_CHARS = 0
 x = lm.tensor(np.linspace(-3, 3, 999, dtype=np.float32))
 t = x
@@ -210,7 +212,7 @@ def test_a_tiered_kernel_reaches_the_disk_cache(tmp_path):
 
 def _loaded(symbol: str) -> tuple[int, bool]:
     """(kernels' functions holding `symbol`'s code, is it mapped)"""
-    from lazymath.backend import jit
+    from lazymath.backend.native import jit
 
     with jit._native_lock:
         return jit._users.get(symbol, 0), symbol in jit._native
@@ -290,7 +292,7 @@ def test_kernel_evicted_during_its_tier_up_leaves_no_code_mapped(monkeypatch, tm
 def test_work_elements_counts_every_vector_kind():
     """A big kernel of any vector kind must not start on (slower) tier-0 code: user kernels
     (a Stockham FFT is one) and row kernels count their largest array, like elementwise."""
-    from lazymath.backend.kernel_ir import CustomKernel, RowKernel
+    from lazymath.backend.npu.kernel_ir import CustomKernel, RowKernel
 
     big, small = contiguous_view("float32", (512, 1024)), contiguous_view("float32", (512,))
     fft = CustomKernel("k", "fft", "vector", (big,), (big,))
@@ -306,7 +308,8 @@ _UNROLL_CHILD = r"""
 import hashlib, json, sys
 import numpy as np
 import lazymath as lm
-from lazymath.backend import compile as bc, jit
+from lazymath.backend import compile as bc
+from lazymath.backend.native import jit
 jit.QUICK_LOOP_UNROLLING = sys.argv[1] == "1"
 out = {}
 for k, shape in ((4, (64, 64)), (1, (37, 129)), (2, (5, 1000))):

@@ -9,7 +9,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from lazymath.backend import workers
+from lazymath.backend.native import workers
 
 
 def _job(tag: str):

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from lazymath.backend import cost, isa
 from lazymath.backend.compile import build_program
-from lazymath.backend.isa import Buffer, Builder, Program, Ref
-from lazymath.backend.kernel_ir import ElementwiseKernel, SOp, contiguous_view
+from lazymath.backend.npu import cost, isa
+from lazymath.backend.npu.isa import Buffer, Builder, Program, Ref
+from lazymath.backend.npu.kernel_ir import ElementwiseKernel, SOp, contiguous_view
 from lazymath.runtime.device import get_spec
 
 SPEC = get_spec("ascend910")
@@ -116,7 +116,7 @@ def test_more_cores_means_fewer_cycles_per_block():
 
 
 def test_split_reduction_charges_the_combine_to_the_last_block():
-    from lazymath.backend.kernel_ir import ReduceKernel
+    from lazymath.backend.npu.kernel_ir import ReduceKernel
 
     n = 1 << 22
     v = contiguous_view("float32", (n,))

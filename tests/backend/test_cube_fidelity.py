@@ -15,10 +15,12 @@ import numpy as np
 import pytest
 
 from lazymath.backend import compile as C
-from lazymath.backend import cost, interp, isa, jit, lower_llvm
-from lazymath.backend import isa_cube as cube
-from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
-from lazymath.backend.templates import matmul as T
+from lazymath.backend.host import lower_llvm
+from lazymath.backend.native import jit
+from lazymath.backend.npu import cost, interp, isa
+from lazymath.backend.npu import isa_cube as cube
+from lazymath.backend.npu.kernel_ir import ArgView, MatmulKernel, SOp
+from lazymath.backend.npu.templates import matmul as T
 from lazymath.runtime.device import ASCEND910, ASCEND910B
 
 _counter = [0]
@@ -147,7 +149,7 @@ def test_l1_overwritten_after_load_l0a_gives_a_at_b_on_both_consumers():
     )
     prog = isa.Program("l1_reuse", (A, B, O), (l1a, l1b, l0a, l0b, l0c), body, unit="cube")
     prog.check(ASCEND910)
-    from lazymath.backend.lower_cube import aliasable_l0
+    from lazymath.backend.host.lower_cube import aliasable_l0
 
     assert aliasable_l0(prog) == {"l0b"}  # l0a's source changed before the Mmad read it
     rng = np.random.default_rng(1)
@@ -164,7 +166,7 @@ def test_l1_overwritten_after_load_l0a_gives_a_at_b_on_both_consumers():
 def test_template_keeps_the_proven_l0_alias(spec, dtype):
     """The matmul template's programs are proven alias-safe (the host keeps its pointer step),
     and their memoised B panels read a GM buffer the program never writes."""
-    from lazymath.backend.lower_cube import aliasable_l0, memo_sources_read_only
+    from lazymath.backend.host.lower_cube import aliasable_l0, memo_sources_read_only
 
     prog = T.build(mm_kernel(300, 512, 768, dtype), spec, "mm")
     assert aliasable_l0(prog) == {"l0a", "l0b"}
@@ -235,8 +237,8 @@ def _flag(src: str, dst: str):
 
 
 def _elementwise_program():
-    from lazymath.backend.kernel_ir import ElementwiseKernel, contiguous_view
-    from lazymath.backend.templates import elementwise as E
+    from lazymath.backend.npu.kernel_ir import ElementwiseKernel, contiguous_view
+    from lazymath.backend.npu.templates import elementwise as E
 
     n = 70_000
     v = contiguous_view("float32", (n,))
@@ -255,7 +257,7 @@ def test_dropped_mte2_to_vector_flag_is_a_race():
     np.testing.assert_allclose(out[: n // prog.blocks], np.exp(x[: n // prog.blocks]), rtol=1e-6)
     racy = dataclasses_replace(prog, body=_without(prog.body, _flag("MTE2", "V")))
     racy.check(ASCEND910)  # well-formed: the race is a property of the run
-    from lazymath.backend.races import RaceError
+    from lazymath.backend.npu.races import RaceError
 
     with pytest.raises(RaceError, match=r"MTE2 'copy_gm_to_ub.*no set_flag/wait_flag MTE2->Vector"):
         interp.run(racy, [x, out], 0, prog.blocks)
@@ -288,7 +290,7 @@ def test_dropped_cube_pipeline_flag_is_a_race(pair):
     """The matmul template's MTE2 -> MTE1 -> Cube -> FixPipe chain (and the free-slot flags back)
     is complete: the program runs race-free on the interpreter, and dropping any one pair of the
     chain is reported as a race between the two pipes' instructions."""
-    from lazymath.backend.races import RaceError
+    from lazymath.backend.npu.races import RaceError
 
     ir = mm_kernel(40, 300, 700, "float16")
     prog = T.build(ir, ASCEND910B, "mm")

@@ -25,10 +25,11 @@ import numpy as np
 import pytest
 
 from lazymath.backend import compile as bc
-from lazymath.backend import elfload, isa_codec, jit, kernel_cache
 from lazymath.backend.compile import CompiledKernel, compile_kernel, view_extent
-from lazymath.backend.ir_reference import run as reference_run
-from lazymath.backend.kernel_ir import (
+from lazymath.backend.native import elfload, jit, kernel_cache
+from lazymath.backend.npu import isa_codec
+from lazymath.backend.npu.ir_reference import run as reference_run
+from lazymath.backend.npu.kernel_ir import (
     ArgView,
     ElementwiseKernel,
     MatmulKernel,
@@ -518,9 +519,9 @@ _CHILD = textwrap.dedent(
     import numpy as np
     sys.path.insert(0, sys.argv[1])
     from test_elfload import KERNELS, _arrays, _run_serial
-    from lazymath.backend import kernel_cache
+    from lazymath.backend.native import kernel_cache
     from lazymath.backend.compile import compile_kernel
-    from lazymath.backend.ir_reference import run as reference_run
+    from lazymath.backend.npu.ir_reference import run as reference_run
     from lazymath.runtime.device import get_spec
     ok = True
     for name in ("unary_f16", "reduce_sum_split", "matmul_f16_910"):
@@ -570,7 +571,7 @@ def test_runtime_symbol_is_the_gemm_key():
     loaded here use one key."""
     import llvmlite.binding as llvm
 
-    from lazymath.backend import gemm
+    from lazymath.backend.host import gemm
 
     jit.get_jit()
     assert jit.WS_KEY_SYMBOL == gemm.WS_KEY_SYMBOL

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from lazymath.backend import gemm as G
-from lazymath.backend import host
-from lazymath.backend.jit import get_jit
+from lazymath.backend.host import gemm as G
+from lazymath.backend.native import host
+from lazymath.backend.native.jit import get_jit
 
 _N = [0]
 
@@ -197,10 +197,11 @@ def test_microkernel_prefetches_next_b_panel():
 def test_l0b_slice_loop_lowers_to_one_full_width_mmad(dtype):
     """On the host L0B is a pointer into L1B: the template's loop of n0-column L0B slices is
     lowered as one Mmad over the tile, so the microkernel runs its full width."""
-    from lazymath.backend import isa, lower_cube
     from lazymath.backend.compile import build_program
-    from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
-    from lazymath.backend.lower_llvm import lower_program
+    from lazymath.backend.host import lower_cube
+    from lazymath.backend.host.lower_llvm import lower_program
+    from lazymath.backend.npu import isa
+    from lazymath.backend.npu.kernel_ir import ArgView, MatmulKernel, SOp
     from lazymath.runtime.device import get_spec
 
     n = 512
@@ -234,8 +235,9 @@ def test_l0_k_steps_lower_to_one_mmad_per_l1_panel(preset, dtype, monkeypatch):
     loop, and the result is bit-identical to the step-by-step lowering and matches numpy (K not a
     multiple of the step, edge rows and columns, a transposed operand)."""
     from lazymath.backend import compile as lmc
-    from lazymath.backend import isa, lower_cube
-    from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
+    from lazymath.backend.host import lower_cube
+    from lazymath.backend.npu import isa
+    from lazymath.backend.npu.kernel_ir import ArgView, MatmulKernel, SOp
     from lazymath.runtime.device import get_spec
 
     spec = get_spec(preset)
@@ -273,8 +275,8 @@ def test_fp32_a_panels_are_read_in_place_with_the_packed_results(preset, monkeyp
     for a plain, a wider (row stride > K, offset), a reversed (negative row stride) and a
     batch-broadcast A; float16 and a transposed A keep the packer."""
     from lazymath.backend import compile as lmc
-    from lazymath.backend import lower_cube
-    from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
+    from lazymath.backend.host import lower_cube
+    from lazymath.backend.npu.kernel_ir import ArgView, MatmulKernel, SOp
     from lazymath.runtime.device import get_spec
 
     spec = get_spec(preset)
@@ -328,8 +330,8 @@ def test_fp16_a_panels_widen_row_major_with_the_nz_results(preset, target_cpu, m
     the NZ lowering and numpy's values, for a plain, a wider (row stride > K, offset) and a
     reversed A; a transposed A keeps the NZ packer. Every executable target (forced AVX2)."""
     from lazymath.backend import compile as lmc
-    from lazymath.backend import lower_cube
-    from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
+    from lazymath.backend.host import lower_cube
+    from lazymath.backend.npu.kernel_ir import ArgView, MatmulKernel, SOp
     from lazymath.runtime.device import get_spec
 
     if target_cpu:

@@ -1,4 +1,4 @@
-"""The host target description (backend/host.py) and LAZYMATH_TARGET_CPU.
+"""The host target description (backend/native/host.py) and LAZYMATH_TARGET_CPU.
 
 Holds on any host: nothing assumes the host's ISA. Targets the host can execute
 (`host.executable_targets()`: native, plus forced AVX2 on an AVX-512 host) run real kernels
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import lazymath as lm
-from lazymath.backend import host, jit
+from lazymath.backend.native import host, jit
 
 
 @pytest.fixture(params=host.executable_targets(), ids=lambda t: t or "native")
@@ -161,7 +161,7 @@ def test_compile_workers_generate_code_for_the_target_in_effect_at_submission(mo
     if "haswell" not in host.executable_targets():
         pytest.skip("this host cannot run haswell code")
     from lazymath.backend import compile as bc
-    from lazymath.backend import workers
+    from lazymath.backend.native import workers
 
     assert bc.wait_tiering(300)  # earlier tests' background compiles would show up in `seen`
     text = 'define void @"f"() {\n  ret void\n}\n'

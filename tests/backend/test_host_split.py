@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from lazymath.backend import compile as C
-from lazymath.backend import host
-from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
-from lazymath.backend.templates import matmul as T
+from lazymath.backend.native import host
+from lazymath.backend.npu.kernel_ir import ArgView, MatmulKernel, SOp
+from lazymath.backend.npu.templates import matmul as T
 from lazymath.runtime.device import ASCEND910, ASCEND910B, get_spec
 
 

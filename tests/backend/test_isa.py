@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lazymath.backend import interp, isa
-from lazymath.backend.isa import BLOCK_IDX, BLOCK_NUM, Buffer, Builder, Program, Ref, Var
+from lazymath.backend.npu import interp, isa
+from lazymath.backend.npu.isa import BLOCK_IDX, BLOCK_NUM, Buffer, Builder, Program, Ref, Var
 from lazymath.runtime.device import get_spec
 
 SPEC = get_spec("ascend910")

@@ -13,8 +13,10 @@ import ctypes
 import numpy as np
 import pytest
 
-from lazymath.backend import interp, isa, jit, lower_cube, lower_llvm  # noqa: F401 (Cube rules)
-from lazymath.backend import isa_cube as cube
+from lazymath.backend.host import lower_cube, lower_llvm  # noqa: F401 (Cube rules)
+from lazymath.backend.native import jit  # noqa: F401 (Cube rules)
+from lazymath.backend.npu import interp, isa  # noqa: F401 (Cube rules)
+from lazymath.backend.npu import isa_cube as cube
 from lazymath.runtime.device import ASCEND910B
 
 _counter = [0]

@@ -2,7 +2,7 @@
 spun forever on rare kernels) is abandoned after LAZYMATH_COMPILE_TIMEOUT seconds; the kernel is
 compiled again with the vectorizers off, with a warning, and the process keeps compiling later
 kernels normally. Two places optimize: the compile workers (every kernel of a realize, see
-backend/workers.py) and the MCJIT engine (reports such as `asm`, `jit.Jit.compile`).
+backend/native/workers.py) and the MCJIT engine (reports such as `asm`, `jit.Jit.compile`).
 
 Runs in subprocesses: the simulated hang leaves an abandoned thread behind.
 """
@@ -21,7 +21,7 @@ _CHILD = r"""
 import os, threading, warnings
 import numpy as np
 import lazymath as lm
-from lazymath.backend import jit
+from lazymath.backend.native import jit
 
 release = threading.Event()
 orig = jit._Optimizer.run
@@ -37,9 +37,9 @@ def run(self, ir, name, quick):
 
 
 jit._Optimizer.run = run
-from lazymath.backend.lower_llvm import lower_program
+from lazymath.backend.host.lower_llvm import lower_program
 from lazymath.backend.compile import build_program
-from lazymath.backend.kernel_ir import ElementwiseKernel, SOp, contiguous_view
+from lazymath.backend.npu.kernel_ir import ElementwiseKernel, SOp, contiguous_view
 from lazymath.runtime.device import get_spec
 
 
@@ -77,7 +77,7 @@ _CHILD_WORKERS = r"""
 import os, threading, warnings
 import numpy as np
 import lazymath as lm
-from lazymath.backend import workers
+from lazymath.backend.native import workers
 
 release = threading.Event()
 orig = workers.Compiler.compile
@@ -117,7 +117,7 @@ import threading, warnings
 import numpy as np
 import lazymath as lm
 from lazymath.backend import compile as bc
-from lazymath.backend import workers
+from lazymath.backend.native import workers
 
 release = threading.Event()
 orig = workers.Compiler.compile

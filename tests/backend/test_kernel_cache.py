@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lazymath.backend import kernel_cache
 from lazymath.backend.compile import compile_kernel
-from lazymath.backend.kernel_ir import ElementwiseKernel, SOp, contiguous_view
+from lazymath.backend.native import kernel_cache
+from lazymath.backend.npu.kernel_ir import ElementwiseKernel, SOp, contiguous_view
 from lazymath.runtime.device import get_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,9 +118,9 @@ _CHILD = textwrap.dedent(
     """
     import json, sys
     import numpy as np
-    from lazymath.backend import kernel_cache
+    from lazymath.backend.native import kernel_cache
     from lazymath.backend.compile import compile_kernel
-    from lazymath.backend.kernel_ir import ElementwiseKernel, ReduceKernel, SOp, contiguous_view
+    from lazymath.backend.npu.kernel_ir import ElementwiseKernel, ReduceKernel, SOp, contiguous_view
     from lazymath.runtime.device import get_spec
     n = 4099
     v = contiguous_view("float32", (n,))

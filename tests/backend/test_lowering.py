@@ -13,8 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from lazymath.backend import host, interp, isa, jit, lower_llvm
-from lazymath.backend.isa import Buffer, Builder, Program, Ref, Var
+from lazymath.backend.host import lower_llvm
+from lazymath.backend.native import host, jit
+from lazymath.backend.npu import interp, isa
+from lazymath.backend.npu.isa import Buffer, Builder, Program, Ref, Var
 from lazymath.testing.standard import std_floor_divide
 
 N = 37  # not a multiple of any vector width

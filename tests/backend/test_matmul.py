@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lazymath.backend import isa
-from lazymath.backend import isa_cube as cube
 from lazymath.backend.compile import compile_kernel
-from lazymath.backend.kernel_ir import ArgView, MatmulKernel, SOp
-from lazymath.backend.templates import matmul as T
+from lazymath.backend.npu import isa
+from lazymath.backend.npu import isa_cube as cube
+from lazymath.backend.npu.kernel_ir import ArgView, MatmulKernel, SOp
+from lazymath.backend.npu.templates import matmul as T
 from lazymath.runtime.device import ASCEND910, ASCEND910B, get_spec
 
 SPECS = ["ascend910", "ascend910b"]
@@ -238,7 +238,7 @@ def test_relu_matmul_times_scale_is_one_cube_kernel(spec):
 
 def test_cost_model_charges_the_worked_example():
     """A 128x64 @ 64x256 fp16 matmul keeps the Cube busy exactly 512 cycles (AscendC guide)."""
-    from lazymath.backend.cost import estimate
+    from lazymath.backend.npu.cost import estimate
 
     a = ArgView("float16", (128, 64), (64, 1))
     b = ArgView("float16", (64, 256), (256, 1))

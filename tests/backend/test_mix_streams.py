@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import lazymath as lm
-from lazymath.backend import cost, isa
 from lazymath.backend.compile import build_program
-from lazymath.backend.templates.matmul import tile_matmul
+from lazymath.backend.npu import cost, isa
+from lazymath.backend.npu.templates.matmul import tile_matmul
 from lazymath.fusion import rules
 
 
@@ -281,8 +281,8 @@ def test_race_checker_tracks_each_cores_pipes():
     """The interpreter's race checker names pipes per core in a MIX kernel: without the AIV's
     'workspace slot free' flags the AIC's FixPipe overwrites a slot the AIV's MTE2 may still be
     reading (with one set of pipe names the AIC's own MTE2 -> MTE1 -> M -> FIX chain hid it)."""
-    from lazymath.backend import interp
-    from lazymath.backend.races import RaceError
+    from lazymath.backend.npu import interp
+    from lazymath.backend.npu.races import RaceError
 
     rng = np.random.default_rng(3)
     a = rng.standard_normal((300, 40)).astype(np.float32)
@@ -333,8 +333,8 @@ def test_two_aivs_per_aic_split_the_tile_rows():
 def test_the_aic_waits_for_both_aivs():
     """An AIC cross-core wait completes when every AIV of the group has set the flag: if only
     sub-block 0 frees the workspace slots, the AIC hangs (cost model and interpreter)."""
-    from lazymath.backend import interp
-    from lazymath.backend.interp import FlagError
+    from lazymath.backend.npu import interp
+    from lazymath.backend.npu.interp import FlagError
 
     prog, spec = _mix_program("conv")
 

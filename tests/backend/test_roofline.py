@@ -1,4 +1,4 @@
-"""The host roofline model (backend/roofline.py): deterministic given a fake host description,
+"""The host roofline model (backend/host/roofline.py): deterministic given a fake host description,
 so nothing here times anything (the probes are checked for what they compute, not how fast)."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 import lazymath as lm
-from lazymath.backend import host, vmath
-from lazymath.backend import roofline as rl
-from lazymath.backend.kernel_ir import contiguous_view
+from lazymath.backend.host import roofline as rl
+from lazymath.backend.native import host
+from lazymath.backend.npu import vmath
+from lazymath.backend.npu.kernel_ir import contiguous_view
 
 GB = 1e9
 ZEN5 = rl.Uarch(512, 2, 4, 2.5)
@@ -136,9 +137,9 @@ def test_matmul_is_compute_bound_and_aicpu_has_no_roof():
 
 
 def test_zero_size_kernel():
-    ir = lm.backend.kernel_ir.ElementwiseKernel((0,), (contiguous_view("float32", (0,)),),
+    ir = lm.backend.npu.kernel_ir.ElementwiseKernel((0,), (contiguous_view("float32", (0,)),),
                                                 (contiguous_view("float32", (0,)),),
-                                                (lm.backend.kernel_ir.SOp("load", "float32",
+                                                (lm.backend.npu.kernel_ir.SOp("load", "float32",
                                                                           (), 0),), (0,))  # fmt: skip
     roof = rl.kernel_roof(ir, 1, fake())
     assert roof.bytes == 0 and roof.roof_s == 0.0 and roof.fraction(1e-6) == 0.0

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from lazymath.backend.compile import compile_kernel
-from lazymath.backend.kernel_ir import (
+from lazymath.backend.npu.kernel_ir import (
     ArgView,
     ElementwiseKernel,
     ReduceKernel,
@@ -80,7 +80,7 @@ def transposed(dtype: str, shape: tuple) -> ArgView:
 
 def eval_np(expr, loads, acc=None):
     """Reference semantics of an expression with numpy (fusion's contract)."""
-    from lazymath.backend.ir_reference import eval_expr
+    from lazymath.backend.npu.ir_reference import eval_expr
 
     shape = np.broadcast_shapes(*[x.shape for x in loads]) if loads else ()
     if acc is not None:

@@ -1,4 +1,4 @@
-"""The GEMM microkernel library (backend/uklib.py): tier-0 matmul kernels call out-of-line
+"""The GEMM microkernel library (backend/host/uklib.py): tier-0 matmul kernels call out-of-line
 microkernels, compiled once per host target and kept in the disk cache.
 
 The library's microkernel (written as IR text) computes the same bits as the one gemm generates
@@ -21,7 +21,8 @@ from llvmlite import ir
 
 import lazymath as lm
 from lazymath.backend import compile as bc
-from lazymath.backend import gemm, jit, kernel_cache, uklib, workers
+from lazymath.backend.host import gemm, uklib
+from lazymath.backend.native import jit, kernel_cache, workers
 
 
 @pytest.fixture(autouse=True)
@@ -190,7 +191,7 @@ def test_predicted_main_microkernels_are_ones_the_lowering_calls(f, m, k, n, spe
     """`lower_cube.main_ukernels` (via `lower_llvm.predicted_calls`) names, before the lowering
     runs, microkernels the lowering then calls (a wrong guess would only cost a needless
     compile): every Mmad's full-size one."""
-    from lazymath.backend import lower_llvm
+    from lazymath.backend.host import lower_llvm
     from lazymath.runtime.device import get_spec
 
     ir_, _, _ = _matmul_ir(f, m, k, n)
@@ -206,7 +207,7 @@ def test_predicted_main_microkernels_are_ones_the_lowering_calls(f, m, k, n, spe
 def test_main_microkernel_is_requested_before_the_lowering(monkeypatch):
     """A cold tier-0 matmul requests its predicted main microkernel before the kernel is
     lowered (its compile overlaps the lowering), and the lowering's own requests follow."""
-    from lazymath.backend import lower_llvm
+    from lazymath.backend.host import lower_llvm
 
     monkeypatch.setenv("LAZYMATH_CACHE", "0")
     monkeypatch.delenv("LAZYMATH_TIERED", raising=False)
@@ -241,7 +242,9 @@ _CHILD = r"""
 import json, sys
 import numpy as np
 import lazymath as lm
-from lazymath.backend import compile as bc, kernel_cache, uklib
+from lazymath.backend import compile as bc
+from lazymath.backend.native import kernel_cache
+from lazymath.backend.host import uklib
 scale = float(sys.argv[1])
 rng = np.random.default_rng(5)
 a = rng.standard_normal((150, 70)).astype(np.float16)
@@ -265,7 +268,7 @@ def _child(cache: str, scale: float, **env) -> dict:
 
 
 def test_second_process_loads_the_library_from_disk_per_target(tmp_path):
-    from lazymath.backend import host
+    from lazymath.backend.native import host
 
     cache = str(tmp_path / "cache")
     first = _child(cache, 0.5)
@@ -290,7 +293,8 @@ def test_second_process_loads_the_library_from_disk_per_target(tmp_path):
 def test_a_failing_microkernel_prediction_only_loses_the_head_start(monkeypatch):
     """The early microkernel request is an optimization: a predictor that raises leaves the
     kernel to the lowering's own requests (same code, same values)."""
-    from lazymath.backend import isa_cube, lower_llvm
+    from lazymath.backend.host import lower_llvm
+    from lazymath.backend.npu import isa_cube
 
     def boom(program, instrs):
         raise RuntimeError("predictor failed")

@@ -10,7 +10,7 @@ import pytest
 
 import lazymath as lm
 from lazymath.backend import compile as C
-from lazymath.backend import cost
+from lazymath.backend.npu import cost
 from lazymath.runtime.device import ASCEND910, ASCEND910B
 
 

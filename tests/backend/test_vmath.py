@@ -28,7 +28,7 @@ from _vmath_support import (  # noqa: E402
     ulp_dist,
 )
 
-from lazymath.backend import isa, vmath  # noqa: E402
+from lazymath.backend.npu import isa, vmath  # noqa: E402
 from lazymath.testing.standard import std_floor_divide
 
 RNG = np.random.default_rng(1234)
@@ -469,7 +469,7 @@ def test_reduction_tables_match_mpmath():
 def _compile_path():
     try:
         from lazymath.backend.compile import compile_kernel
-        from lazymath.backend.kernel_ir import ElementwiseKernel, SOp, contiguous_view
+        from lazymath.backend.npu.kernel_ir import ElementwiseKernel, SOp, contiguous_view
     except ImportError:  # pragma: no cover - the backend is being built alongside
         return None
     return compile_kernel, ElementwiseKernel, SOp, contiguous_view

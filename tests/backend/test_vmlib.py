@@ -1,4 +1,4 @@
-"""The vector math runtime library (backend/vmlib.py): composites called out of line.
+"""The vector math runtime library (backend/host/vmlib.py): composites called out of line.
 
 A kernel calling the library and the same kernel with the composites inlined must give the same
 bits on both backends; the library and the kernels that call it come back from the disk cache in
@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 import lazymath as lm
-from lazymath.backend import vmath, vmlib
 from lazymath.backend.compile import build_program, compile_kernel
-from lazymath.backend.kernel_ir import ElementwiseKernel, SOp, contiguous_view
+from lazymath.backend.host import vmlib
+from lazymath.backend.npu import vmath
+from lazymath.backend.npu.kernel_ir import ElementwiseKernel, SOp, contiguous_view
 
 RNG = np.random.default_rng(20)
 
@@ -163,7 +164,7 @@ def test_library_symbol_names():
 def test_each_target_calls_its_own_library_code(monkeypatch):
     """A process that switches LAZYMATH_TARGET_CPU: the kernels of each target call that
     target's library function (one per target, its own disk entry), same results."""
-    from lazymath.backend import host
+    from lazymath.backend.native import host
 
     forced = [t for t in host.executable_targets() if t]
     if not forced:
@@ -195,7 +196,8 @@ _CHILD = r"""
 import json, sys
 import numpy as np
 import lazymath as lm
-from lazymath.backend import vmlib, kernel_cache
+from lazymath.backend.host import vmlib
+from lazymath.backend.native import kernel_cache
 x = lm.tensor(np.linspace(-3, 3, 1000, dtype=np.float32))
 t = x
 for i in range(12):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import lazymath as lm
-from lazymath.backend.host_kernels import AicpuRunner
-from lazymath.backend.kernel_ir import AicpuKernel, AicpuStep, ArgView, kernel_args
+from lazymath.backend.npu.host_kernels import AicpuRunner
+from lazymath.backend.npu.kernel_ir import AicpuKernel, AicpuStep, ArgView, kernel_args
 from lazymath.graph.node import Node
 
 

@@ -253,13 +253,13 @@ _FORBIDDEN_MODULES = (
     "networkx",
     "llvmlite",
     "lazymath.fusion",
-    "lazymath.backend.jit",
-    "lazymath.backend.lower_llvm",
-    "lazymath.backend.lower_cube",
-    "lazymath.backend.templates",
-    "lazymath.backend.kernel_cache",
-    "lazymath.backend.gemm",
-    "lazymath.backend.vmath",
+    "lazymath.backend.native.jit",
+    "lazymath.backend.host.lower_llvm",
+    "lazymath.backend.host.lower_cube",
+    "lazymath.backend.npu.templates",
+    "lazymath.backend.native.kernel_cache",
+    "lazymath.backend.host.gemm",
+    "lazymath.backend.npu.vmath",
 )
 
 

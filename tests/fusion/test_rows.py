@@ -163,7 +163,7 @@ PIPE_SHAPES = [((1, 300), -1), ((2, 300), -1), ((200, 263), -1), ((300, 3, 4), 0
 
 
 def _pipelined(t, spec=None) -> int:
-    from lazymath.backend.templates import rows
+    from lazymath.backend.npu.templates import rows
 
     (k,) = lm.schedule(t).kernels
     return rows.tiling(k.group.ir, spec or lm.current_device().spec).get("pipelined", 0)
@@ -323,7 +323,7 @@ def test_matmul_column_sum_is_one_kernel(spec, backend, monkeypatch):
 def test_matmul_column_sum_split_over_m_groups(spec, backend, monkeypatch):
     """Few N panels: the M groups of a panel each sum their rows, publish the partial in the
     GM workspace and the last to arrive combines them (all cores busy, not one per panel)."""
-    from lazymath.backend.templates.matmul import tile_matmul
+    from lazymath.backend.npu.templates.matmul import tile_matmul
 
     monkeypatch.setenv("LAZYMATH_BACKEND", backend)
     a = RNG.standard_normal((1000, 48)).astype(np.float32)
@@ -342,7 +342,8 @@ def test_matmul_column_sum_split_over_m_groups(spec, backend, monkeypatch):
 
 
 def test_matmul_column_sum_on_910b_is_a_mix_kernel_with_cross_core_flags():
-    from lazymath.backend import compile_kernel, interp, isa
+    from lazymath.backend import compile_kernel
+    from lazymath.backend.npu import interp, isa
 
     a = RNG.standard_normal((300, 40)).astype(np.float32)
     b = RNG.standard_normal((40, 24)).astype(np.float32)
@@ -362,7 +363,7 @@ def test_matmul_column_sum_on_910b_is_a_mix_kernel_with_cross_core_flags():
     np.testing.assert_allclose(out, (a @ b).sum(0), rtol=1e-4, atol=1e-4)
     # without the "tile in GM" flags the AIV's read of the workspace races FixPipe's write
     # (the AIV's barriers do not reach the AIC's pipes)
-    from lazymath.backend.races import RaceError
+    from lazymath.backend.npu.races import RaceError
 
     body = _drop(prog.body, lambda i: type(i) in (isa.CrossCoreSetFlag, isa.CrossCoreWaitFlag)
                  and isinstance(i.flag, isa.Var))  # fmt: skip
@@ -377,7 +378,7 @@ def test_matmul_column_sum_on_910b_is_a_mix_kernel_with_cross_core_flags():
 
 
 def _drop(body, pred):
-    from lazymath.backend import isa
+    from lazymath.backend.npu import isa
 
     out = []
     for i in body:
@@ -471,7 +472,7 @@ def test_matmul_row_and_column_reductions_over_m_groups_and_n_panels(spec):
     the last to arrive combines them (counters re-armed: realized twice); the product, its
     row sums, row maxima (NaN propagates like numpy), column sums and the softmax in one kernel."""
     from lazymath.backend import compile_kernel
-    from lazymath.backend.templates.matmul import tile_matmul
+    from lazymath.backend.npu.templates.matmul import tile_matmul
 
     lm.init_device(0, spec=spec)
     try:

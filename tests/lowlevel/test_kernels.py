@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import lazymath as lm
-from lazymath.backend import isa
-from lazymath.backend.races import RaceError
+from lazymath.backend.npu import isa
+from lazymath.backend.npu.races import RaceError
 from lazymath.lowlevel import KernelDefinitionError, ceil_div
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -359,7 +359,7 @@ def test_definition_and_call_errors():
 
 CACHE_SCRIPT = """
 import numpy as np, lazymath as lm
-from lazymath.backend import isa
+from lazymath.backend.npu import isa
 
 @lm.kernel(tiling=lambda spec, x, y: {{"tile": 128}})
 def plus(k, x, y, *, tile):
@@ -550,7 +550,7 @@ def test_a_kernel_without_inputs(backend, check):
 def test_let_of_a_plain_register_keeps_the_authors_order():
     """k.let(value, "name") where value is already a register (an expression that simplified
     to a Var) made a new register holding it; it used to swap the two and fail."""
-    from lazymath.backend.userkernel import KernelBuilder
+    from lazymath.backend.npu.userkernel import KernelBuilder
     from lazymath.runtime.device import get_spec
 
     k = KernelBuilder("t", "vector", get_spec("ascend910"))

@@ -23,7 +23,9 @@ import numpy as np
 import lazymath as lm
 from concurrent.futures import Future
 from lazymath import _threads
-from lazymath.backend import jit, kernel_cache, vmlib, workers
+from lazymath.backend.native import jit, kernel_cache, workers
+
+from lazymath.backend.host import vmlib
 
 x = np.linspace(-2, 2, 3001).astype(np.float32)
 (lm.exp(lm.tensor(x)) + 1.0).numpy()  # LLVM loaded, pools and streams running

@@ -128,7 +128,7 @@ def test_set_num_threads_changes_the_pool_and_results_stay_right():
 
 
 def test_compile_workers_follow_the_thread_count():
-    from lazymath.backend import workers
+    from lazymath.backend.native import workers
 
     lm.set_num_threads(1)
     with settings.override(LAZYMATH_COMPILE_THREADS=0):

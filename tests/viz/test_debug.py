@@ -77,7 +77,7 @@ def test_debug_1_one_line_per_realize_on_stderr(monkeypatch, capsys):
 def test_debug_1_counts_compiled_loaded_and_hit(monkeypatch, capsys, tmp_path):
     """The first realize compiles (a fresh cache directory), a process without the in-memory
     kernels loads them from disk, a second realize of the same graph is a program hit."""
-    from lazymath.backend import kernel_cache
+    from lazymath.backend.native import kernel_cache
 
     monkeypatch.setenv("LAZYMATH_DEBUG", "1")
     monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path / "cache"))
