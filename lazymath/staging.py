@@ -418,8 +418,8 @@ class Jitted:
             self._debug(f"dynamic batch by host chunks of {chunk} rows ({e})")
             rows = None
         else:
-            self._debug(f"dynamic batch: one program for up to {chunk} rows per launch, the "
-                        "row count a kernel argument")  # fmt: skip
+            self._debug(f"dynamic batch: one program for up to {rows.capacity} rows per launch, "
+                        "the row count a kernel argument")  # fmt: skip
         return _Dynamic(entry, batched, chunk, rows)
 
     def _replay(self, entry: _Entry, leaves):

@@ -2,10 +2,12 @@
 
 `batch_axes` proves on the traced graph that row i of every output depends only on row i of
 the batched inputs (the condition for running one program on any batch); `RuntimeRows`
-rebuilds the traced program's batch kernels as `DynamicElementwiseKernel`s that take the row
-count at run time (the tiling word), after proving per kernel argument that row i touches only
-row i of a batched buffer. Why a module of its own: staging.py is the call path (signature,
-replay, donation); this is the analysis behind one kind of signature.
+rebuilds the traced program's batch kernels (elementwise, reductions and row kernels over the
+other axes) as their dynamic kinds (`DynamicElementwiseKernel`, `DynamicReduceKernel`,
+`DynamicRowKernel`) that take the row count at run time (the tiling word), after proving per
+kernel argument that row i touches only row i of a batched buffer. Why a module of its own:
+staging.py is the call path (signature, replay, donation); this is the analysis behind one
+kind of signature.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import dataclasses
 import math
 
 from lazymath import engine
+from lazymath.backend.npu import kernel_ir as K
 from lazymath.graph import node as gn
 from lazymath.graph.ops import ELEMENTWISE
 from lazymath.runtime.replay import BoundReplay, Slot
@@ -141,7 +144,7 @@ def _matmul_axis(n: gn.Node, src_axes: list, where: str) -> int:
 
 class RuntimeRows:
     """The traced program with its row count a run-time kernel argument: every kernel that
-    touches batch rows rebuilt as a `DynamicElementwiseKernel` (its loops, block range and
+    touches batch rows rebuilt as its dynamic kind (its loops, block range and
     tail tile bound by the row count it reads from one more GM argument, the tiling word),
     so one launch serves any 1..chunk rows without padding, and no kernel touches a row past
     the count (inputs and outputs are exact row views).
@@ -149,8 +152,9 @@ class RuntimeRows:
     `make` proves, per kernel argument, that row i of the kernel's iteration space reads or
     writes only row i of a batched buffer (its leading stride is the buffer's row size and the
     rest of the view stays inside one row) and that buffers without the batch are the same for
-    every row (stride 0); a kernel of another kind (matmul, reduce, rows...) that touches a
-    batched buffer raises NotBatched, and the caller keeps the host-chunked path."""
+    every row (stride 0); a kernel of another kind (matmul, AI CPU, custom, or a reduction
+    over the batch) that touches a batched buffer raises NotBatched, and the caller keeps the
+    host-chunked path."""
 
     __slots__ = ("prog", "leaf_src", "fixed", "bound", "single", "small", "capacity")
 
@@ -169,7 +173,6 @@ class RuntimeRows:
         # in the function: `import lazymath` must not load the backend (+~100 ms, the ISA),
         # and a traced program has loaded it by the time a dynamic batch gets here
         from lazymath.backend.compile import SMALL_VECTOR_WORK, compile_kernels
-        from lazymath.backend.npu.kernel_ir import DynamicElementwiseKernel, ElementwiseKernel
 
         prog = entry.prog
         slots = prog.slots
@@ -189,14 +192,11 @@ class RuntimeRows:
             if not touched:
                 kernels.append((sk, ck, list(slot_ids)))
                 continue
-            if type(ir) is not ElementwiseKernel or not ir.shape or ir.shape[0] != chunk:
-                raise NotBatched(f"kernel {ck.name} ({getattr(ir, 'kind', '?')}) reads batch "
-                                 "rows and is not elementwise over them")  # fmt: skip
-            views = (*ir.inputs, *ir.outputs)
+            views, n_in, work = _batch_views(ir, chunk, ck.name)
             for pos, (v, j) in enumerate(zip(views, slot_ids)):
                 if slots[j].kind == "alias":
                     raise NotBatched(f"kernel {ck.name} writes through an alias")
-                is_out = pos >= len(ir.inputs)
+                is_out = pos >= n_in
                 if is_out and j not in rows_of:  # an intermediate: batched if it has the rows
                     if slots[j].kind != "arena" or not slots[j].shape or \
                             slots[j].shape[0] != chunk:  # fmt: skip
@@ -210,7 +210,7 @@ class RuntimeRows:
                 elif v.strides[0] != 0:
                     raise NotBatched(f"kernel {ck.name} argument {pos} differs between rows "
                                      "and does not carry the batch")  # fmt: skip
-            dyn_items.append((len(kernels), ir, ck.name, math.prod(ir.shape[1:])))
+            dyn_items.append((len(kernels), ir, ck.name, work))
             kernels.append((sk, ck, list(slot_ids)))
         if not dyn_items:
             raise NotBatched("no kernel reads the batch rows")
@@ -220,12 +220,7 @@ class RuntimeRows:
         arena = any(slots[j].kind == "arena" for j in rows_of)
         capacity = chunk if arena else max(chunk, min(MAX_ROWS, (1 << 31) // row_work))
         for i, (ki, ir, name, w) in enumerate(dyn_items):
-            views = [dataclasses.replace(v, shape=(capacity, *v.shape[1:]))
-                     for v in (*ir.inputs, *ir.outputs)]  # fmt: skip
-            n_in = len(ir.inputs)
-            dyn = DynamicElementwiseKernel((capacity, *ir.shape[1:]), tuple(views[:n_in]),
-                                           tuple(views[n_in:]), ir.expr, ir.results)  # fmt: skip
-            dyn_items[i] = (ki, dyn, name, w)
+            dyn_items[i] = (ki, _dynamic_ir(ir, capacity), name, w)
         backend = kernels[dyn_items[0][0]][1].backend  # the traced program's (llvm, interp)
         compiled = compile_kernels([(ir, name) for _i, ir, name, _w in dyn_items],
                                    engine.device_spec(), backend)  # fmt: skip
@@ -249,6 +244,50 @@ class RuntimeRows:
         leaf_src = [*entry.leaf_src, n_inputs]
         fixed = [*entry.fixed, None]
         return cls(rt_prog, leaf_src, fixed, SMALL_VECTOR_WORK // row_work, capacity)
+
+
+def _batch_views(ir, chunk: int, name: str) -> tuple[tuple, int, int]:
+    """(the GM views of a kernel that may take its rows at run time, how many of them it
+    reads, its elements per batch row). Its leading iteration dim must be the traced `chunk`
+    rows, kept (a reduction or a row kernel over other axes): the per-argument proof in
+    `RuntimeRows.make` then shows that dim walks the batch rows. Raises NotBatched."""
+    kind = type(ir)
+    if kind is K.ElementwiseKernel:
+        shape, views, n_in = ir.shape, (*ir.inputs, *ir.outputs), len(ir.inputs)
+    elif kind is K.ReduceKernel or kind is K.RowKernel:
+        shape = ir.in_shape
+        if shape and 0 in {a % len(shape) for a in ir.axes}:
+            raise NotBatched(f"kernel {name} ({ir.kind}) reduces over the leading dim")
+        epi = ir.epi_inputs if kind is K.ReduceKernel else ()
+        views, n_in = (*ir.inputs, *epi, *ir.outputs), len(ir.inputs) + len(epi)
+    else:
+        raise NotBatched(f"kernel {name} ({getattr(ir, 'kind', '?')}) reads batch rows and "
+                         "takes no run-time row count")  # fmt: skip
+    if not shape or shape[0] != chunk or chunk < 2:
+        raise NotBatched(f"kernel {name} ({ir.kind}) does not iterate over the batch rows first")
+    return views, n_in, math.prod(shape[1:])
+
+
+def _dynamic_ir(ir, capacity: int):
+    """`ir` (a kernel `_batch_views` accepted) as its dynamic kind serving up to `capacity`
+    rows: every view's leading dim and the iteration space's are the capacity."""
+
+    def lead(shape: tuple) -> tuple:
+        return (capacity, *shape[1:])
+
+    def views(vs: tuple) -> tuple:
+        return tuple(dataclasses.replace(v, shape=lead(v.shape)) for v in vs)
+
+    fields = {f.name: getattr(ir, f.name) for f in dataclasses.fields(ir)}
+    if type(ir) is K.ElementwiseKernel:
+        fields.update(shape=lead(ir.shape), inputs=views(ir.inputs), outputs=views(ir.outputs))
+        return K.DynamicElementwiseKernel(**fields)
+    fields.update(in_shape=lead(ir.in_shape), out_shape=lead(ir.out_shape),
+                  inputs=views(ir.inputs), outputs=views(ir.outputs))  # fmt: skip
+    if type(ir) is K.ReduceKernel:
+        fields.update(epi_inputs=views(ir.epi_inputs))
+        return K.DynamicReduceKernel(**fields)
+    return K.DynamicRowKernel(**fields)
 
 
 def _row_local(v, row: int) -> bool:

@@ -4,12 +4,14 @@ import numpy as np
 import pytest
 
 import lazymath as lm
-from lazymath import engine, settings
+from lazymath import engine, settings, staging_batch
 from lazymath.backend.compile import compile_kernel
 from lazymath.backend.npu import cost, isa_codec
 from lazymath.backend.npu.kernel_ir import (
     ArgView,
     DynamicElementwiseKernel,
+    DynamicReduceKernel,
+    DynamicRowKernel,
     ElementwiseKernel,
     SOp,
     contiguous_view,
@@ -425,6 +427,125 @@ def test_an_elementwise_dynamic_batch_is_one_program_with_run_time_rows(preset, 
         for g, r in zip(f(lm.asarray(x), lm.asarray(y), s), _step_ref(x, y, dtype(1.5))):
             np.testing.assert_allclose(g.numpy().astype(np.float32), r.astype(np.float32),
                                        rtol=1e-2, atol=tol)  # fmt: skip
+        assert f.traces == 1 and engine.PROGRAMS.misses - programs <= 1
+    err = capsys.readouterr().err
+    assert "the row count a kernel argument" in err and "host chunks" not in err
+
+
+def _reduce_ir(shape, axes, op, a, out_dtype):
+    out_shape = tuple(d for i, d in enumerate(shape) if i not in axes)
+    acc = "int64" if op.startswith("arg") else "float32"
+    return DynamicReduceKernel(shape, axes, op, (a,), (SOp("load", "float32", (), 0),), 0, acc,
+                               out_shape, (), (SOp("acc", acc),), (0,),
+                               (contiguous_view(out_dtype, out_shape),))  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+@pytest.mark.parametrize("kb", ["llvm", "interp"])
+@pytest.mark.parametrize("case", ["rows", "3d", "wide", "outer", "flip"])
+def test_a_dynamic_reduce_kernel_takes_its_rows_at_run_time(case, kb, spec):
+    """One compiled reduction serves 0..cap rows (inner and outer tilings, the batch merged
+    with other kept dims, a flipped strided input): sum/max/argmax of the first n rows equal
+    numpy's, and no output row past n is written."""
+    cap, rest, axes = {"rows": (64, (7,), (1,)), "3d": (37, (3, 5), (2,)),
+                       "wide": (13, (3001,), (1,)), "outer": (11, (50, 7), (1,)),
+                       "flip": (29, (9,), (1,))}[case]  # fmt: skip
+    shape = (cap, *rest)
+    a = contiguous_view("float32", shape)
+    if case == "flip":  # rows of a (cap, 18) buffer: every other column, reversed
+        a = ArgView("float32", shape, (18, -2), 17)
+    kept = tuple(d for i, d in enumerate(rest, 1) if i not in axes)
+    for op in ("sum", "max", "argmax"):
+        odt = np.int64 if op == "argmax" else np.float32
+        ir = _reduce_ir(shape, axes, op, a, np.dtype(odt).name)
+        k = compile_kernel(ir, get_spec(spec), kb)
+        assert "get_value tiling" in k.isa_text
+        for n in (0, 1, 2, cap // 2 + 1, cap):
+            x = _x(n + 2, *((18,) if case == "flip" else rest))
+            xa = x[:n, ::-2] if case == "flip" else x[:n]
+            out = np.full((n + 2, *kept), -7, odt)
+            if n:
+                k(x, out, np.array([n], np.int64))
+            np.testing.assert_allclose(out[:n], getattr(np, op)(xa, axis=axes[0]), rtol=1e-5,
+                                       atol=1e-5)  # fmt: skip
+            assert (out[n:] == -7).all()
+
+
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+@pytest.mark.parametrize("kb", ["llvm", "interp"])
+@pytest.mark.parametrize("case", ["resident", "pipelined", "online", "row_output"])
+def test_a_dynamic_row_kernel_takes_its_rows_at_run_time(case, kb, spec):
+    """The forms of the row template (blocks of rows, one software-pipelined row, a row
+    streamed through UB twice; a per-row output) with the row count read at run time: the
+    softmax / variance of the first n rows equal numpy's, and rows past n stay untouched."""
+    cap, width, form = {"resident": (40, 7, "row-resident: a block"),
+                        "pipelined": (9, 300, "software-pipelined"),
+                        "online": (3, 70_001, "online two-pass"),
+                        "row_output": (33, 50, "row-resident")}[case]  # fmt: skip
+    var = case == "row_output"
+    t = lm.asarray(_x(cap, width))
+    sched = lm.schedule(lm.var(t, axis=-1) if var else lm.softmax(t, axis=-1), spec=spec)
+    assert len(sched.kernels) == 1 and form in sched.fusion_log[-1].reason
+    ir = staging_batch._dynamic_ir(sched.kernels[0].ir, cap)
+    assert type(ir) is DynamicRowKernel
+    k = compile_kernel(ir, get_spec(spec), kb)
+    assert "get_value tiling" in k.isa_text
+    for n in (0, 1, 2, cap):
+        x = _x(n + 1, width)
+        out = np.full((n + 1,) if var else (n + 1, width), np.nan, np.float32)
+        if n:
+            k(x, out, np.array([n], np.int64))
+        xa = x[:n].astype(np.float64)
+        e = np.exp(xa - xa.max(-1, keepdims=True))
+        ref = xa.var(-1) if var else e / e.sum(-1, keepdims=True)
+        np.testing.assert_allclose(out[:n], ref, rtol=2e-5, atol=1e-6)
+        assert np.isnan(out[n:]).all()
+
+
+def _rowwise(x, g, w):
+    """Reductions and rows over the non-batch axes: a layernorm (rows), a masked softmax
+    (rows), a sum and an argmax (reduce), a mean over a middle axis of a 3-D view."""
+    m = lm.mean(x, axis=-1, keepdims=True)
+    ln = (x - m) * lm.rsqrt(lm.mean((x - m) ** 2, axis=-1, keepdims=True) + 1e-5) * g
+    sm = lm.softmax(lm.where(x > 0, x, x * 0.5) + w, axis=-1)
+    x3 = x.reshape(x.shape[0], 2, 6)
+    return ln, sm, lm.sum(x * g, axis=1), lm.argmax(x, axis=-1), lm.mean(x3, axis=1)
+
+
+def _rowwise_ref(x, g, w):
+    m = x.mean(-1, keepdims=True)
+    ln = (x - m) / np.sqrt(((x - m) ** 2).mean(-1, keepdims=True) + 1e-5) * g
+    z = np.where(x > 0, x, x * 0.5) + w
+    e = np.exp(z - z.max(-1, keepdims=True))
+    x3 = x.reshape(x.shape[0], 2, 6)
+    return ln, e / e.sum(-1, keepdims=True), (x * g).sum(1), x.argmax(-1), x3.mean(1)
+
+
+def test_reductions_and_rows_of_a_dynamic_batch_are_one_program_with_run_time_rows(
+        preset, backend, capsys, monkeypatch):  # fmt: skip
+    """Sizes 1..4096 of reductions and row kernels over the other axes (issue 34: no host
+    chunks for them): one trace, at most one program per dtype, every kernel taking the row
+    count at run time; equal to numpy, a strided batch and a 0-row batch too."""
+    monkeypatch.setenv("LAZYMATH_DEBUG", "1")
+    sizes = (list(range(1, 70)) + [127, 128, 129, 511, 1000, 4093, 4096] if backend == "llvm"
+             else [1, 2, 63, 64, 65, 130])  # fmt: skip
+    for dtype in (np.float32, np.float16):
+        g, w = lm.asarray(_x(12, dtype=dtype)), lm.asarray(_x(12, dtype=dtype))
+        tol = 2e-5 if dtype == np.float32 else 2e-2
+        f = lm.jit(_rowwise, dynamic=0)
+        programs = engine.PROGRAMS.misses
+        strided = _x(2 * 77, 12, dtype=dtype)[::2]
+        for x in [*(_x(n, 12, dtype=dtype) for n in sizes), _x(0, 12, dtype=dtype), strided]:
+            refs = _rowwise_ref(x.astype(np.float64), g.numpy().astype(np.float64),
+                                w.numpy().astype(np.float64))  # fmt: skip
+            for j, (got, ref) in enumerate(zip(f(lm.asarray(x), g, w), refs)):
+                assert got.shape == ref.shape
+                if j == 3:  # argmax: ties of float16 values may pick either
+                    if dtype == np.float32:
+                        np.testing.assert_array_equal(got.numpy(), ref)
+                    continue
+                np.testing.assert_allclose(got.numpy().astype(np.float64), ref, rtol=tol,
+                                           atol=tol)  # fmt: skip
         assert f.traces == 1 and engine.PROGRAMS.misses - programs <= 1
     err = capsys.readouterr().err
     assert "the row count a kernel argument" in err and "host chunks" not in err

@@ -237,6 +237,24 @@ def test_rows_wider_than_ub_take_the_online_path(name, backend, monkeypatch):
     assert "online" in s.fusion_log[-1].reason
 
 
+@pytest.mark.parametrize("backend", ["llvm", "interp"])
+def test_online_row_values_serve_every_chunk_of_the_second_pass(backend, monkeypatch):
+    """A row value computed between the passes (here the mean, sum * 1/n of another kernel's
+    sum, and the rsqrt of the variance) is read by every chunk of pass 2: the first chunk's
+    last use must not free its tile. It did: the elements past the first chunk of a
+    40,000-wide layernorm written with two means were wrong (4.7 off)."""
+    monkeypatch.setenv("LAZYMATH_BACKEND", backend)
+    x = RNG.standard_normal((2, 40_000)).astype(np.float32)
+    t = lm.tensor(x)
+    m = lm.mean(t, axis=-1, keepdims=True)
+    y = (t - m) / lm.sqrt(lm.mean((t - m) ** 2, axis=-1, keepdims=True) + 1e-5)
+    assert any("online" in e.reason for e in lm.schedule(y).fusion_log)
+    got = y.numpy()
+    mr = x.mean(-1, keepdims=True)
+    ref = (x - mr) / np.sqrt(((x - mr) ** 2).mean(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
 def test_ascend910b(monkeypatch):
     lm.init_device(0, spec="ascend910b")
     try:

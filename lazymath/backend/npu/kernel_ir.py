@@ -134,6 +134,17 @@ class ReduceKernel:
     kind: str = "reduce"
 
 
+@dataclass(frozen=True)
+class DynamicReduceKernel(ReduceKernel):
+    """A ReduceKernel whose leading dim is a run-time size (lm.jit's dynamic batch): axis 0 is
+    kept (never reduced), `in_shape[0]` (= `out_shape[0]`) is the most rows it serves, and the
+    actual count is read at launch from `TILING_VIEW` (after the outputs), as for
+    `DynamicElementwiseKernel`. Each row's reduction is tiled as at the bound, so a row's
+    value does not depend on how many rows the launch has."""
+
+    kind: str = "reduce"
+
+
 def im2col_operand(x: ArgView, arg: tuple) -> ArgView:
     """The B view of an implicit-GEMM matmul (`MatmulKernel.b_im2col`): x (N, C, L) as
     (N, C, L) for groups 1, else (N, G, C/G, L) (the group a batch axis)."""
@@ -217,6 +228,20 @@ class RowKernel:
     row_outputs: tuple[bool, ...]
     out_shape: tuple[int, ...]
     kind: str = "rows"
+
+
+@dataclass(frozen=True)
+class DynamicRowKernel(RowKernel):
+    """A RowKernel whose leading dim is a run-time size (lm.jit's dynamic batch): axis 0 is
+    kept, `in_shape[0]` is the most rows it serves, the count is read at launch from
+    `TILING_VIEW` (after the outputs). A softmax or layernorm row is computed as at the
+    bound whatever the count."""
+
+    kind: str = "rows"
+
+
+# kernels whose leading dim is a run-time extent: they take TILING_VIEW after their views
+DYNAMIC_KINDS = (DynamicElementwiseKernel, DynamicReduceKernel, DynamicRowKernel)
 
 
 @dataclass(frozen=True)
@@ -309,8 +334,12 @@ def kernel_args(k: KernelIR) -> tuple[ArgView, ...]:
 
     The compiled kernel is called with one base pointer per entry, in exactly this order.
     """
-    if isinstance(k, DynamicElementwiseKernel):
-        return (*k.inputs, *k.outputs, TILING_VIEW)
+    if isinstance(k, DYNAMIC_KINDS):
+        return (*_static_args(k), TILING_VIEW)
+    return _static_args(k)
+
+
+def _static_args(k: KernelIR) -> tuple[ArgView, ...]:
     if isinstance(k, ElementwiseKernel):
         return (*k.inputs, *k.outputs)
     if isinstance(k, ReduceKernel):

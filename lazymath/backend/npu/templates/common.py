@@ -148,6 +148,23 @@ def gm_args(views: tuple[ArgView, ...], names: list[str]) -> tuple[isa.Buffer, .
     )
 
 
+def runtime_rows(args: tuple[isa.Buffer, ...], bound: int):
+    """A dynamic-shape kernel's row count: (args + the tiling word, the `rows` variable, the
+    `get_value` that reads it at the top of the program). The tiling word is the GM argument
+    after the views (`kernel_ir.TILING_VIEW`); `bound` is the most rows the kernel serves."""
+    tiling = isa.Buffer("tiling", "GM", "int64", 0, arg=len(args))
+    rows = isa.Var("rows")
+    return (*args, tiling), rows, isa.GetValue(rows, isa.Ref(tiling, 0), bound)
+
+
+def runtime_lead(rows: isa.Var, lead: int, bound: int) -> isa.IntExpr:
+    """The run-time extent of a collapsed leading dim of `lead` elements at the bound: the
+    batch dim (`bound` rows) merged with the dims after it, so `rows * lead / bound`."""
+    if lead % bound:
+        raise ValueError(f"the leading dim ({lead}) does not hold the batch of {bound} rows")
+    return isa.mul(rows, lead // bound)
+
+
 # ============================================================================= emitter
 
 

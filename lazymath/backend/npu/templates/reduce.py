@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazymath.backend.npu import isa
-from lazymath.backend.npu.kernel_ir import ReduceKernel
+from lazymath.backend.npu.kernel_ir import DynamicReduceKernel, ReduceKernel
 from lazymath.backend.npu.templates import common as C
 from lazymath.graph.ops import OPS, REDUCE_OPS, ReduceInstr
 
@@ -91,6 +91,10 @@ def _plan(ir: ReduceKernel, spec, name: str):
         raise ValueError(f"zero-size reduction for {ir.op}, which has no identity")
     if C.prod(ir.in_shape[d] for d in keep) != out_size:
         raise ValueError(f"out_shape {ir.out_shape} does not match in_shape {ir.in_shape} - axes")
+    dynamic = isinstance(ir, DynamicReduceKernel)
+    if dynamic and (0 in axes or ir.in_shape[0] < 2):
+        raise ValueError(f"a dynamic reduce kernel keeps its leading dim of at least 2 rows (the "
+                         f"most it serves), got in_shape {ir.in_shape} axes {ir.axes}")  # fmt: skip
     # collapse kept dims (inputs' kept strides + the out views' strides) and reduced dims
     kshape, kstr = C.collapse(
         tuple(ir.in_shape[d] for d in keep),
@@ -108,7 +112,8 @@ def _plan(ir: ReduceKernel, spec, name: str):
     used_epi = sorted({op.arg for op in ir.epilogue if op.op == "load"})
     total = C.prod(ir.in_shape)
     # candidates for splitting the reduction itself over blocks: few outputs, lots of input
-    maybe_split = out_size <= SPLIT_MAX_OUT and total >= 2 * C.SMALL_WORK
+    # (not at a run-time row count: the split's partials are laid out for a static item count)
+    maybe_split = out_size <= SPLIT_MAX_OUT and total >= 2 * C.SMALL_WORK and not dynamic
 
     def bytes_at(t: int) -> int:
         return C.buffers_bytes(spec, _Emitter(ir, t, mode, used, used_epi, maybe_split).buffers())
@@ -120,6 +125,12 @@ def _plan(ir: ReduceKernel, spec, name: str):
     split = maybe_split and geo["items"] < spec.vector_cores and geo["steps"] >= 2
     em = _Emitter(ir, tile, mode, used, used_epi, split)
     workspace = 0
+    static_items = geo["items"]
+    pre = []
+    if dynamic:  # the rows are read at run time: the leading kept extent follows them
+        args, rows, get = C.runtime_rows(args, ir.in_shape[0])
+        pre = [get]
+        geo = _dynamic_geometry(geo, C.runtime_lead(rows, kshape[0], ir.in_shape[0]))
     if split:
         cap = min(spec.vector_cores, geo["steps"])
         args, em.ws, workspace = _workspace(args, em, cap * geo["items"] * geo["k_t"])
@@ -127,10 +138,25 @@ def _plan(ir: ReduceKernel, spec, name: str):
         blocks = device_blocks = cap
     else:
         body = em.program_body(geo, in_kstr, out_kstr, rstr, args)
-        blocks = device_blocks = C.device_blocks(spec, geo["items"])
-    prog = isa.Program(name, args, tuple(em.buffers()), tuple(body), blocks, device_blocks,
+        blocks = device_blocks = C.device_blocks(spec, static_items)  # (the bound's, if dynamic)
+    prog = isa.Program(name, args, tuple(em.buffers()), (*pre, *body), blocks, device_blocks,
                        workspace=workspace)  # fmt: skip
     return prog, {"mode": mode, "tile": tile, "blocks": blocks, "split": split, **geo}
+
+
+def _dynamic_geometry(geo: dict, lead: isa.IntExpr) -> dict:
+    """`geo` (planned at the bound) with the leading kept extent `lead` known at run time:
+    the tiles stay; the item count (and, when the leading dim is the tiled kept one, its
+    chunk count and tail) become expressions of it."""
+    geo = dict(geo)
+    if geo["k_outer"]:  # whole items per leading index
+        outer = geo["k_outer"]
+        geo["k_outer"] = (lead, *outer[1:])
+        geo["items"] = isa.mul(lead, C.prod(outer[1:]) * geo["n_kch"])
+    else:  # the leading dim is the tiled one: chunks of k_t, the last one a tail
+        geo["Ki"] = lead
+        geo["n_kch"] = geo["items"] = isa.ceildiv(lead, geo["k_t"])
+    return geo
 
 
 def _workspace(args: tuple, em: _Emitter, slots: int):
@@ -516,7 +542,9 @@ def _flat(idx: list, sizes: tuple[int, ...]) -> isa.IntExpr:
     return acc
 
 
-def _count(extent: int, step: int, chunk: isa.IntExpr) -> isa.IntExpr:
-    if extent % step == 0:
+def _count(extent: isa.IntExpr, step: int, chunk: isa.IntExpr) -> isa.IntExpr:
+    """Elements in chunk `chunk` of `extent` split by `step` (a run-time extent: a tail may
+    fall in any chunk, unless the chunks are single elements)."""
+    if step == 1 or (isinstance(extent, int) and extent % step == 0):
         return step
     return isa.imin(step, isa.sub(extent, isa.mul(chunk, step)))

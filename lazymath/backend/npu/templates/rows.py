@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from lazymath.backend.npu import isa
-from lazymath.backend.npu.kernel_ir import RowKernel, SOp
+from lazymath.backend.npu.kernel_ir import DynamicRowKernel, RowKernel, SOp
 from lazymath.backend.npu.templates import common as C
 from lazymath.backend.npu.templates.reduce import identity
 
@@ -145,6 +145,10 @@ class _Info:
             kviews.append(_out_strides(v, self.keep, ir.in_shape) if rw else
                           tuple(v.strides[d] for d in self.keep))  # fmt: skip
         self.kshape, kstr = C.collapse(kept, kviews)
+        # kshape with its leading extent at run time (a DynamicRowKernel: `_plan` sets it and
+        # the get_value that reads the row count, `pre`)
+        self.dynamic: tuple = self.kshape
+        self.pre: list = []
         n_in = len(ir.inputs)
         self.in_kstr, self.out_kstr = kstr[:n_in], kstr[n_in:]
 
@@ -474,6 +478,14 @@ def _plan(ir: RowKernel, spec, name: str):
     if info.unsupported:
         raise NotImplementedError(f"row kernel: {info.unsupported}")
     mode, _ = choose(ir, spec)
+    if isinstance(ir, DynamicRowKernel):  # the row count is read at run time (tiling word)
+        if 0 in info.axes or ir.in_shape[0] < 2:
+            raise ValueError(f"a dynamic row kernel keeps its leading dim of at least 2 rows "
+                             f"(the most it serves), got in_shape {ir.in_shape} axes "
+                             f"{ir.axes}")  # fmt: skip
+        args, rows, get = C.runtime_rows(args, ir.in_shape[0])
+        info.dynamic = (C.runtime_lead(rows, info.kshape[0], ir.in_shape[0]), *info.kshape[1:])
+        info.pre = [get]
     if mode == "online":
         return _plan_online(ir, info, spec, name, args)
     if mode is None:
@@ -485,7 +497,11 @@ def _plan(ir: RowKernel, spec, name: str):
             return piped
     Ki, k_outer = info.kshape[-1], info.kshape[:-1]
     n_kch = C.ceil_div(Ki, rows_t)
-    items = C.prod(k_outer) * n_kch
+    blocks = C.device_blocks(spec, C.prod(k_outer) * n_kch)  # (the bound's, if dynamic)
+    Ki, k_outer = info.dynamic[-1], info.dynamic[:-1]
+    if not k_outer:  # (the leading dim is the chunked one: at run time, chunks and tail follow)
+        n_kch = isa.ceildiv(Ki, rows_t)
+    items = isa.mul(k_outer[0], C.prod(k_outer[1:]) * n_kch) if k_outer else n_kch
     it, pp, nr = isa.Var("it"), isa.Var("pp"), isa.Var("n_rows")
     bd, queues, compute = _resident_parts(ir, info, rows_t, pp, nr)
     T = bd.T
@@ -521,9 +537,8 @@ def _plan(ir: RowKernel, spec, name: str):
     loop += _copy_outs(ir, info, args, queues, k_idx, k0, rows_t, nr, half, rhalf, R, n_in)
     loop.append(isa.SetFlag("MTE3", "V", pp))
     start, stop, lets = C.block_range(items)
-    body = [*lets, *bd.hoisted(), *C.pipeline_flags_prologue(),
+    body = [*info.pre, *lets, *bd.hoisted(), *C.pipeline_flags_prologue(),
             isa.Loop(it, start, stop, 1, tuple(loop)), *C.pipeline_flags_epilogue()]  # fmt: skip
-    blocks = C.device_blocks(spec, items)
     prog = isa.Program(name, args, (*queues.values(), *bd.buffers()), tuple(body), blocks,
                        blocks)  # fmt: skip
     return prog, {"mode": "resident", "rows_t": rows_t, "items": items, "blocks": blocks}
@@ -635,7 +650,7 @@ def _plan_pipelined(ir: RowKernel, info: _Info, spec, name: str, args):
     if C.buffers_bytes(spec, buffers) > spec.ub_bytes:
         return None
     n_in = len(ir.inputs)
-    Ki, k_outer = info.kshape[-1], info.kshape[:-1]
+    Ki, k_outer = info.dynamic[-1], info.dynamic[:-1]
 
     def stage(p: int, s) -> tuple[list, list]:
         """(row part, element part) of stage p in step s (row s - p)."""
@@ -677,7 +692,7 @@ def _plan_pipelined(ir: RowKernel, info: _Info, spec, name: str, args):
             body.append(isa.If(row, ">=", start, (isa.If(row, "<", stop, tuple(rp + ep)),)))
         return tuple(body)
 
-    items = C.prod(info.kshape)
+    items = isa.mul(info.dynamic[0], C.prod(info.kshape[1:]))
     start, stop, lets = C.block_range(items)
     s0, s1, s2 = isa.Var("s_head"), isa.Var("s"), isa.Var("s_tail")
     warm = isa.add(start, P - 1)
@@ -697,8 +712,8 @@ def _plan_pipelined(ir: RowKernel, info: _Info, spec, name: str, args):
                                (info.rstride[("in", k)],)))  # fmt: skip
     if once:
         once = [*once, isa.SetFlag("MTE2", "V", 0), isa.WaitFlag("MTE2", "V", 0)]
-    body = [*lets, *bd.hoisted(), *once, *pro, *loops, *epi]
-    blocks = C.device_blocks(spec, items)
+    body = [*info.pre, *lets, *bd.hoisted(), *once, *pro, *loops, *epi]
+    blocks = C.device_blocks(spec, C.prod(info.kshape))
     prog = isa.Program(name, args, tuple(buffers), tuple(body), blocks, blocks)
     return prog, {"mode": "resident", "rows_t": 1, "items": items, "blocks": blocks,
                   "pipelined": P, "slots": Q}  # fmt: skip
@@ -737,8 +752,8 @@ def _split(index, n_chunks: int, outer: tuple[int, ...]):
     return C.unravel(isa.floordiv(index, n_chunks), outer), isa.mod(index, n_chunks)
 
 
-def _count(extent: int, step: int, chunk) -> isa.IntExpr:
-    if extent % step == 0:
+def _count(extent: isa.IntExpr, step: int, chunk) -> isa.IntExpr:
+    if step == 1 or (isinstance(extent, int) and extent % step == 0):
         return step
     return isa.imin(step, isa.sub(extent, isa.mul(chunk, step)))
 
@@ -978,7 +993,9 @@ def _online_parts(ir, info, plan: _OnlinePlan, chunk: int, pp, nc):
         if not rw and info.lvl[r] == "full" and expr[r].op != "load" and r not in dests:
             dests[r] = out_refs[j]
     full_ops = [i for i in _ancestors(expr, full_res, set(vals2))]
-    bd.emit(bd.order(set(full_ops)), vals2, dests, set(ir.results))
+    # the row values (rv) are computed once, between the passes: every chunk reads them, so
+    # none may be freed (its tile reused) by the first chunk's last use
+    bd.emit(bd.order(set(full_ops)), vals2, dests, set(ir.results) | set(rv))
     for j, (r, rw) in enumerate(zip(ir.results, ir.row_outputs)):
         if not rw and vals2[r] != out_refs[j]:
             bd.to_dest(vals2[r], out_refs[j], False, info.lvl[r] if r not in rv else "row")
@@ -997,7 +1014,7 @@ def _plan_online(ir, info, spec, name, args):
 
     chunk = C.fit_tile(spec, bytes_at, cap=R)
     nch = C.ceil_div(R, chunk)
-    items = C.prod(info.kshape)
+    items = isa.mul(info.dynamic[0], C.prod(info.kshape[1:]))
     it, c, pp, nc = (isa.Var(n) for n in ("it", "c", "pp", "nc"))
     bd, queues, init, pass1, between, pass2 = _online_parts(ir, info, plan, chunk, pp, nc)
     k_idx = C.unravel(it, info.kshape)
@@ -1048,9 +1065,9 @@ def _plan_online(ir, info, spec, name, args):
         row += [isa.SetFlag("V", "MTE3", 2), isa.WaitFlag("V", "MTE3", 2), *outs,
                 isa.SetFlag("MTE3", "V", 2), isa.WaitFlag("MTE3", "V", 2)]  # fmt: skip
     start, stop, lets = C.block_range(items)
-    body = [*lets, *bd.hoisted(), *C.pipeline_flags_prologue(),
+    body = [*info.pre, *lets, *bd.hoisted(), *C.pipeline_flags_prologue(),
             isa.Loop(it, start, stop, 1, tuple(row)), *C.pipeline_flags_epilogue()]  # fmt: skip
-    blocks = C.device_blocks(spec, items)
+    blocks = C.device_blocks(spec, C.prod(info.kshape))
     prog = isa.Program(name, args, (*queues.values(), *bd.buffers()), tuple(body), blocks,
                        blocks)  # fmt: skip
     return prog, {"mode": "online", "chunk": chunk, "chunks": nch, "items": items,
