@@ -36,13 +36,13 @@ NESTED_IMPORT_CEILING = 97
 # to the next 50). A module not listed must stay within am.LINE_BUDGET.
 SIZE_CEILINGS: dict[str, int] = {
     "lazymath.tensor": 3250,  # 3213 (3182 on 9caf5d3): Tensor class + every numpy-like function
-    "lazymath.backend.npu.vmath": 2000,  # 1949
+    "lazymath.backend.npu.vmath": 1710,  # 1705
     "lazymath.backend.host.lower_llvm": 1750,  # 1744
     "lazymath.fusion.grouping": 1450,  # 1404
     "lazymath.backend.npu.isa": 1400,  # 1372
     "lazymath.array_api": 1250,  # 1235
     "lazymath.backend.host.gemm": 1250,  # 1234
-    "lazymath.backend.host.lower_cube": 1200,  # 1196
+    "lazymath.backend.host.lower_cube": 1200,  # 1017 (nn33 may grow it)
     "lazymath.backend.npu.templates.rows": 1100,  # 1057
 }
 

@@ -1,7 +1,7 @@
 """Test helpers for the vector math library (vmath).
 
 - `jit_native(op, dtype)`: a standalone MCJIT loop ``y[i] = native(x[i])`` around
-  `vmath.define_native`, so the LLVM bodies of vexp/vln are tested and timed on their own.
+  `vmath_native.define_native`, so the LLVM bodies of vexp/vln are tested and timed on their own.
 - `run_builder(b, inputs)`: a tiny numpy evaluator of the vector instructions a Builder holds
   (float semantics of each instruction as the ISA documents them), so composite sequences are
   checked without the project's interpreter or lowering.
@@ -16,6 +16,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
+from lazymath.backend.host import vmath_native
 from lazymath.backend.npu import isa, vmath
 
 _ENGINE = None
@@ -60,8 +61,8 @@ def jit_native(op: str, dtype: str):
     ft = ir.FloatType() if dtype == "float32" else ir.DoubleType()
     mod = ir.Module(name=f"vmath_test_{op}_{dtype}")
     mod.triple = llvm.get_process_triple()
-    fn = vmath.define_native(mod, op, dtype)
-    assert vmath.define_native(mod, op, dtype) is fn  # defined once per module
+    fn = vmath_native.define_native(mod, op, dtype)
+    assert vmath_native.define_native(mod, op, dtype) is fn  # defined once per module
     i64 = ir.IntType(64)
     ptr = ir.PointerType()
     sym = f"run_{op}_{dtype}"

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
+from lazymath.backend.host import vmath_native
 from lazymath.backend.host.bfloat16 import bf16_to_f32, f32_to_bf16
 from lazymath.backend.npu import isa, vmath
 from lazymath.backend.npu.cancel import CANCEL_SYMBOL  # the flag tile loops poll (Ctrl-C)
@@ -435,8 +436,7 @@ class LowerCtx:
         """Scalar function for a native transcendental (vexp / vln) in `dtype` (f32/f64)."""
         key = ("native", op, dtype)
         if key not in self._fns:
-            define = getattr(vmath, "define_native", None)  # owned by the vector-math library
-            fn = define(self.module, op, dtype) if define is not None else None
+            fn = vmath_native.define_native(self.module, op, dtype)
             if fn is None:
                 fn = _fallback_native(self, op, dtype)
             self._fns[key] = fn

@@ -9,7 +9,7 @@ kernel two lower bounds on its host time:
   when the bytes fit in half of it), at the kernel's thread count;
 - compute: its vector work over the host's vector throughput. Work is counted per element
   from the kernel IR: one vector op per arithmetic op, the instructions of the vector math
-  library's bodies for transcendentals (`vmath.define_native` for exp/log, the composite
+  library's bodies for transcendentals (`vmath_native.define_native` for exp/log, the composite
   sequences for sin, tanh, pow, ...), divides and square roots on the divider. Throughput is
   the target's vector width (LAZYMATH_TARGET_CPU: AVX2 code has 256-bit vectors even on an
   AVX-512 host) times the host microarchitecture's FP pipes (FMA-class and all-op, `UARCH`),
@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from lazymath._threads import num_threads
+from lazymath.backend.host import vmath_native
 from lazymath.backend.native.kernel_cache import cache_dir, disk_enabled
 from lazymath.backend.npu import isa, vmath
 from lazymath.graph.ops import ELEMENTWISE, Composite, Native
@@ -206,7 +207,7 @@ def native_work(op: str, dtype: str) -> Work:
         return w
     from llvmlite import ir
 
-    fn = vmath.define_native(ir.Module(), op, dt)
+    fn = vmath_native.define_native(ir.Module(), op, dt)
     bits = _bits(dt)
     w = Work()
     for instr in fn.blocks[0].instructions:
