@@ -400,7 +400,7 @@ def test_ctrl_c_right_after_queueing_does_not_leave_the_job_running():
     import time
 
     from lazymath import engine
-    from lazymath.backend import cancel
+    from lazymath.backend.npu import cancel
 
     rt = engine._RealizeThread()
     state: list = []
