@@ -373,6 +373,28 @@ def source(name: str) -> str:
     return setting(name).source()
 
 
+def platform_cache_root() -> str | None:
+    """XDG_CACHE_HOME, the platform's cache root (not a lazymath setting: the kernel cache's
+    default directory sits under it, else under ~/.cache)."""
+    return os.environ.get("XDG_CACHE_HOME") or None
+
+
+def export(name: str, value: str) -> None:
+    """Write setting `name` into this process's environment, for the settings read from here
+    on and for the child processes it starts (a Dask worker's own kernel cache directory, the
+    cache base its plugin hands to workers). Checked like any value of the setting."""
+    s = setting(name)
+    s.parse(str(value))  # a bad value fails here, where it is set, not in a child
+    os.environ[s.name] = str(value)
+
+
+def child_environment(**values: str) -> dict[str, str]:
+    """The environment for a child process: this one's, with `values` set (LAZYMATH_* names)."""
+    for name in values:
+        setting(name)
+    return {**os.environ, **values}
+
+
 # Bumped by every override start/stop: hot-path caches keyed on settings (lm.jit's replay) read
 # it with the raw environment values instead of parsing each setting per call.
 GENERATION = [0]

@@ -47,13 +47,7 @@ SIZE_CEILINGS: dict[str, int] = {
 }
 
 # Environment access outside lazymath.settings, each with why it is not a settings read.
-ENV_ACCESS_OUTSIDE_SETTINGS: dict[str, str] = {
-    "lazymath.backend.native.isolate": "forwards the whole environment to a compile child process",
-    "lazymath.backend.native.kernel_cache": "XDG_CACHE_HOME, the platform's cache root (not a LAZYMATH_*)",
-    "lazymath.distributed.cluster": "writes the cache base for the Dask workers it spawns",
-    "lazymath.distributed.worker": "writes a worker's own LAZYMATH_CACHE_DIR before settings read it",
-    "lazymath.testing.fuzz": "sets LAZYMATH_BACKEND around a replay and restores it",
-}
+ENV_ACCESS_OUTSIDE_SETTINGS: dict[str, str] = {}  # none: lazymath.settings reads and writes it
 
 
 def test_nested_import_budget() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 
 from lazymath import settings
 from lazymath._threads import available_cpus
@@ -40,7 +39,7 @@ def _worker_plugin():
             base = settings.get(CACHE_BASE_ENV)
             if not base:
                 base = str(cache_dir())
-                os.environ[CACHE_BASE_ENV] = base
+                settings.export(CACHE_BASE_ENV, base)
             W.setup_worker(base, worker.name)
 
     return LazymathWorker()

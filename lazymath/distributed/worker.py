@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from lazymath import settings
 from lazymath.api import cache_info
 from lazymath.distributed.plan import Program, rebuild
 from lazymath.realize import realize
@@ -170,5 +171,5 @@ def setup_worker(cache_base: str, name: str) -> str:
     """Give this worker its own kernel cache directory under `cache_base`."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name))
     d = os.path.join(cache_base, f"dask-worker-{safe}")
-    os.environ["LAZYMATH_CACHE_DIR"] = d
+    settings.export("LAZYMATH_CACHE_DIR", d)
     return d

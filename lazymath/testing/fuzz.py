@@ -19,7 +19,6 @@ floor scaled by the magnitude of the result); integers and bools compare exactly
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import traceback
@@ -343,9 +342,7 @@ def _run(case: Case, backend: str, steps=None, dtypes: list | None = None):
     lm = sys.modules["lazymath.tensor"]
 
     steps = case.steps if steps is None else steps
-    old = settings.BACKEND.raw()
-    os.environ["LAZYMATH_BACKEND"] = backend
-    try:
+    with settings.override(LAZYMATH_BACKEND=backend):
         vals = [lm.asarray(a) for a in case.leaves]
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
@@ -366,11 +363,6 @@ def _run(case: Case, backend: str, steps=None, dtypes: list | None = None):
                     if i < len(outs):
                         _realize(outs[i])
             return [o.numpy() for o in outs]
-    finally:
-        if old is None:
-            os.environ.pop("LAZYMATH_BACKEND", None)
-        else:
-            os.environ["LAZYMATH_BACKEND"] = old
 
 
 # Float tolerance of a value: that of the least precise dtype its chain went through (a float32

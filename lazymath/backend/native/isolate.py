@@ -157,7 +157,7 @@ def compile_in_child(text: str, module_name: str, level: int, why: str,
                 [sys.executable, "-c", "from lazymath.backend.native.workers import child_main; "
                  "child_main()"],
                 input=payload, capture_output=True, timeout=timeout,
-                env={**os.environ, "LAZYMATH_CACHE": "0"},
+                env=settings.child_environment(LAZYMATH_CACHE="0"),
             )  # fmt: skip
             rc = out.returncode
         except subprocess.TimeoutExpired:
@@ -286,7 +286,7 @@ class _Server:
             self.proc = subprocess.Popen(
                 [sys.executable, "-S", "-c", _BOOT, pkg, target, paths],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, bufsize=0,
-                env={**os.environ, "LAZYMATH_CACHE": "0"},
+                env=settings.child_environment(LAZYMATH_CACHE="0"),
             )  # fmt: skip
         except OSError as e:
             self.err.close()

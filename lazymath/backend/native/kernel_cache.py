@@ -71,7 +71,7 @@ def cache_dir() -> Path:
     d = settings.CACHE_DIR.get()
     if d:
         return Path(d)
-    xdg = os.environ.get("XDG_CACHE_HOME")
+    xdg = settings.platform_cache_root()
     base = Path(xdg) if xdg else Path.home() / ".cache"
     return base / "lazymath"
 
