@@ -209,7 +209,7 @@ def test_sizes_overflowing_int64_are_refused_at_the_call(make):
 
 
 _SIGINT = r"""
-import os, signal, threading
+import os, signal, threading, time
 import numpy as np
 import lazymath as lm
 from lazymath import engine
@@ -230,6 +230,7 @@ t = lm.sum(lm.broadcast_to(x, (2**22, 2**22)))  # 2**44 elements: hours of work
 
 def ctrl_c():  # Ctrl-C once the kernels run, however long compiling took on this host
     running.wait()
+    time.sleep(0.5)  # well inside the tile loops: a flag read once at their entry misses it
     os.kill(os.getpid(), signal.SIGINT)
 
 
@@ -246,10 +247,12 @@ print(float(lm.sum(lm.broadcast_to(x, (1000, 1000))).numpy()))  # the process st
 
 @pytest.mark.parametrize("be", ["llvm", "interp"])
 def test_ctrl_c_stops_a_huge_reduction(be, tmp_path):
-    """SIGINT while the kernels of a 2**44-element sum run (sent when they have started, not
-    after a fixed delay): the tile loops see the cancel flag and return, the realize raises
-    KeyboardInterrupt, and the process keeps working. (Finishing the sum would take hours: the
-    subprocess timeout is the only bound.)"""
+    """SIGINT while the kernels of a 2**44-element sum run (sent half a second after they have
+    started, however long compiling took): the tile loops see the cancel flag and return, the
+    realize raises KeyboardInterrupt, and the process keeps working. (Finishing the sum would
+    take hours: the subprocess timeout is the only bound.) On llvm this failed whenever the
+    signal came after the kernels' first tile: O3 hoisted the flag's load out of the stride-0
+    tile loop (llvmlite drops ``volatile``); the flag is now read by an atomic load."""
     import os
     import subprocess
     import sys
@@ -262,6 +265,33 @@ def test_ctrl_c_stops_a_huge_reduction(be, tmp_path):
                        timeout=240)  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.split() == ["interrupted", "1000000.0"], p.stdout + p.stderr[-2000:]
+
+
+def test_tile_loops_read_the_cancel_flag_atomically(monkeypatch):
+    """The LLVM IR of a stride-0 tile loop reads the cancel flag with an atomic load: a plain
+    load (llvmlite has no volatile ones) is loop-invariant, and O3 hoisted it out of the loop
+    -- the cause of the llvm case of test_ctrl_c_stops_a_huge_reduction failing. In process,
+    nothing runs: the program is taken at its first run."""
+    from lazymath import engine
+
+    class Taken(Exception):
+        pass
+
+    taken: list = []
+
+    def take(self, *args, **kw):
+        taken.extend(ck for _, ck, _ in self.kernels)
+        raise Taken
+
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    monkeypatch.setattr(engine.Program, "run", take)
+    x = lm.asarray(np.ones(1, np.float32))
+    with pytest.raises(Taken):
+        lm.sum(lm.broadcast_to(x, (2**22, 2**22))).realize()
+    (ck,) = taken
+    reads = [ln for ln in ck.llvm_ir.splitlines() if '@"lazymath_cancel"' in ln and "load" in ln]
+    assert reads, ck.llvm_ir
+    assert all("load atomic" in ln and "monotonic" in ln for ln in reads), reads
 
 
 def test_long_realizes_share_one_realize_thread(monkeypatch):

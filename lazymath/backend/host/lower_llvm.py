@@ -382,14 +382,20 @@ class LowerCtx:
                    no_vectorize=no_vectorize, exit_if=exit_if)  # fmt: skip
 
     def cancelled(self) -> ir.Value:
-        """i1: the process asked running kernels to stop (a volatile read of the runtime
-        symbol CANCEL_SYMBOL, set by the engine when Ctrl-C interrupts a long realize)."""
+        """i1: the process asked running kernels to stop (the runtime symbol CANCEL_SYMBOL,
+        set by the engine when Ctrl-C interrupts a long realize).
+
+        A monotonic atomic load, a plain ``mov`` on x86: a plain load of a global no store in
+        the loop writes is loop-invariant, and LICM hoisted it out of the tile loop, so a flag
+        set while a kernel ran was never seen (a 2**44-element broadcast sum ran for hours).
+        llvmlite has no volatile loads (a ``volatile`` attribute on its LoadInstr is silently
+        dropped from the IR text); LLVM never hoists or merges an atomic load above
+        unordered."""
         mod = self.module
         flag = mod.globals.get(CANCEL_SYMBOL)
         if flag is None:
             flag = ir.GlobalVariable(mod, I32, name=CANCEL_SYMBOL)
-        v = self.builder.load(flag, name="cancel")
-        v.volatile = True
+        v = self.builder.load_atomic(flag, "monotonic", 4, name="cancel")
         return self.builder.icmp_unsigned("!=", v, ir.Constant(I32, 0))
 
     def map(self, dst: isa.Ref, srcs: tuple, n, fn: Callable, dtypes=None) -> None:
