@@ -8,7 +8,8 @@ one process (issue 34).
 - a 50-op elementwise step on 1,000 float32 (alternating mul/add/tanh-free cheap ops), lm.jit
   vs numpy eager;
 - a dynamic batch: tanh(x @ W + b) * 0.5 through lm.jit(dynamic=0) at batch sizes 1..4096
-  (one program) against numpy eager, and the programs compiled;
+  (one program) against numpy eager, and the programs compiled; the same for an elementwise
+  step and for a softmax over the last axis (run-time rows);
 - a 1,000-step eager loop `x * s + 1.0` whose Python float s changes every step: programs
   compiled during the loop (the default runtime-scalar arguments: 0 after the first step).
 Timings are only meaningful under /work/bin/lmbench on the shared host (machine to itself).
@@ -126,6 +127,25 @@ def main() -> None:
         np.testing.assert_allclose(je(tb, yb).numpy(), np.maximum(xb * 2 + yn64, 0), rtol=1e-6)
         t_j = _median_us(lambda tb=tb: je(tb, yb).numpy(), a.reps)
         t_n = _median_us(lambda xb=xb: np.maximum(xb * np.float32(2) + yn64, 0), a.reps)
+        print(f"  batch {n:5d}: {t_j:9.2f} / {t_n:9.2f}  ({t_j / t_n:.2f}x)")
+    print(f"  programs compiled for the 6 sizes: {engine.PROGRAMS.misses - misses}")
+
+    # a row-kernel dynamic batch: softmax over the last axis (the rows template, the row
+    # count a kernel argument since issue 34's reduce/rows work) against numpy eager
+    js = lm.jit(lambda u: lm.softmax(u, axis=-1), dynamic=0)
+
+    def np_softmax(u):
+        e = np.exp(u - u.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    misses = engine.PROGRAMS.misses
+    print("dynamic batch softmax(x[, 64], axis=-1), us per call (lm.jit dynamic=0 / numpy):")
+    for n in (1, 7, 64, 100, 513, 4096):
+        xb = rng.standard_normal((n, 64)).astype(np.float32)
+        tb = lm.asarray(xb)
+        np.testing.assert_allclose(js(tb).numpy(), np_softmax(xb), rtol=1e-5, atol=1e-7)
+        t_j = _median_us(lambda tb=tb: js(tb).numpy(), a.reps)
+        t_n = _median_us(lambda xb=xb: np_softmax(xb), a.reps)
         print(f"  batch {n:5d}: {t_j:9.2f} / {t_n:9.2f}  ({t_j / t_n:.2f}x)")
     print(f"  programs compiled for the 6 sizes: {engine.PROGRAMS.misses - misses}")
 
