@@ -32,8 +32,10 @@ from lazymath.dtypes import (
     uint32,
     uint64,
 )
+from lazymath.functions import *  # noqa: F403  (exactly functions.__all__)
+from lazymath.functions import __all__ as _functions_all
 from lazymath.realize import realize
-from lazymath.tensor import *  # noqa: F403  (exactly tensor.__all__)
+from lazymath.tensor import *  # noqa: F403  (exactly tensor.__all__: Tensor)
 from lazymath.tensor import __all__ as _tensor_all
 
 # name -> the module that defines it, imported on first access
@@ -57,7 +59,16 @@ bool = bool_  # the standard's name of the dtype (the builtin stays builtins.boo
 e, inf, nan, pi, newaxis = 2.718281828459045, float("inf"), float("nan"), 3.141592653589793, None
 _CONSTANTS = ("e", "inf", "nan", "pi", "newaxis")
 
-__all__ = [*_tensor_all, *_array_api_all, *_DTYPES, *_CONSTANTS, "dtypes", "realize", *_LAZY]
+__all__ = [
+    *_tensor_all,
+    *_functions_all,
+    *_array_api_all,
+    *_DTYPES,
+    *_CONSTANTS,
+    "dtypes",
+    "realize",
+    *_LAZY,
+]
 
 
 from lazymath._tpctl import register as _register_threadpoolctl  # noqa: E402

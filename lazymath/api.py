@@ -13,6 +13,7 @@ from lazymath.backend.host import roofline
 from lazymath.backend.native.kernel_cache import cache_info as kernel_cache_info
 from lazymath.backend.native.kernel_cache import clear_cache as clear_kernels
 from lazymath.backend.npu.cost import estimate
+from lazymath.functions import tensor
 from lazymath.fusion.grouping import aicpu_reason
 from lazymath.fusion.schedule import Schedule, ridge_point
 from lazymath.graph import custom
@@ -20,7 +21,7 @@ from lazymath.graph.walk import nodes_of, plan_outputs
 from lazymath.realize import schedule_of
 from lazymath.runtime import api as rt_api
 from lazymath.runtime.timeline import SimKernel, explain_overlap, simulate
-from lazymath.tensor import Tensor, tensor
+from lazymath.tensor import Tensor
 from lazymath.units import fmt_bytes as _fmt_bytes
 
 __all__ = [

@@ -20,8 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from lazymath import dtypes as dt
-from lazymath import tensor as T
-from lazymath.tensor import Tensor, _current_device
+from lazymath import functions as F
+from lazymath.functions import base as _base
+from lazymath.functions import creation as _creation
+from lazymath.functions import fft as _fft
+from lazymath.functions import shapes as _shapes
+from lazymath.tensor import Tensor, default_device, note_sync
 
 __array_api_version__ = "2024.12"
 
@@ -197,10 +201,10 @@ class _Info:
         return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": 64}
 
     def default_device(self):
-        return _current_device()
+        return default_device()
 
     def devices(self) -> list:
-        return [_current_device()]
+        return [default_device()]
 
     def default_dtypes(self, *, device=None) -> dict:
         """float32 (the NPU's floating type), complex64, int64 (also for indexing)."""
@@ -225,23 +229,23 @@ def _t(x, who: str) -> Tensor:
         return x
     if isinstance(x, (bool, int, float, complex)):
         raise TypeError(f"{who}: expected a tensor, got a Python {type(x).__name__}")
-    return T.asarray(x)
+    return F.asarray(x)
 
 
 def _axis1(axis, ndim: int, who: str) -> int:
-    return T._axes(axis, ndim, who)[0]
+    return _base._axes(axis, ndim, who)[0]
 
 
 def _host(x: Tensor, who: str) -> np.ndarray:
     """The realized value of `x` for a function that computes on the host (an implicit sync,
     counted like bool(t))."""
-    T._note_sync(who, x)
+    note_sync(who, x)
     return x.numpy()
 
 
 def _from_host(a, like: Tensor | None = None) -> Tensor:
     arr = np.array(a, copy=True, order="C")
-    return T._from_numpy(arr, "lazymath", like._device if like is not None else None)
+    return _creation._from_numpy(arr, "lazymath", like._device if like is not None else None)
 
 
 # ----------------------------------------------------------------------------- elementwise extras
@@ -252,14 +256,14 @@ def positive(x, /) -> Tensor:
     x = _t(x, "positive")
     if x.dtype == dt.bool_:
         raise TypeError("positive: not supported for bool tensors")
-    return T.astype(x, x.dtype, copy=True)
+    return F.astype(x, x.dtype, copy=True)
 
 
 def logical_xor(x1, x2, /) -> Tensor:
     """Elementwise x1 != x2 of the truth values (numpy.logical_xor)."""
-    a = x1 if not isinstance(x1, Tensor) else T.astype(x1, dt.bool_, copy=False)
-    b = x2 if not isinstance(x2, Tensor) else T.astype(x2, dt.bool_, copy=False)
-    return T.ne(a if isinstance(a, Tensor) else builtins.bool(a),
+    a = x1 if not isinstance(x1, Tensor) else F.astype(x1, dt.bool_, copy=False)
+    b = x2 if not isinstance(x2, Tensor) else F.astype(x2, dt.bool_, copy=False)
+    return F.ne(a if isinstance(a, Tensor) else builtins.bool(a),
                 b if isinstance(b, Tensor) else builtins.bool(b))  # fmt: skip
 
 
@@ -299,9 +303,9 @@ def nextafter(x1, x2, /) -> Tensor:
     """The next representable value after x1 toward x2 (computed on the host at the call).
     One of them may be a Python float or int (it takes the other's dtype)."""
     if not isinstance(x1, Tensor) and isinstance(x2, Tensor) and _pyscalar(x1):
-        x1 = T.full(x2.shape, float(x1), dtype=x2.dtype, device=x2.device)
+        x1 = F.full(x2.shape, float(x1), dtype=x2.dtype, device=x2.device)
     if not isinstance(x2, Tensor) and isinstance(x1, Tensor) and _pyscalar(x2):
-        x2 = T.full(x1.shape, float(x2), dtype=x1.dtype, device=x1.device)
+        x2 = F.full(x1.shape, float(x2), dtype=x1.dtype, device=x1.device)
     a, b = _t(x1, "nextafter"), _t(x2, "nextafter")
     if a.dtype.kind != "f" or b.dtype.kind != "f":
         raise TypeError("nextafter: real floating tensors only")
@@ -316,21 +320,21 @@ def nextafter(x1, x2, /) -> Tensor:
 def any(x, /, *, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """Whether any element (along `axis`) is nonzero; False over an empty axis. Lazy."""
     x = _t(x, "any")
-    nz = T.astype(x, dt.bool_, copy=False)
-    return T.gt(T.sum(T.astype(nz, dt.int64), axis, keepdims), 0)
+    nz = F.astype(x, dt.bool_, copy=False)
+    return F.gt(F.sum(F.astype(nz, dt.int64), axis, keepdims), 0)
 
 
 def all(x, /, *, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """Whether every element (along `axis`) is nonzero; True over an empty axis. Lazy."""
     x = _t(x, "all")
-    z = T.logical_not(T.astype(x, dt.bool_, copy=False))
-    return T.eq(T.sum(T.astype(z, dt.int64), axis, keepdims), 0)
+    z = F.logical_not(F.astype(x, dt.bool_, copy=False))
+    return F.eq(F.sum(F.astype(z, dt.int64), axis, keepdims), 0)
 
 
 def count_nonzero(x, /, *, axis=None, keepdims: bool = False) -> Tensor:
     """Number of nonzero elements along `axis` (int64). Lazy."""
     x = _t(x, "count_nonzero")
-    return T.sum(T.astype(T.astype(x, dt.bool_, copy=False), dt.int64), axis, keepdims)
+    return F.sum(F.astype(F.astype(x, dt.bool_, copy=False), dt.int64), axis, keepdims)
 
 
 def _cumulative(name: str, x, axis, dtype, include_initial: bool) -> Tensor:
@@ -343,7 +347,7 @@ def _cumulative(name: str, x, axis, dtype, include_initial: bool) -> Tensor:
         raise ValueError(f"{name}: a 0-d tensor has no axis to accumulate along")
     ax = _axis1(axis, x.ndim, name)
     if dtype is None:
-        dtype = T.sum(T.zeros((1,), x.dtype)).dtype  # the sum's accumulator dtype
+        dtype = F.sum(F.zeros((1,), x.dtype)).dtype  # the sum's accumulator dtype
     out_dt = dt.as_dtype(dtype)
     add = name == "cumulative_sum"
     if not _sorting().vector_dtype(out_dt):  # no Vector instructions for it: the AI CPU
@@ -351,7 +355,7 @@ def _cumulative(name: str, x, axis, dtype, include_initial: bool) -> Tensor:
         r = (np.cumsum if add else np.cumprod)(a, axis=ax, dtype=out_dt)  # numpy's own
         # default would widen small integers (uint8 -> uint64), not the dtype asked for
     else:
-        r = _scan(T.astype(x, out_dt, copy=False), ax, "add" if add else "mul")
+        r = _scan(F.astype(x, out_dt, copy=False), ax, "add" if add else "mul")
     if include_initial:
         shape = list(x.shape)
         shape[ax] = 1
@@ -359,7 +363,7 @@ def _cumulative(name: str, x, axis, dtype, include_initial: bool) -> Tensor:
         if isinstance(r, np.ndarray):
             r = np.concatenate([first, r], axis=ax)
         else:
-            r = T.concat([T.asarray(first, device=x.device), r], ax)
+            r = F.concat([F.asarray(first, device=x.device), r], ax)
     return _from_host(r, x) if isinstance(r, np.ndarray) else r
 
 
@@ -375,26 +379,26 @@ def _lines(x: Tensor, ax: int, first: bool) -> Tensor:
     """x with axis `ax` moved first (first=True) or last, dense, as a 2-d tensor."""
     perm = [i for i in range(x.ndim) if i != ax]
     perm = [ax, *perm] if first else [*perm, ax]
-    y = T.permute_dims(x, perm) if perm != list(range(x.ndim)) else x
+    y = F.permute_dims(x, perm) if perm != list(range(x.ndim)) else x
     n = x.shape[ax]
     rest = math.prod(x.shape) // n if n else math.prod(s for i, s in enumerate(x.shape) if i != ax)
     y = _dense(y) if y.node.op == "permute" else y
-    return T.reshape(y, (n, rest) if first else (rest, n))
+    return F.reshape(y, (n, rest) if first else (rest, n))
 
 
 def _unlines(y: Tensor, x_shape: tuple, ax: int, first: bool) -> Tensor:
     """The inverse of `_lines` for a result of x's shape."""
     perm = [i for i in range(len(x_shape)) if i != ax]
     order = [ax, *perm] if first else [*perm, ax]
-    y = T.reshape(y, tuple(x_shape[i] for i in order))
+    y = F.reshape(y, tuple(x_shape[i] for i in order))
     inv = [order.index(i) for i in range(len(x_shape))]
-    return T.permute_dims(y, inv) if inv != list(range(len(x_shape))) else y
+    return F.permute_dims(y, inv) if inv != list(range(len(x_shape))) else y
 
 
 def _scan(x: Tensor, ax: int, op: str) -> Tensor:
     """Cumulative sum/product along `ax` on the Vector unit (sorting.scan_add)."""
     if x.size == 0:
-        return T.astype(x, x.dtype, copy=True)
+        return F.astype(x, x.dtype, copy=True)
     y = _sorting().scan_rows(_lines(x, ax, True), op)
     return _unlines(y, x.shape, ax, True)
 
@@ -438,9 +442,9 @@ def _sort_vector(x: Tensor, ax: int, descending: bool) -> tuple[Tensor, Tensor] 
     if work is None or n > srt.SORT_MAX:
         return None
     if x.size == 0:
-        return T.astype(x, x.dtype, copy=True), T.zeros(x.shape, dt.int64)
+        return F.astype(x, x.dtype, copy=True), F.zeros(x.shape, dt.int64)
     size = 1 << (n - 1).bit_length()
-    rows = _lines(T.astype(x, work, copy=False), ax, False)
+    rows = _lines(F.astype(x, work, copy=False), ax, False)
     # the kernel pads rows to `size` with a value that sorts after every element (ties with
     # it go by index: the pads come last)
     if work.kind == "f":
@@ -451,14 +455,14 @@ def _sort_vector(x: Tensor, ax: int, descending: bool) -> tuple[Tensor, Tensor] 
     tabs = _sort_tables.get(key)
     if tabs is None:
         perm, keep = srt.stage_tables(size)
-        tabs = (T.asarray(perm, device=x.device), T.asarray(keep, device=x.device))
+        tabs = (F.asarray(perm, device=x.device), F.asarray(keep, device=x.device))
         tabs[0].realize()
         tabs[1].realize()
         _sort_tables[key] = tabs
     vals, idx = srt.bitonic_sort(rows, *tabs, descending=bool(descending), pad=pad)
     vals = _unlines(vals, x.shape, ax, False)
-    idx = _unlines(T.astype(idx, dt.int64), x.shape, ax, False)
-    return (T.astype(vals, x.dtype, copy=False) if work != x.dtype else vals), idx
+    idx = _unlines(F.astype(idx, dt.int64), x.shape, ax, False)
+    return (F.astype(vals, x.dtype, copy=False) if work != x.dtype else vals), idx
 
 
 def sort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
@@ -510,11 +514,11 @@ def searchsorted(x1, x2, /, *, side: str = "left", sorter=None) -> Tensor:
     work = srt.order_dtype(common) if common != dt.bool_ else None
     if work is not None and a.shape[0] <= srt.SEARCH_MAX:
         if v.size == 0 or a.shape[0] == 0:
-            return T.zeros(v.shape, dt.int64)
-        a, v = T.astype(a, common, copy=False), T.astype(v, common, copy=False)
-        a, v = T.astype(a, work, copy=False), T.astype(v, work, copy=False)
-        r = srt.search_sorted(a, T.reshape(_dense_view(v), (-1,)), right=side == "right")
-        return T.astype(T.reshape(r, v.shape), dt.int64)
+            return F.zeros(v.shape, dt.int64)
+        a, v = F.astype(a, common, copy=False), F.astype(v, common, copy=False)
+        a, v = F.astype(a, work, copy=False), F.astype(v, work, copy=False)
+        r = srt.search_sorted(a, F.reshape(_dense_view(v), (-1,)), right=side == "right")
+        return F.astype(F.reshape(r, v.shape), dt.int64)
     r = np.searchsorted(_host(a, "searchsorted"), _host(v, "searchsorted"), side=side)
     return _from_host(np.asarray(r, dtype=np.int64), v)
 
@@ -614,14 +618,14 @@ def moveaxis(x, source, destination, /) -> Tensor:
     dst = (destination,) if isinstance(destination, int) else tuple(destination)
     if len(src) != len(dst):
         raise ValueError("moveaxis: source and destination need the same number of axes")
-    src = [T._axes(a, x.ndim, "moveaxis")[0] for a in src]
-    dst = [T._axes(a, x.ndim, "moveaxis")[0] for a in dst]
+    src = [_base._axes(a, x.ndim, "moveaxis")[0] for a in src]
+    dst = [_base._axes(a, x.ndim, "moveaxis")[0] for a in dst]
     if len(set(src)) != len(src) or len(set(dst)) != len(dst):
         raise ValueError("moveaxis: repeated axis")
     order = [a for a in range(x.ndim) if a not in src]
     for d, s_ in sorted(zip(dst, src)):
         order.insert(d, s_)
-    return T.permute_dims(x, order)
+    return F.permute_dims(x, order)
 
 
 def matrix_transpose(x, /) -> Tensor:
@@ -629,7 +633,7 @@ def matrix_transpose(x, /) -> Tensor:
     x = _t(x, "matrix_transpose")
     if x.ndim < 2:
         raise ValueError(f"matrix_transpose: needs at least 2 dimensions, got {x.shape}")
-    return T.swapaxes(x, -1, -2)
+    return F.swapaxes(x, -1, -2)
 
 
 def unstack(x, /, *, axis: int = 0) -> tuple:
@@ -644,8 +648,8 @@ def unstack(x, /, *, axis: int = 0) -> tuple:
 def broadcast_arrays(*arrays) -> list:
     """The tensors broadcast to their common shape (lazy views)."""
     ts = [_t(a, "broadcast_arrays") for a in arrays]
-    shape = T.broadcast_shapes(*(t.shape for t in ts), op="broadcast_arrays")
-    return [T.broadcast_to(t, shape) for t in ts]
+    shape = F.broadcast_shapes(*(t.shape for t in ts), op="broadcast_arrays")
+    return [F.broadcast_to(t, shape) for t in ts]
 
 
 def meshgrid(*arrays, indexing: str = "xy") -> list:
@@ -669,14 +673,14 @@ def meshgrid(*arrays, indexing: str = "xy") -> list:
             pos = 1 - k
         r = [1] * n
         r[pos] = t.shape[0]
-        out.append(T.broadcast_to(T.reshape(t, tuple(r)), tuple(shape)))
+        out.append(F.broadcast_to(F.reshape(t, tuple(r)), tuple(shape)))
     return out
 
 
 def _tri_mask(shape: tuple, k: int, lower: bool) -> Tensor:
     m, n = shape[-2], shape[-1]
     mask = np.tri(m, n, k, dtype=bool) if lower else ~np.tri(m, n, k - 1, dtype=bool)
-    return T.tensor(mask)
+    return F.tensor(mask)
 
 
 def tril(x, /, *, k: int = 0) -> Tensor:
@@ -684,7 +688,7 @@ def tril(x, /, *, k: int = 0) -> Tensor:
     x = _t(x, "tril")
     if x.ndim < 2:
         raise ValueError(f"tril: needs at least 2 dimensions, got {x.shape}")
-    return T.where(_tri_mask(x.shape, operator.index(k), True), x, T.zeros((), x.dtype))
+    return F.where(_tri_mask(x.shape, operator.index(k), True), x, F.zeros((), x.dtype))
 
 
 def triu(x, /, *, k: int = 0) -> Tensor:
@@ -692,14 +696,14 @@ def triu(x, /, *, k: int = 0) -> Tensor:
     x = _t(x, "triu")
     if x.ndim < 2:
         raise ValueError(f"triu: needs at least 2 dimensions, got {x.shape}")
-    return T.where(_tri_mask(x.shape, operator.index(k), False), x, T.zeros((), x.dtype))
+    return F.where(_tri_mask(x.shape, operator.index(k), False), x, F.zeros((), x.dtype))
 
 
 def roll(x, /, shift, *, axis=None) -> Tensor:
     """Shift elements along axes, wrapping around (lazy slices and a concat)."""
     x = _t(x, "roll")
     if axis is None:
-        return T.reshape(roll(T.reshape(x, (-1,)), shift, axis=0), x.shape)
+        return F.reshape(roll(F.reshape(x, (-1,)), shift, axis=0), x.shape)
     shifts = (shift,) if isinstance(shift, int) else tuple(shift)
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     if len(shifts) == 1 and len(axes) > 1:
@@ -708,7 +712,7 @@ def roll(x, /, shift, *, axis=None) -> Tensor:
         raise ValueError("roll: shift and axis must have the same length")
     out = x
     for sh, ax in zip(shifts, axes):
-        ax = T._axes(ax, x.ndim, "roll")[0]
+        ax = _base._axes(ax, x.ndim, "roll")[0]
         n = x.shape[ax]
         if n == 0:
             continue
@@ -716,7 +720,7 @@ def roll(x, /, shift, *, axis=None) -> Tensor:
         if sh == 0:
             continue
         pre = (slice(None),) * ax
-        out = T.concat([out[pre + (slice(n - sh, None),)], out[pre + (slice(0, n - sh),)]], ax)
+        out = F.concat([out[pre + (slice(n - sh, None),)], out[pre + (slice(0, n - sh),)]], ax)
     return out
 
 
@@ -732,17 +736,17 @@ def tile(x, repetitions, /) -> Tensor:
     inter = []
     for s_ in shape:
         inter += [1, s_]
-    y = T.reshape(x, tuple(inter))
+    y = F.reshape(x, tuple(inter))
     big = []
     for r, s_ in zip(reps, shape):
         big += [r, s_]
-    y = T.broadcast_to(y, tuple(big))
-    return T.reshape(_dense(y), tuple(r * s_ for r, s_ in zip(reps, shape)))
+    y = F.broadcast_to(y, tuple(big))
+    return F.reshape(_dense(y), tuple(r * s_ for r, s_ in zip(reps, shape)))
 
 
 def _dense(x: Tensor) -> Tensor:
     """A broadcast view made dense, so a reshape can merge its axes (a fused copy)."""
-    return T.add(x, T.zeros((), x.dtype)) if x.dtype != dt.bool_ else T.logical_or(x, False)
+    return F.add(x, F.zeros((), x.dtype)) if x.dtype != dt.bool_ else F.logical_or(x, False)
 
 
 def repeat(x, repeats, /, *, axis=None) -> Tensor:
@@ -750,7 +754,7 @@ def repeat(x, repeats, /, *, axis=None) -> Tensor:
     integer count; a tensor of counts (data-dependent shape) realizes at the call."""
     x = _t(x, "repeat")
     if axis is None:
-        x, axis = T.reshape(x, (-1,)), 0
+        x, axis = F.reshape(x, (-1,)), 0
     ax = _axis1(axis, x.ndim, "repeat")
     if isinstance(repeats, Tensor) or not isinstance(repeats, (int, np.integer)):
         r = _host(_t(repeats, "repeat"), "repeat") if isinstance(repeats, Tensor) else repeats
@@ -758,13 +762,13 @@ def repeat(x, repeats, /, *, axis=None) -> Tensor:
     r = operator.index(repeats)
     if r < 0:
         raise ValueError(f"repeat: repeats must be non-negative, got {r}")
-    y = T.expand_dims(x, ax + 1)
+    y = F.expand_dims(x, ax + 1)
     shape = list(y.shape)
     shape[ax + 1] = r
-    y = T.broadcast_to(y, tuple(shape))
+    y = F.broadcast_to(y, tuple(shape))
     out = list(x.shape)
     out[ax] *= r
-    return T.reshape(_dense(y), tuple(out))
+    return F.reshape(_dense(y), tuple(out))
 
 
 def diff(x, /, *, axis: int = -1, n: int = 1, prepend=None, append=None) -> Tensor:
@@ -778,22 +782,22 @@ def diff(x, /, *, axis: int = -1, n: int = 1, prepend=None, append=None) -> Tens
         raise ValueError(f"diff: n must be non-negative, got {n}")
     parts = [p for p in (prepend, x, append) if p is not None]
     if len(parts) > 1:
-        x = T.concat([_t(p, "diff") for p in parts], ax)
+        x = F.concat([_t(p, "diff") for p in parts], ax)
     pre = (slice(None),) * ax
     for _ in range(n):
         if x.shape[ax] == 0:
             break
-        x = T.sub(x[pre + (slice(1, None),)], x[pre + (slice(None, -1),)])
+        x = F.sub(x[pre + (slice(1, None),)], x[pre + (slice(None, -1),)])
     return x
 
 
 def isin(x1, x2, /, *, invert: bool = False) -> Tensor:
     """Whether each element of x1 is in x2 (lazy: a broadcast compare and an any())."""
     a, b = _t(x1, "isin"), _t(x2, "isin")
-    flat = T.reshape(b, (-1,))
-    hit = T.eq(T.expand_dims(a, -1), flat)
+    flat = F.reshape(b, (-1,))
+    hit = F.eq(F.expand_dims(a, -1), flat)
     found = any(hit, axis=-1)
-    return T.logical_not(found) if invert else found
+    return F.logical_not(found) if invert else found
 
 
 # ----------------------------------------------------------------------------- linear algebra
@@ -811,8 +815,8 @@ def tensordot(x1, x2, /, *, axes=2) -> Tensor:
     else:
         ax_a, ax_b = ([axes[0]] if isinstance(axes[0], int) else list(axes[0]),
                       [axes[1]] if isinstance(axes[1], int) else list(axes[1]))  # fmt: skip
-        ax_a = [T._axes(v, a.ndim, "tensordot")[0] for v in ax_a]
-        ax_b = [T._axes(v, b.ndim, "tensordot")[0] for v in ax_b]
+        ax_a = [_base._axes(v, a.ndim, "tensordot")[0] for v in ax_a]
+        ax_b = [_base._axes(v, b.ndim, "tensordot")[0] for v in ax_b]
     if len(ax_a) != len(ax_b):
         raise ValueError("tensordot: the two axes lists differ in length")
     for i, j in zip(ax_a, ax_b):
@@ -821,12 +825,12 @@ def tensordot(x1, x2, /, *, axes=2) -> Tensor:
     free_a = [d for d in range(a.ndim) if d not in ax_a]
     free_b = [d for d in range(b.ndim) if d not in ax_b]
     k = math.prod(a.shape[d] for d in ax_a)
-    am = T.reshape(_dense_view(T.permute_dims(a, free_a + ax_a)),
+    am = F.reshape(_dense_view(F.permute_dims(a, free_a + ax_a)),
                    (math.prod(a.shape[d] for d in free_a), k))  # fmt: skip
-    bm = T.reshape(_dense_view(T.permute_dims(b, ax_b + free_b)),
+    bm = F.reshape(_dense_view(F.permute_dims(b, ax_b + free_b)),
                    (k, math.prod(b.shape[d] for d in free_b)))  # fmt: skip
-    out = T.matmul(am, bm)
-    return T.reshape(out, tuple(a.shape[d] for d in free_a) + tuple(b.shape[d] for d in free_b))
+    out = F.matmul(am, bm)
+    return F.reshape(out, tuple(a.shape[d] for d in free_a) + tuple(b.shape[d] for d in free_b))
 
 
 def _dense_view(x: Tensor) -> Tensor:
@@ -845,8 +849,8 @@ def vecdot(x1, x2, /, *, axis: int = -1) -> Tensor:
         raise ValueError(f"vecdot: sizes {a.shape[axis]} and {b.shape[axis]} differ on axis "
                          f"{axis}")  # fmt: skip
     ax = axis if axis < 0 else axis - a.ndim
-    p = T.mul(conj(a), b)
-    return T.astype(T.sum(p, ax), p.dtype, copy=False)  # the operands' dtype, not the sum's
+    p = F.mul(conj(a), b)
+    return F.astype(F.sum(p, ax), p.dtype, copy=False)  # the operands' dtype, not the sum's
 
 
 def _float_host(x: Tensor, who: str) -> tuple[np.ndarray, np.dtype]:
@@ -867,7 +871,7 @@ class _Linalg:
     matrix_power, the 2/-2/'nuc' matrix norms, cross) run numpy.linalg on the host at the call
     (they realize their inputs); float16 goes through float32."""
 
-    matmul = staticmethod(T.matmul)
+    matmul = staticmethod(F.matmul)
     matrix_transpose = staticmethod(matrix_transpose)
     tensordot = staticmethod(tensordot)
     vecdot = staticmethod(vecdot)
@@ -877,7 +881,7 @@ class _Linalg:
         a, b = _t(x1, "outer"), _t(x2, "outer")
         if a.ndim != 1 or b.ndim != 1:
             raise ValueError("linalg.outer: inputs must be 1-d")
-        return T.mul(T.reshape(a, (-1, 1)), T.reshape(b, (1, -1)))
+        return F.mul(F.reshape(a, (-1, 1)), F.reshape(b, (1, -1)))
 
     @staticmethod
     def diagonal(x, /, *, offset: int = 0) -> Tensor:
@@ -889,15 +893,15 @@ class _Linalg:
         k = operator.index(offset)
         start = k if k >= 0 else -k * n
         count = builtins.max(0, builtins.min(m, n - k) if k >= 0 else builtins.min(m + k, n))
-        flat = T.reshape(_dense_view(x), x.shape[:-2] + (m * n,))
+        flat = F.reshape(_dense_view(x), x.shape[:-2] + (m * n,))
         if count == 0:
-            return T.zeros(x.shape[:-2] + (0,), x.dtype)
+            return F.zeros(x.shape[:-2] + (0,), x.dtype)
         spec = tuple((0, s_, 1) for s_ in x.shape[:-2]) + ((start, count, n + 1),)
-        return T._slice_node(flat, spec)
+        return _shapes._slice_node(flat, spec)
 
     @staticmethod
     def trace(x, /, *, offset: int = 0, dtype=None) -> Tensor:
-        return T.sum(_Linalg.diagonal(x, offset=offset), -1, dtype=dtype)
+        return F.sum(_Linalg.diagonal(x, offset=offset), -1, dtype=dtype)
 
     @staticmethod
     def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2) -> Tensor:  # noqa: A002
@@ -905,42 +909,42 @@ class _Linalg:
         x = _t(x, "vector_norm")
         if x.dtype.kind not in "fc":
             raise TypeError(f"linalg.vector_norm: expected a floating tensor, got {x.dtype}")
-        a = T.abs(x)
+        a = F.abs(x)
         if ord == math.inf:
-            return T.max(a, axis, keepdims)
+            return F.max(a, axis, keepdims)
         if ord == -math.inf:
-            return T.min(a, axis, keepdims)
+            return F.min(a, axis, keepdims)
         if ord == 0:
-            return T.astype(count_nonzero(a, axis=axis, keepdims=keepdims), a.dtype)
+            return F.astype(count_nonzero(a, axis=axis, keepdims=keepdims), a.dtype)
         if ord == 1:
-            return T.sum(a, axis, keepdims)
+            return F.sum(a, axis, keepdims)
         if ord == 2:
-            return T.sqrt(T.sum(T.mul(a, a), axis, keepdims))
+            return F.sqrt(F.sum(F.mul(a, a), axis, keepdims))
         p = float(ord)
         # the root as exp(log(s) / p): a pow composite on both sides of one reduce kernel
         # trips a duplicate-buffer bug of the reduce template (on main before issue 16)
-        return T.exp(T.mul(T.log(T.sum(T.pow(a, p), axis, keepdims)), 1.0 / p))
+        return F.exp(F.mul(F.log(F.sum(F.pow(a, p), axis, keepdims)), 1.0 / p))
 
     @staticmethod
     def matrix_norm(x, /, *, keepdims: bool = False, ord="fro") -> Tensor:  # noqa: A002
         x = _t(x, "matrix_norm")
         if x.ndim < 2:
             raise ValueError("linalg.matrix_norm: needs at least 2 dimensions")
-        a = T.abs(x)
+        a = F.abs(x)
         if ord == "fro":
-            out = T.sqrt(T.sum(T.mul(a, a), (-2, -1)))
+            out = F.sqrt(F.sum(F.mul(a, a), (-2, -1)))
         elif ord in (1, -1):
-            s_ = T.sum(a, -2)
-            out = T.max(s_, -1) if ord == 1 else T.min(s_, -1)
+            s_ = F.sum(a, -2)
+            out = F.max(s_, -1) if ord == 1 else F.min(s_, -1)
         elif ord in (math.inf, -math.inf):
-            s_ = T.sum(a, -1)
-            out = T.max(s_, -1) if ord == math.inf else T.min(s_, -1)
+            s_ = F.sum(a, -1)
+            out = F.max(s_, -1) if ord == math.inf else F.min(s_, -1)
         else:
             h, d = _float_host(x, "matrix_norm")
             out = _from_host(np.linalg.norm(h, ord=ord, axis=(-2, -1)).astype(
                 np.finfo(d).dtype if d.kind == "c" else d), x)  # fmt: skip
         if keepdims:
-            out = T.reshape(out, out.shape + (1, 1))
+            out = F.reshape(out, out.shape + (1, 1))
         return out
 
     @staticmethod
@@ -1039,13 +1043,13 @@ class _Linalg:
         base = x
         while n:
             if n & 1:
-                out = base if out is None else T.matmul(out, base)
+                out = base if out is None else F.matmul(out, base)
             n >>= 1
             if n:
-                base = T.matmul(base, base)
+                base = F.matmul(base, base)
         if out is None:
-            eye = T.eye(x.shape[-1], dtype=x.dtype)
-            return T.broadcast_to(eye, x.shape)
+            eye = F.eye(x.shape[-1], dtype=x.dtype)
+            return F.broadcast_to(eye, x.shape)
         return out
 
 
@@ -1071,7 +1075,7 @@ def _fft_s_axes(who: str, x: Tensor, s, axes, last_real: bool = False) -> tuple[
         axes = range(x.ndim) if s is None else range(x.ndim - len(s), x.ndim)
     if isinstance(axes, (int, np.integer)) or not isinstance(axes, (tuple, list, range)):
         raise TypeError(f"fft.{who}: axes must be a sequence of ints, got {axes!r}")
-    axes = [T._axes(a, x.ndim, f"fft.{who}")[0] for a in axes]
+    axes = [_base._axes(a, x.ndim, f"fft.{who}")[0] for a in axes]
     if s is None:
         s = [-1] * len(axes)
     elif not isinstance(s, (tuple, list)):
@@ -1090,7 +1094,7 @@ def _fft_s_axes(who: str, x: Tensor, s, axes, last_real: bool = False) -> tuple[
 
 def _reverse_mod(x: Tensor, ax: int) -> Tensor:
     """y[t] = x[(-t) mod n] along ax (for real signals: the conjugate of the spectrum)."""
-    return roll(T.flip(x, axis=ax), 1, axis=ax)
+    return roll(F.flip(x, axis=ax), 1, axis=ax)
 
 
 def _fit(x: Tensor, ax: int, n: int) -> Tensor:
@@ -1101,11 +1105,11 @@ def _fit(x: Tensor, ax: int, n: int) -> Tensor:
     if n > m:
         width = [(0, 0)] * x.ndim
         width[ax] = (0, n - m)
-        return T.pad(x, width)
+        return F.pad(x, width)
     return x
 
 
-class _FFTExtension(T._FFT):
+class _FFTExtension(_fft._FFT):
     """The Array API `fft` extension (`lm.fft`): numpy.fft semantics. fft, ifft, rfft, irfft,
     fft2, ifft2 are lazymath's transforms (Cube DFT matmuls and Vector twiddles, or the AI CPU:
     see docs/fft_conv.md); the rest are built on them, lazily: fftn/ifftn/rfftn/irfftn apply the
@@ -1121,8 +1125,8 @@ class _FFTExtension(T._FFT):
         axes, s = _fft_s_axes(f"{kind}n", x, s, axes)
         out = x
         for a, n in reversed(list(zip(axes, s))):
-            out = T._fft_common(kind, out, n, a, norm)
-        return out if axes else T.astype(x, T._fft_out_dtype(kind, x.dtype))
+            out = _fft._fft_common(kind, out, n, a, norm)
+        return out if axes else F.astype(x, _fft._fft_out_dtype(kind, x.dtype))
 
     @staticmethod
     def fftn(x, /, *, s=None, axes=None, norm="backward") -> Tensor:
@@ -1141,9 +1145,9 @@ class _FFTExtension(T._FFT):
         axes, s = _fft_s_axes("rfftn", x, s, axes)
         if not axes:
             raise ValueError("fft.rfftn: at least one axis is required")
-        out = T._fft_common("rfft", x, s[-1], axes[-1], norm)
+        out = _fft._fft_common("rfft", x, s[-1], axes[-1], norm)
         for a, n in zip(axes[:-1], s[:-1]):
-            out = T._fft_common("fft", out, n, a, norm)
+            out = _fft._fft_common("fft", out, n, a, norm)
         return out
 
     @staticmethod
@@ -1156,8 +1160,8 @@ class _FFTExtension(T._FFT):
             raise ValueError("fft.irfftn: at least one axis is required")
         out = x
         for a, n in zip(axes[:-1], s[:-1]):
-            out = T._fft_common("ifft", out, n, a, norm)
-        return T._fft_common("irfft", out, s[-1], axes[-1], norm)
+            out = _fft._fft_common("ifft", out, n, a, norm)
+        return _fft._fft_common("irfft", out, s[-1], axes[-1], norm)
 
     @staticmethod
     def hfft(x, /, *, n=None, axis=-1, norm="backward") -> Tensor:
@@ -1167,8 +1171,8 @@ class _FFTExtension(T._FFT):
         if norm not in _SWAP_NORM:
             raise ValueError(f"fft.hfft: norm must be 'backward', 'ortho' or 'forward', "
                              f"got {norm!r}")  # fmt: skip
-        y = T._fft_common("irfft", x, n, axis, _SWAP_NORM[norm])
-        return _reverse_mod(y, T._axes(axis, y.ndim, "fft.hfft")[0])
+        y = _fft._fft_common("irfft", x, n, axis, _SWAP_NORM[norm])
+        return _reverse_mod(y, _base._axes(axis, y.ndim, "fft.hfft")[0])
 
     @staticmethod
     def ihfft(x, /, *, n=None, axis=-1, norm="backward") -> Tensor:
@@ -1182,12 +1186,12 @@ class _FFTExtension(T._FFT):
             raise TypeError("fft.ihfft: input must be real")
         if x.ndim == 0:
             raise ValueError("fft.ihfft: input must have at least one dimension")
-        ax = T._axes(axis, x.ndim, "fft.ihfft")[0]
-        n = T._fft_n("fft.ihfft", n)
+        ax = _base._axes(axis, x.ndim, "fft.ihfft")[0]
+        n = _fft._fft_n("fft.ihfft", n)
         xn = _fit(x, ax, n) if n is not None else x
         if xn.shape[ax] < 1:
             raise ValueError(f"fft.ihfft: invalid number of data points ({xn.shape[ax]})")
-        return T._fft_common("rfft", _reverse_mod(xn, ax), None, ax, _SWAP_NORM[norm])
+        return _fft._fft_common("rfft", _reverse_mod(xn, ax), None, ax, _SWAP_NORM[norm])
 
     @staticmethod
     def fftfreq(n, /, *, d=1.0, dtype=None, device=None) -> Tensor:
@@ -1220,12 +1224,12 @@ def _freq(f: np.ndarray, dtype, device, who: str) -> Tensor:
     d = dt.float32 if dtype is None else dt.as_dtype(dtype)
     if d.kind != "f":
         raise TypeError(f"fft.{who}: dtype must be a real floating dtype, got {d}")
-    return T.asarray(f.astype(d), device=device)
+    return F.asarray(f.astype(d), device=device)
 
 
 def _shift(x, axes, who: str, sign: int) -> Tensor:
     x = _t(x, f"fft.{who}")
-    axes = T._axes(axes, x.ndim, f"fft.{who}")
+    axes = _base._axes(axes, x.ndim, f"fft.{who}")
     if not axes:
         return x
     return roll(x, tuple(sign * (x.shape[a] // 2) for a in axes), axis=axes)

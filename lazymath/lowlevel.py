@@ -40,12 +40,13 @@ from lazymath.backend.npu.userkernel import (
     build_program,
     check_dtype,
 )
+from lazymath.functions import tensor
 from lazymath.graph import custom
 from lazymath.graph import node as gn
 from lazymath.runtime import api, current_device, init_device, set_device
 from lazymath.runtime.device import get_spec
 from lazymath.runtime.stream import Event, Stream
-from lazymath.tensor import Tensor, tensor
+from lazymath.tensor import Tensor
 
 __all__ = [
     "kernel",

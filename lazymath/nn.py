@@ -28,8 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lazymath import dtypes as dt
-from lazymath.tensor import (
-    Tensor,
+from lazymath.functions import (
     arange,
     broadcast_shapes,
     broadcast_to,
@@ -48,12 +47,13 @@ from lazymath.tensor import (
     where,
     zeros,
 )
-from lazymath.tensor import (
+from lazymath.functions import (
     max as rowmax,
 )
-from lazymath.tensor import (
+from lazymath.functions import (
     sum as rowsum,
 )
+from lazymath.tensor import Tensor, default_device, wrap
 
 __all__ = [
     "dropout",
@@ -385,9 +385,7 @@ def _fused_kind(q: Tensor, k: Tensor, v: Tensor, attn_mask) -> str | None:
         return None
     if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]) or 0 in (*q.shape, *k.shape, *v.shape):
         return None
-    from lazymath.tensor import _current_device
-
-    spec = getattr(_current_device(), "spec", None)
+    spec = getattr(default_device(), "spec", None)
     if spec is None:
         return None
     if not spec.coupled:
@@ -438,7 +436,6 @@ def _fused_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
     from lazymath.backend.npu.templates import attention  # registers the kernel definitions
     from lazymath.graph import custom
     from lazymath.graph import node as gn
-    from lazymath.tensor import _wrap
 
     srcs = [q._node, k._node, v._node]
     params: tuple = (("causal", causal), ("scale", float(scale)))
@@ -453,7 +450,7 @@ def _fused_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
                   ("scale", float(scale)))  # fmt: skip
     shape = (*q.shape[:-1], v.shape[-1])
     node = gn.make("custom", q.dtype, shape, tuple(srcs), (custom.BUILTIN[kind], params))
-    return _wrap(node, [q])
+    return wrap(node, [q])
 
 
 def _masked_softmax(s: Tensor) -> Tensor:

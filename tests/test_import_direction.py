@@ -16,7 +16,8 @@ The layers and what each may import, as data (a module may always import its own
     runtime  pool, streams, events, profiler, timelines               -> base
     driver   realize.py, engine.py, debug.py: walk down the layers for a realize, and say
              what it did (LAZYMATH_DEBUG)                         -> all of the above
-    tensor   the user-facing Tensor                                   -> base, graph, runtime
+    tensor   the user-facing Tensor and the numpy-like functions (lazymath/functions/)
+                                                                      -> base, graph, runtime
              (its device), driver (a realize on demand), viz (t.visualize)
     viz      pictures and reports of graphs, schedules and profiles   -> everything but tensor, api
     api      the public functions (schedule, explain, precompile, ...) -> everything but viz
@@ -119,7 +120,7 @@ def layer(mod: str) -> str | None:
         "lazymath.staging_batch",  # lm.jit's dynamic-batch analysis (staging runs it)
     ):
         return "api"
-    if mod == "lazymath.tensor":
+    if mod == "lazymath.tensor" or mod.startswith("lazymath.functions"):
         return "tensor"
     if mod.startswith("lazymath.testing"):
         return "testing"

@@ -17,8 +17,8 @@ import numpy as np
 from lazymath.backend.compile import compile_kernel
 from lazymath.distributed.api import Source, Tensor, _sharded_leaf, _split_sizes
 from lazymath.distributed.plan import Plan, Stage, shard_shape, stage_schedule
+from lazymath.functions import cos, relu, sin, tensor
 from lazymath.runtime.multidevice import MultiDeviceTimeline, compose, get_link
-from lazymath.tensor import cos, relu, sin, tensor
 
 _cost_memo: dict = {}
 

@@ -35,8 +35,8 @@ How to add an elementwise op (exp2 was added this way):
 1. one member below: `EXP2 = OpInfo("exp2", 1, EW, U(np.exp2), np.exp2, TRANSC,
    Composite("exp2"))` -- the numpy ufunc that defines its dtype rule, its reference, cost,
    traits and lowering;
-2. its binding line in tensor.py: `exp2 = _unary(Op.EXP2)` (name and docstring come from the
-   record; tests/graph/test_op_registry.py fails while it is missing);
+2. its binding line in functions/elementwise.py: `exp2 = _unary(Op.EXP2)` (name and docstring
+   come from the record; tests/graph/test_op_registry.py fails while it is missing);
 3. its row in tests/test_ops_elementwise.py's UNARY table (oracle and input domain; a test
    fails while it is missing; binary ops are tested from the registry directly);
 4. if the lowering is new: a `Native` instruction needs its entry in `backend/npu/isa.py` and the

@@ -309,7 +309,7 @@ def _apply(mod, step: Step, vals: list):
 
 def _infer(step: Step, meta, leaves):
     """(shape, dtype) of the step's result; raises when lazymath rejects the step."""
-    lm = sys.modules["lazymath.tensor"]
+    lm = sys.modules["lazymath.functions"]
 
     vals = []
     for s, d in meta:
@@ -339,7 +339,7 @@ def _chain_dtypes(case: Case, steps, vals, i: int) -> set:
 def _run(case: Case, backend: str, steps=None, dtypes: list | None = None):
     """Values of the case's outputs on `backend` (numpy arrays), realized in the case's order.
     `dtypes` (a list, optional) receives, per output, the dtypes its chain went through."""
-    lm = sys.modules["lazymath.tensor"]
+    lm = sys.modules["lazymath.functions"]
 
     steps = case.steps if steps is None else steps
     with settings.override(LAZYMATH_BACKEND=backend):
@@ -577,7 +577,7 @@ def _structural_step(rng, meta) -> Step | None:
 
 def _build(case: Case):
     """The case's output tensors, built lazily (nothing realized)."""
-    lm = sys.modules["lazymath.tensor"]
+    lm = sys.modules["lazymath.functions"]
     vals = [lm.asarray(a) for a in case.leaves]
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")

@@ -8,8 +8,8 @@ that define them: the tensor functions, the Array API extras, realize and explai
 from lazymath.api import explain
 from lazymath.array_api import *  # noqa: F403  (the Array API extras: any, all, tril, take, ...)
 from lazymath.dtypes import bfloat16
+from lazymath.functions import *  # noqa: F403  (the tensor functions: add, matmul, softmax, ...)
 from lazymath.realize import realize
-from lazymath.tensor import *  # noqa: F403  (the tensor functions: add, matmul, softmax, ...)
 from lazymath.tensor import Tensor
 
 __all__ = ["Tensor", "bfloat16", "explain", "realize"]

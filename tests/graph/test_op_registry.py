@@ -114,13 +114,15 @@ def test_reference_matches_the_ufunc(name):
 
 
 def test_every_op_with_a_dtype_rule_has_its_binding():
-    """Each record with a dtype rule has `lm.<name>` made from it (tensor.py, one line per op:
+    """Each record with a dtype rule has `lm.<name>` made from it (functions/elementwise.py, one line per op:
     `exp2 = _unary(Op.EXP2)`), with the record's name and a docstring naming numpy's rule."""
     for name, m in ELEMENTWISE.items():
         if m.info.dtypes is None:
             continue
         fn = getattr(lm, name, None)
-        assert fn is not None, f"add `{name} = _unary/_binary(Op.{m.name})` to tensor.py"
+        assert fn is not None, (
+            f"add `{name} = _unary/_binary(Op.{m.name})` to functions/elementwise.py"
+        )
         if name not in ("floor", "ceil", "round", "trunc", "pow", "leaky_relu"):  # hand-written
             assert fn.__name__ == name and f"numpy.{m.info.dtypes.ufunc.__name__}" in fn.__doc__
 
@@ -185,7 +187,8 @@ def test_op_names_in_the_code_are_registry_names():
     files = [
         *root.glob("graph/*.py"), *root.glob("fusion/*.py"), *root.glob("viz/*.py"),
         *root.glob("backend/npu/templates/*.py"), root / "backend/host/lower_cube.py", root / "backend/npu/cube_semantics.py",
-        root / "backend/npu/ir_reference.py", root / "tensor.py", root / "engine.py",
+        root / "backend/npu/ir_reference.py", root / "tensor.py", *root.glob("functions/*.py"),
+        root / "engine.py",
     ]  # fmt: skip
     bad = []
     for f in files:
