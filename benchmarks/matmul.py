@@ -169,9 +169,9 @@ def bench_bf16(sizes, rounds: int) -> None:
     torch = _torch()
     jx = _jax()
     lm.init_device(0, spec="ascend910b")
-    from lazymath.backend.host import gemm
+    from lazymath.backend.host import gemm_bf16
 
-    path = "vdpbf16ps" if gemm.bf16_dot_available() else "float32 FMAs on widened panels"
+    path = "vdpbf16ps" if gemm_bf16.bf16_dot_available() else "float32 FMAs on widened panels"
     print(f"bfloat16: lazymath Mmad host mapping = {path}")
     rng = np.random.default_rng(0)
     print(f"{'n':>5} {'dtype':>8} {'torch ms':>9} {'jax ms':>8} {'lm ms':>8} {'torch GF':>9} "

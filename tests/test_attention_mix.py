@@ -18,6 +18,7 @@ import pytest
 import lazymath as lm
 from lazymath import nn
 from lazymath.backend.compile import build_program
+from lazymath.backend.host import gemm_bf16
 from lazymath.backend.npu import cost, isa
 from lazymath.backend.npu.templates import attention
 
@@ -255,9 +256,7 @@ def test_bf16_attention_without_avx512_bf16(target, monkeypatch, tmp_path):
     monkeypatch.setenv(host.ENV_TARGET, target)
     monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path))
     forced = run()
-    from lazymath.backend.host import gemm
-
-    assert not gemm.bf16_dot_available()  # the converted-FMA path ran
+    assert not gemm_bf16.bf16_dot_available()  # the converted-FMA path ran
     monkeypatch.delenv(host.ENV_TARGET)
     lm.clear_cache()
     np.testing.assert_allclose(forced, native, rtol=1e-2, atol=4e-3)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import lazymath as lm
+from lazymath.backend.host import gemm, gemm_bf16
 from lazymath.backend.native import host
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -337,16 +338,14 @@ def test_casts_and_matmul_on_every_target(target_cpu, b910, monkeypatch):
     widened panels elsewhere (haswell, znver3, x86-64); edges in every dimension, a batch and a
     transposed B."""
     monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
-    from lazymath.backend.host import gemm
-
     built = []
-    orig = gemm.get_ukernel_bf16
+    orig = gemm_bf16.get_ukernel_bf16
 
     def spy(*args, **kw):
         built.append(args[1:3])
         return orig(*args, **kw)
 
-    monkeypatch.setattr(gemm, "get_ukernel_bf16", spy)
+    monkeypatch.setattr(gemm_bf16, "get_ukernel_bf16", spy)
     x = F32_SPECIALS
     a, b = _rand((3, 37, 29), 5), _rand((29, 83), 6)
     bt = _rand((83, 29), 7)
@@ -363,8 +362,8 @@ def test_casts_and_matmul_on_every_target(target_cpu, b910, monkeypatch):
                                    atol=ULP * float(np.abs(_f64(want)).max()))  # fmt: skip
     np.testing.assert_array_equal(e.numpy(), a.astype(np.float32) * 3)
     t = host.target()
-    assert gemm.bf16_dot_available() == (t.bf16 and t.vector_regs >= 32)
-    assert bool(built) == gemm.bf16_dot_available()
+    assert gemm_bf16.bf16_dot_available() == (t.bf16 and t.vector_regs >= 32)
+    assert bool(built) == gemm_bf16.bf16_dot_available()
 
 
 @pytest.mark.parametrize("view", ["contiguous", "odd_row_stride", "reversed_rows", "k_tail"])
@@ -375,9 +374,7 @@ def test_dot_product_mmad_reads_whole_a_panels_in_place(b910, monkeypatch, tmp_p
     whole (K not a multiple of 16) is packed as before. Values equal the packed lowering
     (gemm.ND_A off) and float32 matmul rounded once (a float32 reference: same products, sums
     in another order)."""
-    from lazymath.backend.host import gemm
-
-    if not gemm.bf16_dot_available():
+    if not gemm_bf16.bf16_dot_available():
         pytest.skip("host without AVX512_BF16: the float32 FMA mapping (tested above)")
     monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
     monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path))
@@ -388,13 +385,13 @@ def test_dot_product_mmad_reads_whole_a_panels_in_place(b910, monkeypatch, tmp_p
         a = np.ascontiguousarray(a)
     b = _rand((k, 83), 9)
     built = []
-    orig = gemm.get_ukernel_bf16
+    orig = gemm_bf16.get_ukernel_bf16
 
     def spy(*args, **kw):
         built.append(kw.get("nd", args[4] if len(args) > 4 else False))
         return orig(*args, **kw)
 
-    monkeypatch.setattr(gemm, "get_ukernel_bf16", spy)
+    monkeypatch.setattr(gemm_bf16, "get_ukernel_bf16", spy)
     got = {}
     for nd in (True, False):
         monkeypatch.setattr(gemm, "ND_A", nd)
@@ -407,3 +404,34 @@ def test_dot_product_mmad_reads_whole_a_panels_in_place(b910, monkeypatch, tmp_p
     _same_bits(got[True], got[False])
     np.testing.assert_allclose(_f64(got[True]), _f64(want),
                                atol=ULP * float(np.abs(_f64(want)).max()))  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", [(300, 160, 83), (257, 29, 40), (1, 16, 1)])
+def test_dot_product_mmad_reads_b_narrowed_once_per_panel_fill(b910, monkeypatch, tmp_path, shape):
+    """On an AVX512_BF16 host the vdpbf16ps Mmad reads its B operand from the pair twin that
+    lower_cube narrows when the L1 panel (or its memo slot) is filled, not narrowed per Mmad
+    (lower_cube.pair_panels; spy: every bfloat16 Mmad lowered with b_pairs). Values equal float32
+    matmul rounded once, also through a transposed B and with a K tail."""
+    if not gemm_bf16.bf16_dot_available():
+        pytest.skip("host without AVX512_BF16: the float32 FMA mapping (tested above)")
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path))
+    lm.clear_cache()
+    seen = []
+    orig = gemm_bf16.emit_mmad_bf16
+
+    def spy(*args, **kw):
+        seen.append(kw.get("b_pairs", False))
+        return orig(*args, **kw)
+
+    monkeypatch.setattr(gemm_bf16, "emit_mmad_bf16", spy)
+    m, k, n = shape
+    a, b = _rand((m, k), 10), _rand((k, n), 11)
+    f = np.float32
+    want = (a.astype(f) @ b.astype(f)).astype(BF16)
+    tol = ULP * max(1.0, float(np.abs(_f64(want)).max()))
+    for bb in (lm.asarray(b), lm.asarray(np.ascontiguousarray(b.T)).T):
+        got = (lm.asarray(a) @ bb).numpy()
+        np.testing.assert_allclose(_f64(got), _f64(want), atol=tol)
+    lm.clear_cache()
+    assert seen and all(seen)

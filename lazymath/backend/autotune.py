@@ -27,7 +27,7 @@ from dataclasses import replace
 import numpy as np
 
 from lazymath import settings
-from lazymath.backend.host import gemm
+from lazymath.backend.host import gemm, gemm_bf16
 from lazymath.backend.native import host, jit, kernel_cache
 from lazymath.backend.npu.kernel_ir import view_extent
 from lazymath.graph import dft
@@ -201,7 +201,7 @@ def explain(ir, spec) -> str:
     key = _key(ir, spec)
     plan = _memory.get(key) or _read(key) or gemm.model_plan()
     if getattr(ir, "in_dtype", "") == "bfloat16":  # the Mmad's host mapping (lower_cube._mmad)
-        if gemm.bf16_dot_available():
+        if gemm_bf16.bf16_dot_available():
             return (f"bfloat16 vdpbf16ps dot products (AVX512_BF16), MR x {plan.uk.nr} tiles, "
                     "one K pass")  # fmt: skip
         return "bfloat16 widened to float32 panels (no AVX512_BF16): " + plan.describe()

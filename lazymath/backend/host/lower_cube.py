@@ -30,7 +30,7 @@ import dataclasses
 import numpy as np
 from llvmlite import ir
 
-from lazymath.backend.host import gemm, im2col, lower_llvm
+from lazymath.backend.host import gemm, gemm_bf16, im2col, lower_llvm
 from lazymath.backend.npu import isa
 from lazymath.backend.npu import isa_cube as cube
 from lazymath.backend.npu.kernel_ir import Expr
@@ -58,6 +58,10 @@ class _CubeState:
         self.nd_ok: frozenset[str] = frozenset()  # L1 panels the Mmad may read in place (ND A)
         self.nd: dict[str, tuple[ir.Value, int]] = {}  # L1 name -> (in place? i1, row stride)
         self.nd_slots: dict[str, tuple[ir.Value, int]] = {}  # aliased L0A -> (i1 slot, stride)
+        self.pairs: frozenset[str] = frozenset()  # L1 B panels with a bf16 pair twin (pair_panels)
+        self.pair_l0b: frozenset[str] = frozenset()  # the L0B buffers that read them
+        self.twin: dict[str, tuple[ir.Value, ir.Value]] = {}  # L1 name -> (memo twin, at offset)
+        self.twin_slots: dict[str, ir.Value] = {}  # aliased L0B -> slot of its twin pointer
 
     def entry_alloca(self, n_floats: int, name: str) -> ir.Value:
         b = self.ctx.builder
@@ -69,19 +73,23 @@ class _CubeState:
         a.align = 64
         return a
 
-    def memo_base(self, name: str) -> ir.Value:
+    def memo_base(self, name: str | tuple) -> ir.Value:
         """fp32 memo panel of L1 buffer `name` inside this thread's heap workspace.
 
         One ``lm_thread_ws`` call at function entry sizes the workspace for every memoised
-        LoadNz of the program (each destination buffer gets its own region)."""
+        LoadNz of the program (each destination buffer gets its own region; ``("pairs", name)``
+        is the bfloat16 pair twin of a `pair_panels` buffer's slots)."""
         if not self.workspace:
-            offsets: dict[str, int] = {}
+            offsets: dict = {}
             total = 0
             for instr in self.ctx.program.instructions():
                 if isinstance(instr, cube.LoadNz) and instr.memo is not None:
                     if instr.dst.buf.name not in offsets:
                         offsets[instr.dst.buf.name] = total
                         total += -(-instr.memo_slots * instr.memo_slot_elems // 16) * 16
+                        if instr.dst.buf.name in self.pairs:  # its twin: i16, half the floats
+                            offsets[("pairs", instr.dst.buf.name)] = total
+                            total += -(-instr.memo_slots * instr.memo_slot_elems // 32) * 16
             b = self.ctx.builder
             if b.block is not self.ctx.entry:
                 b = ir.IRBuilder(self.ctx.entry)
@@ -114,7 +122,7 @@ class _CubeState:
         return self.shadow[key]
 
     def bf16_scratch(self, which: str) -> ir.Value:
-        """i16 scratch for a bfloat16 Mmad's narrowed A or B operand (`gemm.emit_mmad_bf16`):
+        """i16 scratch for a bfloat16 Mmad's narrowed A or B operand (`gemm_bf16.emit_mmad_bf16`):
         as many elements as the largest Cube buffer or memo slot the operand can come from,
         allocated once per program at function entry."""
         key = ("bf16", which)
@@ -124,6 +132,18 @@ class _CubeState:
                        if isinstance(i, cube.LoadNz) and i.memo is not None])  # fmt: skip
             self.shadow[key] = self.entry_alloca(-(-n // 2), f"{which}.bf16")
         return self.shadow[key]
+
+    def twin_ptr(self, ref: isa.Ref) -> ir.Value:
+        """i16 pointer into the bfloat16 pair twin of the L1 B panel at `ref` (a memo slot's
+        twin in the workspace, else an entry alloca): the float32 panel's element offsets."""
+        b, off = self.ctx.builder, self.ctx.int(ref.off)
+        if ref.buf.name in self.twin:
+            p, at = self.twin[ref.buf.name]
+            return gemm.gep(b, p, b.sub(off, at), gemm.I16)
+        key = ("pairs", ref.buf.name)
+        if key not in self.shadow:
+            self.shadow[key] = self.entry_alloca(-(-ref.buf.size // 2), f"{ref.buf.name}.pairs")
+        return gemm.gep(b, self.shadow[key], off, gemm.I16)
 
     def entry_slot(self, typ: ir.Type, name: str) -> ir.Value:
         """A stack slot allocated once at function entry (mem2reg turns it into a register)."""
@@ -168,11 +188,13 @@ def _state(ctx: lower_llvm.LowerCtx) -> _CubeState:
         st.memo_ok = memo_sources_read_only(ctx.program)
         st.ranges = var_ranges(ctx.program)
         st.nd_ok = nd_panels(ctx.program, st.alias_ok) if gemm.ND_A else frozenset()
-        if gemm.ND_A and gemm.bf16_dot_available():  # bfloat16 A read in place (vdpbf16ps)
+        if gemm.ND_A and gemm_bf16.bf16_dot_available():  # bfloat16 A read in place (vdpbf16ps)
             st.nd_ok |= nd_panels(ctx.program, st.alias_ok, ("bfloat16",))
         if gemm.ND_PACK:
-            narrow = ("float16",) if gemm.bf16_dot_available() else ("float16", "bfloat16")
+            narrow = ("float16",) if gemm_bf16.bf16_dot_available() else ("float16", "bfloat16")
             st.nd_ok |= nd_panels(ctx.program, st.alias_ok, narrow)
+        if gemm_bf16.bf16_dot_available():
+            st.pairs, st.pair_l0b = pair_panels(ctx.program, st.alias_ok, st.nd_ok)
         ctx._cube_state = st
     return st
 
@@ -191,6 +213,29 @@ def writes_of(instr) -> list[isa.Ref]:
                 instr, cube.Mmad))):  # fmt: skip
             out.append(v)
     return out
+
+
+def pair_panels(program: isa.Program, alias_ok, nd_ok) -> tuple[frozenset, frozenset]:
+    """(L1 panels, L0B buffers): the L0B buffers read only as the B operand of bfloat16 Mmads,
+    each aliased to its L1 panel (`aliasable_l0`) and loaded only from L1 panels that only
+    LoadNz writes and are never read in place (`nd_panels`), with those panels. On a vdpbf16ps
+    host each such panel gets a bfloat16 pair twin narrowed when LoadNz fills it (a memo slot
+    once per work item), and the Mmad reads the twin instead of narrowing B itself
+    (`gemm_bf16.emit_mmad_bf16`'s b_pairs): the twin is exactly as fresh as the panel."""
+    instrs = list(program.instructions())
+    writers: dict[str, set] = {}
+    for x in instrs:
+        for r in writes_of(x):
+            writers.setdefault(r.buf.name, set()).add(type(x))
+    l1_ok = {n for n, t in writers.items() if t == {cube.LoadNz}} - set(nd_ok)
+    mmads = [x for x in instrs if isinstance(x, cube.Mmad)]
+    loads = [x for x in instrs if isinstance(x, cube.LoadL0)]
+    l0b = {x.b.buf.name for x in mmads if x.in_dtype == "bfloat16"} & set(alias_ok)
+    l0b -= {x.b.buf.name for x in mmads if x.in_dtype != "bfloat16"}
+    l0b -= {x.a.buf.name for x in mmads} | {x.c.buf.name for x in mmads}
+    l0b -= {x.dst.buf.name for x in loads if x.src.buf.name not in l1_ok}
+    l0b -= {n for n, t in writers.items() if t != {cube.LoadL0}}
+    return frozenset(x.src.buf.name for x in loads if x.dst.buf.name in l0b), frozenset(l0b)
 
 
 def _vars_of(e) -> set:
@@ -611,8 +656,8 @@ def _load_nz(ctx: lower_llvm.LowerCtx, i: cube.LoadNz) -> None:
             whole = True
             ptr, stride = src, sr
             # packed row-major (float16; bfloat16 without vdpbf16ps): see ND_PACK; the dot
-            # product microkernels read a bfloat16 A in place (gemm.emit_mmad_bf16's a_nd)
-            in_place = ("float32", "bfloat16") if gemm.bf16_dot_available() else ("float32",)
+            # product microkernels read a bfloat16 A in place (gemm_bf16.emit_mmad_bf16's a_nd)
+            in_place = ("float32", "bfloat16") if gemm_bf16.bf16_dot_available() else ("float32",)
             widen = i.src.buf.dtype not in in_place
             if widen:
                 ptr, stride = st.nd_shadow(i)
@@ -633,17 +678,32 @@ def _load_nz(ctx: lower_llvm.LowerCtx, i: cube.LoadNz) -> None:
             st.nd[i.dst.buf.name] = (whole, stride)
             return
     st.nd.pop(i.dst.buf.name, None)
+    twin = i.dst.buf.name in st.pairs
+
+    def narrow(dst: ir.Value, panel: ir.Value) -> None:  # the pair twin (pair_panels)
+        nfc = gemm.ceil_div(b, _val(ctx, i.rows), cube.C0)
+        ncb = gemm.ceil_div(b, _val(ctx, i.cols), cube.C0)
+        gemm_bf16.emit_narrow_b_pairs(b, dst, panel, i.dst_rows, nfc, ncb)
+
     if i.memo is None or not st.memo_ok:
         st.redirect.pop(i.dst.buf.name, None)
+        st.twin.pop(i.dst.buf.name, None)
         pack(st.ptr(i.dst))
+        if twin:
+            narrow(st.twin_ptr(i.dst), st.ptr(i.dst))
         return
-    slot = gemm.gep(
-        b, st.memo_base(i.dst.buf.name), b.mul(ctx.int(i.memo), gemm.c64(i.memo_slot_elems))
-    )
+    memo = b.mul(ctx.int(i.memo), gemm.c64(i.memo_slot_elems))
+    slot = gemm.gep(b, st.memo_base(i.dst.buf.name), memo)
+    if twin:
+        tslot = gemm.gep(b, st.memo_base(("pairs", i.dst.buf.name)), memo, gemm.I16)
     fill = ctx.int(i.memo_fill)
     with b.if_then(b.icmp_signed("!=", fill, gemm.c64(0))):
         pack(slot)
+        if twin:
+            narrow(tslot, slot)
     st.redirect[i.dst.buf.name] = (slot, ctx.int(i.dst.off))
+    if twin:
+        st.twin[i.dst.buf.name] = (tslot, ctx.int(i.dst.off))
 
 
 @lower_llvm.register(cube.LoadL0)
@@ -655,6 +715,10 @@ def _load_l0(ctx: lower_llvm.LowerCtx, i: cube.LoadL0) -> None:
         ctx.builder.store(st.ptr(i.src), p_slot)
         ctx.builder.store(ctx.int(i.dst.off), at_slot)
         st.nd_slots.pop(i.dst.buf.name, None)
+        if i.dst.buf.name in st.pair_l0b:  # its panel's bfloat16 pair twin (pair_panels)
+            slot = st.entry_slot(gemm.PTR, f"{i.dst.buf.name}.pairs")
+            ctx.builder.store(st.twin_ptr(i.src), slot)
+            st.twin_slots[i.dst.buf.name] = slot
         if i.src.buf.name in st.nd:  # the panel may be the operand in place (ND): say which
             whole, stride = st.nd[i.src.buf.name]
             slot = True
@@ -690,10 +754,18 @@ def _mmad(ctx: lower_llvm.LowerCtx, i: cube.Mmad) -> None:
     b = ctx.builder
 
     def mmad(a_nd: int | None = None) -> None:
-        if i.in_dtype == "bfloat16" and gemm.bf16_dot_available():  # vdpbf16ps (NZ B)
-            gemm.emit_mmad_bf16(b, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, st.ptr(i.b),
-                                b_rows, _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv,
-                                st.bf16_scratch("a"), st.bf16_scratch("b"), a_nd=a_nd)  # fmt: skip
+        if i.in_dtype == "bfloat16" and gemm_bf16.bf16_dot_available():  # vdpbf16ps (NZ B)
+            pairs = st.twin_slots.get(i.b.buf.name)  # B narrowed when its panel was filled
+            if pairs is None:
+                bp, b16 = st.ptr(i.b), st.bf16_scratch("b")
+            else:
+                at = b.load(st.alias_slots(i.b.buf.name)[1], typ=gemm.I64)
+                bp, b16 = gemm.gep(b, b.load(pairs, typ=gemm.PTR), b.sub(ctx.int(i.b.off), at),
+                                   gemm.I16), None  # fmt: skip
+            gemm_bf16.emit_mmad_bf16(b, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, bp, b_rows,
+                                     _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv,
+                                     st.bf16_scratch("a"), b16, a_nd=a_nd,
+                                     b_pairs=pairs is not None)  # fmt: skip
             return
         gemm.emit_mmad(b, st.ptr(i.c), i.c_rows, st.ptr(i.a), a_rows, st.ptr(i.b), b_rows,
                        _val(ctx, i.m), _val(ctx, i.n), _val(ctx, i.k), accv,
@@ -993,7 +1065,7 @@ def main_ukernels(program: isa.Program, mmads: list) -> list[str]:
 
     loads = None
     for i in mmads:
-        if i.in_dtype == "bfloat16" and gemm.bf16_dot_available():
+        if i.in_dtype == "bfloat16" and gemm_bf16.bf16_dot_available():
             continue  # its dot-product microkernels are defined in the module (emit_mmad_bf16)
         lo, hi = isa.int_range(i.m, ranges)
         if lo == hi:
