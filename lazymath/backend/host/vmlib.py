@@ -27,8 +27,9 @@ import threading
 from concurrent.futures import Future
 
 from lazymath import settings
+from lazymath.backend.host.lower_llvm import I64, PTR, LowerCtx, _names_in
 from lazymath.backend.native import elfload, host, jit, kernel_cache, tiering, workers
-from lazymath.backend.npu import isa
+from lazymath.backend.npu import isa, vmath
 
 PREFIX = "lazymath_vm_"
 CELL_PREFIX = "lazymath_vmp_"
@@ -67,7 +68,6 @@ def call_plan(ir, setting: str | None = None) -> tuple[bool, str]:
     """(call the library?, reason), the reason labelled when LAZYMATH_HOST_MATH lowers the
     kernel's sin/cos/tan with the host-only float64 reduction (`_call_plan`)."""
     calls, why = _call_plan(ir, setting)
-    from lazymath.backend.npu import vmath
 
     if why and vmath.host_math_enabled() and {"sin", "cos", "tan"} & set(_composites_in(ir)):
         why += ("; sin/cos/tan reduce in float64 (LAZYMATH_HOST_MATH=1: a faster host-only "
@@ -132,7 +132,6 @@ def _split(symbol: str) -> tuple[str, str, str] | None:
 def program(op: str, dtype: str) -> isa.Program:
     """The subroutine as an ISA program in the kernel calling convention: args[0] = dst,
     args[1..] = sources, BLOCK_IDX = n (the wrapper built by `library_ir` passes it)."""
-    from lazymath.backend.npu import vmath
 
     arity = vmath._ARITY.get(op, 1)
     dst = isa.Buffer("dst", "GM", dtype, 0, arg=0)
@@ -147,7 +146,6 @@ def _constant_buffers(prog: isa.Program) -> tuple[dict, list]:
     vector_dups before the chunk loop write. Returns ({name: [(offset, n, value)]}, rest of
     the body). A kernel that inlines the composite fills them once (hoisted out of its tile
     loop); the subroutine would fill them on every call, so they become constant data."""
-    from lazymath.backend.host.lower_llvm import _names_in
 
     pre = []
     k = 0
@@ -178,9 +176,6 @@ def library_ir(op: str, dtype: str) -> str:
     a C-callable wrapper."""
     import numpy as np
     from llvmlite import ir
-
-    from lazymath.backend.host.lower_llvm import I64, PTR, LowerCtx
-    from lazymath.backend.npu import vmath
 
     symbol = vmath.call_symbol(op, dtype)
     impl = f"{symbol}.body"
@@ -433,7 +428,6 @@ def publish(name: str, addr: int) -> None:
 
 def symbols_of(program: isa.Program) -> list[str]:
     """Library symbols a program calls."""
-    from lazymath.backend.npu import vmath
 
     out = []
     for instr, _ in isa.walk(program.body):
