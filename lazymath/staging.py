@@ -853,10 +853,14 @@ class _Leaves(list):
 
 
 class _Realized:
-    __slots__ = ("realized",)
+    """A graph node's stand-in: `realized`, and `addr`, where Program.run's replay path caches
+    the array's data address (a long program replays through engine._run_program)."""
+
+    __slots__ = ("realized", "addr")
 
     def __init__(self, a):
         self.realized = a
+        self.addr = None
 
 
 def _rebuild(tree, it):

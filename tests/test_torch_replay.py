@@ -21,6 +21,7 @@ from torch import nn
 
 import lazymath as lm
 import lazymath.torch as lt
+from lazymath import engine
 
 F = nn.functional
 
@@ -70,6 +71,21 @@ def test_replay_equals_eager_inference(compiled_backend, preset, batch):
     if batch:
         assert g.replays == 2 and g.traces == 1  # call 1 lowers, call 2 traces, 3-4 launch
     assert "replay" in lm.explain(compiled)
+
+
+def test_long_programs_replay(compiled_backend, monkeypatch):
+    """A program at or above engine.LONG_WORK (the GPT block's forward) replays through
+    lm.jit's general call and the realize thread: its second call raised AttributeError
+    ('_Realized' object has no attribute 'addr') before, so the benchmark's GPT block died."""
+    monkeypatch.setattr(engine, "LONG_WORK", 0)  # every program counts as long
+    model = MLP().eval()
+    compiled = lt.compile(model)
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(7, 13)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    (g,) = _graphs(compiled)
+    assert g.replays == 2
 
 
 def test_in_place_input_and_parameter_updates_are_seen(compiled_backend):
@@ -192,3 +208,22 @@ def test_replay_off_with_debug_says_why(capfd, monkeypatch):
         compiled(tokens)
     err = capfd.readouterr().err
     assert "not replayed" in err and "host" in err
+
+
+def test_linear_backward_compiles_in_lazymath():
+    """A Linear -> tanh GELU -> Linear backward: the GELU-backward epilogue value feeds both the
+    bias gradient (a column sum fused into its matmul) and the next matmul through a reshape;
+    the merge dropped it as "read only inside", the second matmul read an unwritten buffer
+    (KeyError) and the whole backward ran in torch eager since 59cbea8, silently correct."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.GELU(approximate="tanh"), nn.Linear(64, 16))
+    ref = copy.deepcopy(model)
+    x = torch.randn(1, 5, 16, requires_grad=True)
+    xr = x.detach().clone().requires_grad_(True)
+    compiled = lt.compile(model)
+    compiled(x).sum().backward()
+    ref(xr).sum().backward()
+    assert [g.eager for g in _graphs(compiled)] == [None, None]
+    torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-5)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)

@@ -733,6 +733,7 @@ class Planner:
         if not rules.MATMUL_COL_SUM:
             return groups
         out = []
+        absorbed: set[int] = set()  # reduce groups merged into their matmul (gone)
         for g in groups:
             r = g.core
             host = None
@@ -766,9 +767,9 @@ class Planner:
             members = host.members | g.members | {id(r)}
             # an epilogue value written only for this reduction (the 910B's FixPipe chain
             # stops at relu/cast; the AIVs of the MIX kernel compute the rest) is not written
-            cons = self.consumers
-            epi_roots = [e for e in host.epi_roots if id(e) in self.out_ids
-                         or any(id(c) not in members for c in cons.get(id(e), []))]  # fmt: skip
+            merging = (host, g)
+            epi_roots = [e for e in host.epi_roots
+                         if self._read_outside(e, members, groups, merging, absorbed)]  # fmt: skip
             # the raw row value is written too when it is wanted besides its epilogue
             both = post is not r and (id(r) in self.out_ids or any(
                 id(c) not in g.members for c in self.consumers.get(id(r), [])))  # fmt: skip
@@ -787,6 +788,7 @@ class Planner:
                 out.append(g)
                 continue
             inner = {id(host.core)} | {id(e) for e in host.epi_roots}
+            absorbed.add(id(g))
             host.members, host.col_sums, host.row_reds = trial.members, cols, rows
             host.row_outs = routs
             self.group_of_root[id(post)] = host
@@ -802,6 +804,22 @@ class Planner:
                     "combines them in panel order)", host.core, r))  # fmt: skip
         return out
 
+    def _read_outside(self, e: Node, members: set[int], groups: list[Group], merging: tuple,
+                      absorbed: set[int]) -> bool:  # fmt: skip
+        """Whether epilogue value `e` must still be written when a reduction or softmax joins
+        its matmul's kernel (`members`): the user wants it, a consumer is outside the kernel,
+        or another kernel reads it from GM. The last is not implied by the consumers: a view
+        (reshape) of `e` or a cheap op recomputed in several kernels is a member of each, so
+        `((a @ b).reshape(1, m, n) * c).reshape(m, n)` feeding both a column sum and another
+        matmul (a Linear's backward: the bias and input gradients) had every consumer
+        "inside", and the second matmul read a buffer nobody wrote (KeyError in the engine)."""
+        if id(e) in self.out_ids:
+            return True
+        if any(id(c) not in members for c in self.consumers.get(id(e), [])):
+            return True
+        skip = {id(h) for h in merging} | absorbed
+        return any(id(h) not in skip and any(b is e for b in self._boundary(h)) for h in groups)
+
     def _merge_softmax(self, groups: list[Group]) -> list[Group]:
         """softmax(x, axis=-1) of a matmul's product (or of its epilogue), as a row kernel whose
         only input is that product, joins the matmul kernel (`rules.MATMUL_SOFTMAX`): a row
@@ -812,6 +830,7 @@ class Planner:
             return groups
         out = []
         gr = self.group_of_root
+        absorbed: set[int] = set()  # row groups merged into their matmul (gone)
         for g in groups:
             if g.kind != "rows":
                 out.append(g)
@@ -842,9 +861,9 @@ class Planner:
                 continue
             (o,) = g.outputs
             members = host.members | g.members
-            cons = self.consumers
-            epi_roots = [e for e in host.epi_roots if id(e) in self.out_ids
-                         or any(id(c) not in members for c in cons.get(id(e), []))]  # fmt: skip
+            merging = (host, g)
+            epi_roots = [e for e in host.epi_roots
+                         if self._read_outside(e, members, groups, merging, absorbed)]  # fmt: skip
             trial = Group(host.kind, host.core, host.roots, members, epi_roots, host.col_sums,
                           row_reds=host.row_reds, row_outs=host.row_outs,
                           softmax=host.softmax + [(x, o)])  # fmt: skip
@@ -857,6 +876,7 @@ class Planner:
                 out.append(g)
                 continue
             inner = {id(host.core)} | {id(e) for e in host.epi_roots}
+            absorbed.add(id(g))
             host.members, host.epi_roots, host.softmax = members, epi_roots, trial.softmax
             for r in g.roots:
                 self.group_of_root[id(r)] = host
