@@ -442,10 +442,7 @@ class LowerCtx:
         """Scalar function for a native transcendental (vexp / vln) in `dtype` (f32/f64)."""
         key = ("native", op, dtype)
         if key not in self._fns:
-            fn = vmath_native.define_native(self.module, op, dtype)
-            if fn is None:
-                fn = _fallback_native(self, op, dtype)
-            self._fns[key] = fn
+            self._fns[key] = vmath_native.define_native(self.module, op, dtype)
         return self._fns[key]
 
     # --------------------------------------------------------------------- bodies
@@ -565,19 +562,6 @@ def _suffix(t: ir.Type) -> str:
     if t == F16:
         return "f16"
     return f"i{t.width}"
-
-
-def _fallback_native(ctx: LowerCtx, op: str, dtype: str) -> ir.Function:
-    """Until vmath provides a vectorizable exp/log: a wrapper around the llvm intrinsic."""
-    t = ctx.compute_type(dtype)
-    name = {"vexp": "exp", "vln": "log"}[op]
-    fn = ir.Function(ctx.module, ir.FunctionType(t, [t]), name=f"lm_{name}_{_suffix(t)}")
-    fn.linkage = "internal"
-    fn.attributes.add("alwaysinline")
-    bb = ir.IRBuilder(fn.append_basic_block())
-    intr = ctx.intrinsic(f"llvm.{name}.{_suffix(t)}", t, [t])
-    bb.ret(bb.call(intr, [fn.args[0]]))
-    return fn
 
 
 def lower_program(
