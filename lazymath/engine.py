@@ -19,21 +19,14 @@ import numpy as np
 
 from lazymath import debug, settings
 from lazymath._threads import run_blocks
-from lazymath.backend import autotune
-from lazymath.backend.compile import compile_kernels
-from lazymath.backend.native import host
-from lazymath.backend.native.workers import hold_background, prestart
 from lazymath.backend.npu import cancel as _cancel
 from lazymath.backend.npu import ir_reference
 from lazymath.backend.npu.host_kernels import AicpuRunner, IrRefKernel
 from lazymath.backend.npu.templates import conv1d as _depthwise  # noqa: F401  (the depthwise conv1d)
 from lazymath.backend.npu.templates import fft as _vector_fft  # noqa: F401  (registers the Vector FFT)
-from lazymath.fusion import build, make_schedule
-from lazymath.graph import custom
 from lazymath.graph import node as gn
 from lazymath.graph.walk import commit, plan_outputs
 from lazymath.runtime import api as _rt_api
-from lazymath.runtime.device import get_spec
 from lazymath.runtime.replay import Program, Slot
 from lazymath.units import fmt_bytes
 
@@ -59,7 +52,9 @@ def _run_validated(sk, ck, args) -> None:
             tol = 2e-2 if v.dtype == "float16" else 1e-4
             rtol = atol = tol
             if sk.kind == "custom":  # a user kernel's own tolerance (`lm.kernel(rtol=, atol=)`)
-                d = custom.get(sk.ir.key)
+                from lazymath.graph.custom import get
+
+                d = get(sk.ir.key)
                 rtol = tol if d.rtol is None else d.rtol
                 atol = tol if d.atol is None else d.atol
             bad = ~np.isclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
@@ -162,6 +157,7 @@ PROGRAMS = ProgramCache()
 def host_fft_rates() -> tuple[int, int]:
     """(cores, float32 vector lanes) of the host target: what the FFT plan's cost model scales
     its per-core, per-lane rates by (graph.dft)."""
+    from lazymath.backend.native import host
 
     t = host.target()
     return t.cores, t.lanes("float32")
@@ -170,6 +166,7 @@ def host_fft_rates() -> tuple[int, int]:
 def tuned_choice(parts: tuple, labels: list[str], run):
     """A measured choice among `labels` (backend.autotune.measured_choice): a stored record, a
     fresh measurement when autotuning is on, else None."""
+    from lazymath.backend import autotune
 
     return autotune.measured_choice(parts, labels, run)
 
@@ -199,6 +196,7 @@ def plan_schedule(outputs: list[gn.Node], leaves: list[gn.Node], spec,
     wins when it has fewer kernels; the program is then specialized to their values
     (`run_compiled` checks them). `fold` forces folding of those positions (a program
     compiled for new values of an already specialized graph)."""
+    from lazymath.fusion import build, make_schedule
 
     def folded(positions):
         with build.folding({id(leaves[i]) for i in positions}) as used:
@@ -235,6 +233,9 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
     """Cache miss: fuse, plan, compile every kernel (independent kernels in parallel; with
     `tiered`, a kernel slow to optimize starts on quickly compiled code, see backend.compile).
     `fold`: see `plan_schedule`."""
+    if backend != "irref":
+        from lazymath.backend.compile import compile_kernels
+
     sched, folded = plan_schedule(outputs, leaves, spec, fold)
     check_capacity(sched, spec)
     copy_leaves = {i for i, n in enumerate(leaves) if id(n) in sched.copy_inputs}
@@ -486,7 +487,12 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None, out=None) -> 
     hit = prog is not None
     if not hit:
         # background compiles (tier-ups) wait while this realize compiles and runs its first
-        # call (at most native.workers.HOLD_MAX s): on a small host they would take its cores
+        # call (at most native.workers.HOLD_MAX s): on a small host they would take its cores.
+        # Imported here, not at the top, on purpose: the engine loads with the first realize
+        # and fusion/compile (~100 ms of source to parse) must load AFTER prestart() has set
+        # the compile server booting, so the two overlap (measured: hoisting this module's
+        # imports made the first relu realize 300 -> 380 ms, benchmarks/import_time.py).
+        from lazymath.backend.native.workers import hold_background, prestart
 
         if backend == "llvm":  # the compile server boots while this graph is fused, lowered
             prestart()
@@ -525,6 +531,8 @@ def _run_and_commit(prog, outputs, leaves, hit: bool, t0: float, out=None) -> No
 
 def schedule_of(roots: list[gn.Node], spec=None):
     """The schedule a realize of the pending nodes `roots` would run (`lm.schedule`)."""
+    from lazymath.fusion import make_schedule
+    from lazymath.runtime.device import get_spec
 
     if not roots:
         return make_schedule([], get_spec(spec) if spec is not None else device_spec())

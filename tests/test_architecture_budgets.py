@@ -30,12 +30,13 @@ _spec.loader.exec_module(am)
 # room of 6. 100 on main c420603 + the templates.common/vmath (backend/npu/tiles.py) and
 # lazymath.distributed cycles broken; 91 after hoisting graph.dft/walk, _tpctl, vmath, interp
 # and lower_llvm's free ones; 92 on main 17e6b8a -> 79 after the tensor.py split (issue 36)
-# hoisted graph.custom, graph.reference, units, realize_into and nn's two from tensor; -29 when
-# engine, host.vmlib and native.workers hoisted theirs (every module they named loads with the
-# first realize anyway: fusion.schedule imports backend.compile at its top). Left: tensor,
-# realize (7: it loads with `import lazymath`, the engine must not), compile (6), nn, staging,
-# api. Issue 36 goal: <= 20.
-NESTED_IMPORT_CEILING = 52
+# hoisted graph.custom, graph.reference, units, realize_into and nn's two from tensor; -6 for
+# host.vmlib's. engine's and native.workers' stay nested on purpose: hoisted, they made the first
+# realize 300 -> 380 ms (fusion/compile then load before the compile server starts booting, and
+# the server's -S boot loads more). Left: tensor, workers, engine, realize (it loads with
+# `import lazymath`, the engine must not), compile (6), nn, staging, api. Issue 36 goal: <= 20,
+# which needs lazy objects for these, not a plain hoist.
+NESTED_IMPORT_CEILING = 76
 
 # Modules allowed over am.LINE_BUDGET today, each with its ceiling (main 9caf5d3 size rounded up
 # to the next 50). A module not listed must stay within am.LINE_BUDGET.

@@ -45,10 +45,6 @@ import threading
 import time
 from concurrent.futures import Future
 
-from lazymath import settings
-from lazymath.backend.native import host, isolate
-from lazymath.backend.native.jit import QUICK_LOOP_UNROLLING, _binding, get_jit
-
 HOLD_MAX = 0.5  # seconds a background job waits at most for held realizes (`hold_background`)
 BG_STARVED = 2.0  # seconds after which a waiting background job may take the last free worker
 
@@ -187,6 +183,7 @@ def n_workers() -> int:
     """Compile threads: LAZYMATH_COMPILE_THREADS, default (0) one per execution thread
     (`lazymath._threads.num_threads`: affinity, cgroup quota, LAZYMATH_NUM_THREADS,
     set_num_threads / threadpool_limits), at most 4."""
+    from lazymath import settings
     from lazymath._threads import num_threads
 
     n = settings.COMPILE_THREADS.get()
@@ -237,6 +234,8 @@ def warm() -> None:
     prestart()
     server = _in_server_mode()  # (False if no server could start)
     if len(_threads) < n_workers() + _abandoned:
+        from lazymath.backend.native.jit import get_jit
+
         target = _requested()
         # LLVM's import, the engine's setup and the workers' compilers (an LLVM context and
         # target machine each, ~1 ms) here, uncontended: on a worker they would run beside
@@ -255,12 +254,15 @@ def prestart() -> None:
     process) instead of after it. A miss whose kernels all come from the disk cache then
     boots a server it does not use (once per process)."""
     if _in_server_mode():
+        from lazymath.backend.native import isolate
+
         isolate.start_server(_requested())
 
 
 def _in_server_mode() -> bool:
     """Whether compiles go to the compile server (`isolate`; imported only here, lazily: the
     server process itself imports this module without the kernel cache)."""
+    from lazymath.backend.native import isolate
 
     return isolate.mode() == "server"
 
@@ -281,6 +283,8 @@ class Compiler:
     """One thread's LLVM state: context, target machine, pass builders (levels 0, 1, 3)."""
 
     def __init__(self, target: str | None = None) -> None:
+        from lazymath.backend.native import host
+        from lazymath.backend.native.jit import _binding
 
         llvm = _binding()
         # the host target's CPU name and features, as the Jit of `target` has them; not the
@@ -305,6 +309,8 @@ class Compiler:
     def _pb(self, level: int, vectorize: bool):
         pb = self.pbs.get((level, vectorize))
         if pb is None:
+            from lazymath.backend.native.jit import _binding
+
             llvm = _binding()
             pto = llvm.PipelineTuningOptions(speed_level=level)
             pto.loop_vectorization = vectorize
@@ -313,6 +319,8 @@ class Compiler:
                 pto.loop_interleaving = True
                 pto.loop_unrolling = True
             else:  # the quick pipeline (see jit.QUICK_LOOP_UNROLLING)
+                from lazymath.backend.native.jit import QUICK_LOOP_UNROLLING
+
                 pto.loop_unrolling = QUICK_LOOP_UNROLLING
             pb = self.pbs[(level, vectorize)] = llvm.create_pass_builder(self.tm, pto)
         return pb
@@ -321,6 +329,8 @@ class Compiler:
         if codegen >= 3:
             return self.tm
         if self.fast_tm is None:
+            from lazymath.backend.native.jit import _binding
+
             target = _binding().Target.from_default_triple()
             self.fast_tm = target.create_target_machine(
                 cpu=self.cpu_name, features=self.cpu_features, opt=0, jit=True
@@ -329,6 +339,8 @@ class Compiler:
 
     def _cleanup(self):
         if self.cleanup_mpm is None:
+            from lazymath.backend.native.jit import _binding
+
             mpm = _binding().create_new_module_pass_manager()
             mpm.add_sroa_pass()
             mpm.add_instruction_combine_pass()
@@ -348,6 +360,8 @@ class Compiler:
         no pass reassociates or contracts; fma only where the IR calls llvm.fma, which every
         code generator fuses)."""
         from llvmlite.binding import ffi
+
+        from lazymath.backend.native.jit import _binding
 
         tm = self._codegen_tm(codegen)
         mod = _binding().parse_assembly(ir_text, context=self.context)
@@ -382,6 +396,7 @@ _compilers: list[Compiler] = []
 
 
 def _requested() -> str:
+    from lazymath.backend.native import host
 
     return host.requested()
 
@@ -410,6 +425,7 @@ def _work(ir_text: str, module_name: str, level: int, vectorize: bool = True,
     kw = {"codegen": codegen} if codegen != 3 else {}
     if cleanup:
         kw["cleanup"] = True
+    from lazymath.backend.native import isolate
 
     if isolate.mode() == "server":  # LLVM runs in the compile-server process
         req = {"text": ir_text, "module": module_name, "level": level, "vectorize": vectorize,
@@ -433,6 +449,7 @@ def server_main(target: str = "") -> None:
     parent has at most one per compile thread), each with its own `Compiler` like a worker
     thread of the parent. Booted by isolate._BOOT: only settings and the backend's
     jit/host/workers modules are imported here (no numpy, no tensor layer)."""
+    from lazymath import settings
 
     fault = settings.TEST_COMPILE_FAULT.get()  # tests: simulate LLVM failing
     inp, out = sys.stdin.buffer, sys.stdout.buffer
@@ -516,6 +533,7 @@ def child_main() -> None:
     import sys
 
     req = json.loads(sys.stdin.buffer.read())
+    from lazymath import settings
 
     fault = settings.TEST_COMPILE_FAULT.get()  # tests: simulate LLVM failing
     if fault == "abort" or (fault == "abort-vectorized" and req["vectorize"]):
