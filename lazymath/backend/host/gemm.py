@@ -126,6 +126,26 @@ def iadd(b: ir.IRBuilder, x: Val, y: Val) -> Val:
     return b.add(as_i64(x), as_i64(y))
 
 
+def column_blocks(b: ir.IRBuilder, ncb: Val, nf: int, nr: int, run: Callable) -> None:
+    """Call ``run(first fractal column, width)`` over `ncb` fractal columns in blocks of `nf`:
+    a loop over the full blocks at width `nr`, then the remainder (1..nf-1 fractals) at its own
+    width -- chosen at compile time when `ncb` is known, by a branch per width otherwise. The
+    float32 and bfloat16 macrokernels share it."""
+    full = ncb // nf if isinstance(ncb, int) else b.sdiv(ncb, c64(nf))
+    with for_range(b, 0, full, name="jr") as jr:
+        run(b.mul(jr, c64(nf)), nr)
+    if nf == 1:
+        return
+    rem = iadd(b, ncb, imul(b, full, -nf))
+    for w in range(1, nf):
+        if isinstance(rem, int):
+            if rem == w:
+                run(c64(full * nf), w * C0)
+            continue
+        with b.if_then(b.icmp_signed("==", rem, c64(w))):
+            run(b.mul(as_i64(full), c64(nf)), w * C0)
+
+
 def imul(b: ir.IRBuilder, x: Val, y: Val) -> Val:
     if isinstance(x, int) and isinstance(y, int):
         return x * y
@@ -721,19 +741,7 @@ def emit_mmad(
                     pa = gep(b, a_k, full_rows * MR * a_row)
                     b.call(uk_tail, [pa, pb, pc, as_i64(nfc), afc, bfc, cfc, acc, pb_next, pc])
 
-        full = ncb // nf if isinstance(ncb, int) else b.sdiv(ncb, c64(nf))
-        with for_range(b, 0, full, name="jr") as jr:
-            run(b.mul(jr, c64(nf)), uk.nr)
-        if nf == 1:
-            return
-        rem = iadd(b, ncb, imul(b, full, -nf))
-        for w in range(1, nf):
-            if isinstance(rem, int):
-                if rem == w:
-                    run(c64(full * nf), w * C0)
-                continue
-            with b.if_then(b.icmp_signed("==", rem, c64(w))):
-                run(b.mul(as_i64(full), c64(nf)), w * C0)
+        column_blocks(b, ncb, nf, uk.nr, run)
 
     if not kcf or (isinstance(nfc_all, int) and nfc_all <= kcf):
         panel(0, nfc_all, acc0)

@@ -37,11 +37,11 @@ from lazymath.backend.host.gemm import (
     as_i64,
     c64,
     ceil_div,
+    column_blocks,
     for_range,
     gep,
     get_intrinsic,
     host_gemm,
-    iadd,
     imin,
     imul,
     k_loop,
@@ -284,14 +284,4 @@ def _bf16_panel(b, c, a16, b16, b_rows, m, acc, nfc, ncb, nr, q, full_rows, tail
                 b.call(uk_tail, [pa, pb, gep(b, pc_col, off), as_i64(nfc),
                                  afc, bfc, cfc, acc, pb_next, gep(b, pc_col, off)])  # fmt: skip
 
-    full = ncb // nf if isinstance(ncb, int) else b.sdiv(ncb, c64(nf))
-    with for_range(b, 0, full, name="jr") as jr:
-        run(b.mul(jr, c64(nf)), nr)
-    rem = iadd(b, ncb, imul(b, full, -nf))
-    for w in range(1, nf):
-        if isinstance(rem, int):
-            if rem == w:
-                run(c64(full * nf), w * C0)
-            continue
-        with b.if_then(b.icmp_signed("==", rem, c64(w))):
-            run(b.mul(as_i64(full), c64(nf)), w * C0)
+    column_blocks(b, ncb, nf, nr, run)
