@@ -22,6 +22,9 @@ from lazymath.graph.ops import ELEMENTWISE
 from lazymath.runtime.replay import BoundReplay, Slot
 
 MAX_ROWS = 1 << 20  # rows per launch of a run-time-rows kernel at most (its get_value bound)
+# ... of a program with a run-time-M matmul: its tiling, its row-value workspace (zeroed per
+# launch) and its host block count are sized at the bound; a bigger batch is several launches
+MATMUL_MAX_ROWS = 1 << 16
 
 
 class NotBatched(Exception):
@@ -172,7 +175,11 @@ class RuntimeRows:
     def make(cls, entry, shapes: dict, chunk: int, n_inputs: int) -> RuntimeRows:
         # in the function: `import lazymath` must not load the backend (+~100 ms, the ISA),
         # and a traced program has loaded it by the time a dynamic batch gets here
-        from lazymath.backend.compile import SMALL_VECTOR_WORK, compile_kernels
+        from lazymath.backend.compile import (
+            MIN_FLOPS_PER_WORKER,
+            SMALL_VECTOR_WORK,
+            compile_kernels,
+        )
 
         prog = entry.prog
         slots = prog.slots
@@ -196,6 +203,11 @@ class RuntimeRows:
             for pos, (v, j) in enumerate(zip(views, slot_ids)):
                 if slots[j].kind == "alias":
                     raise NotBatched(f"kernel {ck.name} writes through an alias")
+                if v is None:  # an operand not indexed by the rows (a matmul's B)
+                    if j in rows_of:
+                        raise NotBatched(f"kernel {ck.name} argument {pos} carries the batch "
+                                         "where the rows are not its leading index")  # fmt: skip
+                    continue
                 is_out = pos >= n_in
                 if is_out and j not in rows_of:  # an intermediate: batched if it has the rows
                     if slots[j].kind != "arena" or not slots[j].shape or \
@@ -218,12 +230,17 @@ class RuntimeRows:
         # the kernels serve far more than the traced chunk, so a big batch is one launch too
         row_work = max(1, max(w for *_x, w in dyn_items))
         arena = any(slots[j].kind == "arena" for j in rows_of)
-        capacity = chunk if arena else max(chunk, min(MAX_ROWS, (1 << 31) // row_work))
+        most = MATMUL_MAX_ROWS if any(ir.kind == "matmul" for _i, ir, *_x in dyn_items) else \
+            MAX_ROWS  # fmt: skip
+        capacity = chunk if arena else max(chunk, min(most, (1 << 31) // row_work))
         for i, (ki, ir, name, w) in enumerate(dyn_items):
             dyn_items[i] = (ki, _dynamic_ir(ir, capacity), name, w)
         backend = kernels[dyn_items[0][0]][1].backend  # the traced program's (llvm, interp)
-        compiled = compile_kernels([(ir, name) for _i, ir, name, _w in dyn_items],
-                                   engine.device_spec(), backend)  # fmt: skip
+        try:
+            compiled = compile_kernels([(ir, name) for _i, ir, name, _w in dyn_items],
+                                       engine.device_spec(), backend)  # fmt: skip
+        except ValueError as e:  # a template that cannot take this kernel's rows at run time
+            raise NotBatched(f"its dynamic kernel does not build: {e}") from e
         tiling_slot = len(slots)
         n_leaves = len(entry.leaf_src)
         for (i, _ir, _name, _w), ck in zip(dyn_items, compiled):
@@ -243,15 +260,28 @@ class RuntimeRows:
         )
         leaf_src = [*entry.leaf_src, n_inputs]
         fixed = [*entry.fixed, None]
-        return cls(rt_prog, leaf_src, fixed, SMALL_VECTOR_WORK // row_work, capacity)
+        # below `small` rows every kernel runs one host block (the compile's host_blocks rule
+        # at that size: Vector work under SMALL_VECTOR_WORK, a matmul under two workers' flops)
+        small = SMALL_VECTOR_WORK // row_work
+        for _i, ir, _name, _w in dyn_items:
+            if ir.kind == "matmul":
+                small = min(small, -(-2 * MIN_FLOPS_PER_WORKER // (2 * ir.n * max(ir.k, 1))))
+        return cls(rt_prog, leaf_src, fixed, max(small, 1), capacity)
 
 
 def _batch_views(ir, chunk: int, name: str) -> tuple[tuple, int, int]:
-    """(the GM views of a kernel that may take its rows at run time, how many of them it
-    reads, its elements per batch row). Its leading iteration dim must be the traced `chunk`
-    rows, kept (a reduction or a row kernel over other axes): the per-argument proof in
-    `RuntimeRows.make` then shows that dim walks the batch rows. Raises NotBatched."""
+    """(the GM views of a kernel that may take its rows at run time, None for an operand not
+    indexed by them; how many of them it reads; its elements per batch row). Its leading
+    iteration dim must be the traced `chunk` rows, kept (a reduction or a row kernel over
+    other axes; a matmul's M): the per-argument proof in `RuntimeRows.make` then shows that
+    dim walks the batch rows. Raises NotBatched."""
     kind = type(ir)
+    if kind is K.MatmulKernel:
+        if ir.batch or ir.col_sums or ir.b_im2col or ir.m != chunk or chunk < 2:
+            raise NotBatched(f"kernel {name} (matmul) does not have the batch rows as its M")
+        reads = (ir.a, None, *ir.epi_inputs)
+        views = (*reads, *ir.outputs, *ir.row_red_outputs, *ir.softmax_outputs)
+        return views, len(reads), max(ir.k, ir.n, 1)
     if kind is K.ElementwiseKernel:
         shape, views, n_in = ir.shape, (*ir.inputs, *ir.outputs), len(ir.inputs)
     elif kind is K.ReduceKernel or kind is K.RowKernel:
@@ -279,6 +309,11 @@ def _dynamic_ir(ir, capacity: int):
         return tuple(dataclasses.replace(v, shape=lead(v.shape)) for v in vs)
 
     fields = {f.name: getattr(ir, f.name) for f in dataclasses.fields(ir)}
+    if type(ir) is K.MatmulKernel:
+        fields.update(m=capacity, a=views((ir.a,))[0], epi_inputs=views(ir.epi_inputs),
+                      outputs=views(ir.outputs), row_red_outputs=views(ir.row_red_outputs),
+                      softmax_outputs=views(ir.softmax_outputs))  # fmt: skip
+        return K.DynamicMatmulKernel(**fields)
     if type(ir) is K.ElementwiseKernel:
         fields.update(shape=lead(ir.shape), inputs=views(ir.inputs), outputs=views(ir.outputs))
         return K.DynamicElementwiseKernel(**fields)

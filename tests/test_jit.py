@@ -551,17 +551,6 @@ def test_reductions_and_rows_of_a_dynamic_batch_are_one_program_with_run_time_ro
     assert "the row count a kernel argument" in err and "host chunks" not in err
 
 
-def test_a_matmul_batch_keeps_host_chunks_and_says_why(capsys, monkeypatch):
-    monkeypatch.setenv("LAZYMATH_DEBUG", "1")
-    w, b = _x(9, 5), _x(5)
-    f = lm.jit(_mlp, dynamic=0)
-    for n in (3, 70):
-        x = _x(n, 9)
-        for g, r in zip(f(lm.asarray(x), lm.asarray(b), lm.asarray(w)), _mlp_ref(x, b, w)):
-            np.testing.assert_allclose(g.numpy(), r, rtol=1e-4, atol=1e-5)
-    assert "dynamic batch by host chunks of 64 rows (kernel" in capsys.readouterr().err
-
-
 # ----------------------------------------------------------------------------- donation
 
 

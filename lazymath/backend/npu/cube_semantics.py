@@ -208,7 +208,8 @@ def cost_load_nz(ctx: cost.CostCtx, i: cube.LoadNz) -> tuple:
     nbytes = _bytes(i.src.buf.dtype, ctx.int(i.rows) * ctx.int(i.cols))
     if i.src.buf.scope == "UB":  # 910: a prologue's result, UB -> L1 at the UB port's rate
         return "MTE2", spec.copy_l1_fixed + nbytes / spec.ub_gm_bpc, 0.0
-    first = 1.0 / max(i.reuse, 1)  # the first of `reuse` reads comes from HBM, the rest from L2
+    # the first of `reuse` reads comes from HBM, the rest from L2 (a run-time M: an expression)
+    first = 1.0 / max(ctx.int(i.reuse), 1)
     busy = nbytes * (first / spec.gm_read_bpc + (1 - first) / spec.l2_read_bpc)
     return "MTE2", spec.copy_l1_fixed + busy, spec.gm_read_latency
 

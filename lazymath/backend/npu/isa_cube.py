@@ -66,7 +66,7 @@ class LoadNz:
     memo_fill: isa.IntExpr = 1
     memo_slots: int = 0  # how many slots the block's workspace holds
     memo_slot_elems: int = 0  # elements per slot (the L1 panel size)
-    reuse: int = 1  # cost hint: LoadNz of the launch that read this same GM tile (L2 hits)
+    reuse: isa.IntExpr = 1  # cost hint: LoadNz of the launch reading this GM tile (L2 hits)
     # implicit GEMM (conv1d's im2col in the packing, ``backend/host/im2col.py``): (K, stride,
     # dilation, pad_left, length); then X[r, c] = src[src.off + ch*sr + p*sc] with ch, j =
     # divmod(im2col_k0 + r, K), p = (im2col_n0 + c)*stride + j*dilation - pad_left, and 0 where

@@ -206,6 +206,18 @@ class MatmulKernel:
 
 
 @dataclass(frozen=True)
+class DynamicMatmulKernel(MatmulKernel):
+    """A MatmulKernel whose M is a run-time size (lm.jit's dynamic batch, the batch in M): `m`
+    is the most rows it serves (A, the epilogue inputs and the outputs are views over `m`
+    rows), the actual M is read at launch from `TILING_VIEW` (after the views, before a
+    workspace), and the M groups, tails and block range follow it. No stacked batch and no
+    column sums (a sum over M would mix the rows). A row's product is tiled (K panels, float32
+    accumulation order) as at the bound, so it does not depend on how many rows a launch has."""
+
+    kind: str = "matmul"
+
+
+@dataclass(frozen=True)
 class RowKernel:
     """Reductions over `axes` of `in_shape` and the elementwise ops around them, as one
     expression over the rows (a row = the reduced axes at one kept index).
@@ -241,7 +253,8 @@ class DynamicRowKernel(RowKernel):
 
 
 # kernels whose leading dim is a run-time extent: they take TILING_VIEW after their views
-DYNAMIC_KINDS = (DynamicElementwiseKernel, DynamicReduceKernel, DynamicRowKernel)
+DYNAMIC_KINDS = (DynamicElementwiseKernel, DynamicReduceKernel, DynamicRowKernel,
+                 DynamicMatmulKernel)  # fmt: skip
 
 
 @dataclass(frozen=True)

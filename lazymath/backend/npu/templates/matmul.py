@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from lazymath.backend.npu import cube_semantics, isa  # noqa: F401  (registers the Cube instructions' semantics)
 from lazymath.backend.npu import isa_cube as cube
-from lazymath.backend.npu.kernel_ir import Expr, MatmulKernel
+from lazymath.backend.npu.kernel_ir import DynamicMatmulKernel, Expr, MatmulKernel
 from lazymath.backend.npu.templates import common as C
 
 TM_CAP = 128  # L0C tile rows at most (AscendC baseM)
@@ -144,7 +144,14 @@ def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
     def makespan(g: int) -> int:
         return -(-panels * g // cores) * _round_up(-(-m // g), f)
 
-    m_groups = min(range(1, cap + 1), key=lambda g: (makespan(g), g))
+    if isinstance(k, DynamicMatmulKernel):  # M at run time: `_runtime_groups` splits it
+        if k.batch or k.col_sums:
+            raise ValueError("a dynamic matmul kernel has no stacked batch and no column sums "
+                             f"(batch {k.batch}, {len(k.col_sums)} column sums)")  # fmt: skip
+        # the most groups a launch may use (at the bound): one round of the cores
+        m_groups = max(1, min(-(-m // MIN_GROUP_ROWS), cores // panels))
+    else:
+        m_groups = min(range(1, cap + 1), key=lambda g: (makespan(g), g))
     mg_rows = _round_up(-(-m // m_groups), f)
     m_groups = -(-m // mg_rows)
     items = panels * m_groups
@@ -387,6 +394,21 @@ def _pro_rows(expr, src_dtype: str, out_dtype: str, rows: int, cols: int, ub: in
 # ----------------------------------------------------------------------------- program
 
 
+def _runtime_groups(m: isa.Var, t: MatmulTiling, f: int) -> tuple[list, tuple]:
+    """M known at run time (a DynamicMatmulKernel): the M groups of the launch's `m` rows as
+    the static split would pick them for a one-round split -- as many groups of at least
+    MIN_GROUP_ROWS rows as fill the cores once (`t.m_groups`, the most), rows per group a
+    multiple of the fractal edge `f`. Returns (the Lets, (rows per group, groups, items)); 0
+    rows give 0 items."""
+    grp, mgr, mgs, items = (isa.Var(s) for s in ("m_grp", "mg_rows", "m_groups", "items"))
+    per = isa.ceildiv(m, grp)  # rows per group before rounding to whole fractals
+    lets = [isa.Let(grp, isa.imin(t.m_groups, isa.imax(1, isa.ceildiv(m, MIN_GROUP_ROWS)))),
+            isa.Let(mgr, isa.imax(f, isa.mul(isa.ceildiv(per, f), f))),
+            isa.Let(mgs, isa.ceildiv(m, mgr)),
+            isa.Let(items, isa.mul(mgs, t.n_panels))]  # fmt: skip
+    return lets, (mgr, mgs, items)
+
+
 def build(k: MatmulKernel, spec, name: str) -> isa.Program:
     """The checked Cube program for `k` on `spec` (depends on nothing else)."""
     return _program(k, spec, name, tile_matmul(k, spec)).check(spec)
@@ -408,6 +430,19 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     RR = args[2 + n_epi + n_out + ncs : 2 + n_epi + n_out + ncs + nrr]
     SMO = args[2 + n_epi + n_out + ncs + nrr :]
     mix = not spec.coupled and t.epi_rows > 0  # AIC + AIV (910B: reductions, conv1d, epilogues)
+    # M: the kernel's, or read at launch (a DynamicMatmulKernel: the tiling word after the
+    # views, clamped to the bound so every static size below holds); then the M groups, the
+    # items and every tail follow it, and buffers and workspace are sized at the bound
+    m_rt: isa.IntExpr = k.m
+    pre: list = []
+    mg_rows, m_groups, n_items = t.mg_rows, t.m_groups, t.items
+    if isinstance(k, DynamicMatmulKernel):
+        if mix:  # (isa.core_of gives get_value no core yet: both the AIC and the AIV read it)
+            raise ValueError("a dynamic matmul kernel cannot be a MIX kernel yet")
+        args, rows, get = C.runtime_rows(args, k.m)
+        m_rt = isa.Var("m_rt")
+        lets, (mg_rows, m_groups, n_items) = _runtime_groups(m_rt, t, spec.cube_n)
+        pre = [get, isa.Let(m_rt, isa.imin(isa.imax(rows, 0), k.m)), *lets]
     for j, (v, r) in enumerate(zip(k.outputs, k.results)):
         if v.dtype != k.epilogue[r].dtype:
             raise ValueError(f"output {j} is {v.dtype} but its expression is {k.epilogue[r].dtype}")
@@ -458,13 +493,13 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     n0v, nv, gm0, gmv, m0, mv, k0, kv, pp = (V(s) for s in names9)
     k1, kv1, ls = V("k1"), V("kv1"), V("ls")  # L0 K step: offset in the panel, depth, L0A slot
     lo, hi, cs = V("lo"), V("hi"), V("cs")  # the block's item range, the L0C slot
-    per_batch = t.n_panels * t.m_groups
+    per_batch = isa.mul(t.n_panels, m_groups)
     head = [isa.Let(bi, isa.floordiv(it, per_batch)),
-            isa.Let(pn, isa.floordiv(isa.mod(it, per_batch), t.m_groups)),
-            isa.Let(g, isa.mod(it, t.m_groups)),
+            isa.Let(pn, isa.floordiv(isa.mod(it, per_batch), m_groups)),
+            isa.Let(g, isa.mod(it, m_groups)),
             isa.Let(n0v, isa.mul(pn, tn)), isa.Let(nv, isa.imin(tn, isa.sub(k.n, n0v))),
-            isa.Let(gm0, isa.mul(g, t.mg_rows)),
-            isa.Let(gmv, isa.imin(t.mg_rows, isa.sub(k.m, gm0)))]  # fmt: skip
+            isa.Let(gm0, isa.mul(g, mg_rows)),
+            isa.Let(gmv, isa.imin(mg_rows, isa.sub(m_rt, gm0)))]  # fmt: skip
     bidx = C.unravel(bi, k.batch) if k.batch else []
     nb = len(k.batch)
 
@@ -535,7 +570,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                             t.pro_b_rows, tn))  # fmt: skip
     else:
         kbody.append(cube.LoadNz(b_l1, kc, b_src, (sbk, sbn), kv, nv, 16, k.b_prologue,
-                                 reuse=-(-k.m // tm), **memo, **i2c))  # fmt: skip
+                                 reuse=isa.ceildiv(m_rt, tm), **memo, **i2c))  # fmt: skip
     kbody.append(Set("MTE2", "MTE1", pp))
     kbody.append(Wait("MTE2", "MTE1", pp))
     mvp = isa.mul(isa.ceildiv(mv, 16), 16)
@@ -902,9 +937,12 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
                  *col_out, *row_out]  # fmt: skip
     # the block's contiguous range of items (GetBlockIdx()/GetBlockNum(): any block count works)
     rng = [
-        isa.Let(lo, isa.floordiv(isa.mul(isa.BLOCK_IDX, t.items), isa.BLOCK_NUM)),
-        isa.Let(hi, isa.floordiv(isa.mul(isa.add(isa.BLOCK_IDX, 1), t.items), isa.BLOCK_NUM)),
+        isa.Let(lo, isa.floordiv(isa.mul(isa.BLOCK_IDX, n_items), isa.BLOCK_NUM)),
+        isa.Let(hi, isa.floordiv(isa.mul(isa.add(isa.BLOCK_IDX, 1), n_items), isa.BLOCK_NUM)),
     ]
+    if pre:  # run-time items: blockFactor ranges, so block 0 (the one costed) always has work
+        start, stop, rng = C.block_range(n_items)
+        rng += [isa.Let(lo, start), isa.Let(hi, stop)]
     free = [("MTE1", "MTE2", e) for e in range(t.l1_bufs)]
     free += [("M", "MTE1", e) for e in range(t.l0b_bufs)]
     free += [("M", "MTE1", 2 + e) for e in range(t.l0a_bufs)]
@@ -916,7 +954,7 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     if aivs > 1:  # each AIV fills its own constant tiles and announces its slots free
         xfree = [isa.Loop(isa.SUBBLOCK_IDX, 0, aivs, 1, (*hoisted, *xfree))]
         hoisted = []
-    body = [*pro_hoisted, *hoisted, *rng, *(Set(*f) for f in free), *xfree,
+    body = [*pre, *pro_hoisted, *hoisted, *rng, *(Set(*f) for f in free), *xfree,
             isa.Loop(it, lo, hi, 1, tuple(item_body)),
             *(Wait(*f) for f in free), *xdrain]  # fmt: skip
     return isa.Program(name, args, tuple(buffers), tuple(body), t.blocks, t.device_blocks,
