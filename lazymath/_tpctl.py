@@ -14,7 +14,10 @@ is no error: nothing to limit lazymath with then)."""
 
 from __future__ import annotations
 
+from lazymath._lazy import deferred
 from lazymath._version import __version__
+
+_threads = deferred("lazymath._threads")  # the pool itself: loaded by the first limit or query
 
 
 def register() -> bool:
@@ -38,13 +41,9 @@ def register() -> bool:
         filename_prefixes = ("libc.so", "libc.musl", "libsystem.b", "ucrtbase")
 
         def get_num_threads(self) -> int:
-            from lazymath import _threads
-
             return _threads.get_num_threads()
 
         def set_num_threads(self, num_threads: int) -> None:
-            from lazymath import _threads
-
             _threads.set_num_threads(max(1, int(num_threads)))
 
         def get_version(self) -> str:

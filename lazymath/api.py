@@ -9,7 +9,8 @@ from lazymath import engine, settings
 from lazymath._version import __version__
 from lazymath.backend import autotune as tuning
 from lazymath.backend.compile import build_program, host_blocks
-from lazymath.backend.host import roofline
+from lazymath.backend.host import gemm, roofline
+from lazymath.backend.native import host as host_cpu
 from lazymath.backend.native.kernel_cache import cache_info as kernel_cache_info
 from lazymath.backend.native.kernel_cache import clear_cache as clear_kernels
 from lazymath.backend.npu.cost import estimate
@@ -176,11 +177,8 @@ def _kernel_costs(sched):
 
 def _host_roofs():
     """This host's roofline parameters (None if they cannot be had: explain never fails)."""
-    from lazymath.backend.host import roofline
-    from lazymath.backend.native import host
-
     try:
-        return roofline.host_roofs(host.target())
+        return roofline.host_roofs(host_cpu.target())
     except Exception:  # noqa: BLE001
         return None
 
@@ -349,9 +347,6 @@ def _config() -> dict:
 
     import numpy as np
 
-    from lazymath.backend.host import gemm
-    from lazymath.backend.native import host
-
     versions = {"lazymath": __version__, "python": platform.python_version(),
                 "numpy": np.__version__, "llvmlite": _version_of("llvmlite")}  # fmt: skip
     try:
@@ -361,7 +356,7 @@ def _config() -> dict:
     except Exception as e:  # noqa: BLE001 - reported, not raised
         versions["LLVM"] = f"unavailable ({e})"
     try:
-        target = host.describe() + f"\n  gemm: {gemm.host_gemm(host.target()).describe()}"
+        target = host_cpu.describe() + f"\n  gemm: {gemm.host_gemm(host_cpu.target()).describe()}"
     except Exception as e:  # a bad LAZYMATH_TARGET_CPU: show why, keep the rest
         target = f"host target: error: {e}"
     dev = rt_api._CURRENT

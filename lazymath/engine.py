@@ -18,17 +18,30 @@ from collections import OrderedDict
 import numpy as np
 
 from lazymath import debug, settings
+from lazymath._lazy import deferred
 from lazymath._threads import run_blocks
 from lazymath.backend.npu import cancel as _cancel
 from lazymath.backend.npu import ir_reference
 from lazymath.backend.npu.host_kernels import AicpuRunner, IrRefKernel
 from lazymath.backend.npu.templates import conv1d as _depthwise  # noqa: F401  (the depthwise conv1d)
 from lazymath.backend.npu.templates import fft as _vector_fft  # noqa: F401  (registers the Vector FFT)
+from lazymath.graph import custom
 from lazymath.graph import node as gn
 from lazymath.graph.walk import commit, plan_outputs
 from lazymath.runtime import api as _rt_api
+from lazymath.runtime.device import get_spec
 from lazymath.runtime.replay import Program, Slot
 from lazymath.units import fmt_bytes
+
+# Loaded on the first cache miss, in this order: the compile workers first, so the compile
+# server boots while fusion and the compile driver (~100 ms of source to parse, llvmlite) load
+# and the graph is fused and lowered; hoisted to plain imports, they made the first relu realize
+# 300 -> 380 ms (benchmarks/import_time.py). A replayed program never loads fusion at all.
+workers = deferred("lazymath.backend.native.workers")
+fusion = deferred("lazymath.fusion")
+compile_driver = deferred("lazymath.backend.compile")
+host = deferred("lazymath.backend.native.host")
+autotune = deferred("lazymath.backend.autotune")
 
 # ----------------------------------------------------------------------------- validation
 
@@ -52,9 +65,7 @@ def _run_validated(sk, ck, args) -> None:
             tol = 2e-2 if v.dtype == "float16" else 1e-4
             rtol = atol = tol
             if sk.kind == "custom":  # a user kernel's own tolerance (`lm.kernel(rtol=, atol=)`)
-                from lazymath.graph.custom import get
-
-                d = get(sk.ir.key)
+                d = custom.get(sk.ir.key)
                 rtol = tol if d.rtol is None else d.rtol
                 atol = tol if d.atol is None else d.atol
             bad = ~np.isclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
@@ -157,8 +168,6 @@ PROGRAMS = ProgramCache()
 def host_fft_rates() -> tuple[int, int]:
     """(cores, float32 vector lanes) of the host target: what the FFT plan's cost model scales
     its per-core, per-lane rates by (graph.dft)."""
-    from lazymath.backend.native import host
-
     t = host.target()
     return t.cores, t.lanes("float32")
 
@@ -166,8 +175,6 @@ def host_fft_rates() -> tuple[int, int]:
 def tuned_choice(parts: tuple, labels: list[str], run):
     """A measured choice among `labels` (backend.autotune.measured_choice): a stored record, a
     fresh measurement when autotuning is on, else None."""
-    from lazymath.backend import autotune
-
     return autotune.measured_choice(parts, labels, run)
 
 
@@ -196,16 +203,15 @@ def plan_schedule(outputs: list[gn.Node], leaves: list[gn.Node], spec,
     wins when it has fewer kernels; the program is then specialized to their values
     (`run_compiled` checks them). `fold` forces folding of those positions (a program
     compiled for new values of an already specialized graph)."""
-    from lazymath.fusion import build, make_schedule
 
     def folded(positions):
-        with build.folding({id(leaves[i]) for i in positions}) as used:
-            alt = make_schedule(outputs, spec)
+        with fusion.build.folding({id(leaves[i]) for i in positions}) as used:
+            alt = fusion.make_schedule(outputs, spec)
         return alt, tuple(i for i in positions if id(leaves[i]) in used)
 
     if fold is not None:
         return folded(fold)
-    sched = make_schedule(outputs, spec)
+    sched = fusion.make_schedule(outputs, spec)
     cands = scalar_leaves(leaves)
     if not cands:
         return sched, ()
@@ -233,9 +239,6 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
     """Cache miss: fuse, plan, compile every kernel (independent kernels in parallel; with
     `tiered`, a kernel slow to optimize starts on quickly compiled code, see backend.compile).
     `fold`: see `plan_schedule`."""
-    if backend != "irref":
-        from lazymath.backend.compile import compile_kernels
-
     sched, folded = plan_schedule(outputs, leaves, spec, fold)
     check_capacity(sched, spec)
     copy_leaves = {i for i, n in enumerate(leaves) if id(n) in sched.copy_inputs}
@@ -266,7 +269,7 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
     if backend != "irref" and native:  # independent kernels compile in parallel
         items = [(sk.group.ir, sk.name) for sk in native]
         origins: list = []
-        done = compile_kernels(items, spec, backend, tiered=tiered, origins=origins)
+        done = compile_driver.compile_kernels(items, spec, backend, tiered=tiered, origins=origins)
         compiled = {id(sk): ck for sk, ck in zip(native, done)}
         origin = {id(sk): o for sk, o in zip(native, origins)}
     prog_origins = []
@@ -488,15 +491,11 @@ def run_compiled(roots: list[gn.Node], backend: str | None = None, out=None) -> 
     if not hit:
         # background compiles (tier-ups) wait while this realize compiles and runs its first
         # call (at most native.workers.HOLD_MAX s): on a small host they would take its cores.
-        # Imported here, not at the top, on purpose: the engine loads with the first realize
-        # and fusion/compile (~100 ms of source to parse) must load AFTER prestart() has set
-        # the compile server booting, so the two overlap (measured: hoisting this module's
-        # imports made the first relu realize 300 -> 380 ms, benchmarks/import_time.py).
-        from lazymath.backend.native.workers import hold_background, prestart
-
+        # The workers load here, fusion and the compile driver only after prestart() has set
+        # the compile server booting, so the two overlap (see the deferred references above).
         if backend == "llvm":  # the compile server boots while this graph is fused, lowered
-            prestart()
-        with hold_background():
+            workers.prestart()
+        with workers.hold_background():
             _run_miss(outputs, leaves, order, spec, backend, key, full_key, t0, fold, out)
         return
     _run_and_commit(prog, outputs, leaves, hit, t0, out)
@@ -531,11 +530,8 @@ def _run_and_commit(prog, outputs, leaves, hit: bool, t0: float, out=None) -> No
 
 def schedule_of(roots: list[gn.Node], spec=None):
     """The schedule a realize of the pending nodes `roots` would run (`lm.schedule`)."""
-    from lazymath.fusion import make_schedule
-    from lazymath.runtime.device import get_spec
-
     if not roots:
-        return make_schedule([], get_spec(spec) if spec is not None else device_spec())
+        return fusion.make_schedule([], get_spec(spec) if spec is not None else device_spec())
     outputs, _, leaves, _ = plan_outputs(roots)  # the outputs a realize would write
     spec = get_spec(spec) if spec is not None else device_spec()
     return plan_schedule(outputs, leaves, spec)[0]

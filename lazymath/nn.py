@@ -28,6 +28,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from lazymath import dtypes as dt
+from lazymath._lazy import deferred
+from lazymath.array_api import take
 from lazymath.functions import (
     arange,
     broadcast_shapes,
@@ -53,7 +55,13 @@ from lazymath.functions import (
 from lazymath.functions import (
     sum as rowsum,
 )
+from lazymath.graph import custom
+from lazymath.graph import node as gn
 from lazymath.tensor import Tensor, default_device, wrap
+
+# The attention kernels' definitions (registered when it loads): the NPU templates (~100 ms with
+# the ISA) load with the first attention, not with lm.nn.
+attention = deferred("lazymath.backend.npu.templates.attention")
 
 __all__ = [
     "dropout",
@@ -203,8 +211,6 @@ def embedding(input, weight, padding_idx: int | None = None) -> Tensor:
     n = w.shape[0]
     if padding_idx is not None and not -n <= padding_idx < n:
         raise ValueError(f"lm.nn.embedding: padding_idx {padding_idx} out of range for {n} rows")
-    from lazymath.array_api import take
-
     host = np.asarray(idx)
     if host.size and (host.min() < 0 or host.max() >= n):
         raise IndexError(f"lm.nn.embedding: index out of range for a table of {n} rows")
@@ -433,10 +439,6 @@ def _fused_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
     place through their views (heads split from one qkv buffer by a slice and a permute, k/v
     broadcast over heads) when the last dimension is dense and no stride is negative, else
     copied dense first (`Attention.strided_input`)."""
-    from lazymath.backend.npu.templates import attention  # registers the kernel definitions
-    from lazymath.graph import custom
-    from lazymath.graph import node as gn
-
     srcs = [q._node, k._node, v._node]
     params: tuple = (("causal", causal), ("scale", float(scale)))
     if kind == attention.MIX_NAME:

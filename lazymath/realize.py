@@ -14,9 +14,17 @@ import time
 import numpy as np
 
 from lazymath import settings
+from lazymath._lazy import deferred
 from lazymath.graph import node as gn
 from lazymath.graph import reference
+from lazymath.graph.ops import VIEWS
 from lazymath.graph.walk import commit, live_outputs, nodes_of
+from lazymath.units import fmt_bytes
+
+# Loaded on the first compiled realize, not by `import lazymath`: the engine pulls in fusion, the
+# backend (llvmlite) and the runtime, 200-300 ms that a script which never realizes should not pay.
+engine = deferred("lazymath.engine")
+runtime = deferred("lazymath.runtime")
 
 __all__ = ["realize", "schedule_of", "commit", "sharded_hook", "install_sharded_hook"]
 
@@ -74,7 +82,7 @@ def realize(*tensors) -> None:
             commit(n, values[id(n)])
         _debug_line(outputs, "reference", t0)
         return
-    _run_compiled()(roots, backend)
+    engine.run_compiled(roots, backend)
 
 
 def realize_into(t, out: np.ndarray) -> None:
@@ -106,7 +114,7 @@ def realize_into(t, out: np.ndarray) -> None:
         sharded = SHARDED is not None and SHARDED.reads_shards([node])
         if (not sharded and out.flags.c_contiguous and out.size
                 and _BACKEND.get() != "reference"):  # fmt: skip
-            _run_compiled()([node], _BACKEND.get(), out=out)
+            engine.run_compiled([node], _BACKEND.get(), out=out)
         else:
             realize(t)
     elif node.realized is out or (node.realized.base is out and node.realized.shape == out.shape
@@ -124,22 +132,15 @@ def _check_reference_memory(outputs: list) -> None:
     fusion, no buffer reuse), so its peak is the sum of the non-view results: refuse before
     evaluating anything when that exceeds the device's memory or this host's (like the
     compiled path's plan check), naming the largest tensor and the user's line."""
-    from lazymath.graph.node import toposort
-    from lazymath.graph.ops import VIEWS
-
-    pending = [n for n in toposort(outputs)
+    pending = [n for n in gn.toposort(outputs)
                if n.realized is None and n.op not in VIEWS]  # fmt: skip
     need = sum(n.nbytes for n in pending)
     if not pending:
         return
-    from lazymath.engine import _host_memory_bytes
-    from lazymath.runtime import current_device
-    from lazymath.units import fmt_bytes
-
-    spec = current_device().spec
+    spec = runtime.current_device().spec
     for cap, what in ((spec.hbm_bytes, f"the {fmt_bytes(spec.hbm_bytes)} of device memory of the "
                                        f"{spec.name} (DeviceSpec.hbm_bytes)"),
-                      (_host_memory_bytes(), "this host's physical memory")):  # fmt: skip
+                      (engine._host_memory_bytes(), "this host's physical memory")):  # fmt: skip
         if cap and need > cap:
             big = max(pending, key=lambda n: n.nbytes)
             loc = f" created at {big.loc}" if big.loc else ""
@@ -159,22 +160,7 @@ def schedule_of(roots: list, spec=None):
         plan = SHARDED.schedule(roots)
         if plan is not None:
             return plan
-    from lazymath.engine import schedule_of as fused_schedule
-
-    return fused_schedule(roots, spec)
-
-
-_RUN_COMPILED = None
-
-
-def _run_compiled():
-    """engine.run_compiled, imported on first use (the engine pulls in the runtime)."""
-    global _RUN_COMPILED
-    if _RUN_COMPILED is None:
-        from lazymath.engine import run_compiled
-
-        _RUN_COMPILED = run_compiled
-    return _RUN_COMPILED
+    return engine.schedule_of(roots, spec)
 
 
 def _debug_line(outputs, what: str, t0: float) -> None:

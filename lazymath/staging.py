@@ -36,14 +36,19 @@ from typing import Any
 import numpy as np
 
 from lazymath import engine, settings
+from lazymath._lazy import deferred
 from lazymath.graph import node as gn
 from lazymath.graph.walk import no_view_folding, plan_outputs
-from lazymath.realize import watch_realizes
+from lazymath.realize import realize, watch_realizes
 from lazymath.runtime import api as _rt_api
 from lazymath.runtime import profiler as _prof
 from lazymath.runtime.replay import BoundReplay
 from lazymath.staging_batch import NotBatched, RuntimeRows, batch_axes
 from lazymath.tensor import Tensor, asarray
+
+# The public reports (lm.schedule, lm.explain) for the stage objects' methods: api imports the
+# whole backend and this module (lm.jit), so it is referenced, not imported.
+api = deferred("lazymath.api")
 
 __all__ = ["jit", "Jitted", "Lowered", "DonatedError", "NotBatched", "batch_axes"]
 
@@ -202,8 +207,6 @@ class Jitted:
     def _signature(self, leaves, struct) -> tuple:
         pending = [t for t in leaves if t._node.realized is None]
         if pending:  # inputs computed lazily by the caller: realize them (one program)
-            from lazymath.realize import realize
-
             realize(*pending)
         spec = engine.device_spec()
         target = (settings.TARGET_CPU.get() or "").strip()
@@ -483,15 +486,11 @@ class Jitted:
             self._debug("not replayed: fn reads values of its inputs (control flow, .numpy(), "
                         "or a host op such as lm.take); every call runs fn")  # fmt: skip
             if roots:
-                from lazymath.realize import realize
-
                 realize(*out_leaves)
         elif roots and _BACKEND.get() != "reference":
             with no_view_folding():  # the program's leaves must be the traced inputs
                 entry = self._compile(roots, in_pos, out_leaves, out_struct, fresh)
         else:
-            from lazymath.realize import realize
-
             realize(*out_leaves)
         self._last_sig = sig
         self._debug(f"{reason}: traced in {(time.perf_counter() - t0) * 1e3:.1f} ms")
@@ -882,9 +881,7 @@ class Lowered:
         self.outputs = outputs
 
     def schedule(self):
-        from lazymath.api import schedule
-
-        return schedule(*self.outputs)
+        return api.schedule(*self.outputs)
 
     def as_text(self) -> str:
         """The fused schedule (one row per kernel) and each kernel's IR."""
@@ -897,9 +894,7 @@ class Lowered:
         return "\n".join(parts)
 
     def explain(self):
-        from lazymath.api import explain
-
-        return explain(*self.outputs)
+        return api.explain(*self.outputs)
 
     def cost(self) -> dict:
         """Kernels, total flops and bytes moved of the schedule (the fusion cost classes)."""

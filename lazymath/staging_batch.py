@@ -16,10 +16,15 @@ import dataclasses
 import math
 
 from lazymath import engine
+from lazymath._lazy import deferred
 from lazymath.backend.npu import kernel_ir as K
 from lazymath.graph import node as gn
 from lazymath.graph.ops import ELEMENTWISE
 from lazymath.runtime.replay import BoundReplay, Slot
+
+# The compile driver: `import lazymath` must not load the backend (+~100 ms, the ISA), and a
+# traced program has loaded it by the time a dynamic batch needs it.
+compile_driver = deferred("lazymath.backend.compile")
 
 MAX_ROWS = 1 << 20  # rows per launch of a run-time-rows kernel at most (its get_value bound)
 # ... of a program with a run-time-M matmul: its tiling, its row-value workspace (zeroed per
@@ -173,14 +178,6 @@ class RuntimeRows:
 
     @classmethod
     def make(cls, entry, shapes: dict, chunk: int, n_inputs: int) -> RuntimeRows:
-        # in the function: `import lazymath` must not load the backend (+~100 ms, the ISA),
-        # and a traced program has loaded it by the time a dynamic batch gets here
-        from lazymath.backend.compile import (
-            MIN_FLOPS_PER_WORKER,
-            SMALL_VECTOR_WORK,
-            compile_kernels,
-        )
-
         prog = entry.prog
         slots = prog.slots
         rows_of: dict[int, int] = {}  # slot id -> elements per batch row, for batched slots
@@ -237,8 +234,8 @@ class RuntimeRows:
             dyn_items[i] = (ki, _dynamic_ir(ir, capacity), name, w)
         backend = kernels[dyn_items[0][0]][1].backend  # the traced program's (llvm, interp)
         try:
-            compiled = compile_kernels([(ir, name) for _i, ir, name, _w in dyn_items],
-                                       engine.device_spec(), backend)  # fmt: skip
+            items = [(ir, name) for _i, ir, name, _w in dyn_items]
+            compiled = compile_driver.compile_kernels(items, engine.device_spec(), backend)
         except ValueError as e:  # a template that cannot take this kernel's rows at run time
             raise NotBatched(f"its dynamic kernel does not build: {e}") from e
         tiling_slot = len(slots)
@@ -262,10 +259,11 @@ class RuntimeRows:
         fixed = [*entry.fixed, None]
         # below `small` rows every kernel runs one host block (the compile's host_blocks rule
         # at that size: Vector work under SMALL_VECTOR_WORK, a matmul under two workers' flops)
-        small = SMALL_VECTOR_WORK // row_work
+        small = compile_driver.SMALL_VECTOR_WORK // row_work
         for _i, ir, _name, _w in dyn_items:
             if ir.kind == "matmul":
-                small = min(small, -(-2 * MIN_FLOPS_PER_WORKER // (2 * ir.n * max(ir.k, 1))))
+                flops = 2 * compile_driver.MIN_FLOPS_PER_WORKER
+                small = min(small, -(-flops // (2 * ir.n * max(ir.k, 1))))
         return cls(rt_prog, leaf_src, fixed, max(small, 1), capacity)
 
 

@@ -19,11 +19,19 @@ import numpy as np
 
 from lazymath import dtypes as dt
 from lazymath import settings
+from lazymath._lazy import deferred
 from lazymath.graph import node as gn
 from lazymath.graph import reference
 from lazymath.graph.ops import ufunc_dtypes
 from lazymath.realize import realize as _realize
 from lazymath.realize import realize_into
+
+# Loaded on first use, not by `import lazymath`: the pictures (viz, ~90 ms with Graphviz's
+# helpers), the runtime (devices, streams) and the bfloat16 DLPack capsules.
+viz = deferred("lazymath.viz")
+viz_render = deferred("lazymath.viz.render")
+runtime = deferred("lazymath.runtime")
+_dlpack = deferred("lazymath._dlpack")
 
 __all__ = ["Tensor"]  # the functions' names are `lazymath.functions.__all__`
 
@@ -134,12 +142,9 @@ class Tensor:
         Graphviz, so Jupyter falls back to the other displays)."""
         if self.is_realized:
             return None
-        from lazymath.viz import dot_binary, visualize
-        from lazymath.viz.render import render, svg_inline
-
-        if dot_binary() is None:
+        if viz.dot_binary() is None:
             return None
-        return svg_inline(render(visualize(self), "svg"))
+        return viz_render.svg_inline(viz_render.render(viz.visualize(self), "svg"))
 
     def __len__(self) -> int:
         if not self.shape:
@@ -260,8 +265,6 @@ class Tensor:
             raise BufferError(f"__dlpack__: cannot export to device {dl_device}; only (1, 0)")
         a = self.numpy()
         if dt.is_bf16(a.dtype):  # numpy's exporter has no bfloat16: lazymath's own capsule
-            from lazymath import _dlpack
-
             versioned = max_version is not None and tuple(max_version)[0] >= 1
             if copy or (not versioned and copy is None):  # legacy: cannot say read-only
                 a = np.array(a, copy=True)
@@ -624,9 +627,7 @@ class Tensor:
         """`lm.visualize(self, ...)`: this tensor's graph (`stage="graph"`) or its fused
         kernels (`"kernels"`); writes `filename` (.dot, .svg/.png/.pdf via Graphviz, .html for
         the report) and returns its path, or returns the DOT source when `filename` is None."""
-        from lazymath.viz import visualize
-
-        return visualize(self, filename=filename, stage=stage)
+        return viz.visualize(self, filename=filename, stage=stage)
 
 
 # ----------------------------------------------------------------------------- devices
@@ -671,11 +672,7 @@ def note_sync(what: str, t: Tensor) -> None:
 
 
 def default_device():
-    try:
-        from lazymath.runtime import current_device
-    except ImportError:  # runtime not importable yet (partial checkout): one implicit device
-        return "npu:0"
-    return current_device()
+    return runtime.current_device()
 
 
 def check_devices(op: str, tensors: Sequence[Tensor]) -> None:

@@ -36,7 +36,10 @@ _spec.loader.exec_module(am)
 # the server's -S boot loads more). Left: tensor, workers, engine, realize (it loads with
 # `import lazymath`, the engine must not), compile (6), nn, staging, api. Issue 36 goal: <= 20,
 # which needs lazy objects for these, not a plain hoist.
-NESTED_IMPORT_CEILING = 76
+# 73 -> 2 when the deferrals became deferred module references declared at the top
+# (lazymath/_lazy.py; counted as module-level edges by the cycle and layer checks): the two left
+# are array_api's and fusion.grouping's, which helper split36 is splitting. Room of 2.
+NESTED_IMPORT_CEILING = 4
 
 # Modules allowed over am.LINE_BUDGET today, each with its ceiling (main 9caf5d3 size rounded up
 # to the next 50). A module not listed must stay within am.LINE_BUDGET.

@@ -1,6 +1,7 @@
 """Architecture measurements for issue 36, by parsing lazymath's source (no import, so it is
-cheap and runs on any host): nested (inside-function) lazymath imports, modules over the line
-budget, and modules that read the environment.
+cheap and runs on any host): nested (inside-function) lazymath imports, deferred module references
+(lazymath/_lazy.py: declared at the top, loaded on first use, counted as module-level edges),
+modules over the line budget, and modules that read the environment.
 
 Why a script and not only a test: the budgets in tests/test_architecture_budgets.py are ceilings
 that only ever go down; this prints the numbers a refactor step is measured by, so each landing
@@ -65,11 +66,48 @@ def _import_nodes(tree: ast.AST) -> list[tuple[ast.Import | ast.ImportFrom, bool
     return out
 
 
+def deferred_target(node: ast.AST) -> str | None:
+    """The module of a deferred reference, `deferred("lazymath.x")` (lazymath/_lazy.py), else
+    None. Only a string literal counts: that is what makes the dependency readable here."""
+    if not isinstance(node, ast.Call) or len(node.args) != 1 or node.keywords:
+        return None
+    f = node.func
+    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+    arg = node.args[0]
+    if name != "deferred" or not isinstance(arg, ast.Constant) or not isinstance(arg.value, str):
+        return None
+    return arg.value if arg.value.split(".")[0] == "lazymath" else None
+
+
+def _deferred_nodes(tree: ast.AST) -> list[tuple[str, int, bool]]:
+    """(module, line, inside a function) of every deferred reference in `tree`."""
+    out: list[tuple[str, int, bool]] = []
+    todo: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while todo:
+        node, in_func = todo.pop()
+        for child in ast.iter_child_nodes(node):
+            target = deferred_target(child)
+            if target is not None:
+                out.append((target, child.lineno, in_func))
+            f = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            todo.append((child, in_func or f))
+    return out
+
+
 def nested_imports(path: pathlib.Path) -> list[int]:
     """Line numbers (sorted) of lazymath imports inside a function body of `path`: code that
-    runs on a call hides an import from a reader and from cycle checks."""
+    runs on a call hides an import from a reader and from cycle checks. A deferred reference
+    made inside a function counts too (it is declared at the top to be seen)."""
     tree = ast.parse(path.read_text())
-    return sorted(n.lineno for n, f in _import_nodes(tree) if f and _is_lazymath(n))
+    lines = [n.lineno for n, f in _import_nodes(tree) if f and _is_lazymath(n)]
+    return sorted(lines + [line for _, line, f in _deferred_nodes(tree) if f])
+
+
+def deferred_refs(path: pathlib.Path) -> list[tuple[str, int]]:
+    """(module, line) of the module-level deferred references of `path`: dependencies declared
+    at the top and loaded on first use (counted as module-level import edges)."""
+    tree = ast.parse(path.read_text())
+    return sorted((m, line) for m, line, f in _deferred_nodes(tree) if not f)
 
 
 def _target(mod: str, is_pkg: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
@@ -99,6 +137,7 @@ def import_edges(nested: bool) -> dict[str, set[str]]:
         for node, in_func in _import_nodes(tree):
             if in_func == nested:
                 edges.update(_target(m, p.name == "__init__.py", node))
+        edges.update(t for t, _, in_func in _deferred_nodes(tree) if in_func == nested)
         out[m] = {t for t in edges if t != m}
     return out
 
@@ -199,6 +238,9 @@ def main() -> int:
     for m, v in sorted(nested.items(), key=lambda kv: -len(kv[1]))[:15]:
         if v:
             print(f"  {len(v):4d}  {m}")
+    refs = {module_name(p): deferred_refs(p) for p in files()}
+    print(f"deferred module references (declared at the top, loaded on first use): "
+          f"{sum(len(v) for v in refs.values())}")
     print(f"modules over {LINE_BUDGET} lines:")
     for p in sorted(files(), key=line_count, reverse=True):
         n = line_count(p)

@@ -30,6 +30,7 @@ import weakref
 import numpy as np
 
 from lazymath import settings
+from lazymath._lazy import deferred
 from lazymath._threads import block_pool, launch_blocks, num_threads
 from lazymath.backend.host import gemm, lower_cube, lower_llvm, vmlib  # noqa: F401  lower_cube: the Cube lowerings
 from lazymath.backend.native import elfload, host, isolate, jit, kernel_cache, tiering, workers
@@ -38,6 +39,13 @@ from lazymath.backend.npu import cost, interp, isa, isa_codec, vmath
 from lazymath.backend.npu.kernel_ir import kernel_args, view_extent
 from lazymath.backend.npu.templates.common import CALLS
 from lazymath.runtime.device import get_spec
+
+# Loaded with the first matmul or the first report, not with the compiler: autotune and uklib
+# (the GEMM microkernel library) are 13 ms of parsing an elementwise first realize would pay,
+# roofline 16 ms (without bytecode files, as the benchmarks and CI run).
+autotune = deferred("lazymath.backend.autotune")
+uklib = deferred("lazymath.backend.host.uklib")
+roofline = deferred("lazymath.backend.host.roofline")
 
 TEMPLATES: dict[str, str] = {
     "elementwise": "lazymath.backend.npu.templates.elementwise",
@@ -205,10 +213,6 @@ class CompiledKernel:
         if self.backend != "llvm":
             return None
         if self.__dict__.get("_roof", False) is False:
-            # loaded here, not with the compiler: a report's module (16 ms of a first realize
-            # without bytecode files, as the benchmarks and CI run)
-            from lazymath.backend.host import roofline
-
             try:
                 roofs = roofline.host_roofs(host.target())
                 self._roof = roofline.kernel_roof(self.ir, self.blocks, roofs)
@@ -502,10 +506,6 @@ def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
     """A disk-cache hit (a CompiledKernel: no LLVM), or a `_Job`: the template ran, the
     program is lowered to LLVM IR and the compile workers are optimizing it."""
     if ir.kind == "matmul":  # lowered with its host GEMM plan (`autotune.choice`)
-        # autotune and uklib (the GEMM microkernel library) load with the first matmul, not
-        # with the compiler: 13 ms of parsing that an elementwise first realize would pay
-        from lazymath.backend import autotune
-
         if not gemm.overridden():
             with gemm.plan_override(autotune.choice(ir, spec, _autotune_candidate)):
                 return _start_llvm(ir, spec, name, calls, tiered)
@@ -517,8 +517,6 @@ def _start_llvm(ir, spec, name: str, calls: bool = False, tiered: bool = False):
     how = isolate.mode()
     isolated = how == "always" or (how == "auto" and isolate.crashed_before(key))
     uk_lib = tiered and ir.kind == "matmul" and tiering.tiered_setting()
-    if uk_lib:
-        from lazymath.backend.host import uklib  # see above: a matmul's
     early = _main_ukernels_to_request(program) if uk_lib and not isolated else []
     workers.warm()  # the workers load LLVM while the lowering runs here
     for s in early:  # the longest compile of a cold matmul: it runs while the kernel is lowered
@@ -558,8 +556,6 @@ def _lower_with_uk_library(program, spec, symbol: str, uk_symbols: list,
     With `request`, each microkernel is requested (`uklib.request`) the moment the lowering
     meets it: its compile runs on a worker while the rest of the kernel is lowered and
     printed here (the main microkernel is the longest compile of a cold matmul)."""
-    from lazymath.backend.host import uklib  # a matmul's (see _start_llvm)
-
     if not uklib.ENABLED:
         return str(lower_llvm.lower_program(program, spec, symbol=symbol))
 
@@ -579,8 +575,6 @@ def _main_ukernels_to_request(program) -> list[str]:
     """The GEMM microkernels a tier-0 matmul program's lowering will call (predicted,
     `lower_llvm.predicted_calls`: lower_cube.main_ukernels) that are not loaded or compiling
     yet: their compiles start before the lowering (which meets them ~70% of the way through)."""
-    from lazymath.backend.host import uklib  # a matmul's (see _start_llvm)
-
     if not uklib.ENABLED:
         return []
     try:
@@ -687,8 +681,6 @@ class _Job:
             except isolate.CompilerCrashed:  # LLVM killed the compile server twice (it warned)
                 return self._interpreted()
             if self.uk_symbols:
-                from lazymath.backend.host import uklib  # a matmul's (see _start_llvm)
-
                 for s in self.uk_symbols:  # waited for here, outside the loader's lock
                     uklib.address(s)
             addr, _ = jit.load_cached(obj0, self.symbol0, self.module0, hold=True)

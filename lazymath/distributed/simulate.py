@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from lazymath import runtime
 from lazymath.backend.compile import compile_kernel
-from lazymath.distributed.api import Source, Tensor, _sharded_leaf, _split_sizes
+from lazymath.distributed.api import Source, Tensor, _sharded_leaf, _split_sizes, plan
 from lazymath.distributed.plan import Plan, Stage, shard_shape, stage_schedule
 from lazymath.functions import cos, relu, sin, tensor
 from lazymath.runtime.multidevice import MultiDeviceTimeline, compose, get_link
@@ -35,8 +36,6 @@ def placeholder(shape, dtype="float32", axis: int = 0, n: int = 1):
 def program_seconds(st: Stage, i: int = 0, spec=None) -> float:
     """Simulated seconds of shard `i`'s program of `st` on one device (`spec`, default the
     current device): its kernels' costs (backend cost model) on the runtime's timeline."""
-    from lazymath.runtime import SimKernel, simulate
-
     prog = st.programs[min(i, len(st.programs) - 1)]
     shapes = tuple(
         (shard_shape(x, i) if st.sharded else x.node.shape, x.node.dtype.str) for x in st.inputs
@@ -53,8 +52,8 @@ def program_seconds(st: Stage, i: int = 0, spec=None) -> float:
         if sk.unit == "aicpu":  # the AI CPU has no cycle model: counted as free (said in docs)
             continue
         ck = compile_kernel(sk.group.ir, sched.spec, backend="interp", name=sk.name)
-        kernels.append(SimKernel(sk.name, sk.stream, ck.cost, unit=sk.unit))
-    secs = simulate(kernels, sched.spec).makespan_s if kernels else 0.0
+        kernels.append(runtime.SimKernel(sk.name, sk.stream, ck.cost, unit=sk.unit))
+    secs = runtime.simulate(kernels, sched.spec).makespan_s if kernels else 0.0
     _cost_memo[key] = secs
     return secs
 
@@ -97,8 +96,6 @@ def _distinct(st: Stage) -> list[int]:
 def simulate(*tensors, link=None, spec=None, broadcast_inputs: bool = True):
     """MultiDeviceTimeline of `tensors` (graphs over sharded tensors or placeholders) on as
     many NPUs as they have shards."""
-    from lazymath.distributed.api import plan
-
     return simulate_plan(plan(*tensors), link, spec, broadcast_inputs)
 
 

@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from lazymath import settings
-from lazymath.api import cache_info
+from lazymath.api import cache_info, schedule
 from lazymath.distributed.plan import Program, rebuild
 from lazymath.realize import realize
 from lazymath.runtime.stream import DeviceError, KernelLaunchError
@@ -60,8 +60,6 @@ def _shard_error(e: BaseException, prog: Program, shard: int, handles) -> ShardE
     loc = getattr(e, "source_loc", "") or ""
     if not kernel:  # which kernels the program has (fusion only: nothing runs)
         try:
-            from lazymath.api import schedule
-
             ks = schedule(*handles).kernels
         except Exception:
             ks = []

@@ -17,6 +17,7 @@ import numpy as np
 
 from lazymath import dtypes as dt
 from lazymath import settings
+from lazymath._lazy import deferred, load
 from lazymath.functions.base import _axes, astype
 from lazymath.functions.creation import tensor
 from lazymath.functions.linalg import matmul
@@ -24,6 +25,10 @@ from lazymath.functions.shapes import _slice_node, pad, permute_dims, reshape
 from lazymath.graph import custom, dft
 from lazymath.graph import node as gn
 from lazymath.tensor import Tensor, wrap
+
+# The driver, loaded on first use (not by `import lazymath`): it registers the built-in kernel
+# definitions (the Vector FFT, the depthwise conv1d) that these functions' graph nodes name.
+engine = deferred("lazymath.engine")
 
 _FFT_NORMS = (None, "backward", "ortho", "forward")
 _fft_dtypes: dict = {}
@@ -107,8 +112,6 @@ def _fft_plan(kind: str, x: Tensor, double: bool, n: int, empty: bool, rows: int
     hit = dft.MEMO.get(sig)  # this process's answer (no disk read per call; lm.precompile's
     if hit is not None and kind not in dft.FORCE and (hit[3] or not settings.AUTOTUNE.get()):
         return hit[:3]  # autotune=True clears it)
-    from lazymath import engine
-
     host = engine.host_fft_rates()
     impl, fs, why = dft.plan(kind, double, n, empty, rows, ub, host)
     if double or empty or kind in dft.FORCE:
@@ -123,8 +126,6 @@ def _fft_plan(kind: str, x: Tensor, double: bool, n: int, empty: bool, rows: int
 def _fft_tuned(kind: str, x: Tensor, n: int, rows: int, ub, spec, impl, fs, why):
     """(impl, fs, why, measured): the measured plan (a stored record or a fresh measurement),
     else the model's (impl, fs, why)."""
-    from lazymath import engine
-
     cands = dft.candidates(kind, n, ub)
     if len(cands) < 2:
         return impl, fs, why, False
@@ -380,7 +381,7 @@ def _stockham_rows(p: Tensor, n: int, sign: int, scale: float, real: bool, lengt
     """The Vector Stockham FFT (backend/templates/fft.py) of each row of `p` ((..., n, 2)
     pairs, or (..., n) real): one Vector kernel; the first `length` frequencies, (b, length, 2)
     pairs, complex64 in C order."""
-    from lazymath import engine  # noqa: F401  (the driver registers the built-in kernels)
+    load(engine)  # the driver registers the built-in kernels
 
     lead = p.shape[:-1] if real else p.shape[:-2]
     b = math.prod(lead)
@@ -403,7 +404,7 @@ def _sixstep_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool,
     transposes): pass 1, rows (b, t2): the length-n1 DFT over t1, times w_n^(t2 k1), written
     [b, t2, k1]; pass 2, rows (b, k1): the length-n2 DFT over t2, written at k1 + n1 k2.
     Result (b, n, 2) pairs, complex64 in C order."""
-    from lazymath import engine  # noqa: F401  (the driver registers the built-in kernels)
+    load(engine)  # the driver registers the built-in kernels
 
     n1, n2 = fs
     n = n1 * n2
@@ -452,7 +453,7 @@ def _rfft_packed(p: Tensor, n: int, scale: float) -> Tensor:
     z = reshape(p, (b, h, 2))
     impl, fs = dft.vector_plan(h, p._device.spec.ub_bytes)
     if impl == "stockham" and dft.RFFT_FUSED:  # one kernel: the combine on the UB-resident Z
-        from lazymath import engine  # noqa: F401  (the driver registers the built-in kernels)
+        load(engine)  # the driver registers the built-in kernels
 
         tables = (
             _fft_table(p, dft.stockham_tables, h, -1, 0),
@@ -484,7 +485,7 @@ def _irfft_packed(x: Tensor, nout: int, ax: int, norm, out_dtype, real: bool,
     spectrum Z of z_m = x_2m + i x_2m+1 from the h + 1 frequencies, and the inverse Vector FFT
     of Z (Stockham or six-step, scaled by the norm factor) is z: (b, h, 2) float32 pairs, the
     real result (b, nout) in C order."""
-    from lazymath import engine  # noqa: F401  (the driver registers the built-in kernels)
+    load(engine)  # the driver registers the built-in kernels
 
     h = nout // 2
     m = h + 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazymath import dtypes as dt
+from lazymath._lazy import deferred, load
 from lazymath.functions.base import _cast, _expand, astype, broadcast_shapes
 from lazymath.functions.creation import tensor
 from lazymath.functions.shapes import expand_dims, reshape
@@ -15,6 +16,10 @@ from lazymath.graph import custom, reference
 from lazymath.graph import node as gn
 from lazymath.graph.ops import ELEMENTWISE, VIEWS
 from lazymath.tensor import Tensor, check_devices, wrap
+
+# The driver, loaded on first use (not by `import lazymath`): it registers the built-in kernel
+# definitions (the Vector FFT, the depthwise conv1d) that these functions' graph nodes name.
+engine = deferred("lazymath.engine")
 
 # ----------------------------------------------------------------------------- matmul
 
@@ -188,7 +193,7 @@ def _conv1d_depthwise(x, w, b, dtype, stride, pads, dilation, lout) -> Tensor:
     """Depthwise, stride 1: one Vector kernel (backend/templates/conv1d.py) over the rows
     (n, c) of x read in place, the zero padding in the bounds of its loads; elementwise
     consumers fuse into its epilogue slot."""
-    from lazymath import engine  # noqa: F401  (the driver registers the built-in kernels)
+    load(engine)  # the driver registers the built-in kernels
 
     n, c, _ = x.shape
     k = w.shape[2]

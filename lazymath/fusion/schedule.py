@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lazymath._lazy import deferred
 from lazymath.backend.compile import default_backend
 from lazymath.backend.host.vmlib import call_plan
 from lazymath.backend.native import host
@@ -30,6 +31,8 @@ from lazymath.fusion.memory import MemoryPlan
 from lazymath.graph.custom import get
 from lazymath.graph.ops import ELEMENTWISE
 from lazymath.units import fmt_bytes
+
+autotune = deferred("lazymath.backend.autotune")  # GEMM plans: loaded by the first matmul report
 
 
 def view_bytes(v: ArgView) -> int:
@@ -180,8 +183,6 @@ def _host_lines(kernels, spec) -> list[str]:
     if default_backend() != "llvm":
         return []
     lines = [host.describe().splitlines()[0]]
-    from lazymath.backend import autotune
-
     for k in kernels:
         if k.kind == "matmul" and k.ir is not None:
             lines.append(f"  {k.name} host GEMM: {autotune.explain(k.ir, spec)}")

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from lazymath.dtypes import is_bf16
+from lazymath.graph import custom
 from lazymath.graph.node import Node, toposort
 from lazymath.graph.ops import ELEMENTWISE
 
@@ -174,9 +175,7 @@ def _evaluate(node: Node, srcs: list[np.ndarray]) -> np.ndarray:
             p = np.ascontiguousarray(p[..., : node.shape[-1], :])
             return p.view(node.dtype).reshape(node.shape)
         if op == "custom":  # a user kernel: its numpy reference (or its program, interpreted)
-            from lazymath.graph.custom import get
-
-            return get(arg[0]).evaluate(srcs, arg, node.dtype, node.shape)
+            return custom.get(arg[0]).evaluate(srcs, arg, node.dtype, node.shape)
     raise NotImplementedError(f"reference executor has no rule for op {op!r}")
 
 

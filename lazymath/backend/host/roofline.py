@@ -52,6 +52,7 @@ from lazymath._threads import num_threads
 from lazymath.backend.host import vmath_native
 from lazymath.backend.native.kernel_cache import cache_dir, disk_enabled
 from lazymath.backend.npu import isa, vmath
+from lazymath.graph import custom
 from lazymath.graph.ops import ELEMENTWISE, Composite, Native
 
 __all__ = [
@@ -377,9 +378,7 @@ def kernel_work(ir) -> tuple[Work, int] | None:
         return w, sum(map(view_bytes, views))
     if kind == "custom":
         try:
-            from lazymath.graph.custom import get
-
-            flops = get(ir.key).flop_count(ir)
+            flops = custom.get(ir.key).flop_count(ir)
         except Exception:  # noqa: BLE001 - an unregistered or failing count: no roof
             return None
         w = Work(fma=flops / 2 * 32)  # the author's FLOPs, as float32 fmas (2 FLOP each)

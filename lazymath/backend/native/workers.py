@@ -36,6 +36,7 @@ never results.
 from __future__ import annotations
 
 import collections
+import ctypes
 import json
 import os
 import queue
@@ -44,6 +45,18 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
+
+from lazymath import settings
+from lazymath._lazy import deferred
+
+# The compile server imports this module with nothing but settings and these (isolate._BOOT): the
+# rest is loaded on first use. isolate (and with it the kernel cache) only in the parent process;
+# jit and host when a compiler is built, so a parent's prestart() launches the server before
+# anything else of the backend loads.
+isolate = deferred("lazymath.backend.native.isolate")
+jit = deferred("lazymath.backend.native.jit")
+host = deferred("lazymath.backend.native.host")
+threadpool = deferred("lazymath._threads")  # the execution threads (n_workers)
 
 HOLD_MAX = 0.5  # seconds a background job waits at most for held realizes (`hold_background`)
 BG_STARVED = 2.0  # seconds after which a waiting background job may take the last free worker
@@ -157,8 +170,6 @@ class responsive:
     the interval in effect before the first one."""
 
     def __enter__(self):
-        import sys
-
         global _switch_depth, _switch_saved
         with _switch_lock:
             if _switch_depth == 0:
@@ -168,8 +179,6 @@ class responsive:
         return self
 
     def __exit__(self, *exc) -> None:
-        import sys
-
         global _switch_depth
         with _switch_lock:
             if _switch_depth == 0:  # a block entered before a fork, left in the child
@@ -183,11 +192,8 @@ def n_workers() -> int:
     """Compile threads: LAZYMATH_COMPILE_THREADS, default (0) one per execution thread
     (`lazymath._threads.num_threads`: affinity, cgroup quota, LAZYMATH_NUM_THREADS,
     set_num_threads / threadpool_limits), at most 4."""
-    from lazymath import settings
-    from lazymath._threads import num_threads
-
     n = settings.COMPILE_THREADS.get()
-    return max(1, n or min(num_threads(), 4))
+    return max(1, n or min(threadpool.num_threads(), 4))
 
 
 def _loop(target: str | None, compiler: Compiler | None = None) -> None:
@@ -234,15 +240,13 @@ def warm() -> None:
     prestart()
     server = _in_server_mode()  # (False if no server could start)
     if len(_threads) < n_workers() + _abandoned:
-        from lazymath.backend.native.jit import get_jit
-
         target = _requested()
         # LLVM's import, the engine's setup and the workers' compilers (an LLVM context and
         # target machine each, ~1 ms) here, uncontended: on a worker they would run beside
         # this thread's lowering and wait for the GIL at each of their calls (the workers'
         # own set-up took up to 25 ms there, delaying the first compile that much). In
         # server mode the workers only wait for the server: no compilers here.
-        get_jit(target)
+        jit.get_jit(target)
         _start_threads(target, build=not server)
 
 
@@ -254,16 +258,12 @@ def prestart() -> None:
     process) instead of after it. A miss whose kernels all come from the disk cache then
     boots a server it does not use (once per process)."""
     if _in_server_mode():
-        from lazymath.backend.native import isolate
-
         isolate.start_server(_requested())
 
 
 def _in_server_mode() -> bool:
     """Whether compiles go to the compile server (`isolate`; imported only here, lazily: the
     server process itself imports this module without the kernel cache)."""
-    from lazymath.backend.native import isolate
-
     return isolate.mode() == "server"
 
 
@@ -283,10 +283,7 @@ class Compiler:
     """One thread's LLVM state: context, target machine, pass builders (levels 0, 1, 3)."""
 
     def __init__(self, target: str | None = None) -> None:
-        from lazymath.backend.native import host
-        from lazymath.backend.native.jit import _binding
-
-        llvm = _binding()
+        llvm = jit._binding()
         # the host target's CPU name and features, as the Jit of `target` has them; not the
         # Jit itself: its MCJIT engine and runtime symbols (~20 ms) are of no use to a
         # compile, and the compile server builds a Compiler before its first answer
@@ -309,9 +306,7 @@ class Compiler:
     def _pb(self, level: int, vectorize: bool):
         pb = self.pbs.get((level, vectorize))
         if pb is None:
-            from lazymath.backend.native.jit import _binding
-
-            llvm = _binding()
+            llvm = jit._binding()
             pto = llvm.PipelineTuningOptions(speed_level=level)
             pto.loop_vectorization = vectorize
             pto.slp_vectorization = vectorize
@@ -319,9 +314,7 @@ class Compiler:
                 pto.loop_interleaving = True
                 pto.loop_unrolling = True
             else:  # the quick pipeline (see jit.QUICK_LOOP_UNROLLING)
-                from lazymath.backend.native.jit import QUICK_LOOP_UNROLLING
-
-                pto.loop_unrolling = QUICK_LOOP_UNROLLING
+                pto.loop_unrolling = jit.QUICK_LOOP_UNROLLING
             pb = self.pbs[(level, vectorize)] = llvm.create_pass_builder(self.tm, pto)
         return pb
 
@@ -329,9 +322,7 @@ class Compiler:
         if codegen >= 3:
             return self.tm
         if self.fast_tm is None:
-            from lazymath.backend.native.jit import _binding
-
-            target = _binding().Target.from_default_triple()
+            target = jit._binding().Target.from_default_triple()
             self.fast_tm = target.create_target_machine(
                 cpu=self.cpu_name, features=self.cpu_features, opt=0, jit=True
             )
@@ -339,9 +330,7 @@ class Compiler:
 
     def _cleanup(self):
         if self.cleanup_mpm is None:
-            from lazymath.backend.native.jit import _binding
-
-            mpm = _binding().create_new_module_pass_manager()
+            mpm = jit._binding().create_new_module_pass_manager()
             mpm.add_sroa_pass()
             mpm.add_instruction_combine_pass()
             mpm.add_simplify_cfg_pass()
@@ -361,10 +350,8 @@ class Compiler:
         code generator fuses)."""
         from llvmlite.binding import ffi
 
-        from lazymath.backend.native.jit import _binding
-
         tm = self._codegen_tm(codegen)
-        mod = _binding().parse_assembly(ir_text, context=self.context)
+        mod = jit._binding().parse_assembly(ir_text, context=self.context)
         mod.name = module_name
         mod.triple = self.triple
         mod.data_layout = self.data_layout
@@ -382,8 +369,6 @@ class Compiler:
         try:
             start = ffi.lib.LLVMPY_GetBufferStart(mb)
             size = ffi.lib.LLVMPY_GetBufferSize(mb)
-            import ctypes
-
             return ctypes.string_at(start, size)
         finally:
             ffi.lib.LLVMPY_DisposeMemoryBuffer(mb)
@@ -396,7 +381,6 @@ _compilers: list[Compiler] = []
 
 
 def _requested() -> str:
-    from lazymath.backend.native import host
 
     return host.requested()
 
@@ -425,8 +409,6 @@ def _work(ir_text: str, module_name: str, level: int, vectorize: bool = True,
     kw = {"codegen": codegen} if codegen != 3 else {}
     if cleanup:
         kw["cleanup"] = True
-    from lazymath.backend.native import isolate
-
     if isolate.mode() == "server":  # LLVM runs in the compile-server process
         req = {"text": ir_text, "module": module_name, "level": level, "vectorize": vectorize,
                "target": target if target is not None else _requested(), "kw": kw}  # fmt: skip
@@ -449,8 +431,6 @@ def server_main(target: str = "") -> None:
     parent has at most one per compile thread), each with its own `Compiler` like a worker
     thread of the parent. Booted by isolate._BOOT: only settings and the backend's
     jit/host/workers modules are imported here (no numpy, no tensor layer)."""
-    from lazymath import settings
-
     fault = settings.TEST_COMPILE_FAULT.get()  # tests: simulate LLVM failing
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     first = None
@@ -529,18 +509,11 @@ def compile_here(ir_text: str, module_name: str, level: int = 3, vectorize: bool
 def child_main() -> None:
     """The isolated compiler process (`isolate.compile_in_child`): JSON request on stdin,
     object code on stdout."""
-    import json
-    import sys
-
     req = json.loads(sys.stdin.buffer.read())
-    from lazymath import settings
-
     fault = settings.TEST_COMPILE_FAULT.get()  # tests: simulate LLVM failing
     if fault == "abort" or (fault == "abort-vectorized" and req["vectorize"]):
         os.abort()
     if fault == "hang" or (fault == "hang-vectorized" and req["vectorize"]):
-        import time
-
         time.sleep(3600)
     # the same compiler as the parent's workers (own context, target machine, pass builders)
     obj = compile_here(req["text"], req["module"], int(req["level"]), bool(req["vectorize"]))
@@ -561,8 +534,6 @@ def _after_fork_in_child() -> None:
     _abandoned = 0
     _switch_lock = threading.Lock()  # and the parent's `responsive` blocks are not the child's
     if _switch_depth:
-        import sys
-
         sys.setswitchinterval(_switch_saved)
         _switch_depth = 0
 
