@@ -239,8 +239,10 @@ def main() -> int:
         if v:
             print(f"  {len(v):4d}  {m}")
     refs = {module_name(p): deferred_refs(p) for p in files()}
-    print(f"deferred module references (declared at the top, loaded on first use): "
-          f"{sum(len(v) for v in refs.values())}")
+    print(
+        f"deferred module references (declared at the top, loaded on first use): "
+        f"{sum(len(v) for v in refs.values())}"
+    )
     print(f"modules over {LINE_BUDGET} lines:")
     for p in sorted(files(), key=line_count, reverse=True):
         n = line_count(p)
