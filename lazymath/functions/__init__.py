@@ -2,16 +2,24 @@
 
     base         what the families share: node helpers (expand, cast), argument checks (axes,
                  shapes), plan memos, `broadcast_shapes`, `astype`
+    datatypes    the Array API's finfo, iinfo, isdtype, result_type, can_cast
     creation     tensors from data and constants: tensor, asarray, from_dlpack, full, zeros,
-                 arange, linspace, eye, random
+                 arange, linspace, eye, random; host round trips (tensor_arg, host_value,
+                 from_host)
     shapes       views and joins: reshape, permute_dims, expand_dims, broadcast_to, flip,
                  concat, stack, pad
     elementwise  one binding per op record of `graph.ops` (`exp = _unary(Op.EXP)`), plus pow,
-                 comparisons, where, clip
-    reductions   sum, prod, max, min, argmax, argmin, mean, var, std, softmax, log_softmax
-    linalg       matmul, dot, conv1d
-    indexing     `t[idx]` and `t[idx] = v` (Tensor.__getitem__ / __setitem__)
-    fft          `lm.fft`'s transforms: their plans (Cube DFT, Stockham, six-step, Bluestein)
+                 comparisons, where, clip; positive, logical_xor, conj, real, imag, nextafter
+    reductions   sum, prod, max, min, argmax, argmin, mean, var, std, softmax, log_softmax,
+                 any, all, count_nonzero
+    manipulation moveaxis, matrix_transpose, unstack, broadcast_arrays, meshgrid, tril, triu,
+                 roll, tile, repeat, diff, isin
+    linalg       matmul, dot, conv1d, tensordot, vecdot, `lm.linalg`
+    indexing     `t[idx]` and `t[idx] = v` (Tensor.__getitem__ / __setitem__), take,
+                 take_along_axis, nonzero
+    sets         unique_all, unique_counts, unique_inverse, unique_values
+    fft          `lm.fft`: the transforms and their plans (Cube DFT, Stockham, six-step,
+                 Bluestein) and the rest of the Array API's extension
 
 Each module imports only the ones above it in this list (no import cycles). They validate their
 inputs (shape, dtype, axes, device) at the call, so errors point at the user's line, record one
@@ -86,7 +94,7 @@ __all__ = [
     "std", "softmax", "log_softmax", "matmul", "dot", "reshape", "permute_dims", "transpose",
     "swapaxes", "expand_dims", "squeeze", "broadcast_to", "flip", "concat", "concatenate", "stack",
     "pad", "conv1d",
-]  # lm.fft is array_api.fft: the transforms of fft.py plus the rest of the Array API's extension
+]  # the Array API's functions (any, sort, lm.linalg, lm.fft, ...): lazymath.array_api.__all__
 # fmt: on
 
 _tensor.bind_functions(sys.modules[__name__])

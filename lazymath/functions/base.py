@@ -1,6 +1,6 @@
 """What every family of tensor functions builds on: the node helpers (`_expand` with its cache of
 broadcast constants, `_cast` folding a cast of a constant), the argument checks (`_axes`,
-`_shape_arg`), the bounded plan memo (`_memo`), `broadcast_shapes` and `astype`.
+`_shape_arg`, `one_axis`), the bounded plan memo (`_memo`), `broadcast_shapes` and `astype`.
 """
 
 from __future__ import annotations
@@ -135,3 +135,7 @@ def astype(x: Tensor, dtype, /, *, copy: bool = True, device=None) -> Tensor:
     if node is x._node and not copy and dev is x._device:
         return x
     return Tensor(node, dev)
+
+
+def one_axis(axis, ndim: int, who: str) -> int:
+    return _axes(axis, ndim, who)[0]

@@ -1,6 +1,8 @@
 """Tensors from data and constants: `tensor`, `asarray`, `from_dlpack`, `full` and its kin,
 `arange`, `linspace`, `eye` and `random`; plus `_from_numpy` (a realized tensor owning a numpy
-array) and `_as_tensor_or_scalar`, how every function takes a non-tensor operand.
+array) and `_as_tensor_or_scalar`, how every function takes a non-tensor operand; `tensor_arg`
+(a tensor argument: array-likes converted, Python scalars refused), `host_value` (a realized
+value for a host computation, counted as a sync) and `from_host` (its result as a tensor).
 
 Constants are free in the graph (a `const` node broadcast by `expand`); data is copied into a
 read-only array, so nothing outside can change a graph input behind its back.
@@ -18,7 +20,7 @@ import numpy as np
 from lazymath import dtypes as dt
 from lazymath.functions.base import _shape_arg, astype
 from lazymath.graph import node as gn
-from lazymath.tensor import Tensor, default_device, device_arg
+from lazymath.tensor import Tensor, default_device, device_arg, note_sync
 from lazymath.units import fmt_bytes as _fmt_bytes
 
 
@@ -429,3 +431,23 @@ def _as_tensor_or_scalar(x, op: str):
     if isinstance(x, (np.ndarray, list, tuple)) or hasattr(x, "__array__"):
         return tensor(x)
     raise TypeError(f"{op}: unsupported operand type {type(x).__name__}")
+
+
+def tensor_arg(x, who: str) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (bool, int, float, complex)):
+        raise TypeError(f"{who}: expected a tensor, got a Python {type(x).__name__}")
+    return asarray(x)
+
+
+def host_value(x: Tensor, who: str) -> np.ndarray:
+    """The realized value of `x` for a function that computes on the host (an implicit sync,
+    counted like bool(t))."""
+    note_sync(who, x)
+    return x.numpy()
+
+
+def from_host(a, like: Tensor | None = None) -> Tensor:
+    arr = np.array(a, copy=True, order="C")
+    return _from_numpy(arr, "lazymath", like._device if like is not None else None)

@@ -1,7 +1,9 @@
 """The elementwise functions: one binding per op record of `graph.ops` (`exp = _unary(Op.EXP)`:
 name, docstring and dtype rule from the record; tests/graph/test_op_registry.py checks none is
 missing), numpy's spellings of them, and the few with rules of their own: pow (integer powers),
-the comparisons (an int beyond the dtype's range folds), where, clip, leaky_relu, abs of an FFT.
+the comparisons (an int beyond the dtype's range folds), where, clip, leaky_relu, abs of an FFT;
+the Array API's positive and logical_xor, and conj, real, imag, nextafter (on the host at the
+call for complex tensors / nextafter).
 
 `_elementwise` records one op with numpy's dtype rule and broadcasting; its fast path reuses
 the plan of an earlier call with the same operand dtypes and shapes (every call of a composite
@@ -10,6 +12,7 @@ op after the first).
 
 from __future__ import annotations
 
+import builtins
 import sys
 from collections.abc import Sequence
 
@@ -18,7 +21,14 @@ import numpy as np
 from lazymath import dtypes as dt
 from lazymath import settings
 from lazymath.functions.base import _cast, _expand, _memo, astype, broadcast_shapes
-from lazymath.functions.creation import _as_tensor_or_scalar
+from lazymath.functions.creation import (
+    _as_tensor_or_scalar,
+    from_host,
+    full,
+    host_value,
+    tensor_arg,
+)
+from lazymath.functions.datatypes import result_type
 from lazymath.functions.shapes import reshape
 from lazymath.graph import custom
 from lazymath.graph import node as gn
@@ -549,3 +559,69 @@ __all__ = [
     "copysign", "hypot", "logaddexp", "atan2", "where", "clip",
 ]
 # fmt: on
+
+
+# ----------------------------------------------------------------------------- Array API extras
+
+
+def positive(x, /) -> Tensor:
+    """+x (a new handle on the same values)."""
+    x = tensor_arg(x, "positive")
+    if x.dtype == dt.bool_:
+        raise TypeError("positive: not supported for bool tensors")
+    return astype(x, x.dtype, copy=True)
+
+
+def logical_xor(x1, x2, /) -> Tensor:
+    """Elementwise x1 != x2 of the truth values (numpy.logical_xor)."""
+    a = x1 if not isinstance(x1, Tensor) else astype(x1, dt.bool_, copy=False)
+    b = x2 if not isinstance(x2, Tensor) else astype(x2, dt.bool_, copy=False)
+    return ne(a if isinstance(a, Tensor) else builtins.bool(a),
+                b if isinstance(b, Tensor) else builtins.bool(b))  # fmt: skip
+
+
+def conj(x, /) -> Tensor:
+    """Complex conjugate: the input itself for real tensors; complex tensors (AI CPU dtypes)
+    are conjugated on the host at the call."""
+    x = tensor_arg(x, "conj")
+    if not dt.is_complex(x.dtype):
+        return x
+    return from_host(np.conj(host_value(x, "conj")), x)
+
+
+def real(x, /) -> Tensor:
+    """The real part (float32 of complex64, float64 of complex128); real tensors unchanged.
+    Complex tensors are read on the host at the call."""
+    x = tensor_arg(x, "real")
+    if not dt.is_complex(x.dtype):
+        return x
+    return from_host(np.real(host_value(x, "real")), x)
+
+
+def imag(x, /) -> Tensor:
+    """The imaginary part of a complex tensor (float32 for complex64, float64 for complex128).
+
+    Complex tensors are read on the host at the call; a real input raises TypeError."""
+    x = tensor_arg(x, "imag")
+    if not dt.is_complex(x.dtype):
+        raise TypeError(f"imag: expected a complex tensor, got {x.dtype}")
+    return from_host(np.imag(host_value(x, "imag")), x)
+
+
+def _pyscalar(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def nextafter(x1, x2, /) -> Tensor:
+    """The next representable value after x1 toward x2 (computed on the host at the call).
+    One of them may be a Python float or int (it takes the other's dtype)."""
+    if not isinstance(x1, Tensor) and isinstance(x2, Tensor) and _pyscalar(x1):
+        x1 = full(x2.shape, float(x1), dtype=x2.dtype, device=x2.device)
+    if not isinstance(x2, Tensor) and isinstance(x1, Tensor) and _pyscalar(x2):
+        x2 = full(x1.shape, float(x2), dtype=x1.dtype, device=x1.device)
+    a, b = tensor_arg(x1, "nextafter"), tensor_arg(x2, "nextafter")
+    if a.dtype.kind != "f" or b.dtype.kind != "f":
+        raise TypeError("nextafter: real floating tensors only")
+    out = result_type(a, b)
+    return from_host(np.nextafter(host_value(a, "nextafter").astype(out),
+                                   host_value(b, "nextafter").astype(out)), a)  # fmt: skip

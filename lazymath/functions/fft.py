@@ -1,7 +1,8 @@
 """The FFT: `lm.fft`'s transforms and their plans. A transform picks, per length and device, a
 Cube DFT (one matmul per stage), a Vector Stockham or six-step kernel, or Bluestein for awkward
 lengths (`graph.dft` holds the plans and their tables); measured choices come from `_Tuning`.
-array_api's fft extension (`lm.fft`) subclasses `_FFT`.
+`lm.fft` is `_FFTExtension`, the Array API's fft extension: `_FFT`'s transforms plus fftn,
+ifftn, rfftn, irfftn, hfft, ihfft, fftfreq, rfftfreq, fftshift, ifftshift built on them.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from lazymath import dtypes as dt
 from lazymath import settings
 from lazymath._lazy import deferred, load
 from lazymath.functions.base import _axes, astype
-from lazymath.functions.creation import tensor
+from lazymath.functions.creation import asarray, tensor, tensor_arg
 from lazymath.functions.linalg import matmul
-from lazymath.functions.shapes import _slice_node, pad, permute_dims, reshape
+from lazymath.functions.manipulation import roll
+from lazymath.functions.shapes import _slice_node, flip, pad, permute_dims, reshape
 from lazymath.graph import custom, dft
 from lazymath.graph import node as gn
 from lazymath.tensor import Tensor, wrap
@@ -658,4 +660,177 @@ class _FFT:
         return _fft2_common("ifft2", x, s, axes, norm)
 
 
-fft = _FFT()
+# ----------------------------------------------------------------------------- fft extension
+
+_SWAP_NORM = {None: "forward", "backward": "forward", "ortho": "ortho", "forward": "backward"}
+
+
+def _fft_s_axes(who: str, x: Tensor, s, axes, last_real: bool = False) -> tuple[list, list]:
+    """The (axes, lengths) of an n-dimensional transform: axes None is every axis (the last
+    len(s) if only s is given, as numpy), -1 in s is the input's length (for irfftn's last
+    axis: 2 * (M - 1))."""
+    if axes is None:
+        axes = range(x.ndim) if s is None else range(x.ndim - len(s), x.ndim)
+    if isinstance(axes, (int, np.integer)) or not isinstance(axes, (tuple, list, range)):
+        raise TypeError(f"fft.{who}: axes must be a sequence of ints, got {axes!r}")
+    axes = [_axes(a, x.ndim, f"fft.{who}")[0] for a in axes]
+    if s is None:
+        s = [-1] * len(axes)
+    elif not isinstance(s, (tuple, list)):
+        raise TypeError(f"fft.{who}: s must be a sequence of ints, got {s!r}")
+    elif len(s) != len(axes):
+        raise ValueError(f"fft.{who}: s {tuple(s)} and axes {tuple(axes)} differ in length")
+    out = []
+    for i, (a, n) in enumerate(zip(axes, s)):
+        n = operator.index(n)
+        if n == -1:
+            m = x.shape[a]
+            n = 2 * (m - 1) if last_real and i == len(axes) - 1 else m
+        out.append(n)
+    return axes, out
+
+
+def _reverse_mod(x: Tensor, ax: int) -> Tensor:
+    """y[t] = x[(-t) mod n] along ax (for real signals: the conjugate of the spectrum)."""
+    return roll(flip(x, axis=ax), 1, axis=ax)
+
+
+def _fit(x: Tensor, ax: int, n: int) -> Tensor:
+    """Crop or zero-pad axis `ax` to n (numpy.fft's `n`)."""
+    m = x.shape[ax]
+    if n < m:
+        return x[(slice(None),) * ax + (slice(0, n),)]
+    if n > m:
+        width = [(0, 0)] * x.ndim
+        width[ax] = (0, n - m)
+        return pad(x, width)
+    return x
+
+
+class _FFTExtension(_FFT):
+    """The Array API `fft` extension (`lm.fft`): numpy.fft semantics. fft, ifft, rfft, irfft,
+    fft2, ifft2 are lazymath's transforms (Cube DFT matmuls and Vector twiddles, or the AI CPU:
+    see docs/fft_conv.md); the rest are built on them, lazily: fftn/ifftn/rfftn/irfftn apply the
+    1-d transform axis by axis, hfft/ihfft use that the spectrum of a real signal reversed in
+    time (t -> -t mod n, a flip and a roll) is the conjugate spectrum, fftshift/ifftshift are
+    rolls, fftfreq/rfftfreq are constants. Results: complex64 for float16/float32/complex64
+    inputs, complex128 for float64/complex128 (real results: float32 / float64)."""
+
+    @staticmethod
+    def _complex_n(kind: str, x, s, axes, norm) -> Tensor:
+        """fftn / ifftn: the 1-d transform `kind` axis by axis, last axis first."""
+        x = tensor_arg(x, f"fft.{kind}n")
+        axes, s = _fft_s_axes(f"{kind}n", x, s, axes)
+        out = x
+        for a, n in reversed(list(zip(axes, s))):
+            out = _fft_common(kind, out, n, a, norm)
+        return out if axes else astype(x, _fft_out_dtype(kind, x.dtype))
+
+    @staticmethod
+    def fftn(x, /, *, s=None, axes=None, norm="backward") -> Tensor:
+        """The n-dimensional DFT over `axes` (all by default; s crops or zero-pads each)."""
+        return _FFTExtension._complex_n("fft", x, s, axes, norm)
+
+    @staticmethod
+    def ifftn(x, /, *, s=None, axes=None, norm="backward") -> Tensor:
+        """The n-dimensional inverse DFT over `axes` (all by default)."""
+        return _FFTExtension._complex_n("ifft", x, s, axes, norm)
+
+    @staticmethod
+    def rfftn(x, /, *, s=None, axes=None, norm="backward") -> Tensor:
+        """rfft over the last of `axes`, then fft over the others."""
+        x = tensor_arg(x, "fft.rfftn")
+        axes, s = _fft_s_axes("rfftn", x, s, axes)
+        if not axes:
+            raise ValueError("fft.rfftn: at least one axis is required")
+        out = _fft_common("rfft", x, s[-1], axes[-1], norm)
+        for a, n in zip(axes[:-1], s[:-1]):
+            out = _fft_common("fft", out, n, a, norm)
+        return out
+
+    @staticmethod
+    def irfftn(x, /, *, s=None, axes=None, norm="backward") -> Tensor:
+        """ifft over all but the last of `axes`, then irfft over the last (its output length
+        s[-1], by default 2 * (M - 1))."""
+        x = tensor_arg(x, "fft.irfftn")
+        axes, s = _fft_s_axes("irfftn", x, s, axes, last_real=True)
+        if not axes:
+            raise ValueError("fft.irfftn: at least one axis is required")
+        out = x
+        for a, n in zip(axes[:-1], s[:-1]):
+            out = _fft_common("ifft", out, n, a, norm)
+        return _fft_common("irfft", out, s[-1], axes[-1], norm)
+
+    @staticmethod
+    def hfft(x, /, *, n=None, axis=-1, norm="backward") -> Tensor:
+        """The real spectrum of a Hermitian-symmetric signal (numpy's irfft(conj(x)) with the
+        normalization swapped): irfft(x) reversed in time, which is the same thing."""
+        x = tensor_arg(x, "fft.hfft")
+        if norm not in _SWAP_NORM:
+            raise ValueError(f"fft.hfft: norm must be 'backward', 'ortho' or 'forward', "
+                             f"got {norm!r}")  # fmt: skip
+        y = _fft_common("irfft", x, n, axis, _SWAP_NORM[norm])
+        return _reverse_mod(y, _axes(axis, y.ndim, "fft.hfft")[0])
+
+    @staticmethod
+    def ihfft(x, /, *, n=None, axis=-1, norm="backward") -> Tensor:
+        """conj(rfft(x)) with the normalization swapped: the rfft of x (cropped or padded to
+        n) reversed in time."""
+        x = tensor_arg(x, "fft.ihfft")
+        if norm not in _SWAP_NORM:
+            raise ValueError(f"fft.ihfft: norm must be 'backward', 'ortho' or 'forward', "
+                             f"got {norm!r}")  # fmt: skip
+        if dt.is_complex(x.dtype):
+            raise TypeError("fft.ihfft: input must be real")
+        if x.ndim == 0:
+            raise ValueError("fft.ihfft: input must have at least one dimension")
+        ax = _axes(axis, x.ndim, "fft.ihfft")[0]
+        n = _fft_n("fft.ihfft", n)
+        xn = _fit(x, ax, n) if n is not None else x
+        if xn.shape[ax] < 1:
+            raise ValueError(f"fft.ihfft: invalid number of data points ({xn.shape[ax]})")
+        return _fft_common("rfft", _reverse_mod(xn, ax), None, ax, _SWAP_NORM[norm])
+
+    @staticmethod
+    def fftfreq(n, /, *, d=1.0, dtype=None, device=None) -> Tensor:
+        """[0, 1, ..., -(n // 2), ..., -1] / (d * n) in `dtype` (default float32)."""
+        n = operator.index(n)
+        if n < 1:
+            raise ValueError(f"fft.fftfreq: n must be >= 1, got {n}")
+        return _freq(np.fft.fftfreq(n, d), dtype, device, "fftfreq")
+
+    @staticmethod
+    def rfftfreq(n, /, *, d=1.0, dtype=None, device=None) -> Tensor:
+        """[0, 1, ..., n // 2] / (d * n) in `dtype` (default float32)."""
+        n = operator.index(n)
+        if n < 1:
+            raise ValueError(f"fft.rfftfreq: n must be >= 1, got {n}")
+        return _freq(np.fft.rfftfreq(n, d), dtype, device, "rfftfreq")
+
+    @staticmethod
+    def fftshift(x, /, *, axes=None) -> Tensor:
+        """The zero frequency moved to the middle: a roll by n // 2 along each of `axes`."""
+        return _shift(x, axes, "fftshift", 1)
+
+    @staticmethod
+    def ifftshift(x, /, *, axes=None) -> Tensor:
+        """fftshift's inverse: a roll by -(n // 2)."""
+        return _shift(x, axes, "ifftshift", -1)
+
+
+def _freq(f: np.ndarray, dtype, device, who: str) -> Tensor:
+    d = dt.float32 if dtype is None else dt.as_dtype(dtype)
+    if d.kind != "f":
+        raise TypeError(f"fft.{who}: dtype must be a real floating dtype, got {d}")
+    return asarray(f.astype(d), device=device)
+
+
+def _shift(x, axes, who: str, sign: int) -> Tensor:
+    x = tensor_arg(x, f"fft.{who}")
+    axes = _axes(axes, x.ndim, f"fft.{who}")
+    if not axes:
+        return x
+    return roll(x, tuple(sign * (x.shape[a] // 2) for a in axes), axis=axes)
+
+
+fft = _FFTExtension()

@@ -1,6 +1,7 @@
 """Indexing: `t[idx]` (basic indexing is a lazy view; integer-array and boolean indices run on the
 host) and `t[idx] = value` (a functional update: the tensor is rebound to where(mask, value,
-t)); Tensor.__getitem__ / __setitem__ call `getitem` / `setitem`.
+t)); Tensor.__getitem__ / __setitem__ call `getitem` / `setitem`. The Array API's take,
+take_along_axis and nonzero gather on the host at the call (they realize their inputs).
 """
 
 from __future__ import annotations
@@ -11,8 +12,16 @@ import operator
 import numpy as np
 
 from lazymath import dtypes as dt
-from lazymath.functions.base import astype
-from lazymath.functions.creation import _as_tensor_or_scalar, _from_numpy, full, tensor
+from lazymath.functions.base import astype, one_axis
+from lazymath.functions.creation import (
+    _as_tensor_or_scalar,
+    _from_numpy,
+    from_host,
+    full,
+    host_value,
+    tensor,
+    tensor_arg,
+)
 from lazymath.functions.elementwise import logical_and, where
 from lazymath.functions.shapes import _slice_node, broadcast_to, expand_dims, flip, pad, reshape
 from lazymath.tensor import Tensor, note_sync
@@ -173,3 +182,48 @@ def setitem(x: Tensor, idx, value) -> Tensor:
     if mask is None:
         return broadcast_to(placed, x.shape) if placed.shape != x.shape else placed
     return where(mask, placed, x)
+
+
+# ----------------------------------------------------------------------------- take, nonzero
+
+
+def take(x, indices, /, *, axis=None) -> Tensor:
+    """Elements of x at integer `indices` along `axis` (1-d x may omit it). A gather: computed
+    on the host at the call (it realizes x and the indices)."""
+    x, i = tensor_arg(x, "take"), tensor_arg(indices, "take")
+    if i.dtype.kind not in "iu":
+        raise IndexError(f"take: indices must be integers, got {i.dtype}")
+    if axis is None:
+        if x.ndim != 1:
+            raise ValueError("take: axis is required for tensors of more than one dimension")
+        axis = 0
+    ax = one_axis(axis, x.ndim, "take")
+    try:
+        r = np.take(host_value(x, "take"), host_value(i, "take"), axis=ax)
+    except IndexError as e:
+        raise IndexError(f"take: {e}") from None
+    return from_host(r, x)
+
+
+def take_along_axis(x, indices, /, *, axis: int = -1) -> Tensor:
+    """Gather along `axis` with an index tensor of x's rank. Realizes both at the call."""
+    x, i = tensor_arg(x, "take_along_axis"), tensor_arg(indices, "take_along_axis")
+    if i.dtype.kind not in "iu" or i.ndim != x.ndim:
+        raise IndexError("take_along_axis: indices must be integers of x's rank")
+    ax = one_axis(axis, x.ndim, "take_along_axis")
+    try:
+        r = np.take_along_axis(
+            host_value(x, "take_along_axis"), host_value(i, "take_along_axis"), ax
+        )
+    except (IndexError, ValueError) as e:
+        raise IndexError(f"take_along_axis: {e}") from None
+    return from_host(r, x)
+
+
+def nonzero(x, /) -> tuple:
+    """Indices of the nonzero elements, one int64 tensor per axis. The output shape depends on
+    the data: it realizes x at the call."""
+    x = tensor_arg(x, "nonzero")
+    if x.ndim == 0:
+        raise ValueError("nonzero: 0-d tensors are not allowed (the standard's rule)")
+    return tuple(from_host(i.astype(np.int64), x) for i in np.nonzero(host_value(x, "nonzero")))

@@ -1,17 +1,26 @@
 """Linear algebra and convolution: matmul (numpy's rules for 1-D operands and batch broadcasting;
 a Cube kernel), dot, conv1d (a Cube matmul over unfolded windows, or a depthwise Vector
-kernel).
+kernel); tensordot, vecdot and `linalg`, the Array API's linalg extension (`lm.linalg`).
 """
 
 from __future__ import annotations
+
+import builtins
+import math
+import operator
+from collections import namedtuple
 
 import numpy as np
 
 from lazymath import dtypes as dt
 from lazymath._lazy import deferred, load
-from lazymath.functions.base import _cast, _expand, astype, broadcast_shapes
-from lazymath.functions.creation import tensor
-from lazymath.functions.shapes import expand_dims, reshape
+from lazymath.functions.base import _axes, _cast, _expand, astype, broadcast_shapes
+from lazymath.functions.creation import eye, from_host, host_value, tensor, tensor_arg, zeros
+from lazymath.functions.datatypes import result_type
+from lazymath.functions.elementwise import abs, conj, exp, log, mul, pow, sqrt
+from lazymath.functions.manipulation import dense_view, matrix_transpose
+from lazymath.functions.reductions import count_nonzero, max, min, sum
+from lazymath.functions.shapes import _slice_node, broadcast_to, expand_dims, permute_dims, reshape
 from lazymath.graph import custom, reference
 from lazymath.graph import node as gn
 from lazymath.graph.ops import ELEMENTWISE, VIEWS
@@ -205,3 +214,264 @@ def _conv1d_depthwise(x, w, b, dtype, stride, pads, dilation, lout) -> Tensor:
     node = gn.make("custom", dtype, (n, c, lout), tuple(srcs),
                    (custom.BUILTIN["conv1d_depthwise"], params))  # fmt: skip
     return wrap(node, [x])
+
+
+# ----------------------------------------------------------------------------- the linalg extension
+
+
+def tensordot(x1, x2, /, *, axes=2) -> Tensor:
+    """Sum products over the last `axes` axes of x1 and the first of x2, or over the given
+    pairs (lazy: permute, reshape, one matmul)."""
+    a, b = tensor_arg(x1, "tensordot"), tensor_arg(x2, "tensordot")
+    if isinstance(axes, int):
+        if axes < 0:
+            raise ValueError("tensordot: axes must be non-negative")
+        ax_a = list(range(a.ndim - axes, a.ndim))
+        ax_b = list(range(axes))
+    else:
+        ax_a, ax_b = ([axes[0]] if isinstance(axes[0], int) else list(axes[0]),
+                      [axes[1]] if isinstance(axes[1], int) else list(axes[1]))  # fmt: skip
+        ax_a = [_axes(v, a.ndim, "tensordot")[0] for v in ax_a]
+        ax_b = [_axes(v, b.ndim, "tensordot")[0] for v in ax_b]
+    if len(ax_a) != len(ax_b):
+        raise ValueError("tensordot: the two axes lists differ in length")
+    for i, j in zip(ax_a, ax_b):
+        if a.shape[i] != b.shape[j]:
+            raise ValueError(f"tensordot: shape mismatch on summed axes {a.shape} {b.shape}")
+    free_a = [d for d in range(a.ndim) if d not in ax_a]
+    free_b = [d for d in range(b.ndim) if d not in ax_b]
+    k = math.prod(a.shape[d] for d in ax_a)
+    am = reshape(dense_view(permute_dims(a, free_a + ax_a)),
+                   (math.prod(a.shape[d] for d in free_a), k))  # fmt: skip
+    bm = reshape(dense_view(permute_dims(b, ax_b + free_b)),
+                   (k, math.prod(b.shape[d] for d in free_b)))  # fmt: skip
+    out = matmul(am, bm)
+    return reshape(out, tuple(a.shape[d] for d in free_a) + tuple(b.shape[d] for d in free_b))
+
+
+def vecdot(x1, x2, /, *, axis: int = -1) -> Tensor:
+    """sum(conj(x1) * x2) along `axis`, broadcasting the others (lazy, one fused kernel)."""
+    a, b = tensor_arg(x1, "vecdot"), tensor_arg(x2, "vecdot")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("vecdot: inputs must have at least one dimension")
+    nd = builtins.max(a.ndim, b.ndim)
+    if not -nd <= axis < 0 and not 0 <= axis < builtins.min(a.ndim, b.ndim):
+        raise ValueError(f"vecdot: axis {axis} out of range")
+    if a.shape[axis] != b.shape[axis]:
+        raise ValueError(f"vecdot: sizes {a.shape[axis]} and {b.shape[axis]} differ on axis "
+                         f"{axis}")  # fmt: skip
+    ax = axis if axis < 0 else axis - a.ndim
+    p = mul(conj(a), b)
+    return astype(sum(p, ax), p.dtype, copy=False)  # the operands' dtype, not the sum's
+
+
+def _float_host(x: Tensor, who: str) -> tuple[np.ndarray, np.dtype]:
+    """x on the host for a numpy.linalg routine, and the dtype of the result (float16 is
+    computed in float32 and rounded back)."""
+    if x.dtype.kind not in "fc":
+        raise TypeError(f"linalg.{who}: expected a floating-point tensor, got {x.dtype}")
+    a = host_value(x, f"linalg.{who}")
+    return (a.astype(np.float32) if a.dtype == np.float16 else a), x.dtype
+
+
+class _Linalg:
+    """The Array API `linalg` extension (`lm.linalg`).
+
+    Lazy (graph ops that fuse): matmul, matrix_transpose, tensordot, vecdot, outer, diagonal,
+    trace, vector_norm, matrix_norm ('fro', 1, -1, inf, -inf). The factorizations and solvers
+    (cholesky, det, eigh, eigvalsh, inv, pinv, qr, slogdet, solve, svd, svdvals, matrix_rank,
+    matrix_power, the 2/-2/'nuc' matrix norms, cross) run numpy.linalg on the host at the call
+    (they realize their inputs); float16 goes through float32."""
+
+    matmul = staticmethod(matmul)
+    matrix_transpose = staticmethod(matrix_transpose)
+    tensordot = staticmethod(tensordot)
+    vecdot = staticmethod(vecdot)
+
+    @staticmethod
+    def outer(x1, x2, /) -> Tensor:
+        a, b = tensor_arg(x1, "outer"), tensor_arg(x2, "outer")
+        if a.ndim != 1 or b.ndim != 1:
+            raise ValueError("linalg.outer: inputs must be 1-d")
+        return mul(reshape(a, (-1, 1)), reshape(b, (1, -1)))
+
+    @staticmethod
+    def diagonal(x, /, *, offset: int = 0) -> Tensor:
+        """The k-th diagonal of the last two axes (a lazy strided view)."""
+        x = tensor_arg(x, "diagonal")
+        if x.ndim < 2:
+            raise ValueError(f"linalg.diagonal: needs at least 2 dimensions, got {x.shape}")
+        m, n = x.shape[-2:]
+        k = operator.index(offset)
+        start = k if k >= 0 else -k * n
+        count = builtins.max(0, builtins.min(m, n - k) if k >= 0 else builtins.min(m + k, n))
+        flat = reshape(dense_view(x), x.shape[:-2] + (m * n,))
+        if count == 0:
+            return zeros(x.shape[:-2] + (0,), x.dtype)
+        spec = tuple((0, s_, 1) for s_ in x.shape[:-2]) + ((start, count, n + 1),)
+        return _slice_node(flat, spec)
+
+    @staticmethod
+    def trace(x, /, *, offset: int = 0, dtype=None) -> Tensor:
+        return sum(_Linalg.diagonal(x, offset=offset), -1, dtype=dtype)
+
+    @staticmethod
+    def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2) -> Tensor:  # noqa: A002
+        """The p-norm over `axis` (all by default): lazy abs, power, sum."""
+        x = tensor_arg(x, "vector_norm")
+        if x.dtype.kind not in "fc":
+            raise TypeError(f"linalg.vector_norm: expected a floating tensor, got {x.dtype}")
+        a = abs(x)
+        if ord == math.inf:
+            return max(a, axis, keepdims)
+        if ord == -math.inf:
+            return min(a, axis, keepdims)
+        if ord == 0:
+            return astype(count_nonzero(a, axis=axis, keepdims=keepdims), a.dtype)
+        if ord == 1:
+            return sum(a, axis, keepdims)
+        if ord == 2:
+            return sqrt(sum(mul(a, a), axis, keepdims))
+        p = float(ord)
+        # the root as exp(log(s) / p): a pow composite on both sides of one reduce kernel
+        # trips a duplicate-buffer bug of the reduce template (on main before issue 16)
+        return exp(mul(log(sum(pow(a, p), axis, keepdims)), 1.0 / p))
+
+    @staticmethod
+    def matrix_norm(x, /, *, keepdims: bool = False, ord="fro") -> Tensor:  # noqa: A002
+        x = tensor_arg(x, "matrix_norm")
+        if x.ndim < 2:
+            raise ValueError("linalg.matrix_norm: needs at least 2 dimensions")
+        a = abs(x)
+        if ord == "fro":
+            out = sqrt(sum(mul(a, a), (-2, -1)))
+        elif ord in (1, -1):
+            s_ = sum(a, -2)
+            out = max(s_, -1) if ord == 1 else min(s_, -1)
+        elif ord in (math.inf, -math.inf):
+            s_ = sum(a, -1)
+            out = max(s_, -1) if ord == math.inf else min(s_, -1)
+        else:
+            h, d = _float_host(x, "matrix_norm")
+            out = from_host(np.linalg.norm(h, ord=ord, axis=(-2, -1)).astype(
+                np.finfo(d).dtype if d.kind == "c" else d), x)  # fmt: skip
+        if keepdims:
+            out = reshape(out, out.shape + (1, 1))
+        return out
+
+    @staticmethod
+    def cross(x1, x2, /, *, axis: int = -1) -> Tensor:
+        a, b = tensor_arg(x1, "cross"), tensor_arg(x2, "cross")
+        if a.shape[axis] != 3 or b.shape[axis] != 3:
+            raise ValueError("linalg.cross: the axis must have size 3")
+        r = np.cross(host_value(a, "cross"), host_value(b, "cross"), axis=axis)
+        return from_host(r.astype(result_type(a, b)), a)
+
+    @staticmethod
+    def _host_fn(name, fn, x, *, real=False):
+        h, d = _float_host(tensor_arg(x, name), name)
+        out = fn(h)
+        if real and d.kind == "c":
+            d = np.finfo(d).dtype
+        if isinstance(out, tuple):  # a real part of the result stays real (svd's S, eigh's
+            # eigenvalues, slogdet's logabsdet of a complex x), as the standard says
+            to = {"c": d, "f": np.finfo(d).dtype}
+            outs = [np.asarray(o) for o in out]
+            return tuple(from_host(o.astype(to.get(o.dtype.kind, o.dtype)), x) for o in outs)
+        return from_host(np.asarray(out).astype(d), x)
+
+    @staticmethod
+    def cholesky(x, /, *, upper: bool = False) -> Tensor:
+        out = _Linalg._host_fn("cholesky", np.linalg.cholesky, x)
+        return matrix_transpose(conj(out)) if upper else out
+
+    @staticmethod
+    def det(x, /) -> Tensor:
+        return _Linalg._host_fn("det", np.linalg.det, x)
+
+    @staticmethod
+    def inv(x, /) -> Tensor:
+        return _Linalg._host_fn("inv", np.linalg.inv, x)
+
+    @staticmethod
+    def pinv(x, /, *, rtol=None) -> Tensor:
+        r = (
+            1e-15
+            if rtol is None
+            else (host_value(rtol, "pinv") if isinstance(rtol, Tensor) else rtol)
+        )
+        return _Linalg._host_fn("pinv", lambda a: np.linalg.pinv(a, rcond=r), x)
+
+    @staticmethod
+    def eigh(x, /):
+        w, v = _Linalg._host_fn("eigh", np.linalg.eigh, x)
+        return _EighResult._make((w, v))
+
+    @staticmethod
+    def eigvalsh(x, /) -> Tensor:
+        return _Linalg._host_fn("eigvalsh", np.linalg.eigvalsh, x, real=True)
+
+    @staticmethod
+    def qr(x, /, *, mode: str = "reduced"):
+        return _QRResult._make(
+            _Linalg._host_fn("qr", lambda a: tuple(np.linalg.qr(a, mode=mode)), x)
+        )
+
+    @staticmethod
+    def slogdet(x, /):
+        """(sign, logabsdet): `sign` in x's dtype, `logabsdet` real (float32 for complex64)."""
+        sd = _Linalg._host_fn("slogdet", lambda a: tuple(np.linalg.slogdet(a)), x)
+        return _SlogdetResult._make(sd)
+
+    @staticmethod
+    def svd(x, /, *, full_matrices: bool = True):
+        return _SVDResult._make(_Linalg._host_fn(
+            "svd", lambda a: tuple(np.linalg.svd(a, full_matrices=full_matrices)), x))  # fmt: skip
+
+    @staticmethod
+    def svdvals(x, /) -> Tensor:
+        return _Linalg._host_fn("svdvals", lambda a: np.linalg.svd(a, compute_uv=False), x,
+                                real=True)  # fmt: skip
+
+    @staticmethod
+    def solve(x1, x2, /) -> Tensor:
+        a, b = tensor_arg(x1, "solve"), tensor_arg(x2, "solve")
+        ha, d = _float_host(a, "solve")
+        hb, _ = _float_host(b, "solve")
+        if b.ndim == 1:
+            r = np.linalg.solve(ha, hb[..., None])[..., 0]
+        else:
+            r = np.linalg.solve(ha, hb)
+        return from_host(r.astype(result_type(a, b)), a)
+
+    @staticmethod
+    def matrix_rank(x, /, *, rtol=None) -> Tensor:
+        h, _ = _float_host(tensor_arg(x, "matrix_rank"), "matrix_rank")
+        return from_host(np.asarray(np.linalg.matrix_rank(h, rtol=rtol)).astype(np.int64), x)
+
+    @staticmethod
+    def matrix_power(x, n, /) -> Tensor:
+        x = tensor_arg(x, "matrix_power")
+        n = operator.index(n)
+        if n < 0:
+            return _Linalg.matrix_power(_Linalg.inv(x), -n)
+        out = None
+        base = x
+        while n:
+            if n & 1:
+                out = base if out is None else matmul(out, base)
+            n >>= 1
+            if n:
+                base = matmul(base, base)
+        if out is None:
+            return broadcast_to(eye(x.shape[-1], dtype=x.dtype), x.shape)
+        return out
+
+
+_EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
+_QRResult = namedtuple("QRResult", "Q R")
+_SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
+_SVDResult = namedtuple("SVDResult", "U S Vh")
+
+
+linalg = _Linalg()

@@ -1,6 +1,6 @@
 """Reductions: sum, prod, max, min, argmax, argmin over axes (one `reduce` node each, with
 numpy's accumulator dtypes), and the composites built from them: mean, var, std, softmax,
-log_softmax.
+log_softmax; the Array API's any, all, count_nonzero (sums of truth values).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 
 from lazymath import dtypes as dt
 from lazymath.functions.base import _axes, _cast, _memo, astype
-from lazymath.functions.creation import _as_tensor_or_scalar, tensor
-from lazymath.functions.elementwise import abs, exp, log, sqrt
+from lazymath.functions.creation import _as_tensor_or_scalar, tensor, tensor_arg
+from lazymath.functions.elementwise import abs, eq, exp, gt, log, logical_not, sqrt
 from lazymath.functions.shapes import reshape
 from lazymath.graph import node as gn
 from lazymath.tensor import Tensor
@@ -194,3 +194,26 @@ def log_softmax(x, axis=-1) -> Tensor:
     m = max(x, axis, keepdims=True)
     z = x - m
     return z - log(sum(exp(z), axis, keepdims=True))
+
+
+# ------------------------------------------------------------------------- any, all, count_nonzero
+
+
+def any(x, /, *, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Whether any element (along `axis`) is nonzero; False over an empty axis. Lazy."""
+    x = tensor_arg(x, "any")
+    nz = astype(x, dt.bool_, copy=False)
+    return gt(sum(astype(nz, dt.int64), axis, keepdims), 0)
+
+
+def all(x, /, *, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Whether every element (along `axis`) is nonzero; True over an empty axis. Lazy."""
+    x = tensor_arg(x, "all")
+    z = logical_not(astype(x, dt.bool_, copy=False))
+    return eq(sum(astype(z, dt.int64), axis, keepdims), 0)
+
+
+def count_nonzero(x, /, *, axis=None, keepdims: bool = False) -> Tensor:
+    """Number of nonzero elements along `axis` (int64). Lazy."""
+    x = tensor_arg(x, "count_nonzero")
+    return sum(astype(astype(x, dt.bool_, copy=False), dt.int64), axis, keepdims)
