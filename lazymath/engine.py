@@ -235,10 +235,14 @@ _FOLD_KINDS = frozenset(("rows",))
 
 
 def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, backend: str,
-                    tiered: bool = True, fold: tuple[int, ...] | None = None):  # fmt: skip
+                    tiered: bool = True, fold: tuple[int, ...] | None = None,
+                    rewrite=None):  # fmt: skip
     """Cache miss: fuse, plan, compile every kernel (independent kernels in parallel; with
     `tiered`, a kernel slow to optimize starts on quickly compiled code, see backend.compile).
-    `fold`: see `plan_schedule`."""
+    `fold`: see `plan_schedule`. `rewrite(kernels, slots, arg_slots, leaves)`, called before
+    anything compiles, returns {kernel index: the IR to compile instead} and may append slots
+    (and their ids to a kernel's arg_slots): lm.jit's dynamic batch compiles its kernels with
+    the row count a run-time argument once, not the traced sizes first."""
     sched, folded = plan_schedule(outputs, leaves, spec, fold)
     check_capacity(sched, spec)
     copy_leaves = {i for i, n in enumerate(leaves) if id(n) in sched.copy_inputs}
@@ -263,17 +267,21 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
         slot_of[id(n)] = len(slots) - 1
         return len(slots) - 1
 
+    arg_slots = [[slot(n) for n in sk.group.inputs] + [slot(n) for n in sk.group.outputs]
+                 for sk in sched.kernels]  # fmt: skip
+    irs = {} if rewrite is None else rewrite(sched.kernels, slots, arg_slots, leaves)
+    ir_of = {id(sk): irs.get(i, sk.group.ir) for i, sk in enumerate(sched.kernels)}
     native = [sk for sk in sched.kernels if sk.group.kind != "aicpu"]
     compiled = {}
     origin = {}
     if backend != "irref" and native:  # independent kernels compile in parallel
-        items = [(sk.group.ir, sk.name) for sk in native]
+        items = [(ir_of[id(sk)], sk.name) for sk in native]
         origins: list = []
         done = compile_driver.compile_kernels(items, spec, backend, tiered=tiered, origins=origins)
         compiled = {id(sk): ck for sk, ck in zip(native, done)}
         origin = {id(sk): o for sk, o in zip(native, origins)}
     prog_origins = []
-    cks, arg_slots = [], []
+    cks = []
     for sk in sched.kernels:
         g = sk.group
         if g.kind == "aicpu":
@@ -287,7 +295,6 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
             prog_origins.append(origin.get(id(sk)) or "?")
         ck.source_loc = sk.source_loc
         cks.append(ck)
-        arg_slots.append([slot(n) for n in g.inputs] + [slot(n) for n in g.outputs])
     outs = [slot(o) for o in outputs]
     sched = sched.compiled_with(cks)  # the compiled stage: no graph references
     kernels = list(zip(sched.kernels, cks, arg_slots))
@@ -299,6 +306,18 @@ def compile_program(outputs: list[gn.Node], leaves: list[gn.Node], order, spec, 
     prog.folded = folded
     prog.folded_values = _leaf_values(leaves, folded)
     return prog
+
+
+def compile_detached(roots: list[gn.Node], backend: str, rewrite):
+    """(program, its outputs, its leaves) of `roots` compiled with `rewrite` (compile_program),
+    neither cached nor run: its kernels are not the graph's (lm.jit's dynamic batch: the row
+    count a run-time argument), so an eager realize of the same graph must never find it."""
+    outputs, _key, leaves, order = plan_outputs(roots)
+    if backend == "llvm":  # as run_compiled: the compile server boots while this is fused
+        workers.prestart()
+    with workers.hold_background():
+        prog = compile_program(outputs, leaves, order, device_spec(), backend, rewrite=rewrite)
+    return prog, outputs, leaves
 
 
 def _leaf_values(leaves, positions) -> tuple:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -43,7 +44,7 @@ from lazymath.realize import realize, watch_realizes
 from lazymath.runtime import api as _rt_api
 from lazymath.runtime import profiler as _prof
 from lazymath.runtime.replay import BoundReplay
-from lazymath.staging_batch import NotBatched, RuntimeRows, batch_axes
+from lazymath.staging_batch import NotBatched, RowPlan, RuntimeRows, batch_axes
 from lazymath.tensor import Tensor, asarray
 
 # The public reports (lm.schedule, lm.explain) for the stage objects' methods: api imports the
@@ -402,8 +403,36 @@ class Jitted:
                     raise NotBatched(f"output {i} {t.shape} does not carry the batch on its "
                                      "leading axis")  # fmt: skip
 
+        made: dict = {}  # "rows": the RuntimeRows compiled, or "why": the host chunks' reason
+
+        def compile_rows(roots, in_pos, out_leaves, out_struct, fresh):
+            """The batch kernels compiled once, taking the row count at run time (RowPlan);
+            else (NotBatched) the traced program at `chunk` rows, run by host chunks."""
+            backend = _BACKEND.get()
+            if backend in ("llvm", "interp"):
+                elems = {id(fresh[k]._node): math.prod(chunk_leaves[k].shape[1:])
+                         for k in batched}  # fmt: skip
+                plan = RowPlan(elems, chunk)
+                try:
+                    prog, outputs, leaves = engine.compile_detached(roots, backend, plan)
+                except (NotBatched, ValueError) as e:  # (ValueError: a template refused one)
+                    made["why"] = e
+                else:
+                    prog.label += " (run-time rows)"
+                    entry = _entry_of(prog, outputs, leaves, in_pos, out_leaves, out_struct,
+                                      len(fresh))  # fmt: skip
+                    if entry is not None:
+                        made["rows"] = RuntimeRows(prog, entry.leaf_src, entry.fixed,
+                                                   plan.small, plan.capacity,
+                                                   entry.bound)  # fmt: skip
+                    return entry
+            else:
+                made["why"] = f"the {backend} backend takes no run-time row count"
+            return self._compile(roots, in_pos, out_leaves, out_struct, fresh)
+
         try:
-            _out, entry = self._trace_entry(args, kwargs, chunk_leaves, sig, analyze, what)
+            _out, entry = self._trace_entry(args, kwargs, chunk_leaves, sig, analyze, what,
+                                            compile_rows)  # fmt: skip
         except NotBatched as e:
             self._debug(f"not a dynamic batch ({e}): a program per size")
             return None
@@ -414,12 +443,9 @@ class Jitted:
         if entry is None or any(o[4] is not None for o in entry.outs):
             self._debug("not a dynamic batch (no stored program): a program per size")
             return None
-        shapes = {k: chunk_leaves[k]._node.realized.shape for k in batched}
-        try:
-            rows = RuntimeRows.make(entry, shapes, chunk, len(leaves))
-        except NotBatched as e:  # a kernel that cannot take its rows at run time: host chunks
-            self._debug(f"dynamic batch by host chunks of {chunk} rows ({e})")
-            rows = None
+        rows = made.get("rows")
+        if rows is None:  # a kernel that cannot take its rows at run time: host chunks
+            self._debug(f"dynamic batch by host chunks of {chunk} rows ({made.get('why')})")
         else:
             self._debug(f"dynamic batch: one program for up to {rows.capacity} rows per launch, "
                         "the row count a kernel argument")  # fmt: skip
@@ -449,10 +475,11 @@ class Jitted:
             self._entries[sig] = entry
         return out
 
-    def _trace_entry(self, args, kwargs, leaves, sig, analyze=None, what=""):
+    def _trace_entry(self, args, kwargs, leaves, sig, analyze=None, what="", compile=None):
         """Run fn on fresh handles of `leaves` and compile its graph: (its outputs, the entry
         or None). `analyze(roots, fresh, out_leaves)` runs on the graph before it is compiled
-        (the dynamic batch's check; NotBatched propagates)."""
+        (the dynamic batch's check; NotBatched propagates); `compile` replaces `_compile`
+        (the dynamic batch's: its program is compiled, not run, and the outputs stay lazy)."""
         t0 = time.perf_counter()
         reason = what or self._retrace_reason(sig)
         self.traces += 1
@@ -489,7 +516,7 @@ class Jitted:
                 realize(*out_leaves)
         elif roots and _BACKEND.get() != "reference":
             with no_view_folding():  # the program's leaves must be the traced inputs
-                entry = self._compile(roots, in_pos, out_leaves, out_struct, fresh)
+                entry = (compile or self._compile)(roots, in_pos, out_leaves, out_struct, fresh)
         else:
             realize(*out_leaves)
         self._last_sig = sig
@@ -509,26 +536,7 @@ class Jitted:
                 prog = engine.PROGRAMS.get(full_key + (values,))
         if prog is None:  # evicted at once (a tiny LAZYMATH_PROGRAM_CACHE_LIMIT): eager calls
             return None
-        leaf_src = [in_pos.get(id(n), -1) for n in leaves]
-        fixed = [None if k >= 0 else n.realized for k, n in zip(leaf_src, leaves)]
-        checks = tuple((leaf_src[i], leaves[i].realized.tobytes()) for i in prog.folded
-                       if leaf_src[i] >= 0)  # fmt: skip
-        out_index = {id(n): j for j, n in enumerate(outputs)}
-        out_slots = [prog.slots[s] for s in prog.outputs]
-        outs = []
-        for t in out_leaves:
-            n = t._node
-            if id(n) in out_index:
-                j = out_index[id(n)]
-                s = out_slots[j]
-                conv = None if (s.shape, s.dtype) == (n.shape, n.dtype) else (n.shape, n.dtype)
-                # the traced node's call site: replayed outputs skip the frame walk (~2 us)
-                outs.append((-1, j, n._loc, t._device, conv))
-            elif id(n) in in_pos:
-                outs.append((in_pos[id(n)], -1, None, None, None))
-            else:  # realized before the call (a closure tensor, a constant): a fixed output
-                return None
-        return _Entry(prog, leaf_src, fixed, outs, out_struct, checks)
+        return _entry_of(prog, outputs, leaves, in_pos, out_leaves, out_struct)
 
     # -- debugging
     def _retrace_reason(self, sig) -> str:
@@ -723,6 +731,37 @@ def _rows(a: np.ndarray, start: int, n: int) -> np.ndarray:
     if m < n:
         out[m:] = part[m - 1] if m else 0
     return out
+
+
+def _entry_of(prog, outputs, leaves, in_pos, out_leaves, out_struct,
+              tiling: int | None = None) -> _Entry | None:  # fmt: skip
+    """The entry binding a compiled program's leaves to the call's inputs and its outputs to
+    fn's output leaves (None: fn returns a tensor realized before the call). `tiling`: the
+    program has one more leaf after `leaves`, the tiling word, passed after the call's
+    `tiling` inputs (a dynamic batch's run-time rows)."""
+    leaf_src = [in_pos.get(id(n), -1) for n in leaves]
+    fixed = [None if k >= 0 else n.realized for k, n in zip(leaf_src, leaves)]
+    checks = tuple((leaf_src[i], leaves[i].realized.tobytes()) for i in prog.folded
+                   if leaf_src[i] >= 0)  # fmt: skip
+    if tiling is not None:
+        leaf_src.append(tiling)
+        fixed.append(None)
+    out_index = {id(n): j for j, n in enumerate(outputs)}
+    out_slots = [prog.slots[s] for s in prog.outputs]
+    outs = []
+    for t in out_leaves:
+        n = t._node
+        if id(n) in out_index:
+            j = out_index[id(n)]
+            s = out_slots[j]
+            conv = None if (s.shape, s.dtype) == (n.shape, n.dtype) else (n.shape, n.dtype)
+            # the traced node's call site: replayed outputs skip the frame walk (~2 us)
+            outs.append((-1, j, n._loc, t._device, conv))
+        elif id(n) in in_pos:
+            outs.append((in_pos[id(n)], -1, None, None, None))
+        else:  # realized before the call (a closure tensor, a constant): a fixed output
+            return None
+    return _Entry(prog, leaf_src, fixed, outs, out_struct, checks)
 
 
 class _Dynamic:

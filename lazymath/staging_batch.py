@@ -1,11 +1,13 @@
 """lm.jit's dynamic batch, the parts that read the graph and the program (staging.py runs them).
 
 `batch_axes` proves on the traced graph that row i of every output depends only on row i of
-the batched inputs (the condition for running one program on any batch); `RuntimeRows`
-rebuilds the traced program's batch kernels (elementwise, reductions and row kernels over the
-other axes) as their dynamic kinds (`DynamicElementwiseKernel`, `DynamicReduceKernel`,
-`DynamicRowKernel`) that take the row count at run time (the tiling word), after proving per
-kernel argument that row i touches only row i of a batched buffer. Why a module of its own:
+the batched inputs (the condition for running one program on any batch); `RowPlan` (the
+program compile's rewrite hook) builds the traced graph's batch kernels (elementwise,
+reductions and row kernels over the other axes, matmuls with the batch in M) as their dynamic
+kinds (`DynamicElementwiseKernel`, `DynamicReduceKernel`, `DynamicRowKernel`,
+`DynamicMatmulKernel`) that take the row count at run time (the tiling word), after proving
+per kernel argument that row i touches only row i of a batched buffer, so each compiles once;
+`RuntimeRows` holds the program compiled that way. Why a module of its own:
 staging.py is the call path (signature, replay, donation); this is the analysis behind one
 kind of signature.
 """
@@ -15,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from lazymath import engine
 from lazymath._lazy import deferred
 from lazymath.backend.npu import kernel_ir as K
 from lazymath.graph import node as gn
@@ -23,7 +24,7 @@ from lazymath.graph.ops import ELEMENTWISE
 from lazymath.runtime.replay import BoundReplay, Slot
 
 # The compile driver: `import lazymath` must not load the backend (+~100 ms, the ISA), and a
-# traced program has loaded it by the time a dynamic batch needs it.
+# program being compiled has loaded it by the time a dynamic batch's plan runs.
 compile_driver = deferred("lazymath.backend.compile")
 
 MAX_ROWS = 1 << 20  # rows per launch of a run-time-rows kernel at most (its get_value bound)
@@ -157,114 +158,101 @@ class RuntimeRows:
     so one launch serves any 1..chunk rows without padding, and no kernel touches a row past
     the count (inputs and outputs are exact row views).
 
-    `make` proves, per kernel argument, that row i of the kernel's iteration space reads or
-    writes only row i of a batched buffer (its leading stride is the buffer's row size and the
-    rest of the view stays inside one row) and that buffers without the batch are the same for
-    every row (stride 0); a kernel of another kind (matmul, AI CPU, custom, or a reduction
-    over the batch) that touches a batched buffer raises NotBatched, and the caller keeps the
-    host-chunked path."""
+    The program was compiled that way (`RowPlan`, the compile's rewrite hook); `bound` is its
+    entry's fast launch when the caller has one."""
 
     __slots__ = ("prog", "leaf_src", "fixed", "bound", "single", "small", "capacity")
 
-    def __init__(self, prog, leaf_src, fixed, small: int, capacity: int) -> None:
+    def __init__(self, prog, leaf_src, fixed, small: int, capacity: int, bound=None) -> None:
         self.prog = prog
         self.leaf_src = leaf_src
         self.fixed = fixed
         self.small = small  # batches below this many rows launch one host block per kernel
         self.capacity = capacity  # rows one native launch serves (the kernels' bound)
-        self.bound = BoundReplay.make(prog, leaf_src, fixed)
+        self.bound = BoundReplay.make(prog, leaf_src, fixed) if bound is None else bound
         # small batches launch one host block: a thread hand-off costs more than the work
         self.single = None if self.bound is None else self.bound.with_blocks(1)
 
-    @classmethod
-    def make(cls, entry, shapes: dict, chunk: int, n_inputs: int) -> RuntimeRows:
-        prog = entry.prog
-        slots = prog.slots
+
+class RowPlan:
+    """The `rewrite` hook of `engine.compile_program` that makes a traced program's batch
+    kernels take their row count at run time (`RuntimeRows`), before anything compiles: the
+    first call of a dynamic batch compiles each kernel once, as its dynamic kind (the traced
+    static kernels at `chunk` rows are never built).
+
+    Per kernel argument it proves that row i of the kernel's iteration space reads or writes
+    only row i of a batched buffer (its leading stride is the buffer's row size and the rest
+    of the view stays inside one row) and that buffers without the batch are the same for
+    every row (stride 0); a kernel of another kind (AI CPU, custom, a reduction over the
+    batch, a matmul with the batch outside M) that touches a batched buffer raises NotBatched,
+    and the caller keeps the host-chunked path. It appends the tiling word's slot (a leaf
+    after the program's leaves) and sets `capacity` (rows per launch) and `small`."""
+
+    def __init__(self, row_elems: dict[int, int], chunk: int) -> None:
+        self.row_elems = row_elems  # id(batched leaf node) -> its elements per batch row
+        self.chunk = chunk
+        self.capacity = chunk
+        self.small = 1
+
+    def __call__(self, kernels, slots: list, arg_slots: list, leaves: list) -> dict:
+        chunk = self.chunk
         rows_of: dict[int, int] = {}  # slot id -> elements per batch row, for batched slots
         for j, s in enumerate(slots):
-            if s.kind == "leaf":
-                k = entry.leaf_src[s.index]
-                if k in shapes:
-                    rows_of[j] = math.prod(shapes[k][1:])
+            if s.kind == "leaf" and id(leaves[s.index]) in self.row_elems:
+                rows_of[j] = self.row_elems[id(leaves[s.index])]
             elif s.kind == "out":
                 rows_of[j] = math.prod(s.shape[1:])
-        kernels = []
         dyn_items = []
-        for sk, ck, slot_ids in prog.kernels:
-            ir = getattr(ck, "ir", None)
-            touched = [j for j in slot_ids if j in rows_of]
-            if not touched:
-                kernels.append((sk, ck, list(slot_ids)))
+        for i, (sk, slot_ids) in enumerate(zip(kernels, arg_slots)):
+            if not any(j in rows_of for j in slot_ids):
                 continue
-            views, n_in, work = _batch_views(ir, chunk, ck.name)
+            ir = sk.group.ir
+            views, n_in, work = _batch_views(ir, chunk, sk.name)
             for pos, (v, j) in enumerate(zip(views, slot_ids)):
                 if slots[j].kind == "alias":
-                    raise NotBatched(f"kernel {ck.name} writes through an alias")
+                    raise NotBatched(f"kernel {sk.name} writes through an alias")
                 if v is None:  # an operand not indexed by the rows (a matmul's B)
                     if j in rows_of:
-                        raise NotBatched(f"kernel {ck.name} argument {pos} carries the batch "
+                        raise NotBatched(f"kernel {sk.name} argument {pos} carries the batch "
                                          "where the rows are not its leading index")  # fmt: skip
                     continue
                 is_out = pos >= n_in
                 if is_out and j not in rows_of:  # an intermediate: batched if it has the rows
                     if slots[j].kind != "arena" or not slots[j].shape or \
                             slots[j].shape[0] != chunk:  # fmt: skip
-                        raise NotBatched(f"kernel {ck.name} writes {slots[j].kind} slot {j} "
+                        raise NotBatched(f"kernel {sk.name} writes {slots[j].kind} slot {j} "
                                          "without the batch rows")  # fmt: skip
                     rows_of[j] = math.prod(slots[j].shape[1:])
                 if j in rows_of:
                     if not _row_local(v, rows_of[j]):
-                        raise NotBatched(f"kernel {ck.name} argument {pos} does not address "
+                        raise NotBatched(f"kernel {sk.name} argument {pos} does not address "
                                          "one buffer row per batch row")  # fmt: skip
                 elif v.strides[0] != 0:
-                    raise NotBatched(f"kernel {ck.name} argument {pos} differs between rows "
+                    raise NotBatched(f"kernel {sk.name} argument {pos} differs between rows "
                                      "and does not carry the batch")  # fmt: skip
-            dyn_items.append((len(kernels), ir, ck.name, work))
-            kernels.append((sk, ck, list(slot_ids)))
+            dyn_items.append((i, ir, work))
         if not dyn_items:
             raise NotBatched("no kernel reads the batch rows")
         # Rows per launch: with no batched intermediate in the arena (sized for `chunk` rows)
         # the kernels serve far more than the traced chunk, so a big batch is one launch too
         row_work = max(1, max(w for *_x, w in dyn_items))
         arena = any(slots[j].kind == "arena" for j in rows_of)
-        most = MATMUL_MAX_ROWS if any(ir.kind == "matmul" for _i, ir, *_x in dyn_items) else \
+        most = MATMUL_MAX_ROWS if any(ir.kind == "matmul" for _i, ir, _w in dyn_items) else \
             MAX_ROWS  # fmt: skip
-        capacity = chunk if arena else max(chunk, min(most, (1 << 31) // row_work))
-        for i, (ki, ir, name, w) in enumerate(dyn_items):
-            dyn_items[i] = (ki, _dynamic_ir(ir, capacity), name, w)
-        backend = kernels[dyn_items[0][0]][1].backend  # the traced program's (llvm, interp)
-        try:
-            items = [(ir, name) for _i, ir, name, _w in dyn_items]
-            compiled = compile_driver.compile_kernels(items, engine.device_spec(), backend)
-        except ValueError as e:  # a template that cannot take this kernel's rows at run time
-            raise NotBatched(f"its dynamic kernel does not build: {e}") from e
-        tiling_slot = len(slots)
-        n_leaves = len(entry.leaf_src)
-        for (i, _ir, _name, _w), ck in zip(dyn_items, compiled):
-            sk, old, slot_ids = kernels[i]
-            ck.source_loc = getattr(old, "source_loc", None)
-            kernels[i] = (sk, ck, [*slot_ids, tiling_slot])
-        rt_prog = dataclasses.replace(
-            prog,
-            kernels=kernels,
-            slots=[*slots, Slot("leaf", n_leaves)],
-            hits=0,
-            _events=None,
-            _launches=None,
-            _replay=None,
-            _contexts=[],
-            label=prog.label + " (run-time rows)",
-        )
-        leaf_src = [*entry.leaf_src, n_inputs]
-        fixed = [*entry.fixed, None]
+        self.capacity = capacity = chunk if arena else max(chunk, min(most, (1 << 31) // row_work))
         # below `small` rows every kernel runs one host block (the compile's host_blocks rule
         # at that size: Vector work under SMALL_VECTOR_WORK, a matmul under two workers' flops)
         small = compile_driver.SMALL_VECTOR_WORK // row_work
-        for _i, ir, _name, _w in dyn_items:
+        for _i, ir, _w in dyn_items:
             if ir.kind == "matmul":
                 flops = 2 * compile_driver.MIN_FLOPS_PER_WORKER
                 small = min(small, -(-flops // (2 * ir.n * max(ir.k, 1))))
-        return cls(rt_prog, leaf_src, fixed, max(small, 1), capacity)
+        self.small = max(small, 1)
+        tiling = len(slots)
+        slots.append(Slot("leaf", len(leaves)))  # the tiling word: a leaf after the leaves
+        for i, _ir, _w in dyn_items:
+            arg_slots[i].append(tiling)
+        return {i: _dynamic_ir(ir, capacity) for i, ir, _w in dyn_items}
 
 
 def _batch_views(ir, chunk: int, name: str) -> tuple[tuple, int, int]:
