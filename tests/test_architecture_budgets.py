@@ -45,7 +45,6 @@ NESTED_IMPORT_CEILING = 4
 # to the next 50). A module not listed must stay within am.LINE_BUDGET.
 SIZE_CEILINGS: dict[str, int] = {
     "lazymath.backend.npu.vmath": 1710,  # 1705
-    "lazymath.backend.host.lower_llvm": 1750,  # 1744
     "lazymath.fusion.grouping": 1450,  # 1404
     "lazymath.backend.npu.isa": 1400,  # 1372
     "lazymath.backend.host.lower_cube": 1100,  # 1089 (bf16 B pair twins, pair_panels)
