@@ -53,6 +53,7 @@ class DeviceSpec:
     gm_read_bpc: float = 32.0
     l2_read_bpc: float = 110.0  # reads that hit L2 [cfg]
     gm_write_bpc: float = 32.0
+    l2_write_bpc: float = 86.0  # writes that stay in L2 (a MIX kernel's hand-off slots) [cfg]
     l1_to_l0a_bpc: float = 512.0
     l1_to_l0b_bpc: float = 256.0
     l0c_to_ub_bpc: float = 256.0

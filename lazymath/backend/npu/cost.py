@@ -489,6 +489,19 @@ def _vhostmath(ctx: CostCtx, i: isa.VHostMath):
     return "Vector", 16 * one, 0.0
 
 
+def in_l2(ctx: CostCtx, ref: isa.Ref) -> bool:
+    """Whether GM accesses through `ref` are served by L2: `ref` is in the launch's GM workspace
+    and the whole workspace fits in half of L2. A workspace is where a MIX kernel's AIC and AIVs
+    hand tiles to each other (written and read back within one tile period, microseconds) or a
+    split reduction keeps its partials, so it stays in L2 and moves at L2's rates (NPU_FACTS.md:
+    110 B/cycle read, 86 write per core) rather than HBM's 32. (Before, every hand-off was charged
+    at the HBM rate: the fused attention's S tile alone cost its AIC 4x its Cube time.)"""
+    prog = ctx.program
+    if not prog.workspace or ref.buf.scope != "GM" or prog.workspace > ctx.spec.l2_bytes // 2:
+        return False
+    return ref.buf.arg == max(b.arg for b in prog.args)  # the workspace is the last argument
+
+
 def _copy_bytes(ctx: CostCtx, ref: isa.Ref, counts, strides) -> float:
     """Bytes the GM side moves: a non-unit inner stride fetches a 32-byte burst per element."""
     isz = _isz(ref)
@@ -507,7 +520,8 @@ def _copy_in(ctx: CostCtx, i: isa.CopyIn):
     spec = ctx.spec
     nbytes = _copy_bytes(ctx, i.src, i.counts, i.strides)
     if i.dst.buf.scope == "L1":
-        return "MTE2", spec.copy_l1_fixed + nbytes / spec.gm_read_bpc, spec.gm_read_latency
+        rate = spec.l2_read_bpc if in_l2(ctx, i.src) else spec.gm_read_bpc
+        return "MTE2", spec.copy_l1_fixed + nbytes / rate, spec.gm_read_latency
     return "MTE2", spec.copy_ub_fixed + nbytes / spec.ub_gm_bpc, spec.gm_read_latency
 
 

@@ -210,6 +210,8 @@ def cost_load_nz(ctx: cost.CostCtx, i: cube.LoadNz) -> tuple:
         return "MTE2", spec.copy_l1_fixed + nbytes / spec.ub_gm_bpc, 0.0
     # the first of `reuse` reads comes from HBM, the rest from L2 (a run-time M: an expression)
     first = 1.0 / max(ctx.int(i.reuse), 1)
+    if cost.in_l2(ctx, i.src):  # a MIX hand-off slot: written just before, still in L2
+        first = 0.0
     busy = nbytes * (first / spec.gm_read_bpc + (1 - first) / spec.l2_read_bpc)
     return "MTE2", spec.copy_l1_fixed + busy, spec.gm_read_latency
 
@@ -234,6 +236,8 @@ def cost_fixpipe(ctx: cost.CostCtx, i: cube.FixPipe) -> tuple:
     n = ctx.int(i.rows) * ctx.int(i.cols)
     to_gm = i.dst.buf.scope == "GM"
     rate = spec.gm_write_bpc if to_gm else spec.l0c_to_ub_bpc
+    if to_gm and cost.in_l2(ctx, i.dst):  # into the workspace (a MIX hand-off): stays in L2
+        rate = spec.l2_write_bpc
     busy = spec.l0c_out_fixed + _bytes("float32", n) / rate
     if i.epilogue:  # 910B MIX fallback: charge one Vector pass per epilogue op over the tile
         for op in i.epilogue:

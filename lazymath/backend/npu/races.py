@@ -62,6 +62,11 @@ class Tracker:
         self.count: dict[str, int] = dict.fromkeys(pipes, 0)
         self.pending: dict[tuple, list] = {}
         self.seen: dict[str, list] = {}  # buffer -> [(pipe, idx, is_write, lo, hi, text)]
+        # MIX: each AIV has its own UB on the device (one UB on the host, the AIVs' sub-block
+        # sections one after the other): a UB buffer's accesses are tracked per AIV, so AIV 1
+        # reusing a slot AIV 0 just used is no race (it was a false one once an AIV's MTE2,
+        # Vector and MTE3 overlapped through flags instead of barriers)
+        self.ub = {b.name for b in program.buffers if b.scope == "UB"} if self.mix else set()
 
     def _on(self, core: str | None, pipe: str) -> str:
         """The tracked pipe: per core in a MIX kernel."""
@@ -122,7 +127,12 @@ class Tracker:
             return
         reads, writes = fp(m, instr)
         if self.mix:
-            pipe = f"{isa.core_of(instr)}.{pipe}"
+            core = isa.core_of(instr)
+            pipe = f"{core}.{pipe}"
+            if core == "AIV" and self.ub:
+                v = m.env.get(isa.SUBBLOCK_IDX, 0)
+                reads, writes = ([(f"{n}@{v}" if n in self.ub else n, lo, hi) for n, lo, hi in rs]
+                                 for rs in (reads, writes))  # fmt: skip
         self.count[pipe] += 1
         idx = self.count[pipe]
         mine = self.clock[pipe]

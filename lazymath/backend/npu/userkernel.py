@@ -477,12 +477,15 @@ class KernelBuilder(isa.Builder):
         return counts, tuple(_int(s) for s in strides)
 
     # ------------------------------------------------------------ Cube
-    def load_nz(self, dst, src, rows, cols, strides, dst_rows: int, row_pad: int = 16) -> None:
+    def load_nz(self, dst, src, rows, cols, strides, dst_rows: int, row_pad: int = 16,
+                reuse: int = 1) -> None:  # fmt: skip
         """MTE2 GM -> L1 in NZ layout: a rows x cols tile read with GM `strides` (row, col)
         into an L1 tile with `dst_rows` padded rows (rows zero-filled to `row_pad`, columns
-        to 16)."""
+        to 16). `reuse`: the cost hint of `isa_cube.LoadNz` (loads of the launch that read the
+        same GM tile: all but the first hit L2)."""
         self.emit(cube.LoadNz(dst, int(dst_rows), src, tuple(_int(s) for s in strides),
-                              _int(rows), _int(cols), int(row_pad)))  # fmt: skip
+                              _int(rows), _int(cols), int(row_pad),
+                              reuse=max(1, int(reuse))))  # fmt: skip
 
     def load_l0(self, dst, src, rows, cols, src_rows: int, dst_rows: int) -> None:
         """MTE1 L1 -> L0A / L0B: an NZ block of rows x cols (multiples of 16)."""

@@ -22,10 +22,9 @@ once per Q tile) and o written, and its planned memory is that of its inputs and
 whatever T is. Tile sizes come from the DeviceSpec: TK so that a K^T or V tile fills at most
 L0B, TQ so that the UB working set (S/P, O, P V, the row broadcasts) fits UB.
 
-WIP (issue 33): the stages are serialised by pipe barriers (the cost model sees no overlap of
-MTE2, Cube and Vector: no double buffering of K/V yet); float32 only (float16 would cast P to
-float16 for the second matmul); no MIX form for the split 910B (its Cube core has no UB: the AIC
-and AIV halves would meet through a GM workspace like the matmul template's MIX kernels).
+WIP (issue 33): this coupled form's stages are serialised by pipe barriers (no overlap of
+MTE2, Cube and Vector); float32 only. The split 910B's MIX form (`_kernel_mix`, below) is
+pipelined: its stages are joined by flags, K/V and the hand-off tiles have ping-pong slots.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ import hashlib
 import math
 import pathlib
 
+import ml_dtypes
 import numpy as np
 
 from lazymath.backend.npu import isa, userkernel
@@ -175,7 +175,18 @@ def _kernel(k, q, kk, v, out, *, scale, causal, tq, tk):
 
 # ----------------------------------------------------------------------------- split 910B: MIX
 FLT_MAX = float(np.finfo(np.float32).max)
-_S_READY, _P_READY, _PV_READY = 0, 2, 4  # cross-core flag ids (+ slot 0/1)
+# The AIC runs two K/V tiles ahead of its P V products: iteration j computes S_j (and loads
+# K/V_{j+1}) and then P_{j-2} V_{j-2}, so the AIVs always have the next S waiting. Slots that
+# lead needs: S and P hand-offs (GM) and V tiles (L1) NS each, P V hand-offs NPV, alphas NA.
+NS, NPV, NA = 4, 3, 3
+_S_READY, _P_READY, _PV_READY = 0, NS, 2 * NS  # cross-core flag ids (+ the slot)
+# the AIC's "slot free" flags, set once per work item before its K/V loop and waited after it:
+# K^T L1 slots 0/1, P slots 2/3, V slots 4.. (MTE1 -> MTE2), the K^T and P/V L0 operands (Cube ->
+# MTE1, events 0/1), the S and P V accumulators (FixPipe -> Cube, events 0/1)
+# an AIV's: S / P / mask UB slots 0/1 (MTE3 -> MTE2: P copied out), pv_ub (V -> MTE2 event 2)
+_AIV_FREE = (("MTE3", "MTE2", 0), ("MTE3", "MTE2", 1), ("V", "MTE2", 2))
+_FREE = tuple((src, dst, ev) for src, dst, n in (("MTE1", "MTE2", 4 + NS), ("M", "MTE1", 2),
+                                                  ("FIX", "M", 2)) for ev in range(n))  # fmt: skip
 
 
 def _kernel_mix(k, q, kk, v, *rest, scale, causal, masked, mdiv, mmod, tq, tk, aivs, nblk):
@@ -186,10 +197,18 @@ def _kernel_mix(k, q, kk, v, *rest, scale, causal, masked, mdiv, mmod, tq, tk, a
     causal/tail -inf, running max (-FLT_MAX floor: a fully masked row stays 0, not NaN), P_j =
     exp(S_j - m), l = l a + rowsum -- and hands P_j (in the input dtype) back (P_READY); the
     AIC computes P_j V_j into another slot (PV_READY) and the AIV folds O = O a_j + P_j V_j.
-    The AIC is one K/V tile ahead: S_{j+1} is computed while the AIVs work on S_j, so the Cube
-    and the Vector units run concurrently; two slots per hand-over, and every slot's reuse is
-    ordered by the data flags themselves (the AIC writes S_{j+2} only after it waited P_j,
-    which the AIV writes after reading S_j; likewise for P and PV), so no "slot free" flags.
+    Pipelined (issue 33's Cube utilisation): iteration j of the AIC computes S_j, loading
+    K/V_{j+1} first (into the other L1 slot: MTE2 streams while the Cube and FixPipe work),
+    and then P_{j-2} V_{j-2}, so it runs two tiles ahead and the AIVs find the next S waiting.
+    Within a core, no pipe_barrier in the K/V loop: each stage waits for its input by a
+    set/wait flag and for its output slot by a "slot free" flag the slot's last reader sets
+    (`_FREE`, `_AIV_FREE`: set once per item before the loop, waited after it), so MTE2, MTE1,
+    Cube and FixPipe (AIC) and MTE2, Vector and MTE3 (AIV: S_{j+1} streams into the other UB
+    slot while the Vector unit works on S_j) overlap. Between the cores the GM hand-off slots
+    (NS of S and P, NPV of P V) are reused only after the data flags order it: the AIC's
+    FixPipe of S_{j+4} follows (through MTE2's in-order queue: it loaded K_{j+4} after it
+    waited for P_j) the AIV's P_j, which the AIV wrote after reading S_j; the race checker
+    proves every such order when the program is built.
     Float32 accumulation in L0C; S, P V and the softmax state float32; P in the input dtype
     (bf16/fp16 Cube rate, as torch's kernels round P to the input dtype)."""
     mask, out = (rest[0], rest[1]) if masked else (None, rest[0])
@@ -199,28 +218,36 @@ def _kernel_mix(k, q, kk, v, *rest, scale, causal, masked, mdiv, mmod, tq, tk, a
     S, Dv = kk.shape[-2], v.shape[-1]
     dp, dvp = _r16(D), _r16(Dv)
     hr = -(-tq // aivs)  # rows per AIV
-    q_l1, k_l1 = k.l1(dt, tq * dp, "q_l1"), k.l1(dt, dp * tk, "k_l1")
-    p_l1, v_l1 = k.l1(dt, tq * tk, "p_l1"), k.l1(dt, tk * dvp, "v_l1")
+    # L1: Q, and two slots (ping-pong) each of K^T and P, three of V; L0B: K^T and V side by
+    # side
+    kt, pt, vt = dp * tk, tq * tk, tk * dvp  # elements of one K^T / P / V tile
+    q_l1, k_l1 = k.l1(dt, tq * dp, "q_l1"), k.l1(dt, 2 * kt, "k_l1")
+    p_l1, v_l1 = k.l1(dt, 2 * pt, "p_l1"), k.l1(dt, NS * vt, "v_l1")
     q_l0, p_l0 = k.l0a(dt, tq * dp, "q_l0a"), k.l0a(dt, tq * tk, "p_l0a")
-    b_l0 = k.l0b(dt, max(dp * tk, tk * dvp), "kv_l0b")
+    k_l0, v_l0 = k.l0b(dt, kt, "k_l0b"), k.l0b(dt, vt, "v_l0b")
     s_l0c, o_l0c = k.l0c(F32, tq * tk, "s_l0c"), k.l0c(F32, tq * dvp, "o_l0c")
-    ws_s = k.workspace_tensor(F32, nblk * 2 * tq * tk, "ws_scores")
-    ws_p = k.workspace_tensor(dt, nblk * 2 * tq * tk, "ws_probs")
-    ws_pv = k.workspace_tensor(F32, nblk * 2 * tq * Dv, "ws_pv")
+    # K/V tiles of one head are read by every Q tile of it (causal: by about half): after the
+    # first, L2 hits (the items of one head run one after the other on one core)
+    reuse = max(1, (-(-L // tq) + 1) // 2 if causal else -(-L // tq))
+    ws_s = k.workspace_tensor(F32, nblk * NS * tq * tk, "ws_scores")
+    ws_p = k.workspace_tensor(dt, nblk * NS * tq * tk, "ws_probs")
+    ws_pv = k.workspace_tensor(F32, nblk * NPV * tq * Dv, "ws_pv")
     # AIV: work tiles of its hr rows; the online state (m, l, O, a) of all tq rows, each AIV
     # using its share (one UB per AIV on the device; one after the other on the host)
-    s_ub = k.ub(F32, hr * tk, "s")
-    p_ub = k.ub(dt, hr * max(tk, Dv), "p") if dt != F32 else s_ub
-    m_ub = k.ub(F32, hr * max(tk, Dv), "mask") if masked else None
-    pv_ub = s_ub if tk >= Dv else k.ub(F32, hr * Dv, "pv")
+    # two slots (ping-pong, offset e * hr * tk) of S / P / mask: S_{j+1} streams in while the
+    # Vector unit works on S_j and MTE3 writes P_{j-1} out
+    s_ub = k.ub(F32, 2 * hr * tk, "s")
+    p_ub = k.ub(dt, hr * max(2 * tk, Dv), "p") if dt != F32 else s_ub
+    m_ub = k.ub(F32, 2 * hr * tk, "mask") if masked else None
+    pv_ub = k.ub(F32, hr * Dv, "pv")
     bc = k.ub(F32, hr * max(tk, Dv), "brcb")
     o_ub = k.ub(F32, aivs * hr * Dv, "o")
     mrow, lrow = k.ub(F32, aivs * hr, "m"), k.ub(F32, aivs * hr, "l")
-    al = [k.ub(F32, aivs * hr, f"alpha{e}") for e in (0, 1)]
+    al = [k.ub(F32, aivs * hr, f"alpha{e}") for e in range(NA)]
     mx, mn, rs = k.ub(F32, hr, "rowmax"), k.ub(F32, hr, "m_new"), k.ub(F32, hr, "rowsum")
     nq = -(-L // tq)
-    slot_s = k.let(isa.BLOCK_IDX * (2 * tq * tk), "slot_s")
-    slot_pv = k.let(isa.BLOCK_IDX * (2 * tq * Dv), "slot_pv")
+    slot_s = k.let(isa.BLOCK_IDX * (NS * tq * tk), "slot_s")
+    slot_pv = k.let(isa.BLOCK_IDX * (NPV * tq * Dv), "slot_pv")
     V = isa.SUBBLOCK_IDX
 
     def aiv_rows(qv):
@@ -242,61 +269,112 @@ def _kernel_mix(k, q, kk, v, *rest, scale, causal, masked, mdiv, mmod, tq, tk, a
         k.load_nz(q_l1, q[qb + q0 * qrs], qv, D, (qrs, 1), tq)
         k.pipe_barrier("AIC")
         k.load_l0(q_l0, q_l1, tq, dp, tq, tq)
+        for src, dst, ev in _FREE:  # every AIC slot starts free
+            k.set_flag(src, dst, ev)
         with k.loop(0, aivs, name=V):
             r0, rv = aiv_rows(qv)
+            for src, dst, ev in _AIV_FREE:  # this AIV's UB slots start free
+                k.set_flag(src, dst, ev)
             with k.if_(rv, ">", 0):
                 k.vdup(mrow[r0], -math.inf, rv)
                 k.vdup(lrow[r0], 0.0, rv)
                 k.vdup(o_ub[r0 * Dv], 0.0, rv * Dv)
-        with k.loop(0, nkv + 1) as j:
+
+        def load_kv(jj, ee):
+            """MTE2: K_jj^T into L1 slot ee = jj % 2 and V_jj into slot jj % NS (V_jj is
+            loaded three iterations before P_jj V_jj reads it)."""
+            kj = k.let(jj * tk, "kj")
+            kvj = k.let(isa.imin(tk, kv_end - kj), "kvj")
+            k.wait_flag("MTE1", "MTE2", ee)
+            k.load_nz(k_l1[ee * kt], kk[kb + kj * krs], D, kvj, (1, krs), dp,
+                      reuse=reuse)  # K^T (D, kvn)  # fmt: skip
+            ev3 = k.let(jj % NS, "ev3")
+            k.wait_flag("MTE1", "MTE2", ev3 + 4)
+            k.load_nz(v_l1[ev3 * vt], v[vb + kj * vrs], kvj, Dv, (vrs, 1), tk, reuse=reuse)
+            k.set_flag("MTE2", "MTE1", ee)
+
+        with k.if_(nkv, ">", 0):
+            load_kv(0, 0)
+        with k.loop(0, nkv + 2) as j:
             with k.if_(j, "<", nkv):  # S_j on the AIC, the online softmax on the AIVs
                 e = k.let(j % 2, "e")
+                e3 = k.let(j % NS, "e3")
+                ea = k.let(j % NA, "ea")
                 k0 = k.let(j * tk, "k0")
                 kvn = k.let(isa.imin(tk, kv_end - k0), "kvn")
-                k.pipe_barrier("AIC")
-                k.load_nz(k_l1, kk[kb + k0 * krs], D, kvn, (1, krs), dp)  # K^T (D, kvn)
-                k.pipe_barrier("AIC")
-                k.load_l0(b_l0, k_l1, dp, tk, dp, dp)
-                k.pipe_barrier("AIC")
-                k.mmad(s_l0c, q_l0, b_l0, qv, kvn, D, tq, dp, tq)
-                k.pipe_barrier("AIC")
-                k.fixpipe(ws_s[slot_s + e * (tq * tk)], s_l0c, qv, kvn, (tk, 1), tq)
-                k.cross_set("AIC", "FIX", e + _S_READY)
+                # MTE2 -> MTE1 -> Cube -> FixPipe, each stage waiting for its input and for
+                # its output slot to be free (flags, no barrier). K/V_{j+1} are loaded first,
+                # so MTE2 streams them in while the Cube multiplies and FixPipe drains S_j,
+                # and S_{j+1} does not wait behind P_{j-1} in MTE2's queue
+                with k.if_(j + 1, "<", nkv):
+                    load_kv(j + 1, (j + 1) % 2)
+                k.wait_flag("MTE2", "MTE1", e)
+                k.wait_flag("M", "MTE1", 0)
+                k.load_l0(k_l0, k_l1[e * kt], dp, tk, dp, dp)
+                k.set_flag("MTE1", "MTE2", e)
+                k.set_flag("MTE1", "M", 0)
+                k.wait_flag("MTE1", "M", 0)
+                k.wait_flag("FIX", "M", 0)
+                k.mmad(s_l0c, q_l0, k_l0, qv, kvn, D, tq, dp, tq)
+                k.set_flag("M", "MTE1", 0)
+                k.set_flag("M", "FIX", 0)
+                k.wait_flag("M", "FIX", 0)
+                k.fixpipe(ws_s[slot_s + e3 * (tq * tk)], s_l0c, qv, kvn, (tk, 1), tq)
+                k.set_flag("FIX", "M", 0)
+                k.cross_set("AIC", "FIX", e3 + _S_READY)
                 with k.loop(0, aivs, name=V):
                     r0, rv = aiv_rows(qv)
-                    k.cross_wait("AIV", "MTE2", e + _S_READY)
+                    k.cross_wait("AIV", "MTE2", e3 + _S_READY)
                     with k.if_(rv, ">", 0):
                         _softmax_step(k, locals(), scale, causal, masked, mdiv, mmod)
-                    k.cross_set("AIV", "MTE3", e + _P_READY)
-            with k.if_(j, ">=", 1):  # P_{j-1} V_{j-1} on the AIC, folded into O by the AIVs
-                e1 = k.let((j + 1) % 2, "e1")
-                k1 = k.let((j - 1) * tk, "k1")
+                    k.cross_set("AIV", "MTE3", e3 + _P_READY)
+            with k.if_(j, ">=", 2):  # P_i V_i (i = j - 2) on the AIC, folded into O by the AIVs
+                i2 = k.let((j - 2) % 2, "i2")  # its P slot in L1
+                i4 = k.let((j - 2) % NS, "i4")  # its P hand-off slot (GM) and V slot (L1)
+                i3 = k.let((j - 2) % NPV, "i3")  # its P V hand-off slot (GM)
+                ia = k.let((j - 2) % NA, "ia")  # its alpha
+                k1 = k.let((j - 2) * tk, "k1")
                 kvn1 = k.let(isa.imin(tk, kv_end - k1), "kvn1")
-                k.cross_wait("AIC", "MTE2", e1 + _P_READY)
-                k.pipe_barrier("AIC")
-                k.load_nz(p_l1, ws_p[slot_s + e1 * (tq * tk)], qv, kvn1, (tk, 1), tq)
-                k.load_nz(v_l1, v[vb + k1 * vrs], kvn1, Dv, (vrs, 1), tk)
-                k.pipe_barrier("AIC")
-                k.load_l0(p_l0, p_l1, tq, tk, tq, tq)
-                k.load_l0(b_l0, v_l1, tk, dvp, tk, tk)
-                k.pipe_barrier("AIC")
-                k.mmad(o_l0c, p_l0, b_l0, qv, Dv, kvn1, tq, tk, tq)
-                k.pipe_barrier("AIC")
-                k.fixpipe(ws_pv[slot_pv + e1 * (tq * Dv)], o_l0c, qv, Dv, (Dv, 1), tq)
-                k.cross_set("AIC", "FIX", e1 + _PV_READY)
+                k.cross_wait("AIC", "MTE2", i4 + _P_READY)
+                k.wait_flag("MTE1", "MTE2", i2 + 2)
+                k.load_nz(p_l1[i2 * pt], ws_p[slot_s + i4 * (tq * tk)], qv, kvn1, (tk, 1), tq)
+                k.set_flag("MTE2", "MTE1", i2 + 2)
+                k.wait_flag("MTE2", "MTE1", i2 + 2)
+                k.wait_flag("M", "MTE1", 1)
+                k.load_l0(p_l0, p_l1[i2 * pt], tq, tk, tq, tq)
+                k.load_l0(v_l0, v_l1[i4 * vt], tk, dvp, tk, tk)
+                k.set_flag("MTE1", "MTE2", i2 + 2)
+                k.set_flag("MTE1", "MTE2", i4 + 4)
+                k.set_flag("MTE1", "M", 1)
+                k.wait_flag("MTE1", "M", 1)
+                k.wait_flag("FIX", "M", 1)
+                k.mmad(o_l0c, p_l0, v_l0, qv, Dv, kvn1, tq, tk, tq)
+                k.set_flag("M", "MTE1", 1)
+                k.set_flag("M", "FIX", 1)
+                k.wait_flag("M", "FIX", 1)
+                k.fixpipe(ws_pv[slot_pv + i3 * (tq * Dv)], o_l0c, qv, Dv, (Dv, 1), tq)
+                k.set_flag("FIX", "M", 1)
+                k.cross_set("AIC", "FIX", i3 + _PV_READY)
                 with k.loop(0, aivs, name=V):
                     r0, rv = aiv_rows(qv)
-                    k.cross_wait("AIV", "MTE2", e1 + _PV_READY)
+                    k.cross_wait("AIV", "MTE2", i3 + _PV_READY)
                     with k.if_(rv, ">", 0):
-                        k.pipe_barrier("AIV")
-                        k.copy_in(pv_ub, ws_pv[slot_pv + e1 * (tq * Dv) + r0 * Dv], rv * Dv)
-                        k.pipe_barrier("AIV")
-                        for ee in (0, 1):  # O = O a_{j-1} + P_{j-1} V_{j-1}
-                            with k.if_(e1, "==", ee):
+                        k.wait_flag("V", "MTE2", 2)  # the last fold has read pv_ub
+                        k.copy_in(pv_ub, ws_pv[slot_pv + i3 * (tq * Dv) + r0 * Dv], rv * Dv)
+                        k.set_flag("MTE2", "V", 2)
+                        k.wait_flag("MTE2", "V", 2)
+                        for ee in range(NA):  # O = O a_i + P_i V_i
+                            with k.if_(ia, "==", ee):
                                 k.emit(isa.VBrcb(bc[0], al[ee][r0], Dv, rv))
                         k.vfma(o_ub[r0 * Dv], o_ub[r0 * Dv], bc, pv_ub, rv * Dv)
+                        k.set_flag("V", "MTE2", 2)
+        for src, dst, ev in _FREE:  # the AIC's slots drained
+            k.wait_flag(src, dst, ev)
         with k.loop(0, aivs, name=V):  # O / l, in the output dtype, to GM
             r0, rv = aiv_rows(qv)
+            for src, dst, ev in _AIV_FREE:  # drained
+                k.wait_flag(src, dst, ev)
+            k.pipe_barrier("AIV")  # P's last copy-out has read p_ub
             with k.if_(rv, ">", 0):
                 k.vmaxs(lrow[r0], lrow[r0], 1e-30, rv)  # a fully masked row: 0 / tiny = 0
                 k.vrec(lrow[r0], lrow[r0], rv)
@@ -312,22 +390,28 @@ def _kernel_mix(k, q, kk, v, *rest, scale, causal, masked, mdiv, mmod, tq, tk, a
 
 
 def _softmax_step(k, env: dict, scale, causal, masked, mdiv, mmod) -> None:
-    """One AIV's online-softmax step on its rv rows of S_j (see `_kernel_mix`)."""
+    """One AIV's online-softmax step on its rv rows of S_j (see `_kernel_mix`), in UB slot
+    e = j % 2 of S / P / mask: MTE2 -> Vector -> MTE3 joined by flags, the slot's reuse
+    ordered by MTE3 -> MTE2 (P_{j-2} copied out before S_j lands in its slot)."""
     s_ub, p_ub, m_ub, bc = env["s_ub"], env["p_ub"], env["m_ub"], env["bc"]
     mrow, lrow, al, mx, mn, rs = (env[n] for n in ("mrow", "lrow", "al", "mx", "mn", "rs"))
     r0, rv, e, k0, kvn = env["r0"], env["rv"], env["e"], env["k0"], env["kvn"]
     q0, b, tk, tq, L, S = env["q0"], env["b"], env["tk"], env["tq"], env["L"], env["S"]
-    ws_s, ws_p, slot_s, mask = env["ws_s"], env["ws_p"], env["slot_s"], env["mask"]
+    ws_s, ws_p, slot_s, mask, hr = env["ws_s"], env["ws_p"], env["slot_s"], env["mask"], env["hr"]
+    e3 = env["e3"]  # the GM hand-off slot (S_j in, P_j out)
     n = rv * tk
-    k.pipe_barrier("AIV")
-    k.copy_in(s_ub, ws_s[slot_s + e * (tq * tk) + r0 * tk], (rv, kvn), (tk, 1), tk)
+    so = k.let(e * (hr * tk), "so")  # this step's slot
+    s0 = s_ub[so]
+    k.wait_flag("MTE3", "MTE2", e)
+    k.copy_in(s0, ws_s[slot_s + e3 * (tq * tk) + r0 * tk], (rv, kvn), (tk, 1), tk)
     if masked:  # the additive float32 mask's rows (batch-broadcast: its batch index)
         mb = (b // mdiv) % mmod if mmod > 1 else 0
-        k.copy_in(m_ub, mask[mb * (L * S) + (q0 + r0) * S + k0], (rv, kvn), (S, 1), tk)
-    k.pipe_barrier("AIV")
-    k.vmuls(s_ub, s_ub, float(scale), n)
+        k.copy_in(m_ub[so], mask[mb * (L * S) + (q0 + r0) * S + k0], (rv, kvn), (S, 1), tk)
+    k.set_flag("MTE2", "V", e)
+    k.wait_flag("MTE2", "V", e)
+    k.vmuls(s0, s0, float(scale), n)
     if masked:
-        k.vadd(s_ub, s_ub, m_ub, n)
+        k.vadd(s0, s0, m_ub[so], n)
     # -inf past the tile's keys (a partial last tile) and, causal, past each row's query:
     # key k0 + c > query q0 + r0 + r (top-left aligned)
     if causal:
@@ -335,35 +419,39 @@ def _softmax_step(k, env: dict, scale, causal, masked, mdiv, mmod) -> None:
             with k.loop(0, rv) as r:
                 first = k.let(isa.imin(isa.imax(q0 + r0 + r - k0 + 1, 0), kvn), "first")
                 with k.if_(first, "<", tk):
-                    k.vdup(s_ub[r * tk + first], -math.inf, tk - first)
+                    k.vdup(s_ub[so + r * tk + first], -math.inf, tk - first)
         with k.if_(k0 + kvn, "<=", q0 + r0 + 1):
             with k.if_(kvn, "<", tk):
                 with k.loop(0, rv) as r:
-                    k.vdup(s_ub[r * tk + kvn], -math.inf, tk - kvn)
+                    k.vdup(s_ub[so + r * tk + kvn], -math.inf, tk - kvn)
     else:
         with k.if_(kvn, "<", tk):
             with k.loop(0, rv) as r:
-                k.vdup(s_ub[r * tk + kvn], -math.inf, tk - kvn)
+                k.vdup(s_ub[so + r * tk + kvn], -math.inf, tk - kvn)
     k.vdup(mx, -math.inf, rv)
-    k.vreduce("vcmax", mx, s_ub, tk, rv)
+    k.vreduce("vcmax", mx, s0, tk, rv)
     k.vmax(mn, mrow[r0], mx, rv)
     k.vmaxs(mn, mn, -FLT_MAX, rv)  # all -inf so far: exp(-inf - -FLT_MAX) = 0, not NaN
-    for ee in (0, 1):  # a_j = exp(m - m'), kept for the fold of P_j V_j
-        with k.if_(e, "==", ee):
+    for ee in range(NA):  # a_j = exp(m - m'), kept for the fold of P_j V_j
+        with k.if_(env["ea"], "==", ee):
             k.vsub(al[ee][r0], mrow[r0], mn, rv)
             k.vexp(al[ee][r0], al[ee][r0], rv)
             k.vmul(lrow[r0], lrow[r0], al[ee][r0], rv)
     k.emit(isa.VBrcb(bc[0], mn[0], tk, rv))
-    k.vsub(s_ub, s_ub, bc, n)
-    k.vexp(s_ub, s_ub, n)
+    k.vsub(s0, s0, bc, n)
+    k.vexp(s0, s0, n)
     k.vdup(rs, 0.0, rv)
-    k.vreduce("vcadd", rs, s_ub, tk, rv)
+    k.vreduce("vcadd", rs, s0, tk, rv)
     k.vadd(lrow[r0], lrow[r0], rs, rv)
     k.vcopy(mrow[r0], mn, rv)
+    p0 = s0
     if p_ub is not s_ub:
-        k.vconv(p_ub, s_ub, n)
-    k.pipe_barrier("AIV")
-    k.copy_out(ws_p[slot_s + e * (tq * tk) + r0 * tk], p_ub, (rv, kvn), (tk, 1), tk)
+        p0 = p_ub[so]
+        k.vconv(p0, s0, n)
+    k.set_flag("V", "MTE3", e)
+    k.wait_flag("V", "MTE3", e)
+    k.copy_out(ws_p[slot_s + e3 * (tq * tk) + r0 * tk], p0, (rv, kvn), (tk, 1), tk)
+    k.set_flag("MTE3", "MTE2", e)
 
 
 def tiles(spec, d: int, dv: int) -> tuple[int, int]:
@@ -467,29 +555,30 @@ class Attention:
 
 def tiles_mix(spec, d: int, dv: int, dtype: str, masked: bool) -> tuple[int, int, int]:
     """(TQ, TK, AIVs) of the MIX kernel on a split `spec` for head dims d, dv and input
-    `dtype`: TK the widest multiple of 16 (<= 128) whose K^T / V tile fits L0B; TQ the tallest
-    (<= 128) whose Q + P tiles fit L0A, S + P V fit L0C, the L1 panels fit L1 and one AIV's
-    set (its TQ / AIVs rows of S, P, mask, broadcast; the online state of all TQ rows) fits
-    its UB."""
-    isz = np.dtype(dtype).itemsize
+    `dtype`: TK the widest multiple of 16 (<= 128) whose K^T and V tiles fit L0B side by side
+    (the next K^T loads while P V reads V); TQ the tallest (<= 128) whose Q + P tiles fit L0A,
+    S + P V fit L0C, the L1 panels (Q, and two ping-pong slots each of K^T, P and V) fit L1
+    and one AIV's set (its TQ / AIVs rows of S, P, mask, broadcast; the online state of all
+    TQ rows) fits its UB."""
+    isz = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype).itemsize
     dp, dvp = _r16(d), _r16(dv)
     aivs = max(1, min(2, spec.vector_cores // max(spec.cube_cores, 1)))
     tk = 128
-    while tk > 16 and max(dp, dvp) * tk * isz > spec.l0b_bytes:
+    while tk > 16 and (dp + dvp) * tk * isz > spec.l0b_bytes:
         tk -= 16
 
     def ub(tq: int) -> int:
         hr = -(-tq // aivs)
         w = max(tk, dv)
-        per_row = tk * 4 + (w * isz if isz != 4 else 0) + (w * 4 if masked else 0) + w * 4
-        per_row += dv * 4 if tk < dv else 0
+        per_row = 2 * tk * 4 + (max(2 * tk, dv) * isz if isz != 4 else 0) + w * 4 + dv * 4
+        per_row += 2 * tk * 4 if masked else 0  # S, P, mask: two slots each
         return hr * per_row + aivs * hr * (dv * 4 + 4 * 4) + hr * 3 * 4 + 64 * 16
 
     tq = 128
     while tq > 16 and (
         tq * (dp + tk) * isz > spec.l0a_bytes
         or tq * (tk + dvp) * 4 > spec.l0c_bytes
-        or (tq * dp + dp * tk + tq * tk + tk * dvp) * isz > spec.l1_bytes
+        or (tq * dp + 2 * (dp * tk + tq * tk) + NS * tk * dvp) * isz > spec.l1_bytes
         or ub(tq) > spec.ub_bytes
     ):
         tq -= 16
