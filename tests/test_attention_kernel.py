@@ -16,6 +16,9 @@ import pytest
 
 import lazymath as lm
 from lazymath import nn
+from lazymath.backend.compile import build_program
+from lazymath.backend.npu import cost
+from lazymath.backend.npu.isa_cube import cube_cycles
 from lazymath.backend.npu.templates import attention
 
 torch = pytest.importorskip("torch")
@@ -92,8 +95,6 @@ def test_planned_memory_does_not_grow_with_t_squared(monkeypatch):
 def test_cycle_model_skips_causal_tiles():
     """Causal attention loads about half of the K/V tiles: the modelled time and Cube cycles
     are well under the full attention's (T = 1024, tiles of 128 keys)."""
-    from lazymath.backend.compile import build_program
-    from lazymath.backend.npu import cost
 
     def estimate(causal):
         q = lm.tensor(np.zeros((1, 4, 1024, 64), np.float32))
@@ -104,6 +105,30 @@ def test_cycle_model_skips_causal_tiles():
     full, causal = estimate(False), estimate(True)
     assert causal.pipes["Cube"] < 0.65 * full.pipes["Cube"]
     assert causal.seconds < 0.65 * full.seconds
+
+
+def test_cycle_model_counts_every_causal_tile():
+    """A causal item streams more K/V tiles the later its Q tile, so the item loop has no
+    steady state: the model walks it instead of repeating its first period (which counted
+    0.14 of the full attention's Cube cycles at T=2048). Block 0's Cube cycles are then
+    exactly its tiles': 39 Q tiles of 80 rows, the (i+1)-th seeing ceil(80 (i+1) / 128) key
+    tiles of its head, each Mmad pair rounded to 16-row fractals."""
+    q = lm.tensor(np.zeros((4, 12, 2048, 64), np.float32))
+    s = lm.schedule(sdpa(q, q, q, is_causal=True))
+    (k,) = s.kernels
+    c = cost.estimate(build_program(k.group.ir, s.spec, k.name), s.spec)
+    tq, tk = attention.tiles(s.spec, 64, 64)
+    nq = -(-2048 // tq)
+    items = -(-4 * 12 * nq // c.blocks)
+    want = 0
+    for it in range(items):
+        q0 = (it % nq) * tq
+        qv = min(tq, 2048 - q0)
+        for k0 in range(0, min(2048, q0 + qv), tk):
+            kvn = min(tk, q0 + qv - k0)
+            want += cube_cycles(qv, kvn, 64, "float32", s.spec)  # S = Q K^T
+            want += cube_cycles(qv, 64, kvn, "float32", s.spec)  # O += P V
+    assert c.pipes["Cube"] == want
 
 
 def test_tiles_fit_the_device():
