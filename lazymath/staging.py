@@ -176,6 +176,7 @@ class Jitted:
         # their entry up here first: key = settings state, device, each input's layout
         self._fast: dict = {}
         self._flat = not self.static_argnums
+        self._name = getattr(fn, "__qualname__", repr(fn))  # (named by a DonatedError)
         self._last_sig = None
         self.traces = 0  # how many times fn's Python code ran (first calls and retraces)
         functools.update_wrapper(self, fn)
@@ -221,18 +222,22 @@ class Jitted:
         donated = self._donated_tensors(args)
         out = Jitted.__call__(self, *args, **kwargs)
         if donated:
-            out_leaves: list = []
-            _flatten(out, out_leaves, [])
-            mine = {id(t) for t in donated}
-            if any(id(t) in mine for t in out_leaves):  # fn returned a donated input: a new handle
-                fresh = iter([Tensor(t._node, t._device) if id(t) in mine else t
-                              for t in out_leaves])  # fmt: skip
-                out = _rebuild(out, fresh)
-            name = getattr(self.fn, "__qualname__", repr(self.fn))
+            if type(out) is Tensor:  # one output (the common step): no pytree walk
+                if any(out is t for t in donated):  # fn returned a donated input: a new handle
+                    out = Tensor(out._node, out._device)
+            else:
+                out_leaves: list = []
+                _flatten(out, out_leaves, [])
+                mine = {id(t) for t in donated}
+                if any(id(t) in mine for t in out_leaves):  # a donated input returned
+                    fresh = iter([Tensor(t._node, t._device) if id(t) in mine else t
+                                  for t in out_leaves])  # fmt: skip
+                    out = _rebuild(out, fresh)
             for t in donated:
-                if type(t._node) is not _DonatedNode:
-                    t._node.tensors -= 1
-                    t._node = _DonatedNode(name, t._node.shape, t._node.dtype)
+                node = t._node
+                if type(node) is not _DonatedNode:
+                    node.tensors -= 1
+                    t._node = _DonatedNode(self._name, node.shape, node.dtype)
         return out
 
     def _donated_tensors(self, args) -> list:
@@ -241,9 +246,11 @@ class Jitted:
         out = []
         for i in self.donate:
             if i < len(args):
-                leaves: list = []
-                _flatten_tensors(args[i], leaves)
-                out += leaves
+                a = args[i]
+                if type(a) is Tensor:  # (the common case: no pytree walk)
+                    out.append(a)
+                else:
+                    _flatten_tensors(a, out)
         for t in out:
             t._node.shape  # noqa: B018 - a dead (donated) tensor raises DonatedError
         return out
@@ -454,7 +461,8 @@ class Jitted:
     def _replay(self, entry: _Entry, leaves):
         bound = entry.bound
         if entry.donors:
-            return _wrap(entry, leaves, _run_donating(entry, leaves))
+            outs = _run_donating(entry, leaves)
+            return _wrap(entry, leaves, outs, entry.bound is not None and _prof._ACTIVE is None)
         if bound is not None and _prof._ACTIVE is None:
             results = bound([t._node for t in leaves], _rt_api._CURRENT or _rt_api.current_device())
             return _wrap(entry, leaves, results, True)
@@ -683,23 +691,40 @@ def _run_donating(entry: _Entry, leaves: list) -> list:
         if entry.long:
             return engine._run_program(prog, _Leaves(data), False, True)
         return prog.run(data, True)
+    addrs = _addresses(leaves)  # (a function: no local may keep an input array alive)
     outs: list = [None] * len(prog.outputs)
+    out_addrs = [0] * len(outs)
     for j, k in entry.donors:
         node = leaves[k]._node
         a = node.realized
-        holders = 3 + (node.addr is not None and node.addr[0] is a)  # realized, arrays, a
-        if bound is not None and bound.holds(a):
+        holders = 4  # realized, node.addr, arrays, a
+        if bound.holds(a):
             holders += 1  # the context keeps its last output for reuse: released below
         # (node: its tensor, `node`, getrefcount's argument; a pending op on it adds one)
         alone = sum(x is a for x in arrays) == 1 and sys.getrefcount(a) - 1 <= holders
-        if alone and a.flags.owndata and node.tensors == 1 and sys.getrefcount(node) == 3:
-            outs[j] = a
+        if alone and node.tensors == 1 and sys.getrefcount(node) == 3:
+            flags = a.flags
+            if flags.owndata:
+                flags.writeable = False  # (a realized array is immutable: _wrap needs no check)
+                outs[j], out_addrs[j] = a, addrs[k]
     for j, slot in enumerate(prog.outputs):
         if outs[j] is None:
-            s = prog.slots[slot]
-            outs[j] = np.empty(s.shape, s.dtype)
-    bound.run_into(arrays, outs, _rt_api._CURRENT or _rt_api.current_device())
+            o = outs[j] = np.empty(prog.slots[slot].shape, prog.slots[slot].dtype)
+            o.flags.writeable = False
+            out_addrs[j] = o.__array_interface__["data"][0]
+    bound.run_addresses(addrs, out_addrs, _rt_api._CURRENT or _rt_api.current_device())
     return outs
+
+
+def _addresses(leaves: list) -> list[int]:
+    """The tensors' data addresses, cached on their nodes (`node.addr`, as BoundReplay)."""
+    out = []
+    for t in leaves:
+        node, r = t._node, t._node.realized
+        if node.addr is None or node.addr[0] is not r:
+            node.addr = (r, r.__array_interface__["data"][0])
+        out.append(node.addr[1])
+    return out
 
 
 _NO = object()  # "not handled here": _dynamic_call's answer when the call is not a batch

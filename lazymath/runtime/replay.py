@@ -36,6 +36,10 @@ from lazymath.runtime import profiler as _prof
 from lazymath.runtime.api import Launch
 from lazymath.runtime.pool import aligned
 
+# (block_idx, block_num) of a one-block launch as ready ctypes arguments for a kernel
+# function's `raw` twin (backend.native.jit.as_cfunc: no per-call argument conversion)
+ONE_BLOCK = (ctypes.c_int64(0), ctypes.c_int64(1))
+
 
 @dataclass
 class Slot:
@@ -231,8 +235,9 @@ class Program:
                     argv[pos] = addr
             pool = dev.block_pool
             for (ck, blocks), argv in zip(calls, ctx.argvs):
-                if blocks <= 1:
-                    ck._cfunc(0, 1, argv)
+                if blocks <= 1:  # (cf held across the call: a tier-up may replace _cfunc)
+                    cf = ck._cfunc
+                    cf.raw(*ONE_BLOCK, argv)
                 else:
                     pool.run_native(ck._cfunc, argv, blocks)
         finally:
@@ -364,8 +369,9 @@ class BoundReplay:
                     argv[pos] = addr
             pool = dev.block_pool
             for (ck, blocks), argv in zip(self._calls, ctx.argvs):
-                if blocks <= 1:
-                    ck._cfunc(0, 1, argv)
+                if blocks <= 1:  # (cf held across the call: a tier-up may replace _cfunc)
+                    cf = ck._cfunc
+                    cf.raw(*ONE_BLOCK, argv)
                 else:
                     pool.run_native(ck._cfunc, argv, blocks)
         finally:
@@ -396,8 +402,9 @@ class BoundReplay:
                     argv[pos] = addr
             pool = dev.block_pool
             for (ck, blocks), argv in zip(self._calls, ctx.argvs):
-                if blocks <= 1:
-                    ck._cfunc(0, 1, argv)
+                if blocks <= 1:  # (cf held across the call: a tier-up may replace _cfunc)
+                    cf = ck._cfunc
+                    cf.raw(*ONE_BLOCK, argv)
                 else:
                     pool.run_native(ck._cfunc, argv, blocks)
         finally:
@@ -428,8 +435,9 @@ class BoundReplay:
                     argv[pos] = addr
             pool = dev.block_pool
             for (ck, blocks), argv in zip(self._calls, ctx.argvs):
-                if blocks <= 1:
-                    ck._cfunc(0, 1, argv)
+                if blocks <= 1:  # (cf held across the call: a tier-up may replace _cfunc)
+                    cf = ck._cfunc
+                    cf.raw(*ONE_BLOCK, argv)
                 else:
                     pool.run_native(ck._cfunc, argv, blocks)
         finally:
