@@ -40,7 +40,7 @@ How to add an elementwise op (exp2 was added this way):
 3. its row in tests/test_ops_elementwise.py's UNARY table (oracle and input domain; a test
    fails while it is missing; binary ops are tested from the registry directly);
 4. if the lowering is new: a `Native` instruction needs its entry in `backend/npu/isa.py` and the
-   lowering/interpreter/cost tables; a `Composite` its expansion in `backend/npu/vmath.py` and, for
+   lowering/interpreter/cost tables; a `Composite` its expansion in `backend/npu/vmath/` and, for
    the dtypes vmath leaves to the host, a case in `lower_vector._vhostmath`, `interp._HOST` and
    `lower_cube._float_special` (the matmul epilogue). Fusion, the kernel IR and the Vector
    templates need nothing: they read the record.
