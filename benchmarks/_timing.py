@@ -63,7 +63,12 @@ def host_roof(*tensors, refresh: bool = False):
             for name, r in parts
         )
         frac = total / measured_s if measured_s > 0 else float("nan")
-        return f"host roof {total * 1e3:.3f} ms: lazymath at {frac:.0%} of it [{kinds}]"
+        text = f"host roof {total * 1e3:.3f} ms: lazymath at {frac:.0%} of it"
+        if measured_s > 0 and any(r.memory_nt_s is not None for _, r in parts):
+            # the roof had every DRAM output been streamed (non-temporal stores)
+            nt = sum(max(r.compute_s, r.memory_nt_s or r.memory_s) for _, r in parts)
+            text += f" ({nt / measured_s:.0%} of {nt * 1e3:.3f} ms with non-temporal stores)"
+        return f"{text} [{kinds}]"
 
     line.roofs = roofs
     return line

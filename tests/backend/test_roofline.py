@@ -21,12 +21,13 @@ ZEN5 = rl.Uarch(512, 2, 4, 2.5)
 ZEN4 = rl.Uarch(256, 2, 4, 3.5)
 
 
-def fake(vector_bits: int = 512, uarch: rl.Uarch = ZEN5, threads: int = 2) -> rl.HostRoofs:
+def fake(vector_bits: int = 512, uarch: rl.Uarch = ZEN5, threads: int = 2,
+         nt_bw: float = 0.0) -> rl.HostRoofs:  # fmt: skip
     """A host with round numbers: 2 GHz, DRAM 20 GB/s on 1 thread / 30 on 2, LLC 100 GB/s per
-    thread below 8 MiB (16 MiB LLC)."""
+    thread below 8 MiB (16 MiB LLC); `nt_bw`: DRAM with non-temporal stores (0: unmeasured)."""
     return rl.HostRoofs("fake", vector_bits, uarch, clock_hz=2e9, threads=threads,
                         dram_bw1=20 * GB, dram_bw=30 * GB, cache_bw1=100 * GB,
-                        llc_bytes=16 << 20)  # fmt: skip
+                        llc_bytes=16 << 20, nt_bw=nt_bw)  # fmt: skip
 
 
 def kernel_ir(t):
@@ -153,7 +154,8 @@ def test_host_roofs_measure_once_and_cache_on_disk(monkeypatch, tmp_path):
 
     def measure(llc, threads):
         calls.append((llc, threads))
-        return {"clock_hz": 3e9, "dram_bw1": 10 * GB, "dram_bw": 15 * GB, "cache_bw1": 50 * GB}
+        return {"clock_hz": 3e9, "dram_bw1": 10 * GB, "dram_bw": 15 * GB, "cache_bw1": 50 * GB,
+                "nt_bw": 20 * GB}  # fmt: skip
 
     monkeypatch.setattr(rl, "_measure", measure)
     h = rl.host_roofs(host.target())
@@ -165,13 +167,16 @@ def test_host_roofs_measure_once_and_cache_on_disk(monkeypatch, tmp_path):
     monkeypatch.setattr(rl, "_cache", rl._Cache())  # a new process: read from disk
     again = rl.host_roofs(host.target())
     assert again.source == "cached" and again.dram_bw == 15 * GB and len(calls) == 1
-    assert "15.0 GB/s on" in again.describe()
+    assert "15.0 GB/s on" in again.describe() and again.nt_bw == 20 * GB
+    assert "non-temporal stores DRAM 20.0 GB/s on" in again.describe()
     # measuring again keeps the best of old and new per quantity (load only slows a probe)
-    slower = {"clock_hz": 2e9, "dram_bw1": 12 * GB, "dram_bw": 9 * GB, "cache_bw1": 50 * GB}
+    slower = {"clock_hz": 2e9, "dram_bw1": 12 * GB, "dram_bw": 9 * GB, "cache_bw1": 50 * GB,
+              "nt_bw": 25 * GB}  # fmt: skip
     monkeypatch.setattr(rl, "_measure", lambda llc, threads: calls.append(1) or dict(slower))
     best = rl.host_roofs(host.target(), refresh=True)
     assert len(calls) == 2 and best.source == "measured"
-    assert (best.clock_hz, best.dram_bw1, best.dram_bw) == (3e9, 12 * GB, 15 * GB)
+    assert (best.clock_hz, best.dram_bw1, best.dram_bw, best.nt_bw) == (3e9, 12 * GB, 15 * GB,
+                                                                         25 * GB)  # fmt: skip
     entry = json.loads((tmp_path / "host_roofs.json").read_text())[next(iter(data))]
     assert entry["dram_bw1"] == 12 * GB and entry["dram_bw"] == 15 * GB
 
@@ -187,6 +192,123 @@ def test_clock_probe_runs_the_add_chain():
 def test_copy_probe_copies():
     bw = rl.measure_copy(1 << 16, 2, reps=2, inner=1)
     assert math.isfinite(bw) and bw > 0
+
+
+def test_a_host_roofs_file_without_the_nt_bandwidth_is_measured_again(monkeypatch, tmp_path):
+    """An entry written before the non-temporal probe existed lacks nt_bw: read as a miss, so
+    the probe runs once instead of the host reporting 'not measured' forever."""
+    monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(rl, "_cache", rl._Cache())
+    old = {"clock_hz": 3e9, "dram_bw1": 10 * GB, "dram_bw": 15 * GB, "cache_bw1": 50 * GB}
+    monkeypatch.setattr(rl, "_measure", lambda llc, threads: dict(old))
+    rl.host_roofs(host.target())  # writes an entry without nt_bw, as an older lazymath did
+    monkeypatch.setattr(rl, "_cache", rl._Cache())
+    monkeypatch.setattr(rl, "_measure", lambda llc, threads: {**old, "nt_bw": 22 * GB})
+    h = rl.host_roofs(host.target())
+    assert h.source == "measured" and h.nt_bw == 22 * GB
+
+
+def test_non_temporal_memory_bound_is_shown_beside_the_normal_one():
+    n = 1 << 22  # 32 MiB moved: DRAM
+    x = lm.tensor(np.ones(n, np.float32))
+    ir = kernel_ir(x + 1.0)
+    plain = rl.kernel_roof(ir, 2, fake())
+    assert plain.memory_nt_s is None  # not measured: nothing claimed
+    assert "non-temporal" not in plain.describe(1e-3) and "non-temporal" not in fake().describe()
+    h = fake(nt_bw=45 * GB)
+    two = rl.kernel_roof(ir, 2, h)
+    assert two.memory_s == plain.memory_s  # the roof stays the normal-store one
+    assert two.memory_nt_s == pytest.approx(two.bytes / (45 * GB))
+    one = rl.kernel_roof(ir, 1, h)  # one thread: 20 GB/s normal, scaled by the same 1.5x
+    assert one.memory_nt_s == pytest.approx(one.bytes / (30 * GB))
+    text = two.describe(2 * two.memory_s)
+    assert "50% of the memory roof" in text
+    assert f"{two.memory_nt_s * 1e6:.1f} us with non-temporal stores" in text
+    assert f"({two.memory_nt_s / (2 * two.memory_s):.0%} of the non-temporal-store roof)" in text
+    assert "non-temporal stores DRAM 45.0 GB/s on 2 (1.50x normal stores)" in h.describe()
+    small = rl.kernel_roof(kernel_ir(lm.tensor(np.ones(1 << 10, np.float32)) + 1.0), 2, h)
+    assert small.level == "LLC" and small.memory_nt_s is None  # cache-resident: no DRAM store
+
+
+def test_nt_copy_code_is_the_documented_loop():
+    code = rl._nt_copy_code()
+    assert code.count(bytes.fromhex("c5fc2b")) == 4  # four vmovntps ymm stores
+    assert code.count(bytes.fromhex("c5fc10")) == 4  # four vmovups ymm loads
+    assert code.endswith(bytes.fromhex("0faef8c5f877c3"))  # sfence; vzeroupper; ret
+    # the jnz lands on the first load
+    jnz = code.index(bytes.fromhex("0f85"))
+    rel = int.from_bytes(code[jnz + 2 : jnz + 6], "little", signed=True)
+    assert jnz + 6 + rel == 0
+
+
+def nt_copy_or_skip():
+    probe = rl._NtCopyProbe()
+    copy = probe.__enter__()
+    if copy is None:
+        pytest.skip("the non-temporal copy probe is AVX machine code on x86-64 Linux")
+    return probe, copy
+
+
+@pytest.mark.parametrize("nbytes", [0, 128, 128 * 37, 1 << 20])
+def test_nt_copy_probe_copies_exactly(nbytes):
+    probe, copy = nt_copy_or_skip()
+    try:
+        rng = np.random.default_rng(nbytes)
+        src = rl.aligned_empty(nbytes).view(np.uint32)
+        src[:] = rng.integers(0, 2**32, src.size, dtype=np.uint32)
+        dst = rl.aligned_empty(nbytes + 256)
+        dst[:] = 0xA5
+        copy(dst[:nbytes].view(np.uint32), src)
+        assert np.array_equal(dst[:nbytes].view(np.uint32), src)
+        assert (dst[nbytes:] == 0xA5).all()  # nothing written past the end
+    finally:
+        probe.__exit__(None, None, None)
+
+
+def test_nt_copy_probe_refuses_what_would_fault():
+    probe, copy = nt_copy_or_skip()
+    try:
+        a = rl.aligned_empty(1024)
+        with pytest.raises(ValueError, match="multiple of 128"):
+            copy(a[:100], a[512:612])
+        with pytest.raises(ValueError, match="bytes into"):
+            copy(a[:256], a[512:640])
+        with pytest.raises(ValueError, match="32-byte aligned"):
+            copy(a[16:144], a[512:640])
+        with pytest.raises(ValueError, match="C-contiguous"):
+            copy(a[:512:2], a[512:768])
+        with pytest.raises(ValueError, match="C-contiguous"):
+            copy(a[:128], a[512:640].tolist())
+        ro = a[:128]
+        ro.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            copy(ro, a[512:640])
+    finally:
+        probe.__exit__(None, None, None)
+
+
+def test_nt_bandwidth_probe_measures_something_or_nothing():
+    bw = rl.measure_nt_copy(1 << 16, 2, reps=2, inner=1)
+    assert math.isfinite(bw) and bw >= 0  # 0.0: no AVX / not x86-64 Linux
+    with rl._NtCopyProbe() as copy:
+        assert (bw > 0) == (copy is not None)
+
+
+def test_nt_probe_is_off_without_avx(monkeypatch):
+    """A host without AVX (an old or emulated core) gets no probe, not an illegal instruction."""
+    monkeypatch.setattr(rl.llvm, "get_host_cpu_features", lambda: {"sse2": True})
+    with rl._NtCopyProbe() as copy:
+        assert copy is None
+    assert rl.measure_nt_copy(1 << 16, 1) == 0.0
+
+
+@pytest.mark.parametrize("nbytes,align", [(0, 64), (1, 64), (1000, 64), (4096, 4096), (7, 32)])
+def test_aligned_empty(nbytes, align):
+    a = rl.aligned_empty(nbytes, align)
+    assert a.nbytes == nbytes and a.dtype == np.uint8
+    assert nbytes == 0 or a.ctypes.data % align == 0  # numpy gives an empty view any address
+    with pytest.raises(ValueError, match="power of 2"):
+        rl.aligned_empty(nbytes, 48)
 
 
 def test_explain_and_profile_show_the_host_roof(monkeypatch):

@@ -20,10 +20,18 @@ the kernel runs (`KernelRoof.describe`). Both bounds are optimistic by construct
 latency, perfect overlap), so a kernel at 100 % of its roof cannot get faster without doing
 less work, and one at 40 % has room.
 
+Beside the memory bound with normal stores, the memory bound had the kernel's stores been
+non-temporal (`KernelRoof.memory_nt_s`, DRAM working sets only): a normal store reads each
+written line first (write-allocate), so a copy moves 3 bytes of DRAM traffic per 2 counted,
+and np.copyto's bandwidth is that write-allocate bandwidth (Zen 4 host, 64 MiB: 3.9 ms with
+normal stores, 2.9 ms streamed). Which of the two a kernel should be held to depends on its
+stores: `HostRoofs.nt_bw` says how much a streamed output could gain on this host.
+
 Why measured, not tabulated, bandwidth and clock: VMs and containers hide both (this project's
 Zen 5 VM reports 2.6 GHz in /proc/cpuinfo and no cpufreq), and bandwidth per core depends on
 the socket's load. The probes (a dependent add chain for the clock; numpy copies of a
-DRAM-sized and an L3-sized buffer on 1 and on all threads, best of several runs) take ~0.2 s
+DRAM-sized and an L3-sized buffer on 1 and on all threads, and an AVX copy loop with
+non-temporal stores of the DRAM-sized one on all threads, best of several runs) take ~0.3 s
 once per host: the result is kept in the process and in ``host_roofs.json`` of the kernel cache
 directory, keyed by CPU model, thread count and the pipe table. `host_roofs(target,
 refresh=True)` measures again and keeps the best of old and new per quantity (a probe is only
@@ -42,11 +50,16 @@ import ctypes
 import json
 import math
 import os
+import platform
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+import llvmlite.binding as llvm
 import numpy as np
+from llvmlite import ir as llvm_ir
 
 from lazymath._threads import num_threads
 from lazymath.backend.host import vmath_native
@@ -121,6 +134,9 @@ class HostRoofs:
     cache_bw1: float  # last-level cache, one thread (scales with threads)
     llc_bytes: int
     source: str = "given"  # "measured", "cached" (host_roofs.json) or "given"
+    # DRAM copy bandwidth on `threads` threads with non-temporal (streaming) stores, which skip
+    # the read-for-ownership of each written line; 0.0: not measured (no AVX, not x86-64)
+    nt_bw: float = 0.0
 
     def slot_bits(self) -> int:
         """Bits one pipe slot processes: the vector width, or the datapath if narrower."""
@@ -144,7 +160,10 @@ class HostRoofs:
             f"{self.dram_bw1 / 1e9:.1f} GB/s on 1 thread, {self.dram_bw / 1e9:.1f} GB/s on "
             f"{self.threads}; LLC {self.cache_bw1 / 1e9:.1f} GB/s per thread "
             f"(working sets <= {self.llc_bytes // 2 >> 20} MiB)"
-        )
+            + (f"; non-temporal stores DRAM {self.nt_bw / 1e9:.1f} GB/s on {self.threads} "
+               f"({self.nt_bw / self.dram_bw:.2f}x normal stores)"
+               if self.nt_bw and self.dram_bw else "")
+        )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- work per op
@@ -206,9 +225,7 @@ def native_work(op: str, dtype: str) -> Work:
     w = _native_cache.get(key)
     if w is not None:
         return w
-    from llvmlite import ir
-
-    fn = vmath_native.define_native(ir.Module(), op, dt)
+    fn = vmath_native.define_native(llvm_ir.Module(), op, dt)
     bits = _bits(dt)
     w = Work()
     for instr in fn.blocks[0].instructions:
@@ -398,6 +415,10 @@ class KernelRoof:
     bandwidth: float  # bytes/s used for memory_s
     ops: float  # vector element-ops (bit-ops / 32), for the text
     threads: int
+    # the memory bound had the kernel's stores been non-temporal (DRAM working sets on a host
+    # with a measured `HostRoofs.nt_bw`; else None). Not the roof: lazymath's loops store
+    # normally, so each written line is read first and `memory_s` is what they can reach
+    memory_nt_s: float | None = None
 
     @property
     def bound(self) -> str:
@@ -416,12 +437,18 @@ class KernelRoof:
 
     def describe(self, measured_s: float | None = None) -> str:
         mem = (f"memory {self.memory_s * 1e6:.1f} us ({_fmt(self.bytes)}B at "
-               f"{self.bandwidth / 1e9:.1f} GB/s {self.level})")  # fmt: skip
+               f"{self.bandwidth / 1e9:.1f} GB/s {self.level}, normal stores")  # fmt: skip
+        if self.memory_nt_s is not None:
+            mem += f"; {self.memory_nt_s * 1e6:.1f} us with non-temporal stores"
+        mem += ")"
         comp = f"compute {self.compute_s * 1e6:.1f} us ({_fmt(self.ops)} f32 vector-lane ops)"
         text = f"{self.bound}-bound on this host ({self.threads} thread(s)): {mem}, {comp}"
         f = self.fraction(measured_s) if measured_s else None
         if f is not None:
             text += f"; measured {measured_s * 1e6:.1f} us = {f:.0%} of the {self.bound} roof"
+            if self.bound == "memory" and self.memory_nt_s is not None:
+                nt = max(self.memory_nt_s, self.compute_s) / measured_s
+                text += f" ({nt:.0%} of the non-temporal-store roof)"
         return text
 
 
@@ -442,6 +469,10 @@ def kernel_roof(ir, blocks: int, roofs: HostRoofs) -> KernelRoof | None:
     work, nbytes = got
     threads = max(1, min(blocks or roofs.threads, roofs.threads))
     bw, level = roofs.bandwidth(nbytes, threads)
+    nt = None
+    if level == "DRAM" and roofs.nt_bw > 0 and roofs.dram_bw > 0 and bw > 0:
+        # fewer threads than the host's: non-temporal stores scale like normal ones
+        nt = nbytes / (bw * roofs.nt_bw / roofs.dram_bw)
     return KernelRoof(
         memory_s=nbytes / bw if bw > 0 else 0.0,
         compute_s=work.seconds(roofs, threads),
@@ -450,6 +481,7 @@ def kernel_roof(ir, blocks: int, roofs: HostRoofs) -> KernelRoof | None:
         bandwidth=bw,
         ops=work.ops / 32,
         threads=threads,
+        memory_nt_s=nt,
     )
 
 
@@ -466,19 +498,55 @@ def _clock_code() -> bytes:
     return bytes.fromhex("31c04889f9") + body + jnz + bytes.fromhex("c3")  # xor eax; mov rcx
 
 
-class _ClockProbe:
-    """`with _ClockProbe() as fn:` the probe mapped executable (None where it cannot be:
-    not x86-64 Linux); `fn(n)` returns n * _ADDS and takes n * _ADDS cycles."""
+_NT_STEP = 128  # bytes per iteration of the non-temporal copy loop (4 ymm registers)
+_NT_ALIGN = 64  # its buffers start on a cache line (vmovntps needs 32; 64 keeps lines whole)
+
+
+def _nt_copy_code() -> bytes:
+    """x86-64 SysV `void f(void *dst, const void *src, int64 nbytes)` (AVX): copy `nbytes` (a
+    positive multiple of _NT_STEP, dst 32-byte aligned) with vmovups loads and vmovntps
+    stores, then sfence (the streamed lines reach memory before the call returns, so the time
+    counts them) and vzeroupper (no AVX-SSE transition penalty in the caller)."""
+    body = bytes.fromhex(
+        "c5fc1006"  # vmovups ymm0, [rsi]
+        "c5fc104e20"  # vmovups ymm1, [rsi+32]
+        "c5fc105640"  # vmovups ymm2, [rsi+64]
+        "c5fc105e60"  # vmovups ymm3, [rsi+96]
+        "c5fc2b07"  # vmovntps [rdi], ymm0
+        "c5fc2b4f20"  # vmovntps [rdi+32], ymm1
+        "c5fc2b5740"  # vmovntps [rdi+64], ymm2
+        "c5fc2b5f60"  # vmovntps [rdi+96], ymm3
+        "4881c680000000"  # add rsi, 128
+        "4881c780000000"  # add rdi, 128
+        "4881ea80000000"  # sub rdx, 128
+    )
+    jnz = bytes.fromhex("0f85") + (-(len(body) + 6)).to_bytes(4, "little", signed=True)
+    return body + jnz + bytes.fromhex("0faef8c5f877c3")  # sfence; vzeroupper; ret
+
+
+def _x86_linux() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64") and sys.platform.startswith("linux")
+
+
+class _MachineCode:
+    """`with _MachineCode(code, restype, *argtypes) as fn:` x86-64 machine code mapped
+    executable as a ctypes function (which releases the GIL while it runs), None where it
+    cannot be (not x86-64 Linux, or a CPU feature in `needs` the host lacks). Why machine
+    code and not LLVM: the probes must measure the hardware, not what a compiler made of a
+    loop, and must not depend on the JIT this module sits beside."""
+
+    def __init__(self, code: bytes, restype, *argtypes, needs: tuple[str, ...] = ()) -> None:
+        self.code, self.restype, self.argtypes, self.needs = code, restype, argtypes, needs
+        self.addr = None
 
     def __enter__(self):
-        import platform
-        import sys
-
         self.addr = None
-        if platform.machine().lower() not in ("x86_64", "amd64") or not sys.platform.startswith(
-            "linux"
-        ):
+        if not _x86_linux():
             return None
+        if self.needs:
+            feats = llvm.get_host_cpu_features()
+            if not all(feats.get(f, False) for f in self.needs):
+                return None
         libc = ctypes.CDLL(None, use_errno=True)
         self.mmap, mprotect, self.munmap = libc.mmap, libc.mprotect, libc.munmap
         self.mmap.restype = ctypes.c_void_p
@@ -486,19 +554,69 @@ class _ClockProbe:
                               ctypes.c_int, ctypes.c_long]  # fmt: skip
         mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         self.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        code = _clock_code()
         addr = self.mmap(None, 4096, 0x1 | 0x2, 0x02 | 0x20, -1, 0)  # RW, private anonymous
         if addr in (None, ctypes.c_void_p(-1).value):
             return None
         self.addr = addr
-        ctypes.memmove(addr, code, len(code))
+        ctypes.memmove(addr, self.code, len(self.code))
         if mprotect(addr, 4096, 0x1 | 0x4) != 0:  # RX
             return None
-        return ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(addr)
+        return ctypes.CFUNCTYPE(self.restype, *self.argtypes)(addr)
 
     def __exit__(self, *exc) -> None:
         if self.addr is not None:
             self.munmap(self.addr, 4096)
+            self.addr = None
+
+
+class _ClockProbe(_MachineCode):
+    """`with _ClockProbe() as fn:` `fn(n)` returns n * _ADDS and takes n * _ADDS cycles."""
+
+    def __init__(self) -> None:
+        super().__init__(_clock_code(), ctypes.c_int64, ctypes.c_int64)
+
+
+class _NtCopyProbe(_MachineCode):
+    """`with _NtCopyProbe() as copy:` `copy(dst, src)` copies one aligned array into another
+    with non-temporal stores (`_nt_copy_code`); None without AVX or off x86-64 Linux. The
+    arrays are checked first: the machine code itself would fault or scribble on bad ones."""
+
+    def __init__(self) -> None:
+        super().__init__(_nt_copy_code(), None, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_int64, needs=("avx",))  # fmt: skip
+
+    def __enter__(self):
+        fn = super().__enter__()
+        if fn is None:
+            return None
+
+        def copy(dst: np.ndarray, src: np.ndarray) -> None:
+            for name, a in (("dst", dst), ("src", src)):
+                if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
+                    raise ValueError(f"non-temporal copy: {name} must be a C-contiguous array")
+            if not dst.flags.writeable:
+                raise ValueError("non-temporal copy: dst is read-only")
+            if dst.nbytes != src.nbytes:
+                raise ValueError(f"non-temporal copy: {dst.nbytes} bytes into {src.nbytes}")
+            if dst.nbytes % _NT_STEP:
+                raise ValueError(f"non-temporal copy: {dst.nbytes} bytes is not a multiple "
+                                 f"of {_NT_STEP}")  # fmt: skip
+            if dst.ctypes.data % 32:
+                raise ValueError("non-temporal copy: dst is not 32-byte aligned")
+            if dst.nbytes:
+                fn(dst.ctypes.data, src.ctypes.data, dst.nbytes)
+
+        return copy
+
+
+def aligned_empty(nbytes: int, align: int = _NT_ALIGN) -> np.ndarray:
+    """An uninitialised uint8 array of `nbytes` starting on an `align`-byte boundary (numpy
+    guarantees only 16)."""
+    if nbytes < 0 or align <= 0 or align & (align - 1):
+        raise ValueError(f"aligned_empty({nbytes}, {align}): need nbytes >= 0, align a power of 2")
+    raw = np.empty(nbytes + align, np.uint8)
+    off = -raw.ctypes.data % align
+    return raw[off : off + nbytes]
 
 
 def measure_clock(reps: int = 12) -> float:
@@ -522,18 +640,22 @@ def measure_clock(reps: int = 12) -> float:
         return _ADDS * n / best if math.isfinite(best) else 0.0
 
 
-def measure_copy(nbytes: int, threads: int, reps: int = 4, inner: int = 2) -> float:
+def measure_copy(nbytes: int, threads: int, reps: int = 4, inner: int = 2,
+                 copy: Callable[[np.ndarray, np.ndarray], None] = np.copyto) -> float:  # fmt: skip
     """Best copy bandwidth (bytes/s, one read + one write per byte) of `threads` threads each
-    copying its own `nbytes // threads` buffer `inner` times with np.copyto (which releases
+    copying its own `nbytes // threads` buffer (rounded up to _NT_STEP, 64-byte aligned)
+    `inner` times with `copy(dst, src)` (np.copyto or the non-temporal probe: both release
     the GIL), started together; best of `reps`, each run timed from the first thread's start
     to the last one's end. A run counts when every thread ran all that span (thread CPU time
     >= 90 % of it): on a shared host a descheduled thread leaves the bandwidth to the others,
     which then look twice as fast (measured: 80 GB/s on 2 threads under load 6, 46 GB/s
     quiet). With no such run, the best span (pessimistic, never inflated)."""
     threads = max(1, threads)
-    per = max(4096, nbytes // threads) // 8
-    srcs = [np.ones(per, np.float64) for _ in range(threads)]
-    dsts = [np.empty_like(s) for s in srcs]
+    per = -(-max(4096, nbytes // threads) // _NT_STEP) * _NT_STEP
+    srcs = [aligned_empty(per).view(np.float64) for _ in range(threads)]
+    for s in srcs:
+        s.fill(1.0)
+    dsts = [aligned_empty(per).view(np.float64) for _ in range(threads)]
     start = threading.Barrier(threads)
 
     def work(k: int, out: list) -> None:
@@ -541,7 +663,7 @@ def measure_copy(nbytes: int, threads: int, reps: int = 4, inner: int = 2) -> fl
             start.wait()
             w0, c0 = time.perf_counter(), time.thread_time()
             for _ in range(inner):
-                np.copyto(dsts[k], srcs[k])
+                copy(dsts[k], srcs[k])
             out.append((w0, time.perf_counter(), time.thread_time() - c0))
 
     results: list[list] = [[] for _ in range(threads)]
@@ -559,7 +681,17 @@ def measure_copy(nbytes: int, threads: int, reps: int = 4, inner: int = 2) -> fl
             clean.append(span)
         spans.append(span)
     best = min(clean) if clean else min(spans)
-    return 2 * per * 8 * threads * inner / best if best > 0 else 0.0
+    return 2 * per * threads * inner / best if best > 0 else 0.0
+
+
+def measure_nt_copy(nbytes: int, threads: int, reps: int = 4, inner: int = 2) -> float:
+    """`measure_copy` with non-temporal stores (`_NtCopyProbe`): the DRAM bandwidth a kernel
+    whose outputs skip the cache could reach. 0.0 where the probe cannot run (no AVX, not
+    x86-64 Linux)."""
+    with _NtCopyProbe() as copy:
+        if copy is None:
+            return 0.0
+        return measure_copy(nbytes, threads, reps, inner, copy=copy)
 
 
 @dataclass
@@ -592,8 +724,6 @@ def host_roofs(target, refresh: bool = False) -> HostRoofs:
     """This host's roofs for code built for `target` (a `host.HostTarget`: vector width, caches)
     at the current thread count (measured once per host and thread count, see the module
     docstring)."""
-    import llvmlite.binding as llvm
-
     cpu = llvm.get_host_cpu_name()
     threads = num_threads()
     key = _host_key(cpu, threads)
@@ -632,7 +762,12 @@ def _measure(llc: int, threads: int) -> dict:
         "dram_bw1": measure_copy(big, 1),
         "dram_bw": measure_copy(big, threads),
         "cache_bw1": measure_copy(small, 1, inner=8),
+        "nt_bw": measure_nt_copy(big, threads),
     }
+
+
+# what _measure returns; a host_roofs.json entry lacking one (an older file) is measured again
+_MEASURED = ("clock_hz", "dram_bw1", "dram_bw", "cache_bw1", "nt_bw")
 
 
 def _nominal_clock() -> float:
@@ -656,7 +791,7 @@ def _load(key: str, uarch: Uarch) -> dict | None:
     if not isinstance(entry, dict) or entry.get("uarch") != asdict(uarch):
         return None
     try:
-        return {k: float(entry[k]) for k in ("clock_hz", "dram_bw1", "dram_bw", "cache_bw1")}
+        return {k: float(entry[k]) for k in _MEASURED}
     except (KeyError, TypeError, ValueError):
         return None
 
