@@ -44,7 +44,6 @@ NESTED_IMPORT_CEILING = 4
 # Modules allowed over am.LINE_BUDGET today, each with its ceiling (main 9caf5d3 size rounded up
 # to the next 50). A module not listed must stay within am.LINE_BUDGET.
 SIZE_CEILINGS: dict[str, int] = {
-    "lazymath.backend.npu.isa": 1400,  # 1372
     "lazymath.backend.host.lower_cube": 1100,  # 1089 (bf16 B pair twins, pair_panels)
     "lazymath.backend.npu.templates.rows": 1100,  # 1057
 }

@@ -15,7 +15,7 @@ import pytest
 
 from lazymath.backend.host import lower_cube, lower_llvm  # noqa: F401 (Cube rules)
 from lazymath.backend.native import jit  # noqa: F401 (Cube rules)
-from lazymath.backend.npu import interp, isa  # noqa: F401 (Cube rules)
+from lazymath.backend.npu import cube_semantics, interp, isa  # noqa: F401 (Cube rules)
 from lazymath.backend.npu import isa_cube as cube
 from lazymath.runtime.device import ASCEND910B
 
