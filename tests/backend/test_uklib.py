@@ -309,3 +309,91 @@ def test_a_failing_microkernel_prediction_only_loses_the_head_start(monkeypatch)
     np.testing.assert_allclose(out, np.maximum(ins[0] @ ins[1], 0) * 0.5, rtol=1e-4, atol=1e-4)
     assert bc.wait_tiering(120)
     kernel_cache.clear_cache(disk=False)
+
+
+def _attention_ir(bh: int, t: int, d: int):
+    """The fused attention kernel (causal) of (bh, t, d) float32 inputs on the current device."""
+    q, k, v = (RNG.standard_normal((bh, t, d)).astype(np.float32) for _ in range(3))
+    out = lm.nn.scaled_dot_product_attention(lm.tensor(q), lm.tensor(k), lm.tensor(v),
+                                             is_causal=True)  # fmt: skip
+    (sk,) = lm.schedule(out).kernels
+    assert sk.group.ir.kind == "custom"
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(d) + np.triu(np.full((t, t), -np.inf), 1)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return sk.group.ir, (q, k, v), (p / p.sum(-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
+def test_attention_final_code_calls_the_library_with_the_same_bits(spec, monkeypatch):
+    """A kernel that cannot start on tier-0 code (the fused attention: its softmax sums carry
+    `reassoc`) compiles its final code with its GEMM microkernels left as `uklib` calls
+    (`compile.UK_OUT_OF_LINE`: ~85 % of its IR, shared with the matmuls, the cold path's
+    longest compile otherwise): no tier-up, the same bits as the kernel compiled with the
+    microkernels inside and as the untiered compile."""
+    monkeypatch.setenv("LAZYMATH_CACHE", "0")
+    monkeypatch.delenv("LAZYMATH_TIERED", raising=False)
+    lm.init_device(0, spec=spec)
+    try:
+        ir_, ins, ref = _attention_ir(3, 37, 64)
+    finally:
+        lm.init_device(0, spec="ascend910")
+    results = []
+    for out_of_line in (True, False):
+        monkeypatch.setattr(bc, "UK_OUT_OF_LINE", out_of_line)
+        kernel_cache.clear_cache(disk=False)
+        (kern,) = bc.compile_kernels([(ir_, "att")], spec, "llvm", tiered=True)
+        assert kern.tier != 0
+        text = kern.llvm_ir
+        assert ('declare void @"lazymath_uk_' in text) == out_of_line
+        assert ('define internal void @"lazymath_uk_' in text) != out_of_line
+        o = np.full(ref.shape, 7, np.float32)
+        kern(*ins, o)
+        results.append(o.tobytes())
+    kernel_cache.clear_cache(disk=False)
+    (plain,) = bc.compile_kernels([(ir_, "att")], spec, "llvm", tiered=False)
+    o = np.full(ref.shape, 3, np.float32)
+    plain(*ins, o)
+    assert all(r == o.tobytes() for r in results)
+    np.testing.assert_allclose(o, ref, rtol=1e-4, atol=1e-5)
+    kernel_cache.clear_cache(disk=False)
+
+
+_ATT_CHILD = r"""
+import json, sys
+import numpy as np
+import lazymath as lm
+from lazymath.backend import compile as bc
+from lazymath.backend.host import uklib
+from lazymath.backend.native import kernel_cache
+
+rng = np.random.default_rng(5)
+q, k, v = (rng.standard_normal((2, 29, 64)).astype(np.float32) for _ in range(3))
+out = lm.nn.scaled_dot_product_attention(lm.tensor(q), lm.tensor(k), lm.tensor(v),
+                                         is_causal=True)
+(sk,) = lm.schedule(out).kernels
+origins = []
+(kern,) = bc.compile_kernels([(sk.group.ir, "att")], "ascend910", "llvm", tiered=True,
+                             origins=origins)
+o = np.zeros((2, 29, 64), np.float32)
+kern(q, k, v, o)
+print(json.dumps({"origin": origins[0], "calls": 'declare void @"lazymath_uk_' in kern.llvm_ir,
+                  "loaded": sorted(uklib._fns), "r": o.view(np.uint32).tolist()}))
+"""
+
+
+def test_attention_with_library_calls_loads_from_disk_in_a_new_process(tmp_path):
+    """The stored object of a kernel calling the library names its `uklib` functions in the
+    cache header: a second process loads it from disk, links those functions (from disk too)
+    and computes the same bits."""
+    e = {**os.environ, "LAZYMATH_CACHE_DIR": str(tmp_path / "c"), "LAZYMATH_CACHE": "1"}
+    for k in ("LAZYMATH_TIERED", "LAZYMATH_TARGET_CPU"):
+        e.pop(k, None)
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", _ATT_CHILD], env=e, capture_output=True,
+                             text=True, timeout=600, check=True)  # fmt: skip
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["origin"] == "compiled" and first["calls"]
+    assert second["origin"] == "disk" and second["loaded"] == first["loaded"] != []
+    assert second["r"] == first["r"]
