@@ -270,11 +270,14 @@ class CompiledGraph:
         if rec is None:
             return None
         leaves = [a for a in args if isinstance(a, torch.Tensor)]
+        pending: list = []
         for n, i in rec.views:
-            v = self._param_view(n, args[i], self._consts, self._view_lowering(n, args[i]))
+            v = self._param_view(n, args[i], self._consts, self._view_lowering(n, args[i]),
+                                 pending)  # fmt: skip
             if v is None:
                 return None
             leaves.append(v)
+        self._commit_views(pending, self._consts)
         self._last_inputs = rec.specs
         self.replays += 1
         if rec.bound is not None and _replay.bound_ok():
@@ -318,7 +321,6 @@ class CompiledGraph:
         view_at = {n: n_args + i for i, (n, _i) in enumerate(views)}
         template: list = []
         tensor_at: list[int] = []
-        constants: list = []  # the arrays of get_attr constants (captured by the trace)
         last_use = self._last_use
 
         def traced(*vals):
@@ -332,7 +334,6 @@ class CompiledGraph:
                     if got is None:
                         got = lm_of[id(v)] = _to_lm(v)
                         keep.append(v)
-                        constants.append(got.numpy())
                     return got
                 return v
 
@@ -383,15 +384,18 @@ class CompiledGraph:
         name = f"torch {self.kind} graph {self.index}"
         try:
             view_vals = []
+            pending: list = []
             for n, i in views:
-                v = self._param_view(n, args[i], self._consts, self._view_lowering(n, args[i]))
+                v = self._param_view(n, args[i], self._consts, self._view_lowering(n, args[i]),
+                                     pending)  # fmt: skip
                 if v is None:
                     raise _replay.NotReplayed(f"parameter view {n.name} is not a tensor")
                 view_vals.append(v)
+            self._commit_views(pending, self._consts)
             jitted = _replay.make_jitted(traced, name)
             lm_args = [_to_lm(a) if isinstance(a, torch.Tensor) else a for a in args]
             outs = self._realized(jitted(*lm_args, *view_vals))
-            rec = _replay.Stored(jitted, template, tensor_at, constants)
+            rec = _replay.Stored(jitted, template, tensor_at)
         except _LazymathFailed:
             raise
         except Exception as e:  # noqa: BLE001  (any failure: the per-call path decides)
@@ -407,9 +411,10 @@ class CompiledGraph:
         leaves = [a for a in args if isinstance(a, torch.Tensor)] + view_vals
         return rec.wrap(outs, leaves)
 
-    def _param_view(self, n: torch.fx.Node, src, consts: dict, lower: Callable):
-        """The realized value of `n` = t/transpose/permute of the parameter `src`, kept across
-        calls. Weights are constant between optimizer steps, yet a Linear lowers to
+    def _param_view(self, n: torch.fx.Node, src, consts: dict, lower: Callable,
+                    pending: list):  # fmt: skip
+        """The value of `n` = t/transpose/permute of the parameter `src`, kept across calls
+        realized. Weights are constant between optimizer steps, yet a Linear lowers to
         mm(x, t(w)) and the transposed weight was copied by a kernel on every call (4 copies
         of the GPT block's weights per forward). The key is the parameter object (weakref),
         its storage pointer and its version counter (bumped by every in-place update, e.g.
@@ -417,7 +422,15 @@ class CompiledGraph:
         not served stale. Not seen: in-place writes through `w.data` (a tensor with its own
         version counter; autograd misses them too) — the reason only inference graphs keep
         views: old-style training loops update `p.data` in place. None when `src` is not a
-        Parameter (activations change every call)."""
+        Parameter (activations change every call).
+
+        A view not kept yet is returned lazy and listed in `pending`: the caller realizes
+        every pending view together, with the call's own program where it has one
+        (`_commit_views` after the realize). Realized one by one before the first call's
+        program, the GPT block's 4 weight transposes were 4 programs compiled one after
+        another (~0.26 s of its cold call); inside it their copy kernels compile in parallel
+        with the rest, and the matmuls read the same contiguous (K, N) buffers as they read
+        the kept views later, so the replay's kernels are the first call's."""
         if not isinstance(src, torch.nn.Parameter):
             return None
         key = (src.data_ptr(), src._version, tuple(src.shape), src.stride(), src.dtype)
@@ -428,12 +441,22 @@ class CompiledGraph:
         res = lower()
         if not isinstance(res, lm.Tensor):
             return None
-        try:
-            lm.realize(res)
-        except Exception as e:  # noqa: BLE001  (-> the whole graph in torch eager)
-            raise _LazymathFailed(f"{type(e).__name__}: {e}") from e
-        consts[n.name] = (weakref.ref(src), key, res)
+        pending.append((n.name, weakref.ref(src), key, res))
         return res
+
+    @staticmethod
+    def _commit_views(pending: list, consts: dict) -> None:
+        """Realize the `pending` parameter views (those not realized yet, in one program) and
+        keep them in `consts`; the list is emptied."""
+        todo = [p[3] for p in pending if not p[3].is_realized]
+        if todo:
+            try:
+                lm.realize(*todo)
+            except Exception as e:  # noqa: BLE001  (-> the whole graph in torch eager)
+                raise _LazymathFailed(f"{type(e).__name__}: {e}") from e
+        for name, ref, key, res in pending:
+            consts[name] = (ref, key, res)
+        pending.clear()
 
     def _run(self, args: list, sink: list | None, consts: dict | None = None) -> list:
         if consts is None:
@@ -444,6 +467,9 @@ class CompiledGraph:
         segments = 0
         it = iter(args)
         last_use = self._last_use
+        # parameter views not kept yet: realized with the call's first program (`_param_view`;
+        # `explain` realizes them on their own, so its segments show what later calls run)
+        views: list = []
 
         def as_lm(v):
             if isinstance(v, torch.Tensor):
@@ -464,10 +490,11 @@ class CompiledGraph:
                 sink.append(lm.explain(*live))
             if live:
                 try:
-                    lm.realize(*live)
+                    lm.realize(*live, *(p[3] for p in views))
                 except Exception as e:  # noqa: BLE001  (-> the whole graph in torch eager)
                     raise _LazymathFailed(f"{type(e).__name__}: {e}") from e
                 segments += 1
+            self._commit_views(views, consts)
 
         def as_torch(v):
             if isinstance(v, lm.Tensor):
@@ -495,7 +522,10 @@ class CompiledGraph:
                         res = self._param_view(
                             n, env[self._param_views[n]], consts,
                             lambda n=n, a=a, kw=kw: self._lower(n, _map(a, as_lm), _map(kw, as_lm)),
+                            views,
                         )  # fmt: skip
+                        if sink is not None:  # explain: on their own (see `views`)
+                            self._commit_views(views, consts)
                     except _LazymathFailed:
                         raise
                     except Exception:  # noqa: BLE001  (the ordinary path below decides)

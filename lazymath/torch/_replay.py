@@ -20,9 +20,11 @@ is revalidated per call against the parameter's storage pointer and version coun
 
 Not replayed (the per-call lowering path runs instead): graphs with graph breaks (their
 segments are realized around the torch eager nodes), signatures whose trace failed or left
-no stored program (an output that is a captured constant), and when the program does not
-qualify for the bound launch (multi-stream or long programs, folded 0-d inputs, a profiler
-running): those go through `lm.jit`'s own call, still without re-lowering.
+no stored program (an output that is a captured constant, or a trace that read input data on
+the host: lm.jit's realize watch keeps no program then). Values the trace made on the host
+without reading data (the causal mask's aranges) are kept as constants of the program. When
+the program does not qualify for the bound launch (multi-stream or long programs, folded 0-d
+inputs, a profiler running) the call goes through `lm.jit`'s own, still without re-lowering.
 """
 
 from __future__ import annotations
@@ -108,26 +110,22 @@ class Stored:
 
     __slots__ = ("jitted", "bound", "slots", "outputs", "views", "specs")
 
-    def __init__(self, jitted: Jitted, template: list, tensor_at: list[int], constants: list):
+    def __init__(self, jitted: Jitted, template: list, tensor_at: list[int]):
         self.jitted = jitted
         self.slots: tuple = ()
         self.views: list = []  # (parameter view node, argument index): extra tensor leaves
         self.specs: list = []  # the signature's argument specs, for `explain`
         entries = list(jitted._entries.values())
         if len(entries) != 1:
-            raise LookupError("lm.jit kept no program for this signature")
+            # lm.jit keeps no entry when the trace read values computed from its inputs on
+            # the host (its realize watch: a gather such as lm.nn.embedding's, an index
+            # check, .numpy()): a replay would serve this call's values to every call
+            raise LookupError("lm.jit kept no program for this signature (the trace read "
+                              "input data on the host: a gather, an index check)")  # fmt: skip
         entry = entries[0]
-        # A program leaf that is no input was realized during the trace: a graph constant
-        # (get_attr, allowed: `constants`) or a value some op computed on the host from the
-        # data (lm.take's gather, lm.nn.embedding's indices): captured, it would be served
-        # stale on replay, so such a signature is not replayed.
-        allowed = {id(a) for a in constants}
-        for k, f in zip(entry.leaf_src, entry.fixed):
-            if k < 0 and id(f) not in allowed:
-                raise NotReplayed(
-                    f"an op computed a {f.shape} {f.dtype} value on the host at the trace "
-                    "(data-dependent: a gather, an index check), captured as a constant"
-                )
+        # Any other program leaf that is no input (`fixed`) was made without reading the data:
+        # a graph constant (get_attr) or a value of the signature alone (the causal mask's
+        # aranges, a full/zeros): the same on every call, so it is kept like a constant.
         self.bound = None
         if entry.bound is not None and not entry.checks:
             prog = entry.prog
