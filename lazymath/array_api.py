@@ -21,6 +21,7 @@ import numpy as np
 
 from lazymath import dtypes as dt
 from lazymath import functions as F
+from lazymath._lazy import deferred
 from lazymath.functions.base import one_axis
 from lazymath.functions.creation import from_host, host_value, tensor_arg
 from lazymath.functions.datatypes import can_cast, finfo, iinfo, isdtype, result_type
@@ -52,6 +53,11 @@ from lazymath.functions.sets import UniqueCountsResult as UniqueCountsResult
 from lazymath.functions.sets import UniqueInverseResult as UniqueInverseResult
 from lazymath.functions.sets import unique_all, unique_counts, unique_inverse, unique_values
 from lazymath.tensor import Tensor, default_device
+
+# The Vector kernels of scans, sorts and searches, loaded by the first of those calls: they are
+# `lm.kernel` programs (lazymath.lowlevel), which load the compile driver and the ISA, and
+# `import lazymath` (which imports this module) must not.
+sorting = deferred("lazymath.sorting")
 
 __array_api_version__ = "2024.12"
 
@@ -110,7 +116,7 @@ def _cumulative(name: str, x, axis, dtype, include_initial: bool) -> Tensor:
         dtype = F.sum(F.zeros((1,), x.dtype)).dtype  # the sum's accumulator dtype
     out_dt = dt.as_dtype(dtype)
     add = name == "cumulative_sum"
-    if not _sorting().vector_dtype(out_dt):  # no Vector instructions for it: the AI CPU
+    if not sorting.vector_dtype(out_dt):  # no Vector instructions for it: the AI CPU
         a = host_value(x, name).astype(out_dt)
         r = (np.cumsum if add else np.cumprod)(a, axis=ax, dtype=out_dt)  # numpy's own
         # default would widen small integers (uint8 -> uint64), not the dtype asked for
@@ -125,14 +131,6 @@ def _cumulative(name: str, x, axis, dtype, include_initial: bool) -> Tensor:
         else:
             r = F.concat([F.asarray(first, device=x.device), r], ax)
     return from_host(r, x) if isinstance(r, np.ndarray) else r
-
-
-def _sorting():
-    """The Vector kernels of scans, sorts and searches (loaded on first use: they build
-    `lm.kernel` objects)."""
-    from lazymath import sorting
-
-    return sorting
 
 
 def _lines(x: Tensor, ax: int, first: bool) -> Tensor:
@@ -159,7 +157,7 @@ def _scan(x: Tensor, ax: int, op: str) -> Tensor:
     """Cumulative sum/product along `ax` on the Vector unit (sorting.scan_add)."""
     if x.size == 0:
         return F.astype(x, x.dtype, copy=True)
-    y = _sorting().scan_rows(_lines(x, ax, True), op)
+    y = sorting.scan_rows(_lines(x, ax, True), op)
     return _unlines(y, x.shape, ax, True)
 
 
@@ -196,10 +194,9 @@ _sort_tables: dict = {}
 def _sort_vector(x: Tensor, ax: int, descending: bool) -> tuple[Tensor, Tensor] | None:
     """(sorted, indices) by the bitonic Vector kernel, or None where it does not apply (not
     an AI Core dtype, or rows longer than sorting.SORT_MAX: the AI CPU sorts those)."""
-    srt = _sorting()
-    work = srt.order_dtype(x.dtype)  # bool, int16 and unsigned widen (the order is kept)
+    work = sorting.order_dtype(x.dtype)  # bool, int16 and unsigned widen (the order is kept)
     n = x.shape[ax]
-    if work is None or n > srt.SORT_MAX:
+    if work is None or n > sorting.SORT_MAX:
         return None
     if x.size == 0:
         return F.astype(x, x.dtype, copy=True), F.zeros(x.shape, dt.int64)
@@ -214,12 +211,12 @@ def _sort_vector(x: Tensor, ax: int, descending: bool) -> tuple[Tensor, Tensor] 
     key = (size, x._device)
     tabs = _sort_tables.get(key)
     if tabs is None:
-        perm, keep = srt.stage_tables(size)
+        perm, keep = sorting.stage_tables(size)
         tabs = (F.asarray(perm, device=x.device), F.asarray(keep, device=x.device))
         tabs[0].realize()
         tabs[1].realize()
         _sort_tables[key] = tabs
-    vals, idx = srt.bitonic_sort(rows, *tabs, descending=bool(descending), pad=pad)
+    vals, idx = sorting.bitonic_sort(rows, *tabs, descending=bool(descending), pad=pad)
     vals = _unlines(vals, x.shape, ax, False)
     idx = _unlines(F.astype(idx, dt.int64), x.shape, ax, False)
     return (F.astype(vals, x.dtype, copy=False) if work != x.dtype else vals), idx
@@ -270,14 +267,13 @@ def searchsorted(x1, x2, /, *, side: str = "left", sorter=None) -> Tensor:
     if sorter is not None:
         a = take(a, tensor_arg(sorter, "searchsorted"), axis=0)
     common = result_type(a, v)
-    srt = _sorting()
-    work = srt.order_dtype(common) if common != dt.bool_ else None
-    if work is not None and a.shape[0] <= srt.SEARCH_MAX:
+    work = sorting.order_dtype(common) if common != dt.bool_ else None
+    if work is not None and a.shape[0] <= sorting.SEARCH_MAX:
         if v.size == 0 or a.shape[0] == 0:
             return F.zeros(v.shape, dt.int64)
         a, v = F.astype(a, common, copy=False), F.astype(v, common, copy=False)
         a, v = F.astype(a, work, copy=False), F.astype(v, work, copy=False)
-        r = srt.search_sorted(a, F.reshape(dense_view(v), (-1,)), right=side == "right")
+        r = sorting.search_sorted(a, F.reshape(dense_view(v), (-1,)), right=side == "right")
         return F.astype(F.reshape(r, v.shape), dt.int64)
     r = np.searchsorted(host_value(a, "searchsorted"), host_value(v, "searchsorted"), side=side)
     return from_host(np.asarray(r, dtype=np.int64), v)

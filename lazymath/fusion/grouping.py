@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from lazymath._lazy import deferred
 from lazymath.backend.npu.kernel_ir import (
     CustomKernel,
     ElementwiseKernel,
@@ -55,6 +56,12 @@ from lazymath.fusion.views import VIEW_OPS
 from lazymath.graph import custom
 from lazymath.graph.node import Node, make, toposort
 from lazymath.graph.ops import ELEMENTWISE, kind
+
+# The backend's row template decides whether a row kernel fits on chip (it plans the pipelined
+# program to measure its UB): an edge into the backend (tests/test_import_direction.py lists it),
+# referenced, not imported, so that loading fusion (the engine, while the compile server boots)
+# does not load the ISA and the templates before a row kernel is planned.
+rows_template = deferred("lazymath.backend.npu.templates.rows")
 
 
 class Planner(Materialize, Merges):
@@ -441,8 +448,6 @@ class Planner(Materialize, Merges):
         g.inputs = nodes_in
 
     def _build_rows(self, g: Group, internal: set[int]) -> None:
-        from lazymath.backend.npu.templates import rows as rows_template
-
         reg = self.region_of[id(g.roots[0])]
         S, A, first = self.regions[reg]
         kd = tuple(1 if d in A else S[d] for d in range(len(S)))
