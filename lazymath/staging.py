@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from lazymath import engine, settings
+from lazymath import engine, functions, settings
 from lazymath._lazy import deferred
 from lazymath.graph import node as gn
 from lazymath.graph.walk import no_view_folding, plan_outputs
@@ -45,7 +45,7 @@ from lazymath.runtime import api as _rt_api
 from lazymath.runtime import profiler as _prof
 from lazymath.runtime.replay import BoundReplay
 from lazymath.staging_batch import NotBatched, RowPlan, RuntimeRows, batch_axes
-from lazymath.tensor import Tensor, asarray
+from lazymath.tensor import Tensor
 
 # The public reports (lm.schedule, lm.explain) for the stage objects' methods: api imports the
 # whole backend and this module (lm.jit), so it is referenced, not imported.
@@ -75,7 +75,7 @@ def _flatten(tree, leaves: list, static: list) -> Any:
         leaves.append(tree)
         return "T"
     if isinstance(tree, np.ndarray):
-        leaves.append(asarray(tree))
+        leaves.append(functions.asarray(tree))
         return "T"
     if t is tuple or t is list:
         return (t.__name__, tuple(_flatten(x, leaves, static) for x in tree))
