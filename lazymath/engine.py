@@ -42,6 +42,9 @@ fusion = deferred("lazymath.fusion")
 compile_driver = deferred("lazymath.backend.compile")
 host = deferred("lazymath.backend.native.host")
 autotune = deferred("lazymath.backend.autotune")
+# Handed to fusion's planner (which imports no backend): it decides whether a row kernel fits
+# on chip; loaded when the first row kernel is planned.
+rows_template = deferred("lazymath.backend.npu.templates.rows")
 
 # ----------------------------------------------------------------------------- validation
 
@@ -206,12 +209,12 @@ def plan_schedule(outputs: list[gn.Node], leaves: list[gn.Node], spec,
 
     def folded(positions):
         with fusion.build.folding({id(leaves[i]) for i in positions}) as used:
-            alt = fusion.make_schedule(outputs, spec)
+            alt = fusion.make_schedule(outputs, spec, row_template=rows_template)
         return alt, tuple(i for i in positions if id(leaves[i]) in used)
 
     if fold is not None:
         return folded(fold)
-    sched = fusion.make_schedule(outputs, spec)
+    sched = fusion.make_schedule(outputs, spec, row_template=rows_template)
     cands = scalar_leaves(leaves)
     if not cands:
         return sched, ()
@@ -551,7 +554,8 @@ def _run_and_commit(prog, outputs, leaves, hit: bool, t0: float, out=None) -> No
 def schedule_of(roots: list[gn.Node], spec=None):
     """The schedule a realize of the pending nodes `roots` would run (`lm.schedule`)."""
     if not roots:
-        return fusion.make_schedule([], get_spec(spec) if spec is not None else device_spec())
+        spec = get_spec(spec) if spec is not None else device_spec()
+        return fusion.make_schedule([], spec, row_template=rows_template)
     outputs, _, leaves, _ = plan_outputs(roots)  # the outputs a realize would write
     spec = get_spec(spec) if spec is not None else device_spec()
     return plan_schedule(outputs, leaves, spec)[0]

@@ -87,10 +87,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "the schedule's printout reports the host GEMM choice (issue 11), a backend decision; "
         "it belongs in the compiled stage's report",
     ),
-    ("lazymath.fusion.grouping", "lazymath.backend.npu.templates.rows"): (
-        "row-resident grouping (issue 15) asks the rows template whether a row fits on chip; "
-        "that rule belongs with the kernel IR or the device spec"
-    ),
 }
 # Known import cycles, each with its reason (a cycle "works" only while one side imports inside
 # a function). None is left (issue 36 broke the backend's, templates.common <-> vmath and

@@ -66,10 +66,11 @@ def _inplace_ok(groups):
     return ok
 
 
-def make_schedule(outputs: list[Node], spec, n_streams: int = 2) -> Schedule:
+def make_schedule(outputs: list[Node], spec, n_streams: int = 2, *, row_template) -> Schedule:
     """Fuse and plan; no backend compilation, no execution. The result is frozen: later
-    stages (compile, replay, the visualizations) read it and build their own objects."""
-    groups, log, planner = plan(outputs, spec)
+    stages (compile, replay, the visualizations) read it and build their own objects.
+    `row_template`: the backend's row template, which decides row kernels (`grouping.plan`)."""
+    groups, log, planner = plan(outputs, spec, row_template=row_template)
     groups, aliases = _elide_bitcasts(groups, outputs)
     rows = []
     for i, g in enumerate(groups):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lazymath._lazy import deferred
 from lazymath.backend.npu.kernel_ir import (
     CustomKernel,
     ElementwiseKernel,
@@ -57,12 +56,6 @@ from lazymath.graph import custom
 from lazymath.graph.node import Node, make, toposort
 from lazymath.graph.ops import ELEMENTWISE, kind
 
-# The backend's row template decides whether a row kernel fits on chip (it plans the pipelined
-# program to measure its UB): an edge into the backend (tests/test_import_direction.py lists it),
-# referenced, not imported, so that loading fusion (the engine, while the compile server boots)
-# does not load the ISA and the templates before a row kernel is planned.
-rows_template = deferred("lazymath.backend.npu.templates.rows")
-
 
 class Planner(Materialize, Merges):
     """One planning attempt over `outputs`' pending graph: its state (the pending nodes in order,
@@ -72,8 +65,9 @@ class Planner(Materialize, Merges):
     more node in GM."""
 
     def __init__(self, outputs: list[Node], spec, forced: set[int], log: list[LogEntry],
-                 copied: frozenset[int] = frozenset()):  # fmt: skip
+                 copied: frozenset[int] = frozenset(), *, row_template):  # fmt: skip
         self.outputs = outputs
+        self.row_template = row_template  # the backend's row template (`plan`'s argument)
         self.copied = copied  # ids of user arrays the plan reads through a contiguous copy
         self.spec = spec
         self.forced = forced
@@ -469,7 +463,7 @@ class Planner(Materialize, Merges):
         g.ir = RowKernel(S, A, tuple(b.inputs), tuple(b.ops), tuple(results), tuple(views_out),
                          tuple(row_out), out_shape)  # fmt: skip
         g.inputs = list(b.input_nodes)
-        mode, why = rules.row_form(rows_template, g.ir, self.spec)
+        mode, why = rules.row_form(self.row_template, g.ir, self.spec)
         if mode is None:
             raise NeedMaterialize(first, f"row fusion refused: {why}")
         reds = [n for n in g.member_nodes if n.op == "reduce"]
@@ -483,18 +477,22 @@ class Planner(Materialize, Merges):
         return epi.value(out, (virtual,))
 
 
-def plan(outputs: list[Node], spec, max_restarts: int = 64):
+def plan(outputs: list[Node], spec, max_restarts: int = 64, *, row_template):
     """Group `outputs`' pending graph into kernels. Returns (groups in launch order, log).
 
-    The log holds the final attempt's decisions plus the reasons for nodes that earlier,
-    abandoned attempts forced to GM (so nothing in it refers to a discarded plan)."""
+    `row_template` is the backend's row template (backend/npu/templates/rows.py, or a deferred
+    reference to it): whether a row kernel fits on chip is its decision, since it plans the
+    pipelined program to measure the UB, and fusion does not import the backend; the driver
+    hands it over like `spec`. The log holds the final attempt's decisions plus the reasons for
+    nodes that earlier, abandoned attempts forced to GM (so nothing in it refers to a discarded
+    plan)."""
     forced: set[int] = set()
     copied: set[int] = set()
     keep_alive: list[Node] = []
     forced_log: list[LogEntry] = []
     for _ in range(max_restarts):
         log: list[LogEntry] = []
-        p = Planner(outputs, spec, forced, log, frozenset(copied))
+        p = Planner(outputs, spec, forced, log, frozenset(copied), row_template=row_template)
         try:
             groups = p.groups()
             p.read_by = {}
