@@ -344,3 +344,32 @@ def test_backend_has_only_its_rooms_and_the_driver():
     """Every backend module sits in a room; the top holds only the compile driver."""
     top = {m for m in MODULES if m.startswith("lazymath.backend") and room(m) == "driver"}
     assert top == {"lazymath.backend", "lazymath.backend.compile", "lazymath.backend.autotune"}
+
+
+def _module_level_names(path: pathlib.Path) -> set[str]:
+    """The names a module binds at its top level (defs, classes, assignments, imports)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
+
+
+def test_functions_are_not_imported_through_tensor():
+    """lazymath.tensor forwards the numpy-like functions that lived there before the split
+    (issue 36: its module __getattr__) for old user code; inside lazymath they come from
+    lazymath.functions, where they live, so a reader (and the layer checks) sees the real
+    dependency."""
+    own = _module_level_names(modules()["lazymath.tensor"])
+    bad = []
+    for mod, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "lazymath.tensor":
+                bad += [f"{mod}: {a.name}" for a in node.names if a.name not in own | {"*"}]
+    assert not bad, f"import these from lazymath.functions, not lazymath.tensor: {bad}"
