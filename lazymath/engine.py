@@ -45,6 +45,7 @@ autotune = deferred("lazymath.backend.autotune")
 # Handed to fusion's planner (which imports no backend): it decides whether a row kernel fits
 # on chip; loaded when the first row kernel is planned.
 rows_template = deferred("lazymath.backend.npu.templates.rows")
+vmlib = deferred("lazymath.backend.host.vmlib")  # the vector-math call plan (backend_report)
 
 # ----------------------------------------------------------------------------- validation
 
@@ -209,12 +210,14 @@ def plan_schedule(outputs: list[gn.Node], leaves: list[gn.Node], spec,
 
     def folded(positions):
         with fusion.build.folding({id(leaves[i]) for i in positions}) as used:
-            alt = fusion.make_schedule(outputs, spec, row_template=rows_template)
+            alt = fusion.make_schedule(
+                outputs, spec, row_template=rows_template, report=backend_report
+            )
         return alt, tuple(i for i in positions if id(leaves[i]) in used)
 
     if fold is not None:
         return folded(fold)
-    sched = fusion.make_schedule(outputs, spec, row_template=rows_template)
+    sched = fusion.make_schedule(outputs, spec, row_template=rows_template, report=backend_report)
     cands = scalar_leaves(leaves)
     if not cands:
         return sched, ()
@@ -551,11 +554,38 @@ def _run_and_commit(prog, outputs, leaves, hit: bool, t0: float, out=None) -> No
         debug.report(prog, hit, level, t0, out_dir, validate)
 
 
+def backend_report(sched) -> list[str]:
+    """The backend's lines of a schedule's printout (`Schedule.report`, handed over by
+    make_schedule: fusion imports no backend): every kernel with vmath composites, inlined or
+    calling the vector math runtime library (`backend.host.vmlib.call_plan`); then, when the
+    kernels become native code, the host target and each matmul's host GEMM mapping
+    (microkernel, panels, work split, and whether a model or a measurement chose it)."""
+    lines = []
+    vm = []
+    for sk in sched.kernels:
+        ir = sk.ir
+        if ir is None or sk.kind == "aicpu":  # numpy on the host: no vector math
+            continue
+        why = vmlib.call_plan(ir)[1]
+        if why:
+            vm.append((sk.name, why))
+    if vm:
+        lines.append("vector math (composites inlined or called from the runtime library):")
+        lines.extend(f"  {name}: {why}" for name, why in vm)
+    if compile_driver.default_backend() != "llvm":
+        return lines
+    lines.append(host.describe().splitlines()[0])
+    for k in sched.kernels:
+        if k.kind == "matmul" and k.ir is not None:
+            lines.append(f"  {k.name} host GEMM: {autotune.explain(k.ir, sched.spec)}")
+    return lines
+
+
 def schedule_of(roots: list[gn.Node], spec=None):
     """The schedule a realize of the pending nodes `roots` would run (`lm.schedule`)."""
     if not roots:
         spec = get_spec(spec) if spec is not None else device_spec()
-        return fusion.make_schedule([], spec, row_template=rows_template)
+        return fusion.make_schedule([], spec, row_template=rows_template, report=backend_report)
     outputs, _, leaves, _ = plan_outputs(roots)  # the outputs a realize would write
     spec = get_spec(spec) if spec is not None else device_spec()
     return plan_schedule(outputs, leaves, spec)[0]

@@ -74,20 +74,9 @@ ALLOWED = {
     },
 }
 # Deliberate exceptions to ALLOWED, each with its reason: (importer, imported) -> why.
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("lazymath.fusion.schedule", "lazymath.backend.host.vmlib"): (
-        "the schedule's printout shows the vector-math call plan, which the backend decides; "
-        "it belongs in the compiled stage's report (stage objects, issue 12, not done yet)"
-    ),
-    **dict.fromkeys(
-        [
-            ("lazymath.fusion.schedule", f"lazymath.backend.{m}")
-            for m in ("compile", "native.host", "autotune")
-        ],
-        "the schedule's printout reports the host GEMM choice (issue 11), a backend decision; "
-        "it belongs in the compiled stage's report",
-    ),
-}
+# None is left: fusion's last backend edges (grouping -> the row template, the schedule's
+# printout -> vmlib/compile/host/autotune) became arguments the driver hands over (issue 36).
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 # Known import cycles, each with its reason (a cycle "works" only while one side imports inside
 # a function). None is left (issue 36 broke the backend's, templates.common <-> vmath and
 # lazymath.distributed's); a new one needs an entry here and a reason, and is a debt.

@@ -66,10 +66,14 @@ def _inplace_ok(groups):
     return ok
 
 
-def make_schedule(outputs: list[Node], spec, n_streams: int = 2, *, row_template) -> Schedule:
+def make_schedule(
+    outputs: list[Node], spec, n_streams: int = 2, *, row_template, report=None
+) -> Schedule:
     """Fuse and plan; no backend compilation, no execution. The result is frozen: later
     stages (compile, replay, the visualizations) read it and build their own objects.
-    `row_template`: the backend's row template, which decides row kernels (`grouping.plan`)."""
+    The driver hands over the backend's parts (fusion imports no backend): `row_template`, the
+    row template, decides row kernels (`grouping.plan`); `report`, the backend's lines of the
+    printout (`Schedule.report`)."""
     groups, log, planner = plan(outputs, spec, row_template=row_template)
     groups, aliases = _elide_bitcasts(groups, outputs)
     rows = []
@@ -105,7 +109,7 @@ def make_schedule(outputs: list[Node], spec, n_streams: int = 2, *, row_template
     return Schedule(
         kernels, mem, log, spec,
         n_streams=len({k.stream for k in kernels}) or 1, n_events=sp.n_events,
-        outputs=list(outputs), copy_inputs=planner.copied, aliases=aliases,
+        outputs=list(outputs), copy_inputs=planner.copied, aliases=aliases, report=report,
     )  # fmt: skip
 
 

@@ -14,10 +14,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lazymath._lazy import deferred
-from lazymath.backend.compile import default_backend
-from lazymath.backend.host.vmlib import call_plan
-from lazymath.backend.native import host
 from lazymath.backend.npu.kernel_ir import (
     AicpuKernel,
     ArgView,
@@ -31,8 +27,6 @@ from lazymath.fusion.memory import MemoryPlan
 from lazymath.graph.custom import get
 from lazymath.graph.ops import ELEMENTWISE
 from lazymath.units import fmt_bytes
-
-autotune = deferred("lazymath.backend.autotune")  # GEMM plans: loaded by the first matmul report
 
 
 def view_bytes(v: ArgView) -> int:
@@ -177,18 +171,6 @@ def _fmt_num(x: float) -> str:
     return f"{x:.0f}"
 
 
-def _host_lines(kernels, spec) -> list[str]:
-    """The host target native code is generated for, and each matmul's host GEMM mapping
-    (microkernel, panels, work split, and whether a model or a measurement chose it)."""
-    if default_backend() != "llvm":
-        return []
-    lines = [host.describe().splitlines()[0]]
-    for k in kernels:
-        if k.kind == "matmul" and k.ir is not None:
-            lines.append(f"  {k.name} host GEMM: {autotune.explain(k.ir, spec)}")
-    return lines
-
-
 @dataclass(eq=False, frozen=True)
 class Schedule:
     """The planned program: fused kernels in launch order, the memory plan, the fusion log and
@@ -208,6 +190,10 @@ class Schedule:
     # id(node) -> the output node whose memory it is written to, typed as the node (a
     # complex_join that only reinterprets bytes: fusion._elide_bitcasts); the engine's slots
     aliases: dict = field(default_factory=dict)
+    # The backend's lines of the printout (the vector-math call plan, the host target and each
+    # matmul's host GEMM mapping): backend decisions, so the driver that made the schedule
+    # hands over the function that words them (engine.backend_report); fusion imports no backend.
+    report: object = None  # (Schedule) -> list[str], or None: no backend lines
 
     @property
     def planned_peak_bytes(self) -> int:
@@ -239,25 +225,9 @@ class Schedule:
         if self.fusion_log:
             lines.append("fusion log:")
             lines.extend(f"  {e}" for e in self.fusion_log)
-        vm = self.vmath_plan()
-        if vm:
-            lines.append("vector math (composites inlined or called from the runtime library):")
-            lines.extend(f"  {name}: {why}" for name, why in vm)
-        lines.extend(_host_lines(self.kernels, self.spec))
+        if self.report is not None:
+            lines.extend(self.report(self))
         return "\n".join(lines)
-
-    def vmath_plan(self) -> list[tuple[str, str]]:
-        """(kernel name, reason) for every kernel with vmath composites: inlined into the
-        kernel, or calls into the vector math runtime library (`backend.host.vmlib.call_plan`)."""
-        out = []
-        for sk in self.kernels:
-            ir = sk.ir
-            if ir is None or sk.kind == "aicpu":  # numpy on the host: no vector math
-                continue
-            why = call_plan(ir)[1]
-            if why:
-                out.append((sk.name, why))
-        return out
 
     def __repr__(self) -> str:
         # the table itself: `lm.schedule(t)` in a REPL shows what `print` shows
