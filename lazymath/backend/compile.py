@@ -694,6 +694,7 @@ class _Job:
 
     def __init__(self, ir, spec, name, key, program, symbol, text, level) -> None:
         self.ir, self.spec, self.name, self.key = ir, spec, name, key
+        self.cache_dir = kernel_cache.cache_dir()  # where `_store` writes (see disk_store)
         self.program, self.symbol, self.text, self.level = program, symbol, text, level
         self.module = f"lmmod_{key[:24]}"
         self.symbol0 = f"{symbol}_t0"
@@ -787,7 +788,7 @@ class _Job:
         header = {"symbol": self.symbol, "kind": self.ir.kind, "name": self.name}
         if self.calls_uk:
             header["uklib"] = list(self.uk_symbols)
-        kernel_cache.disk_store(self.key, header, obj, {"program": blob})
+        kernel_cache.disk_store(self.key, header, obj, {"program": blob}, self.cache_dir)
 
     def _tier_up(self, family: list, fut) -> None:
         """Background: the optimized code replaces the tier-0 code in every copy of the

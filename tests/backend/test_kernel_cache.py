@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lazymath.backend import compile as driver
 from lazymath.backend.compile import compile_kernel
 from lazymath.backend.native import kernel_cache
 from lazymath.backend.npu.kernel_ir import ElementwiseKernel, SOp, contiguous_view
@@ -190,3 +191,30 @@ def test_sources_version_is_remembered_beside_the_bytecode(tmp_path, monkeypatch
     stored.write_text("garbage")
     reads.clear()
     assert kernel_cache.sources_version(root, "1.0") == changed and reads
+
+
+def test_a_background_store_writes_where_the_kernel_was_requested(cache_dir, monkeypatch):
+    """A tier-up finishes in the background, maybe after LAZYMATH_CACHE_DIR changed (the next
+    test's directory, a user's switch): its file goes to the directory in force when the kernel
+    was requested. It used to land in the later one, where a kernel of the same key (a matmul
+    compiled under other host-mapping flags of the earlier request) was then found as a hit
+    (test_bfloat16's in-place panel test failed now and then under load)."""
+    first, later = cache_dir, cache_dir.parent / "later"
+    jobs = []
+    init = driver._Job.__init__
+
+    def record(self, *args, **kw):
+        init(self, *args, **kw)
+        jobs.append(self)
+
+    monkeypatch.setattr(driver._Job, "__init__", record)
+    compile_kernel(_ir(37, 3.0), get_spec("ascend910"))
+    assert jobs, "the kernel was compiled (not a cache hit)"
+    job = jobs[-1]
+    monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(later))
+    later.mkdir(mode=0o700)
+    before = {p.name for p in first.glob("*" + kernel_cache.SUFFIX)}
+    job._store(b"\x7fELF not loaded by this test")
+    assert job.key + kernel_cache.SUFFIX in {p.name for p in first.glob("*" + kernel_cache.SUFFIX)}
+    assert not list(later.glob("*" + kernel_cache.SUFFIX))
+    assert before <= {p.name for p in first.iterdir()}

@@ -125,12 +125,13 @@ def _check_dir(d: Path) -> str | None:
     return None
 
 
-def usable_dir() -> Path | None:
-    """The cache directory if the disk level is on and the directory is trusted; None (with a
-    warning once per directory and reason that says why) otherwise."""
+def usable_dir(d: Path | None = None) -> Path | None:
+    """The cache directory (`d`, else the one in force) if the disk level is on and the
+    directory is trusted; None (with a warning once per directory and reason that says why)
+    otherwise."""
     if not disk_enabled():
         return None
-    d = cache_dir()
+    d = cache_dir() if d is None else d
     why = _dir_verdict[str(d)] = _check_dir(d)  # checked on every use (a few stat calls)
     if why is not None:
         _warn(f"directory {d}", f"{why}; the disk cache is off")
@@ -383,10 +384,14 @@ def _parse(data: bytes, key: str) -> CacheEntry | None:
     return CacheEntry(header, payload[:obj_len], parts)
 
 
-def disk_store(key: str, header: dict, obj: bytes, parts: dict[str, bytes] | None = None) -> None:
+def disk_store(key: str, header: dict, obj: bytes, parts: dict[str, bytes] | None = None,
+               directory: Path | None = None) -> None:  # fmt: skip
     """Write atomically: private temp file in the cache dir, then os.replace. `parts` are
-    extra named byte strings stored after the object code."""
-    d = usable_dir()
+    extra named byte strings stored after the object code. `directory`: the cache directory
+    that was in force when the kernel was requested -- a background tier-up finishes later,
+    when LAZYMATH_CACHE_DIR may name another directory (a test's, a user's switch), and its
+    file belongs where the request looked for it, not there."""
+    d = usable_dir(directory)
     if d is None:
         return
     parts = parts or {}
@@ -401,7 +406,7 @@ def disk_store(key: str, header: dict, obj: bytes, parts: dict[str, bytes] | Non
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(head + hb + payload + digest)
-            os.replace(tmp, _path(key))
+            os.replace(tmp, d / (key + SUFFIX))
         except IsADirectoryError:
             os.unlink(tmp)
             reject(key, "is a directory, not a regular file")
