@@ -44,7 +44,8 @@ from lazymath.realize import realize, watch_realizes
 from lazymath.runtime import api as _rt_api
 from lazymath.runtime import profiler as _prof
 from lazymath.runtime.replay import BoundReplay
-from lazymath.staging_batch import NotBatched, RowPlan, RuntimeRows, batch_axes
+from lazymath.runtime.replay import address_of as _address_of
+from lazymath.staging_batch import NotBatched, RowPlan, RuntimeRows, _rows, batch_axes
 from lazymath.tensor import Tensor
 
 # The public reports (lm.schedule, lm.explain) for the stage objects' methods: api imports the
@@ -274,14 +275,22 @@ class Jitted:
         fast_key = None
         if self._flat and not kwargs:
             # the fast key: no pytree walk, no settings parsing, no device lookup
+            # (each input's layout id and address come from its node's cache, `node.addr`:
+            # no shape/strides tuples, a cheap hash, and the launch needs the address anyway)
             key = [_settings_state(), _rt_api._CURRENT]
+            addrs = []
             for a in args:
                 if type(a) is not Tensor:
                     break
-                r = a._node.realized
-                if r is None:
-                    break
-                key += (r.shape, r.dtype, r.strides, a._device)
+                node = a._node
+                r = node.realized
+                c = node.addr
+                if c is None or c[0] is not r:
+                    if r is None:
+                        break
+                    c = node.addr = _address_of(r)
+                key += (c[2], a._device)
+                addrs.append(c[1])
             else:
                 fast_key = tuple(key)
                 entry = self._fast.get(fast_key)
@@ -289,7 +298,7 @@ class Jitted:
                     bound = entry.bound
                     if bound is None or entry.donors or _prof._ACTIVE is not None:
                         return self._replay(entry, args)
-                    results = bound([a._node for a in args], key[1] or _rt_api.current_device())
+                    results = bound.launch(addrs, key[1] or _rt_api.current_device())
                     one = entry.one
                     if one is None:
                         return _wrap(entry, args, results, True)
@@ -720,10 +729,11 @@ def _addresses(leaves: list) -> list[int]:
     """The tensors' data addresses, cached on their nodes (`node.addr`, as BoundReplay)."""
     out = []
     for t in leaves:
-        node, r = t._node, t._node.realized
-        if node.addr is None or node.addr[0] is not r:
-            node.addr = (r, r.__array_interface__["data"][0])
-        out.append(node.addr[1])
+        node = t._node
+        r, c = node.realized, node.addr
+        if c is None or c[0] is not r:
+            c = node.addr = _address_of(r)
+        out.append(c[1])
     return out
 
 
@@ -741,21 +751,6 @@ def _masked_key(args, batched: tuple[int, ...]) -> tuple:
         else:
             key += (r.shape, r.dtype, r.strides, a._device)
     return tuple(key)
-
-
-def _rows(a: np.ndarray, start: int, n: int) -> np.ndarray:
-    """Rows [start, start + n) of `a` as a C-contiguous array of exactly n rows; missing rows
-    repeat the last real one (edge padding: padded rows compute on real data, so an integer
-    division or a log sees nothing a real row would not)."""
-    part = a[start : start + n]
-    if part.shape[0] == n and part.flags.c_contiguous:
-        return part
-    out = np.empty((n,) + a.shape[1:], a.dtype)
-    m = part.shape[0]
-    out[:m] = part
-    if m < n:
-        out[m:] = part[m - 1] if m else 0
-    return out
 
 
 def _entry_of(prog, outputs, leaves, in_pos, out_leaves, out_struct,

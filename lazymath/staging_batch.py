@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from lazymath._lazy import deferred
 from lazymath.backend.npu import kernel_ir as K
 from lazymath.graph import node as gn
@@ -322,3 +324,18 @@ def _row_local(v, row: int) -> bool:
             lo += min(0, (n - 1) * st)
             hi += max(0, (n - 1) * st)
     return 0 <= lo and hi < max(row, 1)
+
+
+def _rows(a: np.ndarray, start: int, n: int) -> np.ndarray:
+    """Rows [start, start + n) of `a` as a C-contiguous array of exactly n rows; missing rows
+    repeat the last real one (edge padding: padded rows compute on real data, so an integer
+    division or a log sees nothing a real row would not)."""
+    part = a[start : start + n]
+    if part.shape[0] == n and part.flags.c_contiguous:
+        return part
+    out = np.empty((n,) + a.shape[1:], a.dtype)
+    m = part.shape[0]
+    out[:m] = part
+    if m < n:
+        out[m:] = part[m - 1] if m else 0
+    return out

@@ -17,6 +17,7 @@ from lazymath.backend.npu.kernel_ir import (
     contiguous_view,
 )
 from lazymath.runtime.device import get_spec
+from lazymath.runtime.replay import layout_id
 from lazymath.staging import DonatedError
 
 RNG = np.random.default_rng(34)
@@ -220,6 +221,28 @@ def test_replayed_outputs_reuse_dropped_buffers_and_never_overwrite_held_ones():
     np.testing.assert_allclose(held[1].numpy(), xs[2] * 2 + yn, rtol=1e-6)
     np.testing.assert_allclose(held[2], (xs[3] * 2 + yn)[5:], rtol=1e-6)
     assert not held[1].numpy().flags.writeable
+
+
+def test_the_replay_key_tells_layouts_apart_by_their_cached_layout_ids():
+    """The fast key holds each input's layout id (runtime.replay.layout_id, cached on the node
+    with its address): equal layouts share an id, a strided layout of the same shape
+    or another dtype does not, so such an input retraces instead of replaying another layout's
+    program."""
+    a = np.arange(24, dtype=np.float32)
+    assert layout_id(a[:12]) == layout_id(a[12:]) != layout_id(a[::2])
+    assert layout_id(a[:12]) != layout_id(a[:12].astype(np.float64))
+    f = lm.jit(lambda x: x * 3.0 - 1.0)
+    dense, strided = lm.asarray(a[:12].copy()), lm.asarray(a)[::2]
+    np.testing.assert_allclose(f(dense).numpy(), a[:12] * 3 - 1, rtol=1e-6)
+    np.testing.assert_allclose(f(strided).numpy(), a[::2] * 3 - 1, rtol=1e-6)
+    np.testing.assert_allclose(f(strided).numpy(), a[::2] * 3 - 1, rtol=1e-6)
+    np.testing.assert_allclose(f(lm.asarray(a[12:].copy())).numpy(), a[12:] * 3 - 1, rtol=1e-6)
+    wide = lm.asarray(a[:12].astype(np.float64))
+    np.testing.assert_allclose(f(wide).numpy(), a[:12] * 3.0 - 1, rtol=1e-12)
+    assert f(wide).dtype == np.float64
+    assert f.traces == 2  # float32 (three layouts of one, replayed) and float64
+    node = dense._node
+    assert node.addr[0] is node.realized and node.addr[2] == layout_id(node.realized)
 
 
 def test_big_outputs_come_from_the_device_pool_and_return_to_it():

@@ -162,7 +162,7 @@ def make(
     node.key = key
     node.realized = None
     node.tensors = 0
-    node.addr = None  # (realized array, its data address), cached by the replay path
+    node.addr = None  # (realized array, address, layout id): runtime.replay.address_of
     ref = _Ref(node, _gone)
     ref.key = key
     _interned[key] = ref

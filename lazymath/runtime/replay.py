@@ -23,6 +23,7 @@ The schedule and kernels are duck-typed: this module imports nothing above the r
 from __future__ import annotations
 
 import ctypes
+import itertools
 import weakref
 from dataclasses import dataclass, field
 from sys import getrefcount as _getrefcount
@@ -35,6 +36,34 @@ from lazymath.runtime import api as _api
 from lazymath.runtime import profiler as _prof
 from lazymath.runtime.api import Launch
 from lazymath.runtime.pool import aligned
+
+
+def address_of(a: np.ndarray) -> tuple:
+    """What the replay paths cache on a graph node for its realized array (`node.addr`): the
+    array itself (the cache is valid while `node.realized is` it), its data address and a
+    small int naming its layout (shape, dtype, strides: `layout_id`).
+
+    Why cached: `__array_interface__` builds a dict (~0.3 us) and `shape`/`strides` build
+    tuples on every read; an input reused across calls (a weight, a loop's carried value)
+    then costs two attribute reads to bind and to key lm.jit's replay lookup."""
+    return (a, a.__array_interface__["data"][0], layout_id(a))
+
+
+def layout_id(a: np.ndarray) -> int:
+    """A small int per distinct (shape, dtype, strides): equal ints, equal layouts. Ids are
+    never reused (a counter), so clearing the table when it grows only costs new ids for
+    layouts seen again: a key holding an old id simply stops matching."""
+    k = (a.shape, a.dtype, a.strides)
+    v = _LAYOUTS.get(k)
+    if v is None:
+        if len(_LAYOUTS) >= 1 << 16:
+            _LAYOUTS.clear()
+        v = _LAYOUTS[k] = next(_LAYOUT_IDS)
+    return v
+
+
+_LAYOUTS: dict = {}
+_LAYOUT_IDS = itertools.count()
 
 # (block_idx, block_num) of a one-block launch as ready ctypes arguments for a kernel
 # function's `raw` twin (backend.native.jit.as_cfunc: no per-call argument conversion)
@@ -205,8 +234,8 @@ class Program:
                     if cached is not None and cached[0] is a:
                         addr = cached[1]
                     else:  # the array object is part of the check: `realized` may change
-                        addr = a.__array_interface__["data"][0]
-                        node.addr = (a, addr)
+                        cached = node.addr = address_of(a)
+                        addr = cached[1]
                 else:
                     addr = a.__array_interface__["data"][0]
                 for argv, pos in patches[slot]:
@@ -328,6 +357,20 @@ class BoundReplay:
     def __call__(self, nodes: list, dev) -> list[np.ndarray]:
         """Run on the realized arrays of `nodes` (the call's input nodes, in input order); the
         outputs in program order. Each node caches its array's address (`node.addr`)."""
+        addrs = []
+        for node in nodes:
+            a = node.realized
+            cached = node.addr
+            if cached is None or cached[0] is not a:
+                cached = node.addr = address_of(a)
+            addrs.append(cached[1])
+        return self.launch(addrs, dev)
+
+    def launch(self, addrs: list[int], dev) -> list[np.ndarray]:
+        """Run on inputs at data addresses `addrs` (per call input: lm.jit's fast path read
+        them from `node.addr` while building its key); the outputs in program order, small
+        ones reused when the caller dropped the previous result. The caller keeps the inputs
+        alive during the call."""
         try:
             c = self._ctxs.pop()
         except IndexError:
@@ -335,14 +378,7 @@ class BoundReplay:
         ctx, in_patch, in_addr, out_patch = c
         try:
             for j, k in enumerate(self._used):
-                node = nodes[k]
-                a = node.realized
-                cached = node.addr
-                if cached is not None and cached[0] is a:
-                    addr = cached[1]
-                else:
-                    addr = a.__array_interface__["data"][0]
-                    node.addr = (a, addr)
+                addr = addrs[k]
                 if in_addr[j] != addr:
                     in_addr[j] = addr
                     for argv, pos in in_patch[j]:
