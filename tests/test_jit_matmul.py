@@ -55,8 +55,6 @@ CASES = {
     "prologue": (17, 16, np.float32, lambda x, w, b: lm.relu(x * 2.0) @ w,
                  lambda x, w, b: np.maximum(x * 2.0, 0) @ w),
 }  # fmt: skip
-# epilogues the split 910B runs as a MIX kernel (AIC + AIV): get_value has no core there yet
-MIX_910B = {"bias_tanh", "row_sum", "softmax"}
 
 
 @pytest.mark.parametrize("spec", ["ascend910", "ascend910b"])
@@ -76,10 +74,6 @@ def test_a_dynamic_matmul_kernel_takes_m_at_run_time(case, kb, spec):
     assert len(sched.kernels) == 1 and type(sched.kernels[0].ir) is MatmulKernel
     ir = staging_batch._dynamic_ir(sched.kernels[0].ir, cap)
     assert type(ir) is DynamicMatmulKernel and ir.m == cap
-    if spec == "ascend910b" and case in MIX_910B:
-        with pytest.raises(ValueError, match="MIX"):
-            compile_kernel(ir, get_spec(spec), kb)
-        return
     k = compile_kernel(ir, get_spec(spec), kb)
     assert "get_value tiling" in k.isa_text
     row_out = case == "row_sum"
@@ -137,8 +131,8 @@ def test_a_matmul_batch_is_one_program_with_m_at_run_time(fn, preset, backend, c
                                                           monkeypatch):  # fmt: skip
     """Sizes 1..4096 (primes, powers of two and their neighbours, 0, a strided batch) of a
     matmul with its epilogue through lm.jit(dynamic=0): one trace, at most one program per
-    dtype, each matmul compiled once, taking M at run time (the split 910B's MIX epilogues
-    keep host chunks until get_value runs on both of its cores); equal to numpy."""
+    dtype, each matmul compiled once, taking M at run time (also the split 910B's MIX
+    epilogues: both of its cores read the tiling word); equal to numpy."""
     monkeypatch.setenv("LAZYMATH_DEBUG", "1")
     f_lazy, f_ref = {"bias_tanh": (_mm, _mm_ref), "relu_softmax": (_relu_mm, _relu_mm_ref)}[fn]
     sizes = ([*range(1, 70), 127, 128, 129, 331, 511, 1000, 4093, 4096] if backend == "llvm"
@@ -160,15 +154,11 @@ def test_a_matmul_batch_is_one_program_with_m_at_run_time(fn, preset, backend, c
                 np.testing.assert_allclose(g.numpy().astype(np.float64), r, rtol=tol, atol=tol)
         assert f.traces == 1 and engine.PROGRAMS.misses - programs <= 1
     err = capsys.readouterr().err
-    mix = preset == "ascend910b" and fn == "bias_tanh"
-    if mix:
-        assert "host chunks" in err and "MIX" in err
-    else:
-        assert "the row count a kernel argument" in err and "host chunks" not in err
-        # compiled once: only the dynamic kernels, one per kernel and dtype (never the traced
-        # static kernels at `chunk` rows first)
-        assert compiles and all(isinstance(ir, DYNAMIC_KINDS) for ir in compiles)
-        assert sum(type(ir) is DynamicMatmulKernel for ir in compiles) == 2  # (x @ w is shared)
+    assert "the row count a kernel argument" in err and "host chunks" not in err
+    # compiled once: only the dynamic kernels, one per kernel and dtype (never the traced
+    # static kernels at `chunk` rows first)
+    assert compiles and all(isinstance(ir, DYNAMIC_KINDS) for ir in compiles)
+    assert sum(type(ir) is DynamicMatmulKernel for ir in compiles) == 2  # (x @ w is shared)
 
 
 def test_a_stacked_batch_matmul_keeps_host_chunks_and_says_why(capsys, monkeypatch):

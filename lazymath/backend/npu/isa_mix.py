@@ -16,6 +16,7 @@ from lazymath.backend.npu.isa_control import (
     AtomicAdd,
     CrossCoreSetFlag,
     CrossCoreWaitFlag,
+    GetValue,
     If,
     Let,
     Loop,
@@ -58,11 +59,12 @@ _CORE_OF_TYPE: dict[type, str] = {AtomicAdd: "AIV"}
 
 def core_of(instr) -> str | None:
     """The core kind ("AIC" / "AIV") of a MIX kernel that runs `instr`; None for scalar control
-    (Let, Loop, If), which each core's program has where it needs it. ValueError if the
+    (Let, GetValue, Loop, If), which each core's program has where it needs it (each core's
+    scalar unit reads a run-time tiling word, as AscendC's tiling data). ValueError if the
     instruction belongs to no single core (a barrier over all pipes, a flag between pipes of
     different cores)."""
     t = type(instr)
-    if t in (Let, Loop, If):
+    if t in (Let, GetValue, Loop, If):
         return None
     if t in (CrossCoreSetFlag, CrossCoreWaitFlag):
         return instr.side
@@ -90,8 +92,8 @@ def core_of(instr) -> str | None:
 
 def mix_cores(body) -> dict[int, tuple[str, ...]]:
     """id(instruction) -> the cores whose program contains it, for every instruction of `body`
-    (leaves: their core; Loop / If: the cores of their body; Let: the cores of the body it is
-    declared in)."""
+    (leaves: their core; Loop / If: the cores of their body; Let, GetValue: the cores of the
+    body it is declared in)."""
     out: dict[int, tuple[str, ...]] = {}
 
     def visit(b) -> set:
@@ -102,7 +104,7 @@ def mix_cores(body) -> dict[int, tuple[str, ...]]:
                 inner = visit(i.body)
                 out[id(i)] = tuple(c for c in MIX_CORES if c in inner)
                 here |= inner
-            elif isinstance(i, Let):
+            elif isinstance(i, (Let, GetValue)):
                 lets.append(i)
             else:
                 c = core_of(i)
@@ -158,7 +160,7 @@ def mix_streams(program) -> dict:
                 i = Loop(i.var, i.start, i.stop, i.step, project(i.body, core, sub))
             elif isinstance(i, If):
                 i = If(i.a, i.cmp, i.b, project(i.body, core, sub))
-            if subs and core == "AIV" and not sub and not isinstance(i, (Let, Loop, If)):
+            if subs and core == "AIV" and not sub and not isinstance(i, (Let, GetValue, Loop, If)):
                 run.append(i)
                 continue
             flush()

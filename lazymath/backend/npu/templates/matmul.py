@@ -437,8 +437,6 @@ def _program(k: MatmulKernel, spec, name: str, t: MatmulTiling) -> isa.Program:
     pre: list = []
     mg_rows, m_groups, n_items = t.mg_rows, t.m_groups, t.items
     if isinstance(k, DynamicMatmulKernel):
-        if mix:  # (isa.core_of gives get_value no core yet: both the AIC and the AIV read it)
-            raise ValueError("a dynamic matmul kernel cannot be a MIX kernel yet")
         args, rows, get = C.runtime_rows(args, k.m)
         m_rt = isa.Var("m_rt")
         lets, (mg_rows, m_groups, n_items) = _runtime_groups(m_rt, t, spec.cube_n)
