@@ -412,7 +412,12 @@ def state_key(*items: Setting) -> Callable[[], tuple]:
         return lambda: (GENERATION[0], *[env.get(n) for n in names])
     keys = tuple(s._key for s in items)
     get = data.get
-    return lambda: (GENERATION[0], *map(get, keys))
+    gen = GENERATION
+    if len(keys) <= 4:  # unrolled (lm.jit's replay key): half the cost of map + unpacking;
+        # the padding (None) is never an environment key, so its slots are always None
+        k0, k1, k2, k3 = keys + (None,) * (4 - len(keys))
+        return lambda: (gen[0], get(k0), get(k1), get(k2), get(k3))
+    return lambda: (gen[0], *map(get, keys))
 
 
 class override:
