@@ -262,12 +262,16 @@ def _kernel_mix(k, q, kk, v, *rest, scale, causal, masked, mdiv, mmod, tq, tk, a
         qv = k.let(isa.imin(tq, L - q0), "qv")
         kv_end = k.let(isa.imin(S, q0 + qv), "kv_end") if causal else S
         nkv = k.let((kv_end + (tk - 1)) // tk, "nkv")
-        k.pipe_barrier("AIC")
+        # no barrier between items: the last item's drained "slot free" flags already order
+        # its MTE1 read of q_l1 before this MTE2 write and its Cube reads of q_l0 before this
+        # MTE1 write, so this item's Q and first K/V load while the last one's P V and the
+        # AIVs' epilogue finish
         qb, qrs = _base(q, b)
         kb, krs = _base(kk, b)
         vb, vrs = _base(v, b)
         k.load_nz(q_l1, q[qb + q0 * qrs], qv, D, (qrs, 1), tq)
-        k.pipe_barrier("AIC")
+        k.set_flag("MTE2", "MTE1", 4)
+        k.wait_flag("MTE2", "MTE1", 4)
         k.load_l0(q_l0, q_l1, tq, dp, tq, tq)
         for src, dst, ev in _FREE:  # every AIC slot starts free
             k.set_flag(src, dst, ev)
