@@ -11,7 +11,7 @@ the host the same hierarchy *is* a cache-blocked GEMM:
 - L0A / L0B are micro-panels of those L1 panels (MTE1 is a pointer step on the host, the cache
   does the copy's job). A float32 A panel with unit column stride is not packed at all when the
   Mmad reads it whole: the `_nd` microkernels broadcast straight from its rows in GM
-  (`emit_mmad`'s `a_nd`, proven by `lower_cube.nd_panels`), which saves the A re-pack the
+  (`emit_mmad`'s `a_nd`, proven by `cube_proofs.nd_panels`), which saves the A re-pack the
   template's loop nest does once per N panel.
 - L0C is the fp32 accumulator tile; `emit_mmad` runs a register-blocked microkernel over it,
   generated from parameters (`Microkernel`: rows, columns, vector width; accumulators =
@@ -304,8 +304,8 @@ def prefetch(b: ir.IRBuilder, p: ir.Value, locality: int) -> None:
 
 
 LINE = 16  # floats per 64-byte cache line
-K_STEP_MERGE = True  # lower_cube.merge_k_steps on (tests compare both lowerings; in the disk key)
-ND_A = True  # fp32 A read in place by the Mmad (lower_cube.nd_panels; tests compare; disk key)
+K_STEP_MERGE = True  # cube_proofs.merge_k_steps on (tests compare both lowerings; in the disk key)
+ND_A = True  # fp32 A read in place by the Mmad (cube_proofs.nd_panels; tests compare; disk key)
 PACK_ROWS = 8  # rows per block of the contiguous-row packer (emit_pack_nz): <= L1 ways
 ND_PACK = True  # float16 A panels packed row-major for the _nd microkernels (lower_cube; key)
 ND_PAD = 16  # floats after each row of such a copy (rows not 4 KiB apart)
@@ -690,7 +690,7 @@ def emit_mmad(
     `a_nd` (a row stride in floats): `a` is not a packed NZ panel but fp32 A[0:a_rows, 0:k]
     row-major in place (row r at r * a_nd): every one of its a_rows rows and k (a multiple of
     16) columns must exist, as no padding does the packer's job; the `_nd` microkernels read
-    it (fp32 GEMM operands then need no A packing, see lower_cube.nd_panels). Results are
+    it (fp32 GEMM operands then need no A packing, see cube_proofs.nd_panels). Results are
     bit-identical to the packed panel's.
     """
     plan = plan or host_gemm()

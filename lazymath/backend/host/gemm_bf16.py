@@ -8,7 +8,7 @@ unchanged); the Mmad's operands reach the dot-product microkernel as bfloat16:
 
 - A in the NZ index layout of its float32 panel (the K pairs (k, k+1) of a row are adjacent: one
   32-bit broadcast), narrowed per Mmad (`emit_narrow_a`), or read in place from GM when the
-  panel is whole (`emit_mmad_bf16`'s `a_nd`, lower_cube.nd_panels);
+  panel is whole (`emit_mmad_bf16`'s `a_nd`, cube_proofs.nd_panels);
 - B pair-interleaved (a 64-byte line holds 16 columns x 2 k, `emit_narrow_b_pairs`), with the
   float32 panel's element offsets. lower_cube narrows a B panel into its pair twin once per L1
   fill (`b_pairs`: a memoised B panel is then narrowed once per work item, not once per M
@@ -131,7 +131,7 @@ def get_ukernel_bf16(mod: ir.Module, mr: int, nr: int, pf_lines: int = 1,
     flushing denormal inputs and results to zero (Intel SDM), so a sum may differ from the
     float32 FMA kernel's in its last bits, never by more than rounding order allows.
 
-    `nd`: A is the bfloat16 operand row-major in GM (read in place, lower_cube.nd_panels):
+    `nd`: A is the bfloat16 operand row-major in GM (read in place, cube_proofs.nd_panels):
     `a_fc` is then its row stride in elements and a K fractal column is 16 elements further
     along the row; a row's K pairs are adjacent either way (one 32-bit broadcast, 2-byte
     aligned: the row stride may be odd)."""
