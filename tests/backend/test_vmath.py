@@ -35,6 +35,11 @@ from lazymath.testing.standard import std_floor_divide
 RNG = np.random.default_rng(1234)
 
 HALF_PI = np.pi / 2
+# float32 sin/cos of a chunk whose |x| < 2^17 (the common one): one float32 Cody-Waite
+# reduction by pi and one polynomial, <= 2 ulp from CR (measured on every float32 below 2^17:
+# sin 97.2 % correctly rounded, 2.8 % 1 ulp, 3194 inputs 2 ulp; cos 93.5 / 6.5 % / 58351);
+# numpy's own SIMD float32 sin/cos are 1 ulp off on 12-19 % of [0.5, 8).
+TRIG_ULP = 2
 
 
 def _sigmoid64(x):
@@ -107,7 +112,8 @@ def test_accuracy_table_float32(capsys):
             print(f"  {name:8s}  {vs_np:8d}  {vs_cr:5d}  {count}")
     for name, vs_np, vs_cr, _ in rows:
         assert vs_np <= 4, name  # numpy's float32 log alone is up to 4 ulp from CR
-        assert vs_cr <= (2 if name == "sigmoid" else 0 if name == "log" else 1), name
+        tol = 0 if name == "log" else 2 if name in ("sigmoid", "sin", "cos") else 1
+        assert vs_cr <= tol, name
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -349,7 +355,7 @@ def test_strip_mining_tails(n, cap):
     """n symbolic and not a multiple of the chunk: every element computed exactly once."""
     x = RNG.uniform(-50, 50, n).astype(np.float32)
     got = run_composite("sin", x, cap=cap)
-    assert ulp_dist(got, correctly_rounded(np.sin, x)).max() <= 1
+    assert ulp_dist(got, correctly_rounded(np.sin, x)).max() <= TRIG_ULP
     got = run_composite("remainder", x, np.full(n, 3.5, np.float32), cap=cap)
     np.testing.assert_array_equal(got, np.remainder(x, np.float32(3.5)))
 
@@ -387,10 +393,11 @@ def test_sequences_are_native_instructions_only():
                isa.VCmpS, isa.VSel, isa.VDup, isa.VGather, isa.VReduce, isa.Loop,
                isa.If, isa.SetFlag, isa.WaitFlag, vmath.GetValue}  # fmt: skip
     assert kinds <= allowed
-    # the common (small-argument) path of sin stays short and has no gather: float32 only
-    # (sin and cos of the reduced argument, exact leading terms) 56 instructions; the host-only
-    # float64 reduction (LAZYMATH_HOST_MATH) 30
-    assert vmath.composite_instructions("sin") <= 60
+    # the common (small-argument) path of sin/cos stays short and has no gather: float32 only,
+    # 27 with the range test (one reduction by pi in three fmas, one polynomial; the quadrant
+    # form with a float32 pair took 56); tan keeps the quadrant form
+    assert vmath.composite_instructions("sin") <= 30
+    assert vmath.composite_instructions("cos") <= 30
     # chunk-wide constant fills (vmla coefficients) only go to buffers nothing else writes,
     # never to recycled tiles, so a template hoisting them cannot mix them up
     writers: dict = {}
@@ -404,7 +411,7 @@ def test_sequences_are_native_instructions_only():
 
 def test_trig_branches_on_chunk_range():
     """sin/cos/tan test max|x| per chunk: the gather-free path below 2^17, the table path
-    for chunks holding a larger |x|, inf or nan; both agree with CR within 1 ulp."""
+    for chunks holding a larger |x|, inf or nan; both agree with CR (sin, cos within 2 ulp)."""
     fast = [i for i, _ in isa.walk(_trig_body("sin")) if isinstance(i, isa.If)]
     assert len(fast) == 2
     assert not any(isinstance(i, isa.VGather) for i, _ in isa.walk(fast[0].body))
@@ -415,7 +422,7 @@ def test_trig_branches_on_chunk_range():
     for name in ("sin", "cos", "tan"):
         got = run_composite(name, x, cap=4096)
         ref = correctly_rounded(getattr(np, name), x)
-        assert ulp_dist(got, ref).max() <= 1, name
+        assert ulp_dist(got, ref).max() <= (1 if name == "tan" else TRIG_ULP), name
 
 
 def _trig_body(name: str) -> list:
@@ -521,7 +528,7 @@ def test_compiled_elementwise_kernel(backend, dtype, monkeypatch):
 def test_compiled_trig_takes_both_range_branches(backend, spec, monkeypatch):
     """Through compile_kernel: chunks of small arguments take the gather-free branch, a chunk
     holding one huge |x| (or inf/nan) the table branch (GetValue + If lowered by llvm and
-    interpreted); every result within 1 ulp of CR on both backends, in float32 and float16."""
+    interpreted); every result within 2 ulp of CR on both backends (float16, tan: 1)."""
     parts = _compile_path()
     if parts is None:
         pytest.skip("compile path not available")
@@ -541,7 +548,8 @@ def test_compiled_trig_takes_both_range_branches(backend, spec, monkeypatch):
         compile_kernel(kir, spec, backend=backend)(xs, *outs)
         for name, got in zip(names, outs):
             ref = correctly_rounded(getattr(np, name), xs)
-            assert ulp_dist(got, ref).max() <= 1, (name, f, backend, spec)
+            tol = 1 if f == "float16" or name == "tan" else TRIG_ULP
+            assert ulp_dist(got, ref).max() <= tol, (name, f, backend, spec)
         assert np.signbit(outs[0][2000]) and np.signbit(outs[2][2000])  # sin/tan(-0) = -0
 
 
@@ -600,7 +608,8 @@ def test_host_math_setting_picks_the_float64_reduction():
         with settings.override(LAZYMATH_HOST_MATH=True):
             host = run_composite(name, x, cap=4096)
         npu = run_composite(name, x, cap=4096)
-        assert ulp_dist(host, ref).max() <= 1 and ulp_dist(npu, ref).max() <= 1, name
+        tol = 1 if name == "tan" else TRIG_ULP
+        assert ulp_dist(host, ref).max() <= 1 and ulp_dist(npu, ref).max() <= tol, name
     b = isa.Builder(tile=256)
     r = b.scratch("float32", 256)
     with settings.override(LAZYMATH_HOST_MATH=True):
@@ -627,6 +636,71 @@ def test_float32_reduction_hard_cases():
         assert ulp_dist(got, correctly_rounded(getattr(np, name), x)).max() <= 1, name
 
 
+def _small_branch(name: str, x: np.ndarray) -> np.ndarray:
+    """The gather-free branch of the float32-only sin/cos alone, over x (any |x| < 2^17)."""
+    from _vmath_support import Memory, run_instrs
+
+    from lazymath.backend.npu.vmath import core, trig
+
+    n = x.size
+    s = core._Seq(isa.Builder(tile=n), n)
+    src, out = isa.Buffer("in0", "UB", "float32", n), isa.Buffer("out", "UB", "float32", n)
+    trig._TRIG_NPU[name](s, isa.Ref(out), isa.Ref(src), True)
+    mem = Memory({"in0": x.astype(np.float32), "out": np.zeros(n, np.float32)})
+    run_instrs(s.pre + s.body, mem)
+    return mem.arrays["out"]
+
+
+def test_small_trig_branch_hard_cases_and_boundary():
+    """sin/cos below 2^17 (one float32 reduction by pi): the float32 nearest every multiple
+    of pi/2 below 2^17 (sin's and cos's zeros, |r| down to 2^-28) and both neighbours, the
+    largest floats below 2^17 (largest q), tiny and denormal x (x/pi underflows): <= 2 ulp,
+    sin(+-0) = +-0. A chunk below 2^17 takes this branch (bit-equal to it); a chunk holding
+    2^17 takes the Payne-Hanek one (within 1 ulp)."""
+    k = np.arange(1, int(2.0**17 / HALF_PI) + 1, dtype=np.float64)
+    near = (k * HALF_PI).astype(np.float32)
+    near = near[near < np.float32(2.0**17)]
+    top = np.nextafter(np.float32(2.0**17), np.float32(0))
+    edge = np.float32([top, np.nextafter(top, np.float32(0)), 65536.0, 131000.0, 1e-45,
+                       1.4e-45 * 7, 1e-38, 1.1754942e-38, 2.0**-20, 0.0, -0.0])  # fmt: skip
+    x = np.concatenate([near, np.nextafter(near, np.float32(np.inf)),
+                        np.nextafter(near, np.float32(0)), edge])  # fmt: skip
+    x = np.concatenate([x, -x])
+    for name in ("sin", "cos"):
+        got = _small_branch(name, x)
+        cr = correctly_rounded(getattr(np, name), x)
+        assert ulp_dist(got, cr).max() <= TRIG_ULP, name
+        chunk = np.resize(x, 4096)
+        np.testing.assert_array_equal(run_composite(name, chunk, cap=4096), got[:4096])
+        big = chunk.copy()
+        big[7] = np.float32(2.0**17)  # the whole chunk: Payne-Hanek (1 ulp)
+        table = run_composite(name, big, cap=4096)
+        assert ulp_dist(table, correctly_rounded(getattr(np, name), big)).max() <= 1, name
+    zeros = _small_branch("sin", np.float32([0.0, -0.0]))
+    assert zeros[0] == 0 and not np.signbit(zeros[0]) and np.signbit(zeros[1])
+
+
+def test_small_trig_branch_dense_sweep():
+    """Every 509th float32 bit pattern below 2^17, both signs (4.7M inputs), through the
+    compiled llvm kernel: <= 2 ulp from CR, and at least 90 % correctly rounded (measured
+    on all of them: sin 97.2 %, cos 93.5 %)."""
+    parts = _compile_path()
+    if parts is None:
+        pytest.skip("compile path not available")
+    compile_kernel, ElementwiseKernel, SOp, contiguous_view = parts
+    bits = np.arange(0, 0x48000000, 509, dtype=np.uint32)
+    x = np.concatenate([bits, bits | np.uint32(1 << 31)]).view(np.float32)
+    v = contiguous_view("float32", (x.size,))
+    for name in ("sin", "cos"):
+        expr = (SOp("load", "float32", (), 0), SOp(name, "float32", (0,)))
+        k = compile_kernel(ElementwiseKernel((x.size,), (v,), (v,), expr, (1,)), "ascend910")
+        got = np.empty_like(x)
+        k(x, got)
+        d = ulp_dist(got, correctly_rounded(getattr(np, name), x))
+        assert d.max() <= TRIG_ULP, (name, x[d.argmax()])
+        assert (d == 0).mean() >= 0.9, name
+
+
 def test_two_over_pi_chunks_match_mpmath():
     mp = pytest.importorskip("mpmath")
     mp.mp.dps = 120
@@ -641,7 +715,7 @@ def test_two_over_pi_chunks_match_mpmath():
 def test_float32_bit_patterns_sampled(name):
     """Every STEP-th float32 bit pattern (env VMATH_STEP, default 2048: 2^21 inputs; the report
     used VMATH_STEP=16, 2^28 inputs) through the compiled llvm kernel (natives through their
-    JIT loop): <= 1 ulp from CR (log: 0)."""
+    JIT loop): <= 1 ulp from CR (log: 0; sin and cos: 2)."""
     parts = _compile_path()
     if parts is None:
         pytest.skip("compile path not available")
@@ -665,7 +739,7 @@ def test_float32_bit_patterns_sampled(name):
         bits = np.arange(ch, dtype=np.uint64) * step + start + i % step
         x = bits.astype(np.uint32).view(np.float32)
         worst = max(worst, int(ulp_dist(fn(x), correctly_rounded(getattr(np, name), x)).max()))
-    assert worst <= (0 if name == "log" else 1)
+    assert worst <= (0 if name == "log" else TRIG_ULP if name in ("sin", "cos") else 1)
 
 
 def test_explain_labels_host_math():

@@ -1,7 +1,9 @@
 """vmath's trigonometry: sin, cos and tan.
 
-The default (what an NPU runs) is float32-only: Cody-Waite below 2^17, Payne-Hanek with 2/pi in
-24-bit integer chunks above (`_trig32`); LAZYMATH_HOST_MATH picks the host-only float64
+The default (what an NPU runs) is float32-only: below 2^17 sin and cos reduce by pi in three
+fmas and evaluate one odd polynomial (`_sincos_half`, 20-22 instructions, <= 2 ulp), tan by
+pi/2 into a float32 pair (`_cw_reduce`); above, Payne-Hanek with 2/pi in 24-bit integer chunks
+(`_trig32`, <= 1 ulp); LAZYMATH_HOST_MATH picks the host-only float64
 reduction with the exponent-group table (`_sincos32`, `_tan32`); either way each chunk
 branches once on its largest |x| (`_trig_by_range`). The reasoning is in the package
 docstring (`vmath/__init__.py`).
@@ -320,7 +322,8 @@ _TRIG_HOST = {
 # the two pairs. Reduction below 2^17: Cody-Waite with pi/2 in three float32 parts
 # (_cw_reduce); above (and inf/nan): Payne-Hanek with 2/pi in 24-bit integer chunks
 # (_ph_reduce). Accuracy (tests/backend/test_vmath.py): faithful, <= 1 ulp from the correctly
-# rounded result over the whole float32 range, like the float64 lowering.
+# rounded result over the whole float32 range, like the float64 lowering. sin and cos of a
+# chunk below 2^17 take the shorter `_sincos_half` instead (<= 2 ulp).
 _PIO2_1 = 1.5707963705062866  # float32(pi/2)
 _PIO2_2 = -4.371138828673793e-08  # float32(pi/2 - _PIO2_1)
 _PIO2_3 = -1.7151245100058819e-15  # float32(pi/2 - _PIO2_1 - _PIO2_2)
@@ -596,9 +599,74 @@ def _trig32(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str, small: bool) -> None:
     s.done(zero, res)
 
 
+# sin / cos below 2^17 (the common chunk): half turns, x = q*pi + r, |r| <= pi/2 + 0.013, one
+# float32 r and one odd polynomial; pi = PI_1 + PI_2 + PI_3 (float32 parts, 2^-75 off).
+_PI_1 = 3.1415927410125732  # float32(pi)
+_PI_2 = -8.742277657347586e-08  # float32(pi - _PI_1)
+_PI_3 = -3.4302490200117637e-15  # float32(pi - _PI_1 - _PI_2)
+# sin(r) = r + r^3 P(r^2), |r| <= 1.59; Remez on the relative error (mpmath, 50 digits), the
+# coefficients rounded to float32 lowest first (the rest refitted): relative error 2^-30.2.
+SIN_HALF_F32 = (-0.1666666716337204, 0.008333354257047176, -0.00019843743939418346,
+                2.7662840693665203e-06, -2.6131978358989727e-08)  # fmt: skip
+
+
+def _sincos_half(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str) -> None:
+    """sin / cos of float32 x, every |x| < 2^17, in 20-22 float32/int32 instructions.
+
+    q = rint(x * float32(1/pi) [+ 1/2]) by the 1.5*2^23 magic add (its last bit: q's parity,
+    the sign (-1)^q, applied as an xor at the end); q may be the neighbour of rint(x/pi) near
+    a half-integer (|r| then reaches pi/2 + 0.013, inside the polynomial's interval) and any
+    integer q is right: sin(x) = (-1)^q sin(x - q*pi). cos: h = q - 1/2, cos(x) = (-1)^q
+    sin(x - h*pi). Cody-Waite in three fmas: r1 = x - h*PI_1 is exact (a multiple of 2^-23
+    below 2); r2 = r1 - h*PI_2 is exact when |r2| < 2^-23 (a multiple of 2^-47), else rounds
+    by < 2^-25 relative; r3 = r2 - h*PI_3 rounds once more. Where x is closest to a multiple
+    of pi below 2^17 (|r| > 2^-28) the argument is still good to ~2^-24 relative: <= 2 ulp
+    from the correctly rounded result (the pair reduction of `_cw_reduce` gets 1, at twice the
+    instructions). sin(-0) = -0 by a final select (r + r^3 P turns -0 into +0).
+    """
+    t = s.sc("vmuls", x, _INVPI32)
+    if op == "cos":
+        s.sc("vadds", t, 0.5, out=t)
+    s.sc("vadds", t, _MAGIC32, out=t)
+    sign = s.conv(t, "int32", "bits")
+    s.sc("vshl", sign, 31, out=sign)  # (-1)^q as the float32 sign bit
+    h = s.sc("vadds", t, -_MAGIC32, out=t)
+    if op == "cos":
+        s.sc("vadds", h, -0.5, out=h)  # exact: |q| < 2^16
+    r = s.fma(h, s.const("float32", -_PI_1), x)
+    s.fma(h, s.const("float32", -_PI_2), r, out=r)
+    s.fma(h, s.const("float32", -_PI_3), r, out=r)
+    s.done(h)
+    z = s.bin("vmul", r, r)
+    p = s.horner_fma(z, SIN_HALF_F32)
+    s.bin("vmul", z, r, out=z)
+    res = s.fma(z, p, r, out=p)
+    s.done(z, r)
+    rb = s.conv(res, "int32", "bits")
+    s.bin("vxor", rb, sign, out=rb)
+    s.done(sign)
+    if op == "cos":
+        s.conv(rb, "float32", "bits", out=dst)
+        s.done(rb, res)
+        return
+    s.conv(rb, "float32", "bits", out=res)
+    s.done(rb)
+    zero = s.cmps("eq", x, 0.0)
+    s.sel(zero, x, res, out=dst)
+    s.done(zero, res)
+
+
+def _sincos_npu(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str, small: bool) -> None:
+    """float32-only sin / cos: `_sincos_half` below 2^17, else `_trig32` (Payne-Hanek)."""
+    if small:
+        _sincos_half(s, dst, x, op)
+    else:
+        _trig32(s, dst, x, op, False)
+
+
 _TRIG_NPU = {
-    "sin": lambda s, d, x, small: _trig32(s, d, x, "sin", small),
-    "cos": lambda s, d, x, small: _trig32(s, d, x, "cos", small),
+    "sin": lambda s, d, x, small: _sincos_npu(s, d, x, "sin", small),
+    "cos": lambda s, d, x, small: _sincos_npu(s, d, x, "cos", small),
     "tan": lambda s, d, x, small: _trig32(s, d, x, "tan", small),
 }
 
