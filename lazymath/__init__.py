@@ -71,9 +71,9 @@ __all__ = [
 ]
 
 
-from lazymath._tpctl import register as _register_threadpoolctl  # noqa: E402
+from lazymath._tpctl import install as _install_threadpoolctl  # noqa: E402
 
-_register_threadpoolctl()  # threadpool_limits(n) limits lazymath's block pool (lazymath/_tpctl.py)
+_install_threadpoolctl()  # threadpool_limits(n) limits lazymath's block pool (lazymath/_tpctl.py)
 
 
 def __getattr__(name):

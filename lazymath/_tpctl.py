@@ -9,10 +9,16 @@ one "lazymath" pool (user_api "lazymath") and its limits call `lazymath._threads
 `threadpool_limits(1)` (what scikit-learn and Dask use around nested parallelism) runs every
 kernel launch on the calling thread; leaving the block restores the previous count.
 
-Registered when lazymath is imported and threadpoolctl is importable (a missing threadpoolctl
-is no error: nothing to limit lazymath with then)."""
+Registered when both are imported, in either order (`install`): at `import lazymath` if
+threadpoolctl is loaded already, else by a one-shot import hook right after threadpoolctl
+loads -- importing threadpoolctl itself (~90 KB of bytecode, 2-3 ms) would be a cost on every
+`import lazymath` for a library most processes never touch. A missing threadpoolctl is no
+error: nothing to limit lazymath with then."""
 
 from __future__ import annotations
+
+import importlib.util
+import sys
 
 from lazymath._lazy import deferred
 from lazymath._version import __version__
@@ -51,3 +57,41 @@ def register() -> bool:
 
     threadpoolctl.register(LazymathController)
     return True
+
+
+class _RegisterAfterImport:
+    """A meta-path finder that only watches for ``threadpoolctl``: it lets the normal finders
+    find it, wraps the loader so the controller is registered once the module has run, and
+    removes itself (one shot)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "threadpoolctl":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader)
+        return spec
+
+
+class _Loader:
+    """threadpoolctl's own loader, then `register`."""
+
+    def __init__(self, loader) -> None:
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        register()
+
+
+def install() -> None:
+    """Register now if threadpoolctl is loaded, else as soon as something imports it."""
+    if "threadpoolctl" in sys.modules:
+        register()
+    elif not any(isinstance(f, _RegisterAfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterAfterImport())

@@ -23,8 +23,6 @@ from lazymath._threads import run_blocks
 from lazymath.backend.npu import cancel as _cancel
 from lazymath.backend.npu import ir_reference
 from lazymath.backend.npu.host_kernels import AicpuRunner, IrRefKernel
-from lazymath.backend.npu.templates import conv1d as _depthwise  # noqa: F401  (the depthwise conv1d)
-from lazymath.backend.npu.templates import fft as _vector_fft  # noqa: F401  (registers the Vector FFT)
 from lazymath.graph import custom
 from lazymath.graph import node as gn
 from lazymath.graph.walk import commit, plan_outputs
@@ -46,6 +44,10 @@ autotune = deferred("lazymath.backend.autotune")
 # on chip; loaded when the first row kernel is planned.
 rows_template = deferred("lazymath.backend.npu.templates.rows")
 vmlib = deferred("lazymath.backend.host.vmlib")  # the vector-math call plan (backend_report)
+# The built-in kernels written with the kernel builder: loaded by the first graph that uses one
+# (graph.custom.builtin), not by every first realize.
+custom.provide("conv1d_depthwise", deferred("lazymath.backend.npu.templates.conv1d"))
+custom.provide("fft_stockham", deferred("lazymath.backend.npu.templates.fft"))
 
 # ----------------------------------------------------------------------------- validation
 

@@ -395,7 +395,7 @@ def _stockham_rows(p: Tensor, n: int, sign: int, scale: float, real: bool, lengt
               ("sign", sign)) + ((("window", True),) if window is not None else ())  # fmt: skip
     srcs = (xs._node, tw._node, ix._node) + ((window._node,) if window is not None else ())
     node = gn.make("custom", dt.float32, shape or (b, length, 2), srcs,
-                   (custom.BUILTIN["fft_stockham"], params))  # fmt: skip
+                   (custom.builtin("fft_stockham"), params))  # fmt: skip
     return wrap(node, [p])
 
 
@@ -411,7 +411,7 @@ def _sixstep_rows(p: Tensor, fs: tuple, sign: int, scale: float, real: bool,
     n1, n2 = fs
     n = n1 * n2
     b = math.prod(p.shape[:-1] if real else p.shape[:-2])
-    key = custom.BUILTIN["fft_stockham"]
+    key = custom.builtin("fft_stockham")
     xs = reshape(p, (b, n) if real else (b, n, 2))
 
     def tables(m: int) -> tuple:
@@ -466,7 +466,7 @@ def _rfft_packed(p: Tensor, n: int, scale: float) -> Tensor:
         params = (("length", h + 1), ("mode", "rfused"), ("n", h), ("real", False),
                   ("scale", float(scale)), ("sign", -1))  # fmt: skip
         node = gn.make("custom", dt.float32, (b, h + 1, 2), (z._node, *(t._node for t in tables)),
-                       (custom.BUILTIN["fft_stockham"], params))  # fmt: skip
+                       (custom.builtin("fft_stockham"), params))  # fmt: skip
         return wrap(node, [p])
     if impl == "stockham":
         zf = _stockham_rows(z, h, -1, 1.0, False, h)
@@ -477,7 +477,7 @@ def _rfft_packed(p: Tensor, n: int, scale: float) -> Tensor:
     params = (("length", h + 1), ("mode", "rpost"), ("n", n), ("real", False),
               ("scale", float(scale)), ("sign", -1))  # fmt: skip
     node = gn.make("custom", dt.float32, (b, h + 1, 2), (zf._node, tw._node, ix._node),
-                   (custom.BUILTIN["fft_stockham"], params))  # fmt: skip
+                   (custom.builtin("fft_stockham"), params))  # fmt: skip
     return wrap(node, [p])
 
 
@@ -504,7 +504,7 @@ def _irfft_packed(x: Tensor, nout: int, ax: int, norm, out_dtype, real: bool,
     params = (("length", h), ("mode", "ipre"), ("n", nout), ("real", bool(real)),
               ("scale", 1.0), ("sign", 1))  # fmt: skip
     z = wrap(gn.make("custom", dt.float32, (b, h, 2), (xs._node, tw._node, ix._node),
-                      (custom.BUILTIN["fft_stockham"], params)), [x])  # fmt: skip
+                      (custom.builtin("fft_stockham"), params)), [x])  # fmt: skip
     scale = dft.norm_scale(norm, nout, True)
     impl, fs = dft.vector_plan(h, x._device.spec.ub_bytes)
     shape = lead + (nout,)  # the pairs of z are the real result in C order: no reshape node

@@ -212,7 +212,7 @@ def _conv1d_depthwise(x, w, b, dtype, stride, pads, dilation, lout) -> Tensor:
     params = (("bias", b is not None), ("dilation", int(dilation)), ("k_taps", int(k)),
               ("lout", int(lout)), ("pad", int(pads[0])), ("stride", int(stride)))  # fmt: skip
     node = gn.make("custom", dtype, (n, c, lout), tuple(srcs),
-                   (custom.BUILTIN["conv1d_depthwise"], params))  # fmt: skip
+                   (custom.builtin("conv1d_depthwise"), params))  # fmt: skip
     return wrap(node, [x])
 
 

@@ -10,10 +10,16 @@ backend template, `reference_run` for the IR oracle), so graph/ imports nothing 
 
 from __future__ import annotations
 
+from lazymath._lazy import load
+
 _KERNELS: dict[str, object] = {}
 # name -> key of the kernels lazymath itself writes with the builder (the Vector FFT,
-# backend/npu/templates/fft.py), registered when the backend imports them
+# backend/npu/templates/fft.py), registered when their module is imported
 BUILTIN: dict[str, str] = {}
+# name -> deferred module that defines built-in kernel `name` (`provide`, by the driver): the
+# template modules load with the first graph that uses them, not with every first realize
+# (the FFT and conv1d templates and the user-kernel builder are ~150 KB of bytecode)
+_PROVIDERS: dict[str, object] = {}
 
 
 class UnknownKernelError(KeyError):
@@ -29,7 +35,32 @@ def register(key: str, definition: object) -> None:
     _KERNELS[key] = definition
 
 
+def provide(name: str, module: object) -> None:
+    """Built-in kernel `name` is defined by `module` (a deferred module reference, _lazy.py),
+    which registers it (`register`, ``BUILTIN[name] = key``) when it is imported."""
+    _PROVIDERS[name] = module
+
+
+def builtin(name: str) -> str:
+    """The key of built-in kernel `name`, importing the module that defines it if needed."""
+    key = BUILTIN.get(name)
+    if key is None:
+        if name not in _PROVIDERS:
+            raise UnknownKernelError(f"no built-in kernel {name!r} (known: "
+                                     f"{sorted(set(BUILTIN) | set(_PROVIDERS))})")  # fmt: skip
+        load(_PROVIDERS[name])
+        key = BUILTIN[name]
+    return key
+
+
 def get(key: str) -> object:
+    try:
+        return _KERNELS[key]
+    except KeyError:
+        pass
+    for name in list(_PROVIDERS):  # a built-in's key (a program of another graph's nodes)
+        if name not in BUILTIN:
+            builtin(name)
     try:
         return _KERNELS[key]
     except KeyError:

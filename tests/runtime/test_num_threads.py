@@ -154,6 +154,31 @@ def test_threadpoolctl_limits_lazymath():
     assert lm.get_num_threads() == 2
 
 
+@pytest.mark.parametrize("order", ["lazymath first", "threadpoolctl first"])
+def test_threadpoolctl_controller_in_either_import_order(order):
+    """`import lazymath` does not import threadpoolctl (2-3 ms of every import); the controller
+    is registered when both are loaded, whichever came first (lazymath/_tpctl.py)."""
+    pytest.importorskip("threadpoolctl")
+    first, second = ("lazymath", "threadpoolctl")[:: 1 if order == "lazymath first" else -1]
+    code = (f"import sys, {first}\n"
+            "loaded = 'threadpoolctl' in sys.modules\n"
+            f"import {second}\n"
+            "import lazymath as lm, threadpoolctl as tp\n"
+            "if not hasattr(tp, 'register'): print('old'); raise SystemExit\n"
+            "lm.set_num_threads(2)\n"
+            "apis = [d['user_api'] for d in tp.threadpool_info()]\n"
+            "with tp.threadpool_limits(1):\n"
+            "    inside = lm.get_num_threads()\n"
+            "print(loaded, apis.count('lazymath'), inside, lm.get_num_threads())")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()  # fmt: skip
+    if out == ["old"]:
+        pytest.skip("threadpoolctl < 3.5 has no custom controllers")
+    if out[1] == "0":
+        pytest.skip("no C library threadpoolctl can see on this platform")
+    assert out == [str(order == "threadpoolctl first"), "1", "1", "2"]
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no affinity masks")
 def test_one_cpu_affinity_gives_one_thread():
     """What `taskset -c 0` does: a child process pinned to one CPU runs one thread."""

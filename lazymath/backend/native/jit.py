@@ -46,8 +46,13 @@ from collections.abc import Callable
 import llvmlite  # the package only: its version, no LLVM shared library
 
 from lazymath import settings
-from lazymath.backend.native import elfload, host
+from lazymath._lazy import deferred
+from lazymath.backend.native import host
 from lazymath.backend.npu import cancel
+
+# The loader of object code: not imported by the compile server (isolate), which only compiles
+# (its boot waits on every module it imports; elfload and dataclasses are ~9 ms of it)
+elfload = deferred("lazymath.backend.native.elfload")
 
 KERNEL_CFUNC = ctypes.CFUNCTYPE(
     None, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)
@@ -604,7 +609,9 @@ def _after_fork_in_child() -> None:
     _native_lock = threading.RLock()
     _runtime_lock = threading.Lock()
     _JIT_LOCK = threading.Lock()
-    elfload._sym_lock = threading.Lock()
+    loader = sys.modules.get("lazymath.backend.native.elfload")
+    if loader is not None:  # (not loaded: nothing was mapped, no lock to renew)
+        loader._sym_lock = threading.Lock()
     binding = sys.modules.get("llvmlite.binding")
     if binding is not None:
         ffi_lock = getattr(getattr(binding.ffi, "lib", None), "_lock", None)

@@ -245,8 +245,11 @@ def warm() -> None:
         # target machine each, ~1 ms) here, uncontended: on a worker they would run beside
         # this thread's lowering and wait for the GIL at each of their calls (the workers'
         # own set-up took up to 25 ms there, delaying the first compile that much). In
-        # server mode the workers only wait for the server: no compilers here.
-        jit.get_jit(target)
+        # server mode the workers only wait for the server: no compilers, and no LLVM at all
+        # (the server's objects are linked by elfload; ~20 ms of llvmlite.binding and MCJIT
+        # set-up off the first realize, which waits for the server's boot anyway).
+        if not server:
+            jit.get_jit(target)
         _start_threads(target, build=not server)
 
 
