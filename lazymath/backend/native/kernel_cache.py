@@ -150,15 +150,15 @@ def code_version() -> str:
 def sources_version(root: Path, version: str) -> str:
     """sha256 (16 hex digits) of the ``*.py`` files under `root` (relative names and bytes)
     and `version`; remembered in ``root/__pycache__`` (see below)."""
-    sources = sorted(root.rglob("*.py"))
-    stamp = _sources_stamp(root, sources, version)
+    sources = _py_files(root)
+    stamp = _sources_stamp(sources, version)
     found = _stored_version(root, stamp)
     if found is not None:
         return found
     h = _sha256()
-    for p in sources:
-        h.update(p.relative_to(root).as_posix().encode())
-        h.update(p.read_bytes())
+    for rel, _st in sources:
+        h.update(rel.encode())
+        h.update((root / rel).read_bytes())
     h.update(version.encode())
     found = h.hexdigest()[:16]
     _store_version(root, stamp, found)
@@ -173,12 +173,30 @@ def sources_version(root: Path, version: str) -> str:
 _VERSION_FILE = f"code-version.{sys.implementation.cache_tag}.txt"
 
 
-def _sources_stamp(root: Path, sources: list, version: str) -> str:
+def _py_files(root: Path) -> list[tuple[str, os.stat_result]]:
+    """(name relative to `root`, '/'-separated; its stat) of every ``*.py`` file below `root`,
+    in the order `sorted(root.rglob("*.py"))` gives (by path components). An iterative
+    os.scandir walk: ~0.3 ms for the backend's 64 files where rglob, relative_to and
+    Path.stat took ~2.3 ms of every process's first kernel."""
+    found: list[tuple[tuple[str, ...], os.stat_result]] = []
+    todo = [(str(root), ())]
+    while todo:
+        d, parts = todo.pop()
+        with os.scandir(d) as entries:
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    todo.append((e.path, (*parts, e.name)))
+                elif e.name.endswith(".py") and e.is_file():
+                    found.append(((*parts, e.name), e.stat()))
+    found.sort(key=lambda f: f[0])
+    return [("/".join(parts), st) for parts, st in found]
+
+
+def _sources_stamp(sources: list, version: str) -> str:
     h = _sha256()
     h.update(version.encode())
-    for p in sources:
-        st = p.stat()
-        h.update(f"{p.relative_to(root).as_posix()}:{st.st_size}:{st.st_mtime_ns};".encode())
+    for rel, st in sources:
+        h.update(f"{rel}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.hexdigest()
 
 
