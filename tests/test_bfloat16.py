@@ -435,3 +435,59 @@ def test_dot_product_mmad_reads_b_narrowed_once_per_panel_fill(b910, monkeypatch
         np.testing.assert_allclose(_f64(got), _f64(want), atol=tol)
     lm.clear_cache()
     assert seen and all(seen)
+
+
+@pytest.mark.parametrize("mkn", [(1, 1, 1), (17, 31, 13), (300, 160, 83), (129, 257, 67)])
+def test_bfloat16_matmul_is_a_cube_kernel_whose_fixpipe_rounds(backend, b910, monkeypatch, mkn):
+    """The 910B FixPipe casts L0C's float32 to bfloat16 on the way to GM (NPU_FACTS: fp32 ->
+    fp16/bf16): a bfloat16 matmul is one Cube program with no GM workspace and no AIV pass
+    (it was a MIX kernel whose AIVs converted each tile: 0.91 -> 0.99x torch at 2048^3).
+    Values equal float32 matmul rounded once to nearest even, through contiguous, transposed
+    and reversed-row operands."""
+    if backend == "reference":
+        pytest.skip("the reference executor plans no kernels")
+    from lazymath.backend.npu.templates import matmul as mt
+
+    built = []
+    orig = mt.build
+
+    def spy(*args, **kw):
+        built.append(orig(*args, **kw))
+        return built[-1]
+
+    monkeypatch.setattr(mt, "build", spy)
+    lm.clear_cache()
+    m, k, n = mkn
+    a, b = _rand((m, k), 12), _rand((k, n), 13)
+    f = np.float32
+    want = (a.astype(f) @ b.astype(f)).astype(BF16)
+    tol = ULP * max(1.0, float(np.abs(_f64(want)).max()))
+    views = (
+        (lm.asarray(a), lm.asarray(b)),
+        (lm.asarray(a), lm.asarray(np.ascontiguousarray(b.T)).T),
+        (lm.asarray(np.ascontiguousarray(a[::-1]))[::-1], lm.asarray(b)),
+    )
+    for x, y in views:
+        got = (x @ y).numpy()
+        assert got.dtype == BF16
+        np.testing.assert_allclose(_f64(got), _f64(want), atol=tol)
+    lm.clear_cache()
+    assert built and all(p.unit == "cube" for p in built)
+    assert not any(buf.name.startswith("ws") for p in built for buf in p.args)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_matmul_rounded_then_widened_keeps_its_rounding(backend, b910, dtype):
+    """A half-precision matmul widened again (`(a @ b).astype(float32)`, what a bf16 linear
+    feeding a float32 bias add looks like) rounds to the half type first: FixPipe casts once,
+    so that chain is not a FixPipe-only epilogue (it used to skip the rounding: float32 sums
+    written unrounded)."""
+    dt = BF16 if dtype == "bfloat16" else np.dtype(np.float16)
+    rng = np.random.default_rng(14)
+    a, b = (rng.standard_normal(s).astype(dt) for s in ((67, 45), (45, 70)))
+    f = np.float32
+    want = (a.astype(f) @ b.astype(f)).astype(dt).astype(f)
+    got = (lm.asarray(a) @ lm.asarray(b)).astype(lm.float32).numpy()
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.astype(dt).astype(f), got)  # on the half type's grid
+    np.testing.assert_allclose(got, want, atol=ULP * float(np.abs(want).max()))

@@ -87,19 +87,30 @@ def _round_up(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
+_FIXPIPE_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
 def _fixpipe_chain(expr: Expr, result: int) -> tuple[bool, bool]:
-    """(FixPipe can do it, with relu): the result is acc followed only by relu and float casts."""
-    relu = False
+    """(FixPipe can do it, with relu): the result is acc followed only by relu and float casts
+    that round at most once. FixPipe casts the float32 accumulator once, to the destination's
+    dtype (NPU_FACTS: fp32 -> fp16/bf16), so a chain that rounds to a narrow float and then
+    widens again (acc -> bfloat16 -> float32: a bf16 matmul feeding a float32 add) is not one
+    FixPipe cast; it keeps the rounding in a Vector epilogue. relu commutes with rounding."""
+    chain = []
     i = result
-    while True:
+    while expr[i].op != "acc":
         op = expr[i]
-        if op.op == "acc":
-            return True, relu
-        if op.op == "relu" and op.dtype.startswith("float"):
-            relu = True
-        elif not (op.op == "cast" and op.dtype.startswith("float")):
+        if op.op not in ("relu", "cast") or op.dtype not in _FIXPIPE_FLOATS:
             return False, False
+        chain.append(op)
         i = op.srcs[0]
+    narrow = None  # the float16/bfloat16 dtype the chain rounded to, once
+    for op in reversed(chain):
+        if op.op == "cast" and narrow is not None and op.dtype != narrow:
+            return False, False
+        if op.op == "cast" and op.dtype not in ("float32", "float64"):
+            narrow = op.dtype
+    return True, any(op.op == "relu" for op in chain)
 
 
 def tile_matmul(k: MatmulKernel, spec) -> MatmulTiling:
