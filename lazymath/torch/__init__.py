@@ -32,7 +32,7 @@ from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_b
 
 from lazymath import api as _api
 from lazymath import settings
-from lazymath.torch import _aten, _replay
+from lazymath.torch import _aten, _replay, _views
 from lazymath.torch import _lm as lm
 from lazymath.torch._aten import LOWERINGS, PYTHON_TARGETS, Unsupported, lowering_for, np_dtype
 
@@ -70,8 +70,10 @@ def _debug() -> int:
 
 
 def _to_lm(t: torch.Tensor) -> lm.Tensor:
-    """A torch CPU tensor as a lazymath leaf over the same memory (DLPack; a non-contiguous
-    tensor is copied once, as lazymath shares only contiguous buffers)."""
+    """A torch CPU tensor as a lazymath leaf over the same memory (DLPack). A permutation of
+    a contiguous layout (a saved transposed weight) is its contiguous base, permuted lazily
+    (`_views.dense_order`); any other non-contiguous tensor is copied once, as lazymath
+    shares only contiguous buffers."""
     if t.device.type != "cpu":
         raise Unsupported(f"a tensor on device {t.device} (lazymath reads host memory)")
     np_dtype(t.dtype)  # Unsupported for dtypes lazymath has not (complex32, float8, ...)
@@ -79,6 +81,9 @@ def _to_lm(t: torch.Tensor) -> lm.Tensor:
         t = t.detach()
     if t.is_conj() or t.is_neg():
         t = t.resolve_conj().resolve_neg()
+    order = _views.dense_order(t)
+    if order is not None:
+        return lm.permute_dims(lm.from_dlpack(t.permute(order)), _views.inverse(order))
     return lm.from_dlpack(t)
 
 
@@ -150,6 +155,12 @@ def _zeros_like_spec(v):
     return v
 
 
+def _bases(args: list, perms: dict) -> list:
+    """`args` with each tensor at an index of `perms` replaced by its contiguous base
+    (`t.permute(order)`, a view: no copy)."""
+    return [a.permute(perms[i]) if i in perms else a for i, a in enumerate(args)]
+
+
 _PARAM_VIEW_OPS = (aten.t.default, aten.transpose.int, aten.permute.default)
 _MISSING = object()
 
@@ -195,11 +206,23 @@ class CompiledGraph:
         # is a program output with its own buffer: every FX intermediate was one, and the GPT
         # block's forward kept 13 activation copies alive; issue 32's peak memory)
         self._last_use: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+        # outputs that are views: their base is the output, the views are made in torch
+        # (lazymath/torch/_views.py); the output node reads the bases. Not for a backward
+        # graph: its outputs are gradients, and AccumulateGrad clones one whose strides
+        # differ from its parameter's (a view would only move the copy into torch)
+        self._out_views = _views.output_views(self.nodes) if kind != "backward" else {}
+        self._view_base = {ch[-1]: b for b, ch in self._out_views.values()}
+        readers: dict[torch.fx.Node, int] = {n: len(n.users) for n in self.nodes}
+        for v in self._view_base:
+            readers[v] -= 1
         seen: set = set()
         for n in reversed(self.nodes):
-            if not n.users and n.op != "output":  # read by nobody: dropped right away
+            if n.op != "output" and readers[n] <= 0:  # read by nobody: dropped right away
                 self._last_use.setdefault(n, []).append(n)
-            for m in n.all_input_nodes:
+            ins = n.all_input_nodes
+            if n.op == "output":
+                ins = list(dict.fromkeys(self._view_base.get(m, m) for m in ins))
+            for m in ins:
                 if m not in seen:
                     seen.add(m)
                     self._last_use.setdefault(n, []).append(m)
@@ -269,6 +292,8 @@ class CompiledGraph:
             return self._record(key, args)
         if rec is None:
             return None
+        if rec.perms:
+            args = _bases(args, rec.perms)
         leaves = [a for a in args if isinstance(a, torch.Tensor)]
         pending: list = []
         for n, i in rec.views:
@@ -319,6 +344,15 @@ class CompiledGraph:
                  if isinstance(args[self._placeholders[src]], torch.nn.Parameter)]  # fmt: skip
         n_args = len(args)
         view_at = {n: n_args + i for i, (n, _i) in enumerate(views)}
+        # inputs in a permuted layout enter the program as their contiguous base
+        # (`_views.dense_order`; the signature holds the strides, so the order is its own)
+        perms = {}
+        for i, a in enumerate(args):
+            o = _views.dense_order(a) if isinstance(a, torch.Tensor) else None
+            if o is not None:
+                perms[i] = o
+        specs = _specs(args)  # (the arguments as torch passed them, for `explain`)
+        args = _bases(args, perms)
         template: list = []
         tensor_at: list[int] = []
         last_use = self._last_use
@@ -347,7 +381,9 @@ class CompiledGraph:
                 prev = n
                 a = kw = None
                 if n.op == "placeholder":
-                    env[n] = next(it)
+                    v = next(it)
+                    o = perms.get(self._placeholders[n])
+                    env[n] = v if o is None else lm.permute_dims(v, _views.inverse(o))
                 elif n.op == "get_attr":
                     env[n] = getattr(self.gm, n.target)
                 elif n.op == "call_function":
@@ -361,7 +397,8 @@ class CompiledGraph:
                     else:
                         env[n] = self._lower(n, _map(a, as_lm), _map(kw, as_lm))
                 elif n.op == "output":
-                    result = torch.fx.node.map_arg(n.args[0], lambda m: env[m])
+                    vb = self._view_base
+                    result = torch.fx.node.map_arg(n.args[0], lambda m, vb=vb: env[vb.get(m, m)])
                     env.clear()
                     if not isinstance(result, (list, tuple)) or any(
                         isinstance(v, (list, tuple, dict)) for v in result
@@ -405,7 +442,9 @@ class CompiledGraph:
                       file=sys.stderr)  # fmt: skip
             return None
         rec.views = views
-        rec.specs = _specs(args)
+        rec.perms = perms
+        rec.post = tuple((pos, chain) for pos, (_b, chain) in self._out_views.items())
+        rec.specs = specs
         self._stored[key] = rec
         self._last_inputs = rec.specs
         leaves = [a for a in args if isinstance(a, torch.Tensor)] + view_vals
@@ -549,15 +588,17 @@ class CompiledGraph:
                     flush()
                 env[n] = n.target(*_map(a, as_torch), **_map(kw, as_torch))
             elif n.op == "output":
-                result = torch.fx.node.map_arg(n.args[0], lambda m: env[m])
+                vb = self._view_base
+                result = torch.fx.node.map_arg(n.args[0], lambda m, vb=vb: env[vb.get(m, m)])
                 env.clear()
                 flush([v for v in _flatten(result) if isinstance(v, lm.Tensor)])
                 self.segments = segments
-                return (
-                    list(_map(result, as_torch))
-                    if isinstance(result, (list, tuple))
-                    else [_map(result, as_torch)]
-                )
+                if not isinstance(result, (list, tuple)):
+                    return [_map(result, as_torch)]
+                out = list(_map(result, as_torch))
+                for pos, (_b, chain) in self._out_views.items():
+                    out[pos] = _views.apply(chain, out[pos])
+                return out
         raise RuntimeError("lazymath.torch: the FX graph has no output node")
 
     def _lower(self, n: torch.fx.Node, a: tuple, kw: dict):

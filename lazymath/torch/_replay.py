@@ -40,6 +40,7 @@ from lazymath.runtime import profiler as _prof
 from lazymath.staging import Jitted
 from lazymath.torch import _lm as lm
 from lazymath.torch._aten import TORCH_TO_NP
+from lazymath.torch._views import apply as apply_views
 
 __all__ = ["NotReplayed", "Stored", "signature", "np_view"]
 
@@ -108,13 +109,15 @@ class Stored:
     (an input, or a kept parameter view); any other position holds (False, value, 0), the
     value the trace returned there (None, a size: fixed for the signature)."""
 
-    __slots__ = ("jitted", "bound", "slots", "outputs", "views", "specs")
+    __slots__ = ("jitted", "bound", "slots", "outputs", "views", "specs", "perms", "post")
 
     def __init__(self, jitted: Jitted, template: list, tensor_at: list[int]):
         self.jitted = jitted
         self.slots: tuple = ()
         self.views: list = []  # (parameter view node, argument index): extra tensor leaves
         self.specs: list = []  # the signature's argument specs, for `explain`
+        self.perms: dict = {}  # argument index -> dim order of its contiguous base
+        self.post: tuple = ()  # (output position, view chain made in torch on its base)
         entries = list(jitted._entries.values())
         if len(entries) != 1:
             # lm.jit keeps no entry when the trace read values computed from its inputs on
@@ -162,6 +165,8 @@ class Stored:
             else:
                 v = leaves[k]
                 result.append(v if isinstance(v, _Tensor) else _lm_to_torch(v))
+        for pos, chain in self.post:
+            result[pos] = apply_views(chain, result[pos])
         return result
 
     def wrap(self, outs: list, leaves: list) -> list:
@@ -176,6 +181,8 @@ class Stored:
             x = next(it)
             v = leaves[k] if k >= 0 else None
             result.append(v if isinstance(v, _Tensor) else _lm_to_torch(x))
+        for pos, chain in self.post:
+            result[pos] = apply_views(chain, result[pos])
         return result
 
 
