@@ -82,22 +82,27 @@ def _numpy_matmul(n: int):
     return (lambda: np.matmul(a, a, out=out)), f"numpy float32 {n} matmul"
 
 
-def _time(fn, before, reps: int, pause: float) -> tuple[float, float]:
-    """Median seconds of `fn` alone and right after `before`, alternating rounds."""
-    alone, after = [], []
+def _time(fn, before, reps: int, pause: float) -> tuple[float, float, float]:
+    """Median seconds of `fn` alone and right after `before`, alternating rounds, and of the
+    peer call `before` itself (what quieting its pool costs it: its next call re-creates the
+    threads)."""
+    alone, after, peer = [], [], []
     for _ in range(reps):
         for mode in ("alone", "after"):
             time.sleep(pause)
             if mode == "after":
+                t0 = time.perf_counter()
                 before()
+                peer.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             fn()
             (after if mode == "after" else alone).append(time.perf_counter() - t0)
-    return statistics.median(alone), statistics.median(after)
+    return statistics.median(alone), statistics.median(after), statistics.median(peer)
 
 
 OPTIONS = {
     "default": {},
+    "no quiet": {"LAZYMATH_QUIET_PEERS": False},
     "spin 0": {"LAZYMATH_POOL_SPIN_US": 0},
     "1 thread": {"threads": 1},
 }
@@ -236,15 +241,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
             try:
                 with settings.override(**conf):
                     fn()
-                    alone, after = _time(fn, before, reps, args.pause)
+                    alone, after, peer_s = _time(fn, before, reps, args.pause)
             finally:
                 if threads is not None:
                     lm.set_num_threads(None)  # back to the default count
             rows.append({"case": case, "peer": peer, "option": opt, "alone": alone,
-                         "after": after, "ratio": after / alone})  # fmt: skip
+                         "after": after, "ratio": after / alone, "peer_s": peer_s})  # fmt: skip
             print(f"{case:12s} {opt:9s} alone {alone * 1e3:8.2f} ms  after {peer}: "
-                  f"{after * 1e3:8.2f} ms  after/alone {after / alone:5.2f}",
-                  flush=True)  # fmt: skip
+                  f"{after * 1e3:8.2f} ms  after/alone {after / alone:5.2f}  (peer call "
+                  f"{peer_s * 1e3:.2f} ms)", flush=True)  # fmt: skip
     print(f"lazymath threads {lm.get_num_threads()}, host {os.cpu_count()} cores, load "
           f"{os.getloadavg()[0]:.1f}; pause {args.pause} s; goal after/alone <= 1.15")  # fmt: skip
     return rows

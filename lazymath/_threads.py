@@ -44,6 +44,11 @@ a core somebody needs, costs more than the helper's share of the work. Measured 
 `benchmarks/sharing.py --machine` (docs/performance.md). `BlockPool.late_launches` and
 `quiet_periods` count what it saw.
 
+Peer pools (`_peers.py`): before a native launch whose kernel took `_peers.QUIET_MIN_NS` or
+more last time (`BlockPool._before`/`_after` remember them), a loaded OpenBLAS whose workers may
+still be spinning after a numpy call is shut down when no other thread can be inside it
+(`LAZYMATH_QUIET_PEERS`); pool threads running Python jobs are marked in `BUSY` meanwhile.
+
 Thread counts (`num_threads`): `set_num_threads(n)` (also what the threadpoolctl controller in
 `_tpctl.py` calls, so `threadpool_limits(1)` runs launches on the calling thread), else
 LAZYMATH_NUM_THREADS, else `available_cpus()`: the affinity mask (`taskset`) capped by the cgroup
@@ -66,7 +71,7 @@ import sys
 import threading
 import time
 
-from lazymath import settings
+from lazymath import _peers, settings
 
 # --------------------------------------------------------------------------- native code
 # tools/native_lane.c, gcc (Debian 12.2.0-14+deb12u1) 12.2.0: gcc -O2 -fPIC -ffreestanding
@@ -253,6 +258,10 @@ class _BlockJob:
 
 _CFuncPtr = ctypes.CFUNCTYPE(None).__mro__[1]  # ctypes' base class of C function pointers
 
+# lazymath threads running Python work (which may be inside numpy): `_peers.quiet_peers` leaves
+# OpenBLAS alone while one is (the streams mark their workers here)
+BUSY = _peers.BUSY
+
 # Native launches go through the lane (False: through `run`, the Python path; for A/B
 # measurements and tests)
 LANE = True
@@ -294,6 +303,7 @@ class BlockPool:
         self._late = 0  # late launches in a row (see _observe)
         self.late_launches = 0  # launches that waited for a core (see _observe)
         self.quiet_periods = 0  # times the host was found oversubscribed
+        self._long: dict[int, None] = {}  # id(cfunc) of native launches that took >= QUIET_MIN_NS
         self._native = _spinner()
         self._lane = None
         if self._native is not None:
@@ -343,13 +353,48 @@ class BlockPool:
             self.quiet_periods += 1
         return True
 
+    def _before(self, cfunc) -> int:
+        """Before a native launch of `cfunc`: its start time (perf_counter_ns); if it took
+        QUIET_MIN_NS or more last time, peer pools that may be spinning are quieted first
+        (`_peers.quiet_peers`)."""
+        if self._long and id(cfunc) in self._long:
+            _peers.quiet_peers()
+        return time.perf_counter_ns()
+
+    def _after(self, cfunc, wall0: int) -> int:
+        """After a native launch of `cfunc` that started at `wall0`: remember whether it was
+        long (at most 256 kernels; an id reused by a new kernel costs at most one needless
+        check). Returns the end time."""
+        wall1 = time.perf_counter_ns()
+        if wall1 - wall0 >= _peers.QUIET_MIN_NS:
+            if len(self._long) >= 256:
+                self._long.clear()
+            self._long[id(cfunc)] = None
+        elif self._long:
+            self._long.pop(id(cfunc), None)
+        return wall1
+
+    @staticmethod
+    def _work(job: _BlockJob) -> None:
+        """A helper's share of `job`; a Python job (not native blocks) marks this thread busy
+        meanwhile (`_peers.BUSY`: it may be inside numpy)."""
+        if isinstance(job.fn, _NativeBlocks):
+            job.work()
+            return
+        me = threading.get_ident()
+        _peers.BUSY.add(me)
+        try:
+            job.work()
+        finally:
+            _peers.BUSY.discard(me)
+
     def _loop(self) -> None:
         jobs = self._jobs
         while True:
             job = jobs.get()
             if job is None:
                 return
-            job.work()
+            self._work(job)
 
     def _lane_loop(self) -> None:
         """A lane thread: Python jobs first, else wait in the lane (running native launches)
@@ -366,7 +411,7 @@ class BlockPool:
                 continue
             if job is None:
                 return
-            job.work()
+            self._work(job)
 
     def run(self, fn, argv, blocks: int, threads: int = 0) -> None:
         """Run `fn(argv, i, blocks)` for every block index; the calling thread takes part.
@@ -393,8 +438,10 @@ class BlockPool:
             run_serial(fn, argv, blocks)
             return
         job = _BlockJob(fn, argv, blocks)
-        if watch:
-            w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        native = isinstance(fn, _NativeBlocks)
+        if native:
+            w0 = self._before(fn.cfunc)
+            c0 = time.thread_time_ns()
         put = self._jobs.put
         for _ in range(helpers):
             put(job)
@@ -402,8 +449,10 @@ class BlockPool:
             self._native.ring(self._lane)
         job.work()
         job.wait(self._spinning())
-        if watch:
-            self._observe(w0, c0)
+        if native:
+            w1 = self._after(fn.cfunc, w0)
+            if watch:
+                self._observe(w0, c0, w1)
         if job.error is not None:
             raise job.error
 
@@ -437,12 +486,13 @@ class BlockPool:
                 for i in range(blocks):  # the host is oversubscribed: this thread only
                     cfunc(i, blocks, argv)
                 return
-            if watch:
-                w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            w0 = self._before(cfunc)
+            c0 = time.thread_time_ns()
             self._native.launch(self._lane, cfunc, argv, blocks,
                                 _window_ticks() if self._spinning() else 0)  # fmt: skip
+            w1 = self._after(cfunc, w0)
             if watch:
-                self._observe(w0, c0)
+                self._observe(w0, c0, w1)
         finally:
             self._lane_lock.release()
 

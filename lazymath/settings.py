@@ -259,6 +259,13 @@ POOL_SPIN_US = Setting(
     "window finds its helpers awake (Linux x86-64; 0 = block at once, as elsewhere)",
     minimum=0,
 )  # fmt: skip
+QUIET_PEERS = Setting(
+    "LAZYMATH_QUIET_PEERS", "bool", True,
+    "before a kernel launch that took >= 5 ms last time, end the worker threads a loaded "
+    "OpenBLAS (numpy's, pthreads) may still be spinning after a numpy call, when no other "
+    "thread can be inside it; it re-creates them at its next threaded call (results unchanged; "
+    "0 = leave peer pools alone)",
+)  # fmt: skip
 
 TARGET_CPU = Setting(
     "LAZYMATH_TARGET_CPU", "str", None,
@@ -345,6 +352,7 @@ SETTINGS: tuple[Setting, ...] = (
     COMPILE_THREADS,
     NUM_THREADS,
     POOL_SPIN_US,
+    QUIET_PEERS,
     COMPILE_ISOLATE,
     SCALAR_ARGS,
     KERNEL_CACHE_LIMIT,

@@ -91,6 +91,7 @@ def layer(mod: str) -> str | None:
         "lazymath._version",
         "lazymath._threads",
         "lazymath._tpctl",
+        "lazymath._peers",
         "lazymath._dccache",
         "lazymath._lazy",  # deferred module references (importlib only)
         "lazymath._dlpack",  # bfloat16 DLPack capsules (numpy + ctypes only)

@@ -32,7 +32,7 @@ from collections import deque
 from time import perf_counter_ns
 from typing import TYPE_CHECKING
 
-from lazymath._threads import launch_blocks
+from lazymath._threads import BUSY, launch_blocks
 from lazymath.runtime import profiler as _prof
 
 if TYPE_CHECKING:
@@ -199,13 +199,17 @@ class Stream:
             pass
 
     def _worker(self) -> None:
-        wake = self._wake
+        wake, busy, me = self._wake, BUSY, threading.get_ident()
         while True:
             wake.acquire()
             self._signaled = False
             if self._closed:
                 return
-            self._drain(blocking=False)
+            busy.add(me)  # commands may run numpy: no OpenBLAS shutdown meanwhile
+            try:
+                self._drain(blocking=False)
+            finally:
+                busy.discard(me)
 
     def _drain(self, blocking: bool) -> None:
         """Execute queued commands while holding the execution lock (see module docstring)."""
