@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 
 import lazymath as lm
+from lazymath.backend.npu import isa
+from lazymath.backend.npu.templates import fft as fft_template
 from lazymath.functions import fft as fft_family
+from lazymath.runtime import device
 
 DTYPES = ["bool", "int8", "int32", "int64", "float16", "float32", "float64", "complex64",
           "complex128"]  # fmt: skip
@@ -392,6 +395,27 @@ def test_fft_stockham_plan_and_explain():
     w = np.hanning(1024).astype(np.float32)
     for out in (lm.abs(lm.fft.fft(x)), lm.fft.rfft(r * w), lm.abs(lm.fft.rfft(r * w))):
         assert [list(k.ops) for k in lm.schedule(out).kernels] == [["fft_stockham"]]
+
+
+def test_fft_stockham_run_stages_gather_nothing():
+    """Middle stages whose stride is at least dft.RUN_MIN read runs of contiguous inputs (no
+    index table, no gather: hardware gathers are slow on Zen 4) with one twiddle per run,
+    broadcast from a UB copy of the table's prefix; only the smaller strides gather (n = 4096:
+    strides 1024 (the first stage), 256, 64, 16, 4 run, 1 gathers). No execution."""
+    from lazymath.graph import dft
+
+    stages = dft.stockham_stages(4096)
+    assert [s for _r, s, *_ in stages] == [1024, 256, 64, 16, 4, 1] and dft.RUN_MIN == 4
+    runs = 6 * (4 + 16 + 64 + 256)  # (r - 1) (re, im) twiddles per run
+    assert dft.run_twiddles(4096) == runs
+    assert dft.stockham_tables(4096, -1, 0).shape == (runs + 6 * 1024,)  # + the gathered stage
+    assert dft.stockham_tables(4096, -1, 1).shape == (1024,)  # its indices only
+    (k,) = lm.schedule(lm.fft.fft(lm.tensor(np.ones(4096, np.complex64)))).kernels
+    for spec in (device.ASCEND910, device.ASCEND910B):
+        prog = fft_template.VectorFFT(fft_template.KEY).build(k.group.ir, spec, "k0")
+        kinds = [type(i).__name__ for i, _depth in isa.walk(prog.body)]
+        assert kinds.count("VGather") == 8, kinds  # the last stage's 4 inputs x (re, im)
+        assert kinds.count("VBrcb") == 4 * 6, kinds  # 4 run stages x 3 twiddles x (re, im)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "complex64"])

@@ -574,40 +574,63 @@ def stockham_radices(n: int) -> tuple[int, ...]:
     return (2,) * (levels % 2) + (4,) * (levels // 2)
 
 
+# A middle stage of the Vector Stockham FFT whose stride s is at least this runs as q / s runs
+# of s contiguous inputs with one twiddle per run and input (templates/fft.py `_run_stage`);
+# a smaller stride gathers its inputs through an index table. Hardware gathers are slow on Zen 4
+# (~8 cycles per 16 lanes): fft 256 x 4096 single-threaded 5.1 -> 3.1-3.7 ms with 4 (4.1-4.3
+# with 16; the runs of 4 are narrow vectors, still cheaper than the gathers)
+RUN_MIN = 4
+
+
 def stockham_stages(n: int) -> list[tuple[int, int, int, int, int]]:
     """(radix r, stride s, tw offset, ix offset, q = n // r) per stage. Stage t (n_t = r_1 ...
     r_t, s = n / n_t) maps a[k + s j] (k = p s + q', p = k // s, reading in[p s r + q' + s j])
     times w_(n_t)^(j p) through the length-r DFT to out[k + j' n / r]; the first stage has no
-    twiddles and reads the input contiguously (its index is k)."""
+    twiddles and reads the input contiguously (its index is k). A middle stage with s >=
+    RUN_MIN (a run stage; they come before the gathered ones, s falls) has q / s twiddles per
+    j (one per run p) and no index table; the others q per j and q indices."""
     out, nt, tw, ix = [], 1, 0, 0
     for r in stockham_radices(n):
         nt *= r
         q = n // r
-        out.append((r, n // nt, tw, ix, q))
-        if nt > r:
+        s = n // nt
+        out.append((r, s, tw, ix, q))
+        if nt > r and s >= RUN_MIN:
+            tw += 2 * (r - 1) * (q // s)
+        elif nt > r:
             tw += 2 * (r - 1) * q
             ix += q
     return out
+
+
+def run_twiddles(n: int) -> int:
+    """Floats of the run stages' twiddles: the prefix of the twiddle table the Vector Stockham
+    kernel keeps in UB (read once per block, broadcast per run)."""
+    return sum(2 * (r - 1) * (q // s) for i, (r, s, _t, _x, q) in enumerate(stockham_stages(n))
+               if i and s >= RUN_MIN)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=64)
 def stockham_tables(n: int, sign: int, which: int) -> np.ndarray:
     """The constant tables of the Vector Stockham FFT (`stockham_stages` gives the offsets):
     which=0 the twiddles, float32, per stage after the first and j = 1 .. r-1 the real then
-    the imaginary parts of w_(n_t)^(j (k // s)) for k < n / r; which=1 the gather indices,
-    int32, per stage after the first k + (k // s) s (r - 1) for k < n / r."""
+    the imaginary parts of w_(n_t)^(j (k // s)) for k < n / r (a run stage: of w_(n_t)^(j p)
+    for the runs p < n / (r s)); which=1 the gather indices, int32, per gathered stage
+    k + (k // s) s (r - 1) for k < n / r."""
     tw, ix = [], []
     nt = 1
     for r, s, _tw, _ix, q in stockham_stages(n):
         nt *= r
         if nt == r:
             continue
-        k = np.arange(q)
-        p = k // s
+        run = s >= RUN_MIN  # one twiddle per run p of s elements
+        k = np.arange(q // s if run else q)
+        p = k if run else k // s
         for j in range(1, r):
             w = np.exp(sign * 2j * np.pi * ((j * p) % nt) / nt)
             tw += [w.real, w.imag]
-        ix.append(k + p * s * (r - 1))
+        if not run:
+            ix.append(k + p * s * (r - 1))
     if which == 0:
         return _ro(np.concatenate(tw) if tw else np.zeros(1))
     a = np.ascontiguousarray(np.concatenate(ix) if ix else np.zeros(1), dtype=np.int32)
@@ -619,7 +642,8 @@ def stockham_ub_bytes(n: int) -> int:
     """UB the Vector Stockham kernel declares for length n: two (real, imaginary) planes to
     ping-pong between stages and its stage temporaries."""
     rs = stockham_radices(n)
-    return 4 * (4 * n + 25 * (n // 4) + (4 * (n // 2) if 2 in rs else 0) + n // 2) + 64 * 64
+    return (4 * (4 * n + 25 * (n // 4) + (4 * (n // 2) if 2 in rs else 0) + n // 2
+                 + run_twiddles(n)) + 64 * 64)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=16)

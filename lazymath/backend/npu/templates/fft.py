@@ -69,6 +69,7 @@ def _kernel(k, x, tw, ix, *rest, n, sign, scale, real, length, lay=None, cols=1,
     t["idx"] = k.ub("int32", q4, "idx")
     if stages and stages[0][0] == 2:  # the radix-2 first stage works on halves
         t.update({f"h{j}{c}": k.ub("float32", n // 2, f"h{j}{c}") for j in range(2) for c in "ri"})
+    _load_run_twiddles(k, t, tw, n)
     ctx = (k, stages, planes, t, tw, ix, sign, scale, length, n_in, real)
 
     if window:
@@ -183,6 +184,7 @@ def _rfused(k, x, tw, ix, rtw, rix, out, n, sign, scale, magnitude) -> None:
     t["idx"] = k.ub("int32", q4, "idx")
     if stages and stages[0][0] == 2:
         t.update({f"h{j}{c}": k.ub("float32", n // 2, f"h{j}{c}") for j in range(2) for c in "ri"})
+    _load_run_twiddles(k, t, tw, n)
     ctx = (k, stages, planes, t, tw, ix, sign, 1.0, n, n, False)
     zr, zi = planes[(len(stages) - 1) % 2]  # the pair the last stage does not read
     f = {"ar": t["g0r"], "ai": t["g0i"], "br": t["g1r"], "bi": t["g1i"], "wr": t["g2r"],
@@ -351,6 +353,10 @@ def _row(ctx, read, write, post) -> None:
                     k.vdup(g[j][0][cnt], 0.0, q - cnt)
                 if real or cnt < q:
                     k.vdup(g[j][1][cnt if not real else 0], 0.0, q - (0 if real else cnt))
+        elif s >= dft.RUN_MIN:  # runs of s contiguous inputs: no gather, one twiddle per run
+            _run_stage(k, r, s, q, tw_off, tw, src, planes[st % 2], g, t, sign)
+            src = planes[st % 2]
+            continue
         else:
             sre, sim = src
             k.copy_in(t["idx"], ix[ix_off], q)
@@ -373,6 +379,39 @@ def _row(ctx, read, write, post) -> None:
                 fn[0](dre[jp * q], a, b, q)
                 fn[1](dim[jp * q], c, d, q)
             src = (dre, dim)
+
+
+def _load_run_twiddles(k, t, tw, n) -> None:
+    """The run stages' twiddles (the table's prefix, `dft.run_twiddles`) into UB once per
+    block, before the rows: each run broadcasts its value from there."""
+    m = dft.run_twiddles(n)
+    t["wrun"] = k.ub("float32", max(m, 1), "wrun")
+    if m:
+        k.copy_in(t["wrun"], tw[0], m)
+
+
+def _run_stage(k, r, s, q, tw_off, tw, src, dst, g, t, sign) -> None:
+    """A middle stage whose stride s is at least dft.RUN_MIN, as q / s runs of s elements: run
+    p reads its r inputs a_j at p s r + s j (contiguous: no index table, no gather), multiplies
+    a_j by w^(j p) (one value per run and j from the UB copy of the run twiddles, a broadcast)
+    and writes its r outputs at p s + j' q."""
+    sre, sim = src
+    dre, dim = dst
+    with k.loop(q // s) as p:
+        base = k.let(p * (s * r), "rb")
+        for j in range(r):
+            k.vcopy(g[j][0], sre[base + s * j], s)
+            k.vcopy(g[j][1], sim[base + s * j], s)
+        for j in range(1, r):  # a_j *= w^(j p)
+            wr, wi = t[f"w{j}r"], t[f"w{j}i"]
+            k.emit(isa.VBrcb(wr[0], t["wrun"][tw_off + (2 * j - 2) * (q // s) + p], s))
+            k.emit(isa.VBrcb(wi[0], t["wrun"][tw_off + (2 * j - 1) * (q // s) + p], s))
+            _cmul(k, g[j], wr, wi, t["p"], s)
+        ys = _radix2(k, g, s) if r == 2 else _radix4(k, g, t, s, sign)
+        out = k.let(p * s, "ro")
+        for jp, (fn, a, b, c, d) in enumerate(ys):
+            fn[0](dre[out + jp * q], a, b, s)
+            fn[1](dim[out + jp * q], c, d, s)
 
 
 def _cmul(k, g, wr, wi, p, q) -> None:
