@@ -291,3 +291,27 @@ def test_linear_backward_compiles_in_lazymath():
     torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-5)
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_short_multi_stream_backward_takes_the_bound_launch(monkeypatch):
+    """The MLP's backward graph is a program on two streams (independent gradient matmuls):
+    short, so it is bound in order on the caller's thread (BoundReplay.make(in_order=True)),
+    and the gradients stay eager's on every replayed step."""
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    model = MLP()
+    twin = copy.deepcopy(model)
+    compiled = lt.compile(model)
+    x = torch.randn(3, 13)
+    for _ in range(4):
+        for m in (model, twin):
+            for p in m.parameters():
+                p.grad = None
+            m(x).square().sum().backward() if m is twin else compiled(x).square().sum().backward()
+        for p, q in zip(model.parameters(), twin.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    (bwd,) = [g for g in _graphs(compiled) if g.kind == "backward"]
+    (rec,) = [r for r in bwd._stored.values() if r is not None]
+    entry = next(iter(rec.jitted._entries.values()))
+    assert not entry.prog.inline  # several streams: lm.jit's own bound launch refuses it
+    assert entry.bound is None and rec.bound is not None
+    assert bwd.replays >= 2

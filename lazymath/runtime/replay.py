@@ -304,9 +304,15 @@ class BoundReplay:
         self._keep = prog.arena_bytes <= KEEP_ARENA_BYTES
 
     @classmethod
-    def make(cls, prog: Program, leaf_src: list[int], fixed: list) -> BoundReplay | None:
-        """`leaf_src[i]`: the call input feeding program leaf i, or -1 for `fixed[i]`."""
-        if not prog.inline:
+    def make(cls, prog: Program, leaf_src: list[int], fixed: list,
+             in_order: bool = False) -> BoundReplay | None:  # fmt: skip
+        """`leaf_src[i]`: the call input feeding program leaf i, or -1 for `fixed[i]`.
+        `in_order`: also a program on several streams, its kernels then run one after another
+        in schedule order on the caller's thread, as `run_in_order` and the sync scheduler do
+        (a valid order: the memory plan's liveness is over it). For short programs whose
+        streams' overlap gains less than their thread hand-offs cost (the torch backend's
+        backward graphs of a small model: ~1 ms per call through the streams)."""
+        if not prog.inline and not in_order:
             return None
         plan = prog._replay
         if plan is None:
