@@ -418,6 +418,32 @@ def test_fft_stockham_run_stages_gather_nothing():
         assert kinds.count("VBrcb") == 4 * 6, kinds  # 4 run stages x 3 twiddles x (re, im)
 
 
+def test_rfft_combine_of_one_row_uses_every_block(monkeypatch, preset):
+    """The packed rfft's combine kernel (mode rpost) and the packed irfft's pre kernel (ipre)
+    split (row, tile of 2048) items over the blocks: one long row (rfft of 1M) is not one
+    block. n = 2 x 2^14: 8 tiles per row; values against numpy for one row and two rows."""
+    from lazymath.graph import dft
+
+    monkeypatch.setitem(dft.FORCE, "rfft", "packed")
+    monkeypatch.setitem(dft.FORCE, "irfft", "packed")
+    spec = device.get_spec(preset)
+    rng = np.random.default_rng(5)
+    for rows in (1, 2):
+        x = rng.standard_normal((rows, 1 << 15)).astype(np.float32)
+        out = lm.fft.rfft(lm.tensor(x))
+        ks = lm.schedule(out).kernels
+        assert [k.ops for k in ks] == [["fft_stockham"]] * 3, ks  # six-step + combine
+        prog = fft_template.VectorFFT(fft_template.KEY).build(ks[-1].group.ir, spec, "k2")
+        assert prog.blocks == min(8 * rows, spec.vector_cores), prog.blocks
+        want = np.fft.rfft(x)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        back = lm.fft.irfft(lm.tensor(want.astype(np.complex64)), 1 << 15)
+        (pre, *_rest) = lm.schedule(back).kernels
+        prog = fft_template.VectorFFT(fft_template.KEY).build(pre.group.ir, spec, "k0")
+        assert prog.blocks == min(8 * rows, spec.vector_cores), prog.blocks
+        np.testing.assert_allclose(back.numpy(), x, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "complex64"])
 def test_fft_stockham_values(backend, preset, check, data, dtype):
     """The Vector Stockham FFT against numpy: radix-4 only and a radix-2 first stage, every
