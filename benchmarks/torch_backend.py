@@ -13,7 +13,10 @@ d=768, 12 heads, batch 4, sequence 512. Per dtype and mode ("fwd": forward under
 - cold: the first call, Dynamo tracing and the backend's compile included. Each peer compiles
   into an empty cache (LAZYMATH_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR point at fresh
   temporary directories, always: a cache directory set in the environment is replaced), so
-  this is the first-ever compile, not a cache hit. Dynamo's and AOTAutograd's one-time
+  this is the first-ever compile, not a cache hit -- for the first (dtype, mode) case only: a
+  later case in the same process finds the earlier cases' kernels in lazymath's in-memory
+  cache (same LayerNorms, same GEMM shapes), so time cold compiles one case per process
+  (`--modes M --dtypes D`). Dynamo's and AOTAutograd's one-time
   start-up (~1 s on a 2-core host, paid by whichever compiled peer runs first) is paid before
   any peer is timed, by a tiny Linear compiled with the "aot_eager" backend: each peer's cold
   time is then its own tracing and compiling;
