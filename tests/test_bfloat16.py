@@ -491,3 +491,61 @@ def test_matmul_rounded_then_widened_keeps_its_rounding(backend, b910, dtype):
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got.astype(dt).astype(f), got)  # on the half type's grid
     np.testing.assert_allclose(got, want, atol=ULP * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("mkn", [(1, 1, 1), (17, 31, 13), (129, 257, 67), (64, 512, 256)])
+@pytest.mark.parametrize(
+    "view", ["row_major", "transposed", "reversed_rows", "sliced_t", "strided"]
+)
+def test_b_pairs_packed_straight_from_bfloat16(b910, monkeypatch, tmp_path, mkn, view):
+    """On an AVX512_BF16 host a B panel read only through its pair twin (cube_proofs.
+    pair_only_panels) is packed from bfloat16 GM straight into the pair layout
+    (gemm_bf16.emit_pack_pairs: no float32 panel, no narrowing) when B is row-major or
+    transposed (a linear layer's weight.T). Results are bit for bit those of pack + narrow
+    (pack_pairs_direct off) on K and column tails (odd K: a half-filled last pair), negative
+    and sliced strides, and close to float32 matmul."""
+    if not gemm_bf16.bf16_dot_available():
+        pytest.skip("host without AVX512_BF16: the float32 FMA mapping (tested above)")
+    monkeypatch.setenv("LAZYMATH_BACKEND", "llvm")
+    monkeypatch.setenv("LAZYMATH_CACHE_DIR", str(tmp_path))
+    m, k, n = mkn
+    rng = np.random.default_rng(15)
+    a = rng.standard_normal((m, k)).astype(BF16)
+    w = rng.standard_normal((n + 2, 2 * k + 3)).astype(BF16)  # a weight, (out, in) + margins
+    if view == "row_major":
+        bb = rng.standard_normal((k, n)).astype(BF16)
+        B = lm.asarray(bb)
+    elif view == "transposed":
+        bb = w[:n, :k].T
+        B = lm.asarray(np.ascontiguousarray(w[:n, :k])).T
+    elif view == "reversed_rows":
+        bb = w[:n, :k].T[::-1]
+        B = lm.asarray(np.ascontiguousarray(w[:n, :k].T))[::-1]
+    elif view == "sliced_t":
+        bb = w[:n, 1 : k + 1].T
+        B = lm.asarray(w)[:n, 1 : k + 1].T
+    else:  # every other input feature
+        bb = w[:n, : 2 * k : 2].T
+        B = lm.asarray(w)[:n, : 2 * k : 2].T
+    built = []
+    orig = gemm_bf16.emit_pack_pairs
+
+    def spy(*args, **kw):
+        built.append(args[4:6])
+        return orig(*args, **kw)
+
+    monkeypatch.setattr(gemm_bf16, "emit_pack_pairs", spy)
+    got = {}
+    for direct in (True, False):
+        if not direct:
+            monkeypatch.setattr(gemm_bf16, "pack_pairs_direct", lambda sr, sc: False)
+        lm.clear_cache()
+        got[direct] = (lm.asarray(a) @ B).numpy()
+    lm.clear_cache()
+    # a strided B may reach the kernel as it is (neither stride 1: pack + narrow) or copied
+    assert built or view == "strided"
+    _same_bits(got[True], got[False])
+    f = np.float32
+    want = (a.astype(f) @ bb.astype(f)).astype(BF16)
+    np.testing.assert_allclose(_f64(got[True]), _f64(want),
+                               atol=ULP * max(1.0, float(np.abs(_f64(want)).max())))  # fmt: skip

@@ -63,6 +63,18 @@ def pair_panels(program: isa.Program, alias_ok, nd_ok) -> tuple[frozenset, froze
     return frozenset(x.src.buf.name for x in loads if x.dst.buf.name in l0b), frozenset(l0b)
 
 
+def pair_only_panels(program: isa.Program, pairs, pair_l0b) -> frozenset:
+    """The `pair_panels` panels read only through their pair twin: every LoadL0 from them goes
+    to a `pair_l0b` buffer (so only bfloat16 Mmads read them, as B, from the twin). Their
+    float32 host panel is never read, so LoadNz may pack the twin straight from GM and skip it
+    (`gemm_bf16.emit_pack_pairs`)."""
+    readers: dict[str, set] = {}
+    for x in program.instructions():
+        if isinstance(x, cube.LoadL0):
+            readers.setdefault(x.src.buf.name, set()).add(x.dst.buf.name)
+    return frozenset(n for n in pairs if readers.get(n) and readers[n] <= set(pair_l0b))
+
+
 def _vars_of(e) -> set:
     out, stack = set(), [e]
     while stack:

@@ -36,6 +36,7 @@ from lazymath.backend.host.cube_proofs import (
     merge_k_steps,
     merge_l0b_slices,
     nd_panels,
+    pair_only_panels,
     pair_panels,
     var_ranges,
 )
@@ -68,6 +69,7 @@ class _CubeState:
         self.nd_slots: dict[str, tuple[ir.Value, int]] = {}  # aliased L0A -> (i1 slot, stride)
         self.pairs: frozenset[str] = frozenset()  # L1 B panels with a bf16 pair twin (pair_panels)
         self.pair_l0b: frozenset[str] = frozenset()  # the L0B buffers that read them
+        self.pair_only: frozenset[str] = frozenset()  # pairs read only via the twin
         self.twin: dict[str, tuple[ir.Value, ir.Value]] = {}  # L1 name -> (memo twin, at offset)
         self.twin_slots: dict[str, ir.Value] = {}  # aliased L0B -> slot of its twin pointer
 
@@ -203,6 +205,7 @@ def _state(ctx: lower_llvm.LowerCtx) -> _CubeState:
             st.nd_ok |= nd_panels(ctx.program, st.alias_ok, narrow)
         if gemm_bf16.bf16_dot_available():
             st.pairs, st.pair_l0b = pair_panels(ctx.program, st.alias_ok, st.nd_ok)
+            st.pair_only = pair_only_panels(ctx.program, st.pairs, st.pair_l0b)
         ctx._cube_state = st
     return st
 
@@ -435,7 +438,17 @@ def _load_nz(ctx: lower_llvm.LowerCtx, i: cube.LoadNz) -> None:
     st.nd.pop(i.dst.buf.name, None)
     twin = i.dst.buf.name in st.pairs
 
+    # the twin packed straight from bfloat16 GM, the float32 panel left unfilled (nothing
+    # reads it: pair_only_panels)
+    direct = (twin and i.dst.buf.name in st.pair_only and pro is None and not i.im2col
+              and i.src.buf.dtype == "bfloat16"
+              and gemm_bf16.pack_pairs_direct(sr, sc))  # fmt: skip
+
     def narrow(dst: ir.Value, panel: ir.Value) -> None:  # the pair twin (pair_panels)
+        if direct:
+            gemm_bf16.emit_pack_pairs(b, dst, i.dst_rows, src, sr, sc, _val(ctx, i.rows),
+                                      _val(ctx, i.cols))  # fmt: skip
+            return
         nfc = gemm.ceil_div(b, _val(ctx, i.rows), cube.C0)
         ncb = gemm.ceil_div(b, _val(ctx, i.cols), cube.C0)
         gemm_bf16.emit_narrow_b_pairs(b, dst, panel, i.dst_rows, nfc, ncb)
@@ -443,7 +456,8 @@ def _load_nz(ctx: lower_llvm.LowerCtx, i: cube.LoadNz) -> None:
     if i.memo is None or not st.memo_ok:
         st.redirect.pop(i.dst.buf.name, None)
         st.twin.pop(i.dst.buf.name, None)
-        pack(st.ptr(i.dst))
+        if not direct:
+            pack(st.ptr(i.dst))
         if twin:
             narrow(st.twin_ptr(i.dst), st.ptr(i.dst))
         return
@@ -453,7 +467,8 @@ def _load_nz(ctx: lower_llvm.LowerCtx, i: cube.LoadNz) -> None:
         tslot = gemm.gep(b, st.memo_base(("pairs", i.dst.buf.name)), memo, gemm.I16)
     fill = ctx.int(i.memo_fill)
     with b.if_then(b.icmp_signed("!=", fill, gemm.c64(0))):
-        pack(slot)
+        if not direct:
+            pack(slot)
         if twin:
             narrow(tslot, slot)
     st.redirect[i.dst.buf.name] = (slot, ctx.int(i.dst.off))
