@@ -123,6 +123,7 @@ def emit_narrow_b_pairs(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, b_rows: i
 
 _INTERLEAVE = ir.Constant(ir.VectorType(I32, 32), [j // 2 + (j % 2) * 16 for j in range(32)])
 _LANES = ir.Constant(ir.VectorType(I64, C0), list(range(C0)))
+PAIR_BLOCK = 4  # pairs (8 rows of a row-major B) per block of `emit_pack_pairs`
 
 
 def pack_pairs_direct(sr: int, sc: int) -> bool:
@@ -185,8 +186,19 @@ def emit_pack_pairs(b: ir.IRBuilder, dst: ir.Value, dst_rows: int, src: ir.Value
             halves.append(b.select(ok, h, ir.Constant(v16, [0] * C0)))
         b.store(b.shuffle_vector(halves[0], halves[1], _INTERLEAVE), line_at(f, p), align=4)
 
+    p_blk = 0  # row-major: pairs in blocks of PAIR_BLOCK, every column fractal per block
+    if sc == 1:
+        # (column fractal by column fractal, the loads walk the panel at its row stride, a
+        # multiple of 4 KiB for square operands: every row in one L1 set; the first version
+        # did that and its packing cost as much as pack + narrow)
+        p_blk = imul(b, b.sdiv(as_i64(full_p), c64(PAIR_BLOCK)) if not isinstance(full_p, int)
+                     else full_p // PAIR_BLOCK, PAIR_BLOCK)  # fmt: skip
+        with for_range(b, 0, p_blk, PAIR_BLOCK, name="ppb") as p0:
+            with for_range(b, 0, full_cb, name="ppf") as f:
+                for j in range(PAIR_BLOCK):
+                    fast(f, b.add(p0, c64(j)))
     with for_range(b, 0, full_cb, name="ppf") as f:
-        with for_range(b, 0, full_p, name="ppp") as p:
+        with for_range(b, p_blk, full_p, name="ppp") as p:
             fast(f, p)
         with for_range(b, full_p, npairs, name="ppe") as p:
             edge(f, p)
