@@ -70,11 +70,11 @@ STOCKHAM_MIN = 4  # powers of two from this length ...
 STOCKHAM_MAX = 4096  # ... up to this one (and what fits in UB) may take the Vector Stockham FFT
 # rfft packed on a Stockham half length: the combine inside the Stockham kernel (templates/fft.py
 # mode "rfused", Z kept in UB) instead of a second kernel. The device model prefers it (64 x 4096
-# simulated: 910 183 vs 196 us, 910B 102 vs 109 us: no GM round trip of Z, one launch fewer) but
-# on the host it measured 4-19 % slower at 1 and 1024 rows (a variant without the UB gather, Z
-# bounced through the row's output, was slower too at 1024 x 4096: 10.9 vs 8.8 ms; the cause is
-# not found): off by default
-RFFT_FUSED = False
+# simulated: 910 183 vs 196 us, 910B 102 vs 109 us: no GM round trip of Z, one launch fewer).
+# On the host it measured 4-19 % slower while every Stockham stage gathered (Zen 5); since the
+# middle stages read contiguous runs (RUN_MIN) it is faster on this Zen 4 host: rfft 1024 x 4096
+# 11.0-11.1 -> 3.9-7.4 ms, one row of 4096 level (0.029 ms), same process alternating: on
+RFFT_FUSED = True
 
 
 # The plan's reason for transforms whose result is not an "fft" or "complex_join" node (irfft:
