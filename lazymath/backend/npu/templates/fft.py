@@ -10,7 +10,11 @@ stage t (radix r = 4, or 2 for the first stage when log2 n is odd; `graph.dft.st
 is one run of vector instructions over q = n / r elements that the LLVM lowering fuses into one
 loop: the gathers of the r inputs (`vgather` with an index table: the Stockham reordering), the
 twiddle products (tables read from GM), the length-r DFT butterflies, and the r outputs written
-to the other plane pair (quarters k + j' n / r). The first stage reads the row from GM directly
+to the other plane pair (quarters k + j' n / r). A middle stage whose input stride s is at
+least `dft.RUN_MIN` is instead a loop over q / s runs of s contiguous inputs (no index table,
+no gather: hardware gathers are slow on Zen 4), its twiddles one per run broadcast from a UB
+copy of the table's prefix (`_run_stage`); only the last stages (s < RUN_MIN) gather. The
+first stage reads the row from GM directly
 (complex64 rows as float32 pairs: two stride-2 copies; real rows: one copy, imaginary zero),
 the last stage scales and writes the pairs to GM (stride-2 copies), so the result is complex64
 in C order. Tables: twiddles float32 and gather indices int32, built once per (n, direction)
