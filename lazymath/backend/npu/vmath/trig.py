@@ -585,6 +585,12 @@ def _trig32(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str, small: bool) -> None:
         sign = s.sc("vshr", qi, 1, out=qi)
         s.sc("vshl", sign, 31, out=sign)
         s.done(odd)
+    _apply_sign(s, dst, x, res, sign, op)
+
+
+def _apply_sign(s: _Seq, dst: isa.Ref, x: isa.Ref, res: isa.Ref, sign: isa.Ref, op: str) -> None:
+    """dst = res with its sign bit xor `sign` (the quadrant's sign, an int32 sign bit); sin and
+    tan keep x's -0 (the reductions give +0 there). Frees res and sign."""
     rb = s.conv(res, "int32", "bits")
     s.bin("vxor", rb, sign, out=rb)
     s.done(sign)
@@ -592,7 +598,7 @@ def _trig32(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str, small: bool) -> None:
         s.conv(rb, "float32", "bits", out=dst)
         s.done(rb, res)
         return
-    s.conv(rb, "float32", "bits", out=res)  # sin/tan(-0) = -0: the reduction gives +0
+    s.conv(rb, "float32", "bits", out=res)
     s.done(rb)
     zero = s.cmps("eq", x, 0.0)
     s.sel(zero, x, res, out=dst)
@@ -642,18 +648,7 @@ def _sincos_half(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str) -> None:
     s.bin("vmul", z, r, out=z)
     res = s.fma(z, p, r, out=p)
     s.done(z, r)
-    rb = s.conv(res, "int32", "bits")
-    s.bin("vxor", rb, sign, out=rb)
-    s.done(sign)
-    if op == "cos":
-        s.conv(rb, "float32", "bits", out=dst)
-        s.done(rb, res)
-        return
-    s.conv(rb, "float32", "bits", out=res)
-    s.done(rb)
-    zero = s.cmps("eq", x, 0.0)
-    s.sel(zero, x, res, out=dst)
-    s.done(zero, res)
+    _apply_sign(s, dst, x, res, sign, op)
 
 
 def _sincos_npu(s: _Seq, dst: isa.Ref, x: isa.Ref, op: str, small: bool) -> None:
